@@ -1,0 +1,3 @@
+"""Switchboard: an RPC and event hub, wire-compatible with hypha-rpc clients."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,48 @@
+"""The two small interfaces the hub needs from a backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
+
+BusHandler = Callable[[bytes], None]
+
+
+class Registry(Protocol):
+    """Service infos by full id ``<ws>/<cid>:<svc>``, visible to every replica."""
+
+    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
+        """Store ``info`` (replacing one with the same id); return the one replaced."""
+        ...
+
+    async def unregister(self, service_id: str) -> ServiceInfo | None:
+        """Remove one service by full id; return it, or ``None`` if it was not there."""
+        ...
+
+    async def remove_client(self, workspace: str, client_id: str) -> list[ServiceInfo]:
+        """Remove every service of one client; return what was removed."""
+        ...
+
+    async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
+        """Every service matching ``query`` (``query.workspace`` may be ``*``)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class EventBus(Protocol):
+    """Fire-and-forget delivery of bytes to whoever subscribed to a channel."""
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        """Send ``data``; return how many subscribers received it (0 = nobody)."""
+        ...
+
+    async def subscribe(self, channel: str, handler: BusHandler) -> None:
+        """Call ``handler(data)`` for every message on ``channel``."""
+        ...
+
+    async def unsubscribe(self, channel: str) -> None: ...
+
+    async def close(self) -> None: ...

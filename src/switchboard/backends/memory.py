@@ -1,0 +1,78 @@
+"""In-process backends: the embedded default, needing no external service."""
+
+from __future__ import annotations
+
+from switchboard.backends.base import BusHandler
+from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
+
+
+class MemoryRegistry:
+    """Service infos in a dict of workspaces, so a workspace lookup is one dict access."""
+
+    def __init__(self) -> None:
+        self._by_workspace: dict[str, dict[str, ServiceInfo]] = {}
+
+    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
+        ws = split_full_id(info["id"])[0]
+        services = self._by_workspace.setdefault(ws, {})
+        previous = services.get(info["id"])
+        services[info["id"]] = info
+        return previous
+
+    async def unregister(self, service_id: str) -> ServiceInfo | None:
+        ws = service_id.partition("/")[0]
+        services = self._by_workspace.get(ws)
+        if services is None:
+            return None
+        removed = services.pop(service_id, None)
+        if not services:
+            del self._by_workspace[ws]
+        return removed
+
+    async def remove_client(self, workspace: str, client_id: str) -> list[ServiceInfo]:
+        services = self._by_workspace.get(workspace, {})
+        prefix = f"{workspace}/{client_id}:"
+        removed = [services.pop(sid) for sid in [s for s in services if s.startswith(prefix)]]
+        if workspace in self._by_workspace and not services:
+            del self._by_workspace[workspace]
+        return removed
+
+    async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
+        if query.workspace == "*":
+            pools = list(self._by_workspace.values())
+        else:
+            pools = [self._by_workspace.get(query.workspace, {})]
+        return [info for pool in pools for info in pool.values() if matches(info, query)]
+
+    async def close(self) -> None:
+        self._by_workspace.clear()
+
+    def __repr__(self) -> str:
+        count = sum(len(s) for s in self._by_workspace.values())
+        return f"MemoryRegistry(workspaces={len(self._by_workspace)}, services={count})"
+
+
+class MemoryBus:
+    """Channels in a dict; ``publish`` calls the handlers before it returns."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, BusHandler] = {}
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        handler = self._handlers.get(channel)
+        if handler is None:
+            return 0
+        handler(data)
+        return 1
+
+    async def subscribe(self, channel: str, handler: BusHandler) -> None:
+        self._handlers[channel] = handler
+
+    async def unsubscribe(self, channel: str) -> None:
+        self._handlers.pop(channel, None)
+
+    async def close(self) -> None:
+        self._handlers.clear()
+
+    def __repr__(self) -> str:
+        return f"MemoryBus(channels={len(self._handlers)})"

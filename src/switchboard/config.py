@@ -1,0 +1,153 @@
+"""Settings: read once, at the edge, into one frozen value.
+
+Each setting is a CLI flag of ``switchboard serve`` and a ``SWITCHBOARD_*``
+environment variable (the flag wins). Every default states the goal it serves;
+``python -m switchboard.config`` prints the table the README shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import shortuuid
+
+from switchboard.errors import ConfigError
+
+ENV_PREFIX = "SWITCHBOARD_"
+
+
+def setting(default: Any, help: str, why: str, *, minimum: float | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "why": why, "minimum": minimum})
+
+
+def _default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{shortuuid.uuid()[:6].lower()}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = setting("127.0.0.1", "Interface to listen on.", "loopback: nothing is exposed until you choose to")
+    port: int = setting(9527, "TCP port for WebSocket and HTTP.", "the port hypha-rpc examples use", minimum=0)
+    server_id: str = setting(
+        "switchboard",
+        "Id of the hub; the manager id clients see is 'manager-<server-id>'.",
+        "a fixed default keeps the manager id stable across restarts, which hypha-rpc 0.21.47 needs to resume",
+    )
+    replica_id: str = setting(
+        "",
+        "Id of this replica in logs and metrics (empty: host-pid-random).",
+        "unique per process so replicas of one hub can be told apart",
+    )
+    public_url: str = setting(
+        "",
+        "Base URL clients reach this hub at (empty: http://HOST:PORT).",
+        "encoded into every service reference; must be what clients dial",
+    )
+    jwt_secret: str = setting(
+        "",
+        "HS256 secret for tokens (empty: a random one, tokens then die with the process).",
+        "one shared secret lets tokens and reconnection survive restarts and work on every replica",
+    )
+    max_message_bytes: int = setting(
+        16 * 1024 * 1024,
+        "Largest WebSocket frame or HTTP body accepted, in bytes.",
+        "16 MiB, as Hypha: clients chunk at 256 KiB, so only a broken or hostile client comes near it",
+        minimum=1024,
+    )
+    send_queue_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Bytes queued towards one client before it is dropped as a slow consumer.",
+        "64 MiB: holds several 10 MiB payloads in flight yet bounds what one stalled client costs",
+        minimum=1024,
+    )
+    handshake_timeout: float = setting(
+        5.0,
+        "Seconds a new connection has to send its first frame.",
+        "5 s, as Hypha: a real client sends it at once, a stuck one holds no slot for long",
+        minimum=0.1,
+    )
+    reconnection_token_lifetime: float = setting(
+        172800.0,
+        "Seconds a reconnection token stays valid.",
+        "2 days, as Hypha: a laptop that sleeps overnight resumes its identity",
+        minimum=60,
+    )
+    max_services_per_client: int = setting(
+        1000,
+        "Services one client may register.",
+        "1000, as Hypha: far above real use, low enough to stop a runaway loop",
+        minimum=1,
+    )
+    call_timeout: float = setting(
+        30.0,
+        "Seconds an HTTP service call waits for the provider.",
+        "30 s, the hypha-rpc default method timeout: callers see the same patience either way",
+        minimum=0.1,
+    )
+    log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            minimum = f.metadata.get("minimum")
+            value = getattr(self, f.name)
+            if minimum is not None and value < minimum:
+                raise ConfigError(f"{env_name(f.name)}={value!r}: must be at least {minimum}")
+        if self.port > 65535:
+            raise ConfigError(f"{env_name('port')}={self.port}: must be at most 65535")
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"{env_name('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
+        if not self.server_id or any(c in self.server_id for c in "/:@ "):
+            raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: must be non-empty, without '/', ':', '@' or spaces")
+        if not self.replica_id:
+            object.__setattr__(self, "replica_id", _default_replica_id())
+        if self.public_url and not self.public_url.startswith(("http://", "https://")):
+            raise ConfigError(f"{env_name('public_url')}={self.public_url!r}: must start with http:// or https://")
+
+    @property
+    def public_base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``SWITCHBOARD_*`` variables, then ``overrides`` on top."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(env_name(f.name))
+            if raw is not None:
+                values[f.name] = _cast(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _cast(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = type(f.default)
+    try:
+        if kind is bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{env_name(f.name)}={raw!r}: expected {kind.__name__}") from None
+
+
+def settings_table() -> str:
+    """The settings as a markdown table (the README embeds it)."""
+    rows = ["| flag / variable | default | what | why this default |", "|---|---|---|---|"]
+    for f in dataclasses.fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default != "" else "(empty)"
+        rows.append(f"| `{flag}` / `{env_name(f.name)}` | `{default}` | {f.metadata['help']} | {f.metadata['why']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())

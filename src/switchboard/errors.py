@@ -1,0 +1,75 @@
+"""Switchboard's exceptions, one tree rooted in :class:`SwitchboardError`.
+
+::
+
+    SwitchboardError
+    ├── ConfigError (ValueError)          a setting has a bad value
+    ├── ProtocolError                     a peer sent something we cannot accept
+    │   ├── HandshakeError                the first frame was refused (carries a close code)
+    │   └── FrameTooLarge                 a frame above the size limit
+    ├── AuthError                         a token is missing, invalid or expired
+    ├── PermissionDenied (PermissionError)
+    ├── NotFound (KeyError)               a workspace, service or function does not exist
+    ├── TargetNotConnected                a message's target has no live connection
+    ├── LimitExceeded                     a per-client quota was hit
+    └── BackendError                      the registry or bus failed (e.g. Redis down)
+
+Where a caller expects a stdlib type the class subclasses it too, so
+``except PermissionError`` keeps working.
+"""
+
+from __future__ import annotations
+
+
+class SwitchboardError(Exception):
+    """Base of every error Switchboard raises on purpose."""
+
+
+class ConfigError(SwitchboardError, ValueError):
+    """A setting (CLI flag or ``SWITCHBOARD_*`` variable) has a bad value."""
+
+
+class ProtocolError(SwitchboardError):
+    """A peer sent bytes that break the wire protocol."""
+
+
+class HandshakeError(ProtocolError):
+    """The first frame of a connection was refused.
+
+    ``close_code`` is the WebSocket close code sent after the error frame.
+    """
+
+    def __init__(self, message: str, close_code: int = 1008) -> None:
+        super().__init__(message)
+        self.close_code = close_code
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame or HTTP body above ``max_message_bytes``."""
+
+
+class AuthError(SwitchboardError):
+    """A token could not be verified (bad signature, expired, wrong claims)."""
+
+
+class PermissionDenied(SwitchboardError, PermissionError):
+    """The caller is known but not allowed to do this."""
+
+
+class NotFound(SwitchboardError, KeyError):
+    """A workspace, service or function that does not exist."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TargetNotConnected(SwitchboardError):
+    """A message was addressed to a client that has no live connection."""
+
+
+class LimitExceeded(SwitchboardError):
+    """A per-client or per-workspace quota was hit."""
+
+
+class BackendError(SwitchboardError):
+    """The shared registry or event bus failed."""

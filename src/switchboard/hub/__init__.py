@@ -1,0 +1,1 @@
+"""Connections, routing, the workspace manager and who may do what."""

@@ -1,0 +1,341 @@
+"""The hub: admits clients, routes their frames, and tells workspaces what changed.
+
+It knows connections and routing decisions; it does not know sockets (the
+server layer owns those) nor where shared state lives (the backends do).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from switchboard.backends.base import EventBus, Registry
+from switchboard.clock import Clock
+from switchboard.config import Settings
+from switchboard.errors import AuthError, HandshakeError, PermissionDenied, ProtocolError
+from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User, new_anonymous_user, user_workspace
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.peer import Peer
+from switchboard.protocol import envelope, handshake
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
+
+log = logging.getLogger("switchboard.hub")
+
+_BUS_CLIENT = "sb:client:"
+_BUS_WORKSPACE = "sb:ws:"
+
+
+class Hub:
+    """Every live client of this replica, and the routes between them."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: Registry,
+        bus: EventBus,
+        clock: Clock,
+        metrics: HubMetrics,
+        issuer: TokenIssuer,
+    ) -> None:
+        from switchboard.hub.manager import WorkspaceManager  # manager needs the hub type
+
+        self.settings = settings
+        self.registry = registry
+        self.bus = bus
+        self.clock = clock
+        self.metrics = metrics
+        self.issuer = issuer
+        self.replica_id = settings.replica_id
+        self.manager_id = f"manager-{settings.server_id}"
+        self.manager_address = f"*/{self.manager_id}"
+        self.root_wire = ROOT.to_wire("*", self.manager_id)
+        self.peers: dict[str, Peer] = {}
+        self._by_workspace: dict[str, set[Peer]] = {}
+        self.manager = WorkspaceManager(self)
+        self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.manager.start()
+
+    async def stop(self) -> None:
+        for peer in list(self.peers.values()):
+            peer.close(CLOSE_GOING_AWAY, "Server shutting down")
+        await self.manager.stop()
+
+    # -- admission -----------------------------------------------------------
+
+    async def admit(self, hello: Hello) -> tuple[User, str, bool]:
+        """Decide who the client is and which workspace it joins.
+
+        Returns ``(user, workspace, reconnecting)`` or raises
+        :class:`HandshakeError` with the message the client will see.
+        """
+        if hello.reconnection_token:
+            try:
+                user = self.issuer.verify(hello.reconnection_token)
+            except AuthError as exc:
+                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
+            if user.client_id != hello.client_id or not user.current_workspace:
+                raise HandshakeError(
+                    "Authentication error: reconnection token was issued to another client",
+                    CLOSE_POLICY,
+                )
+            workspace = user.current_workspace
+            if hello.workspace and hello.workspace != workspace:
+                raise HandshakeError(
+                    f"Failed to establish connection: reconnection token is for workspace "
+                    f"{workspace}, not {hello.workspace}",
+                    CLOSE_GOING_AWAY,
+                )
+            return user, workspace, True
+        if hello.token:
+            try:
+                user = self.issuer.verify(hello.token)
+            except AuthError as exc:
+                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
+            if user.client_id and user.client_id != hello.client_id:
+                raise HandshakeError(
+                    f"Authentication error: token is bound to client id {user.client_id}",
+                    CLOSE_POLICY,
+                )
+            if user.current_workspace and hello.workspace and hello.workspace != user.current_workspace:
+                raise HandshakeError(
+                    "Failed to establish connection: Failed to authenticate user: Current "
+                    f"workspace encoded in the token ({user.current_workspace}) does not match "
+                    f"the specified workspace ({hello.workspace})",
+                    CLOSE_GOING_AWAY,
+                )
+            workspace = hello.workspace or user.current_workspace or user_workspace(user.id)
+        else:
+            user = new_anonymous_user()
+            workspace = hello.workspace or user_workspace(user.id)
+        if not user.can(workspace, Permission.READ):
+            if await self._workspace_exists(workspace):
+                raise HandshakeError(
+                    f"Failed to establish connection: Permission denied for workspace: {workspace}",
+                    CLOSE_GOING_AWAY,
+                )
+            raise HandshakeError(
+                f"Failed to establish connection: 'Workspace {workspace} does not exist or is "
+                "not accessible'",
+                CLOSE_GOING_AWAY,
+            )
+        return user, workspace, False
+
+    async def _workspace_exists(self, workspace: str) -> bool:
+        if workspace == "public" or workspace in self._by_workspace:
+            return True
+        return bool(await self.registry.find(ServiceQuery(workspace)))
+
+    async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
+        """Make ``peer`` the live connection for its id; return its ``connection_info``."""
+        old = self.peers.get(peer.id)
+        if old is not None and not reconnecting:
+            if await self.manager.answers_ping(peer.id):
+                raise HandshakeError(
+                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
+                    CLOSE_GOING_AWAY,
+                )
+        elif old is None and not reconnecting:
+            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
+            if stale and await self.manager.answers_ping(peer.id):
+                raise HandshakeError(
+                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
+                    CLOSE_GOING_AWAY,
+                )
+            if stale:
+                await self._purge(peer.workspace, peer.client_id)
+        old = self.peers.get(peer.id)
+        if old is not None:
+            old.log.info("superseded by a new connection")
+            old.close(1000, "Superseded by a new connection of the same client")
+        self.peers[peer.id] = peer
+        members = self._by_workspace.setdefault(peer.workspace, set())
+        first_in_workspace = not members
+        members.add(peer)
+        if old is not None:
+            members.discard(old)
+        await self.bus.subscribe(_BUS_CLIENT + peer.id, peer.send)
+        if first_in_workspace:
+            await self.bus.subscribe(_BUS_WORKSPACE + peer.workspace, self._on_bus_broadcast)
+        self.metrics.clients.set(len(self.peers))
+        peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
+        return {
+            "type": "connection_info",
+            "hypha_version": "0.21.135",
+            "server": "switchboard",
+            "public_base_url": self.settings.public_base_url,
+            "local_base_url": self.settings.public_base_url,
+            "manager_id": self.manager_id,
+            "workspace": peer.workspace,
+            "client_id": peer.client_id,
+            "user": peer.user_wire,
+            "reconnection_token": self.reconnection_token(peer),
+            "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
+        }
+
+    def reconnection_token(self, peer: Peer) -> str:
+        return self.issuer.issue(
+            peer.user,
+            workspace=peer.workspace,
+            permission=peer.user.permission(peer.workspace),
+            expires_in=self.settings.reconnection_token_lifetime,
+            client_id=peer.client_id,
+        )
+
+    async def detach(self, peer: Peer) -> None:
+        """Forget a closed connection, unless a newer one of the same client replaced it."""
+        peer.close(1000, "")
+        members = self._by_workspace.get(peer.workspace)
+        if members is not None:
+            members.discard(peer)
+        if self.peers.get(peer.id) is not peer:
+            return
+        del self.peers[peer.id]
+        await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+        if members is not None and not members:
+            del self._by_workspace[peer.workspace]
+            await self.bus.unsubscribe(_BUS_WORKSPACE + peer.workspace)
+        self.metrics.clients.set(len(self.peers))
+        await self._purge(peer.workspace, peer.client_id)
+        peer.log.info("disconnected (%s)", peer.close_reason or "closed")
+
+    async def _purge(self, workspace: str, client_id: str) -> None:
+        removed = await self.registry.remove_client(workspace, client_id)
+        for info in removed:
+            if not info["id"].endswith(":built-in"):
+                await self.emit_event(workspace, "service_removed", info)
+        await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
+        self.metrics.services.dec(len(removed))
+
+    # -- routing -------------------------------------------------------------
+
+    def handle_text(self, peer: Peer, text: str) -> None:
+        kind = handshake.parse_control(text)
+        if kind == "ping":
+            peer.send(handshake.PONG)
+        elif kind == "refresh_token":
+            peer.send(handshake.reconnection_token_text(self.reconnection_token(peer)))
+        else:
+            peer.log.debug("ignored unknown text frame (%d chars)", len(text))
+
+    async def handle_binary(self, peer: Peer, data: bytes) -> None:
+        """Route one binary frame from ``peer``; a bad frame gets an error, never a crash."""
+        self.metrics.messages_in.inc()
+        self.metrics.bytes_in.inc(len(data))
+        try:
+            env = envelope.decode(data)
+            to = env.main.get("to")
+            route = envelope.route(to, sender_workspace=peer.workspace, manager_id=self.manager_id)
+            if route.kind == "broadcast" and route.workspace != peer.workspace:
+                raise PermissionDenied(
+                    f"Permission denied: cannot broadcast into workspace {route.workspace}"
+                )
+            frame = envelope.stamp(
+                env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target
+            )
+        except (ProtocolError, PermissionDenied) as exc:
+            self.metrics.bad_frames.inc()
+            peer.log.info("rejected frame: %s", exc)
+            peer.send(handshake.error_text(f"Invalid message: {exc}"))
+            return
+        if route.kind == "manager":
+            self.manager.receive(frame)
+        elif route.kind == "client":
+            await self.deliver(route.target, frame, session=env.session, caller=peer.id)
+        else:
+            if env.type == "method":
+                peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
+                return
+            await self.broadcast(route.workspace, env.type, frame)
+
+    async def route_from_manager(self, data: bytes) -> None:
+        """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
+        env = envelope.decode(data)
+        target = env.main.get("to")
+        if not isinstance(target, str) or "/" not in target:
+            self.log.warning("manager emitted a message without a full target: %r", target)
+            return
+        frame = envelope.stamp(
+            env,
+            sender=self.manager_address,
+            workspace=target.partition("/")[0],
+            user=self.root_wire,
+            to=target,
+        )
+        if target == self.manager_address:
+            self.manager.receive(frame)
+            return
+        await self.deliver(target, frame, session=env.session, caller=self.manager_address)
+
+    async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str) -> bool:
+        """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
+        peer = self.peers.get(target)
+        if peer is not None and peer.send(frame):
+            self.metrics.messages_routed.inc()
+            return True
+        if peer is None and await self.bus.publish(_BUS_CLIENT + target, frame) > 0:
+            self.metrics.messages_routed.inc()
+            return True
+        self.metrics.undeliverable.inc()
+        if session:
+            reject = envelope.reject_frame(
+                session=session,
+                target=target,
+                caller=caller,
+                message=f"Target peer {target} is not connected",
+            )
+            if caller == self.manager_address:
+                self.manager.receive(reject)
+            else:
+                sender = self.peers.get(caller)
+                if sender is not None:
+                    sender.send(reject)
+        return False
+
+    async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
+        """Deliver an event to every subscribed client of ``workspace`` on every replica."""
+        self._broadcast_local(workspace, event_type, frame)
+        await self.bus.publish(
+            _BUS_WORKSPACE + workspace, self.replica_id.encode() + b"\n" + frame
+        )
+
+    def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None:
+        for peer in self._by_workspace.get(workspace, ()):
+            if event_type in peer.subscriptions:
+                peer.send(frame)
+
+    def _on_bus_broadcast(self, data: bytes) -> None:
+        origin, _, frame = data.partition(b"\n")
+        if origin == self.replica_id.encode():
+            return
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.warning("dropped a malformed broadcast from %r: %s", origin, exc)
+            return
+        workspace = str(env.main.get("to", "")).partition("/")[0]
+        if env.main.get("to") == "*":
+            workspace = str(env.main.get("ws", ""))
+        self._broadcast_local(workspace, env.type, frame)
+
+    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
+        """A server event (``service_added`` ...) for the workspace's subscribers."""
+        frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
+        await self.broadcast(workspace, event_type, frame)
+
+    # -- queries used by the manager and HTTP layer --------------------------
+
+    def peer_for(self, address: str) -> Peer | None:
+        return self.peers.get(address)
+
+    async def registered(self, query: ServiceQuery) -> list[ServiceInfo]:
+        return await self.registry.find(query)
+
+    def __repr__(self) -> str:
+        return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"
+

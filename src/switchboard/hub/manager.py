@@ -1,0 +1,429 @@
+"""The workspace manager: the server's own RPC peer, ``*/<manager_id>:default``.
+
+It is hosted with ``hypha_rpc.RPC`` (protocol §4.2), which gives chunking,
+heartbeats and callback handling for free; this module supplies the link that
+plugs that RPC into the hub's router, and the methods of the ``default``
+service. Each replica answers the manager calls of its own clients, so every
+caller is a local :class:`~switchboard.hub.peer.Peer` whose user we know.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from hypha_rpc import RPC
+from hypha_rpc.utils.schema import schema_function
+
+from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
+from switchboard.hub.auth import Permission, child_user
+from switchboard.hub.peer import Peer
+from switchboard.protocol import services as svc_ids
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
+
+if TYPE_CHECKING:
+    from switchboard.hub.hub import Hub
+
+log = logging.getLogger("switchboard.manager")
+
+SYSTEM_EVENTS = frozenset(
+    {
+        "service_added", "service_removed", "service_updated", "client_connected",
+        "client_disconnected", "client_updated", "workspace_loaded", "workspace_deleted",
+        "workspace_changed", "workspace_ready", "workspace_unloaded", "workspace_status_changed",
+    }
+)
+
+
+class _RouterLink:
+    """The duck-typed connection ``hypha_rpc.RPC`` expects, wired to the hub."""
+
+    manager_id = None  # the manager does not register itself with a manager
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        self.handler: Callable[[bytes], None] | None = None
+
+    def on_message(self, handler: Callable[[bytes], None]) -> None:
+        self.handler = handler
+
+    def on_connected(self, handler: Any) -> None:
+        """The manager never reconnects; nothing to remember."""
+
+    def on_disconnected(self, handler: Any) -> None:
+        """The manager never reconnects; nothing to remember."""
+
+    async def emit_message(self, data: bytes) -> None:
+        await self._hub.route_from_manager(data)
+
+    async def disconnect(self, reason: str | None = None) -> None:
+        self.handler = None
+
+
+def _obj(value: Any) -> Any:
+    """Decoded values arrive as Munch/ObjectProxy: turn them into plain data."""
+    if hasattr(value, "toDict"):
+        value = value.toDict()
+    if isinstance(value, dict):
+        return {k: _obj(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_obj(v) for v in value]
+    return value
+
+
+class WorkspaceManager:
+    """The ``default`` service every client talks to, and the hub's own RPC peer."""
+
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+        self.link = _RouterLink(hub)
+        self.rpc: RPC | None = None
+
+    async def start(self) -> None:
+        hub = self.hub
+        self.rpc = RPC(
+            self.link,
+            client_id=hub.manager_id,
+            workspace="*",
+            server_base_url=hub.settings.public_base_url,
+            silent=True,
+            method_timeout=hub.settings.call_timeout,
+        )
+        await self.rpc.register_service(self._service(), {"notify": False})
+
+    async def stop(self) -> None:
+        if self.rpc is not None:
+            self.rpc.close()
+            self.rpc = None
+
+    def receive(self, frame: bytes) -> None:
+        """Hand a frame addressed to the manager to its RPC."""
+        if self.link.handler is None:
+            return
+        try:
+            self.link.handler(frame)
+        except Exception:  # a bad frame must not take the router down
+            log.exception("manager could not process a frame")
+
+    def _service(self) -> dict[str, Any]:
+        s = self.hub.settings
+        methods: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+            "echo": (self.echo, {"data": {}}),
+            "log": (self.log_message, {"msg": {"type": "string"}}),
+            "register_service": (self.register_service, {"service": {"type": "object"}, "config": {}}),
+            "unregister_service": (self.unregister_service, {"service_id": {"type": "string"}}),
+            "get_service_info": (self.get_service_info, {"service_id": {"type": "string"}, "config": {}}),
+            "get_service": (self.get_service, {"service_id": {"type": "string"}, "config": {}}),
+            "list_services": (self.list_services, {"query": {}, "include_unlisted": {"type": "boolean"}}),
+            "list_clients": (self.list_clients, {"workspace": {"type": "string"}}),
+            "ping": (self.ping, {"client_id": {"type": "string"}, "timeout": {"type": "number"}}),
+            "generate_token": (self.generate_token, {"config": {"type": "object"}}),
+            "parse_token": (self.parse_token, {"token": {"type": "string"}}),
+            "subscribe": (self.subscribe, {"event_type": {}}),
+            "unsubscribe": (self.unsubscribe, {"event_type": {}}),
+            "get_workspace_info": (self.get_workspace_info, {"workspace": {"type": "string"}}),
+            "check_status": (self.check_status, {}),
+        }
+        service: dict[str, Any] = {
+            "id": "default",
+            "name": "Default workspace management service",
+            "description": "Services for managing workspace.",
+            "config": {
+                "require_context": True,
+                "visibility": "public",
+                "server_id": s.server_id,
+                "public_base_url": s.public_base_url,
+                "hypha_version": "0.21.135",
+            },
+        }
+        for name, (fn, props) in methods.items():
+            doc = (fn.__doc__ or name).strip().splitlines()[0]
+            service[name] = schema_function(
+                fn, name=name, description=doc, parameters={"type": "object", "properties": props}
+            )
+        return service
+
+    # -- helpers -------------------------------------------------------------
+
+    def _caller(self, context: dict[str, Any] | None) -> Peer:
+        address = (context or {}).get("from")
+        peer = self.hub.peer_for(address) if isinstance(address, str) else None
+        if peer is None:
+            raise PermissionDenied(f"Unknown caller {address!r}: not connected to this replica")
+        return peer
+
+    def _require(self, peer: Peer, workspace: str, need: Permission) -> None:
+        if not peer.user.can(workspace, need):
+            raise PermissionDenied(f"Permission denied for workspace {workspace}")
+
+    async def answers_ping(self, address: str, timeout: float = 2.0) -> bool:
+        try:
+            assert self.rpc is not None
+            await self.rpc.ping(address, timeout)
+        except Exception:
+            return False
+        return True
+
+    async def resolve(self, service_id: str, *, workspace: str, user: Any, mode: str | None) -> ServiceInfo:
+        """The single service ``service_id`` names for a caller, or a clear error."""
+        query = svc_ids.parse_query(service_id, workspace)
+        if query.workspace == "*":
+            raise ProtocolError("workspace '*' is not allowed here: use list_services")
+        found = await self.hub.registry.find(query)
+        allowed = [
+            i for i in found
+            if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
+        ]
+        if not allowed:
+            if found:
+                raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
+            raise NotFound(f"Service not found: {query}")
+        if len(allowed) == 1:
+            return allowed[0]
+        mode = mode or ("random" if query.workspace == "public" else "exact")
+        if mode == "random":
+            return random.choice(allowed)
+        if mode == "first":
+            return allowed[0]
+        if mode == "last":
+            return allowed[-1]
+        raise ProtocolError(f"Multiple services found for {query} (use mode 'random', 'first' or 'last')")
+
+    async def fetch_service(self, info: ServiceInfo, *, timeout: float, case_conversion: Any = None) -> Any:
+        """Ask the provider for its service object and address it for any caller."""
+        assert self.rpc is not None
+        config: dict[str, Any] = {"timeout": timeout, "_no_retry": True}
+        if case_conversion:
+            config["case_conversion"] = case_conversion
+        service = await self.rpc.get_remote_service(info["id"], config)
+        ws = info["id"].partition("/")[0]
+        service["id"] = info["id"]
+        service_config = service.get("config") or {}
+        service_config["workspace"] = ws
+        service_config["url"] = f"{self.hub.settings.public_base_url}/{ws}/services/{info['id'].partition('/')[2]}"
+        service["config"] = service_config
+        return service
+
+    # -- the default service -------------------------------------------------
+
+    async def echo(self, data: Any, context: dict[str, Any] | None = None) -> Any:
+        """Return ``data`` unchanged (a round-trip test)."""
+        peer = self._caller(context)
+        self._require(peer, peer.workspace, Permission.READ_WRITE)
+        return data
+
+    async def log_message(self, msg: Any, context: dict[str, Any] | None = None) -> None:
+        """Write a line to the server log on behalf of the caller."""
+        peer = self._caller(context)
+        self._require(peer, peer.workspace, Permission.READ_WRITE)
+        peer.log.info("client log: %.1000s", msg)
+
+    async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
+        """Announce a service of the calling client to its workspace."""
+        peer = self._caller(context)
+        raw = _obj(service)
+        if not isinstance(raw, dict):
+            raise ProtocolError("register_service expects a service info object")
+        short = str(raw.get("id", "")).rpartition(":")[2]
+        # A read-only client may still announce its own built-in service: that
+        # is its presence (listings, duplicate-id check), not a capability.
+        need = Permission.READ if short == "built-in" else Permission.READ_WRITE
+        self._require(peer, peer.workspace, need)
+        if short.startswith("_rintf_") or (raw.get("config") or {}).get("_local_only"):
+            return None
+        info = svc_ids.prepare_registration(
+            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
+        )
+        mine = await self.hub.registry.find(ServiceQuery(peer.workspace, peer.client_id))
+        if len(mine) >= self.hub.settings.max_services_per_client and not any(i["id"] == info["id"] for i in mine):
+            raise LimitExceeded(
+                f"Too many services: a client may register at most {self.hub.settings.max_services_per_client}"
+            )
+        previous = await self.hub.registry.register(info)
+        if peer.closed or self.hub.peer_for(peer.id) is not peer:
+            await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
+            return None
+        if previous is None:
+            self.hub.metrics.services.inc()
+        ws = peer.workspace
+        if info["id"].endswith(":built-in"):
+            event = "client_updated" if previous else "client_connected"
+            await self.hub.emit_event(ws, event, {"id": peer.id, "workspace": ws})
+        else:
+            if previous is not None:
+                await self.hub.emit_event(ws, "service_removed", previous)
+            await self.hub.emit_event(ws, "service_added", info)
+        return None
+
+    async def unregister_service(self, service_id: Any, context: dict[str, Any] | None = None) -> None:
+        """Withdraw one of the caller's services (a bare id is the caller's own)."""
+        peer = self._caller(context)
+        self._require(peer, peer.workspace, Permission.READ_WRITE)
+        if not isinstance(service_id, str) or not service_id:
+            raise ProtocolError("service_id must be a non-empty string")
+        sid = service_id.partition("@")[0]
+        if "/" not in sid:
+            sid = f"{peer.id}:{sid.rpartition(':')[2]}"
+        ws, cid, _ = svc_ids.split_full_id(sid)
+        if ws != peer.workspace or cid != peer.client_id:
+            raise PermissionDenied(f"Permission denied: {service_id} is not a service of {peer.id}")
+        removed = await self.hub.registry.unregister(sid)
+        if removed is None:
+            raise NotFound(f"Service not found: {service_id}")
+        self.hub.metrics.services.dec()
+        if sid.endswith(":built-in"):
+            await self.hub.emit_event(ws, "client_disconnected", {"id": cid, "workspace": ws})
+        else:
+            await self.hub.emit_event(ws, "service_removed", removed)
+
+    async def get_service_info(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> ServiceInfo:
+        """The registered info of one service."""
+        peer = self._caller(context)
+        config = _obj(config) or {}
+        return await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+
+    async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
+        """A service object whose methods the caller can call directly."""
+        peer = self._caller(context)
+        config = _obj(config) or {}
+        info = await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+        timeout = float(config.get("timeout") or 10.0)
+        return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
+
+    async def list_services(self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None) -> list[ServiceInfo]:
+        """Services visible to the caller, filtered by ``query``."""
+        peer = self._caller(context)
+        q, filters = _list_query(_obj(query), peer.workspace)
+        found = await self.hub.registry.find(q)
+        result = []
+        for info in found:
+            ws = info["id"].partition("/")[0]
+            if q.workspace == "*" and ws != peer.workspace and svc_ids.visibility(info) != "public":
+                continue
+            if not svc_ids.may_list(
+                info, caller_workspace=peer.workspace, has_read=peer.user.can(ws, Permission.READ),
+                include_unlisted=include_unlisted,
+            ):
+                continue
+            if all(_field(info, k) == v for k, v in filters.items()):
+                result.append(info)
+        return result
+
+    async def list_clients(self, workspace: Any = None, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every client of a workspace (those that registered their built-in service)."""
+        peer = self._caller(context)
+        ws = workspace or peer.workspace
+        self._require(peer, ws, Permission.READ)
+        found = await self.hub.registry.find(ServiceQuery(ws, "*", "built-in"))
+        return [{"id": i["id"].rpartition(":")[0], "user": i["config"].get("created_by")} for i in found]
+
+    async def ping(self, client_id: Any, timeout: float = 5, context: dict[str, Any] | None = None) -> str:
+        """``"pong"`` if the client answers, else a string saying why not (never raises)."""
+        peer = self._caller(context)
+        target = client_id if "/" in str(client_id) else f"{peer.workspace}/{client_id}"
+        try:
+            assert self.rpc is not None
+            await self.rpc.ping(target, float(timeout))
+        except Exception as exc:
+            return f"Failed to ping client {client_id}: {exc or type(exc).__name__}"
+        return "pong"
+
+    async def generate_token(self, config: Any = None, context: dict[str, Any] | None = None) -> str:
+        """A token for another client to join a workspace with a given permission."""
+        peer = self._caller(context)
+        config = _obj(config) or {}
+        if not isinstance(config, dict):
+            raise ProtocolError("generate_token expects a config object")
+        ws = config.get("workspace") or peer.workspace
+        if not peer.user.can(ws, Permission.ADMIN):
+            raise PermissionDenied("Only admin can generate token.")
+        try:
+            permission = Permission.parse(config.get("permission") or "read_write")
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        expires_in = config.get("expires_in") or 3600
+        if not isinstance(expires_in, int | float) or expires_in <= 0:
+            raise ProtocolError("expires_in must be a positive number of seconds")
+        user = child_user(peer.user, workspace=ws, permission=permission)
+        return self.hub.issuer.issue(
+            user, workspace=ws, permission=permission, expires_in=float(expires_in),
+            client_id=config.get("client_id"),
+        )
+
+    async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The user a token issued by this hub stands for."""
+        self._caller(context)
+        user = self.hub.issuer.verify(token)
+        return user.to_wire(user.current_workspace, user.client_id)
+
+    async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
+        """Receive workspace broadcasts of these event types on this connection."""
+        peer = self._caller(context)
+        for name in _event_names(event_type):
+            if name not in SYSTEM_EVENTS and (name.startswith("ws-") or "/" in name):
+                raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
+            peer.subscriptions.add(name)
+        return True
+
+    async def unsubscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
+        """Stop receiving these event types."""
+        peer = self._caller(context)
+        peer.subscriptions.difference_update(_event_names(event_type))
+        return True
+
+    async def get_workspace_info(self, workspace: Any = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What this hub knows of a workspace."""
+        peer = self._caller(context)
+        ws = workspace or peer.workspace
+        self._require(peer, ws, Permission.READ)
+        return {
+            "type": "workspace", "id": ws, "name": ws, "description": "", "persistent": False,
+            "owners": [], "read_only": False, "icon": None, "covers": [], "docs": None,
+            "service_types": {}, "config": {}, "status": {"ready": True},
+        }
+
+    async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Whether the workspace is ready, and the caller's permission in it."""
+        peer = self._caller(context)
+        return {"status": "ready", "user_permission": peer.user.permission(peer.workspace).code}
+
+
+def _event_names(event_type: Any) -> list[str]:
+    names = [event_type] if isinstance(event_type, str) else _obj(event_type)
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise ProtocolError("event_type must be a non-empty string or list of strings")
+    return names
+
+
+_LIST_KEYS = {"workspace", "client_id", "service_id", "id", "type", "visibility", "app_id"}
+
+
+def _list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]]:
+    """The registry query and the extra field filters of a ``list_services`` call."""
+    if query is None:
+        return ServiceQuery(workspace), {}
+    if isinstance(query, str):
+        if "/" not in query and ":" not in query:
+            return ServiceQuery(query), {}
+        q = svc_ids.parse_query(query, workspace)
+        return q, ({"visibility": "public"} if q.workspace == "*" else {})
+    if isinstance(query, dict):
+        unknown = set(query) - _LIST_KEYS
+        if unknown:
+            raise ProtocolError(f"Unknown list_services keys: {', '.join(sorted(unknown))}")
+        q = ServiceQuery(
+            query.get("workspace") or workspace,
+            query.get("client_id") or "*",
+            query.get("service_id") or query.get("id") or "*",
+            query.get("app_id") or "*",
+        )
+        filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
+        return q, filters
+    raise ProtocolError("list_services query must be null, a string or an object")
+
+
+def _field(info: ServiceInfo, key: str) -> Any:
+    return svc_ids.visibility(info) if key == "visibility" else info.get(key)
+

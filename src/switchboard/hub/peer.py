@@ -1,0 +1,119 @@
+"""One connected client, whatever carries its bytes (WebSocket or HTTP stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from typing import Any, Protocol
+
+from switchboard.hub.auth import User
+
+log = logging.getLogger("switchboard.peer")
+
+
+class Transport(Protocol):
+    """The I/O a peer needs: the server layer implements it per transport."""
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def close(self, code: int, reason: str) -> None: ...
+
+
+class Peer:
+    """A client of the hub: identity, event subscriptions and a bounded send queue.
+
+    Routing never awaits the client's socket: frames go into the queue and one
+    writer task drains it. A client that stops reading fills its queue, and
+    when the queued bytes pass ``max_queue_bytes`` it is disconnected so that
+    it cannot grow the server's memory or slow anyone else.
+    """
+
+    def __init__(
+        self,
+        *,
+        workspace: str,
+        client_id: str,
+        user: User,
+        transport: Transport,
+        max_queue_bytes: int,
+        replica_id: str = "",
+    ) -> None:
+        self.workspace = workspace
+        self.client_id = client_id
+        self.id = f"{workspace}/{client_id}"
+        self.user = user
+        self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
+        self.transport = transport
+        self.subscriptions: set[str] = set()
+        self.max_queue_bytes = max_queue_bytes
+        self._queue: deque[bytes | str] = deque()
+        self._queued_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._closed = asyncio.Event()
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def send(self, frame: bytes | str) -> bool:
+        """Queue a frame; ``False`` when the peer is closed or was just dropped as too slow."""
+        if self._closed.is_set():
+            return False
+        size = len(frame)
+        if self._queued_bytes + size > self.max_queue_bytes and self._queue:
+            self.log.warning(
+                "send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes
+            )
+            self.close(1008, "Send queue full: client is not reading fast enough")
+            return False
+        self._queue.append(frame)
+        self._queued_bytes += size
+        self._wakeup.set()
+        return True
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        """Ask the writer to flush nothing more and close the transport."""
+        if self._closed.is_set():
+            return
+        self.close_code, self.close_reason = code, reason
+        self._closed.set()
+        self._wakeup.set()
+
+    async def run_writer(self) -> None:
+        """Drain the queue into the transport until the peer is closed."""
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                while self._queue and not self._closed.is_set():
+                    frame = self._queue.popleft()
+                    self._queued_bytes -= len(frame)
+                    if isinstance(frame, str):
+                        await self.transport.send_text(frame)
+                    else:
+                        await self.transport.send_bytes(frame)
+                if self._closed.is_set():
+                    break
+        finally:
+            self._queue.clear()
+            self._queued_bytes = 0
+            if self.close_code is not None:
+                with contextlib.suppress(Exception):
+                    await self.transport.close(self.close_code, self.close_reason)
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.id} queued={self._queued_bytes}B closed={self.closed}>"

@@ -1,0 +1,1 @@
+"""The ASGI layer: moves bytes between sockets and the hub, and serves HTTP."""

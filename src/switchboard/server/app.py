@@ -1,0 +1,98 @@
+"""The ASGI application: routes, and the start and stop of everything behind them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+
+from switchboard.backends.base import EventBus, Registry
+from switchboard.backends.memory import MemoryBus, MemoryRegistry
+from switchboard.clock import Clock, SystemClock
+from switchboard.config import Settings
+from switchboard.hub.auth import TokenIssuer
+from switchboard.hub.hub import Hub
+from switchboard.hub.metrics import HubMetrics
+from switchboard.server import http_rpc, http_services
+from switchboard.server.state import Phase, ServerState
+from switchboard.server.websocket import websocket_endpoint
+
+log = logging.getLogger("switchboard.server")
+
+
+async def liveness(request: Request) -> Response:
+    return JSONResponse({"status": "OK"})
+
+
+async def readiness(request: Request) -> Response:
+    state: ServerState = request.app.state.switchboard
+    ready, why = state.readiness()
+    body = {"status": "OK" if ready else "DOWN", "detail": why, "replica": state.hub.replica_id}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def metrics(request: Request) -> Response:
+    state: ServerState = request.app.state.switchboard
+    return Response(state.hub.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def build_hub(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    registry: Registry | None = None,
+    bus: EventBus | None = None,
+) -> Hub:
+    """A hub on the embedded backends unless others are given."""
+    clock = clock or SystemClock()
+    secret = settings.jwt_secret
+    if not secret:
+        log.warning(
+            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and "
+            "reconnection do not survive a restart",
+            extra={"replica": settings.replica_id},
+        )
+        secret = TokenIssuer.generate_secret()
+    return Hub(
+        settings=settings,
+        registry=registry or MemoryRegistry(),
+        bus=bus or MemoryBus(),
+        clock=clock,
+        metrics=HubMetrics(settings.replica_id),
+        issuer=TokenIssuer(secret=secret, clock=clock),
+    )
+
+
+def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
+    """The Switchboard ASGI app for ``settings`` (embedded backends by default)."""
+    hub = hub or build_hub(settings)
+    state = ServerState(hub)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await hub.start()
+        state.phase = Phase.READY
+        log.info("ready at %s as %s", settings.public_base_url, hub.manager_id, extra={"replica": hub.replica_id})
+        try:
+            yield
+        finally:
+            state.phase = Phase.DRAINING
+            await hub.stop()
+            state.phase = Phase.STOPPED
+
+    routes = [
+        Route("/health/liveness", liveness),
+        Route("/health/readiness", readiness),
+        Route("/metrics", metrics),
+        WebSocketRoute("/ws", websocket_endpoint),
+        *http_rpc.routes(),
+        *http_services.routes(),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.switchboard = state
+    return app

@@ -1,0 +1,236 @@
+"""Calling services over plain HTTP (protocol §8.2): ``/{workspace}/services/...``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from typing import Any
+
+import msgpack
+from hypha_rpc.rpc import RemoteException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from switchboard.errors import (
+    AuthError,
+    FrameTooLarge,
+    NotFound,
+    PermissionDenied,
+    ProtocolError,
+    SwitchboardError,
+)
+from switchboard.hub.auth import Permission, User, user_workspace
+from switchboard.hub.manager import _obj
+from switchboard.protocol import services as svc_ids
+from switchboard.protocol.services import ServiceQuery
+from switchboard.server.state import ServerState
+
+log = logging.getLogger("switchboard.http")
+
+ANONYMOUS_HTTP = User(id="anonymouz-http", roles=("anonymous",))
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/{workspace}/services", list_services, methods=["GET"]),
+        Route("/{workspace}/services/", list_services, methods=["GET"]),
+        Route("/{workspace}/services/{service_id}", service_info, methods=["GET"]),
+        Route("/{workspace}/services/{service_id}/{function:path}", call_function, methods=["GET", "POST"]),
+    ]
+
+
+class HttpError(SwitchboardError):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+def _error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"success": False, "detail": detail}, status_code=status)
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.switchboard
+
+
+def _token(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    if auth.lower().startswith("basic "):
+        try:
+            return base64.b64decode(auth[6:]).decode().partition(":")[2] or None
+        except ValueError:
+            raise HttpError(401, "Authentication error: malformed Basic credentials") from None
+    return auth.strip() or request.cookies.get("access_token") or None
+
+
+def _user(request: Request) -> tuple[User, str]:
+    """The caller and its own workspace (the context its calls are made in)."""
+    token = _token(request)
+    if token is None:
+        return ANONYMOUS_HTTP, "ws-anonymous"
+    try:
+        user = _state(request).hub.issuer.verify(token)
+    except AuthError as exc:
+        raise HttpError(401, f"Authentication error: {exc}") from None
+    return user, user.current_workspace or user_workspace(user.id)
+
+
+def _jsonable(value: Any) -> Any:
+    value = _obj(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _respond(value: Any, as_msgpack: bool) -> Response:
+    if as_msgpack:
+        return Response(msgpack.packb(_obj(value), use_bin_type=True, default=str), media_type="application/msgpack")
+    return JSONResponse(_jsonable(value))
+
+
+def _map_exception(exc: BaseException) -> tuple[int, str]:
+    if isinstance(exc, HttpError):
+        return exc.status, str(exc)
+    if isinstance(exc, NotFound):
+        return 404, f"KeyError: {exc}"
+    if isinstance(exc, PermissionDenied):
+        return 403, f"PermissionError: {exc}"
+    if isinstance(exc, FrameTooLarge):
+        return 413, str(exc)
+    if isinstance(exc, ProtocolError):
+        return 400, f"ValueError: {exc}"
+    if isinstance(exc, TimeoutError):
+        return 504, "TimeoutError: the service did not answer in time"
+    if isinstance(exc, RemoteException):
+        text = str(exc)
+        if "PermissionError" in text:
+            return 403, f"RemoteException: {text}"
+        if any(t in text for t in ("TypeError", "ValueError", "AssertionError")):
+            return 400, f"RemoteException: {text}"
+        return 500, f"RemoteException: {text}"
+    return 500, f"{type(exc).__name__}: {exc}"
+
+
+async def _guard(request: Request, handler: Any) -> Response:
+    try:
+        return await handler()
+    except Exception as exc:
+        status, detail = _map_exception(exc)
+        if status >= 500:
+            _state(request).hub.metrics.call_errors.inc()
+            log.warning("HTTP %s %s failed: %s", request.method, request.url.path, detail)
+        else:
+            log.info("HTTP %s %s refused (%d): %s", request.method, request.url.path, status, detail)
+        return _error(status, detail)
+
+
+async def list_services(request: Request) -> Response:
+    async def handler() -> Response:
+        user, own_ws = _user(request)
+        ws = request.path_params["workspace"]
+        found = await _state(request).hub.registry.find(ServiceQuery(ws))
+        has_read = user.can(ws, Permission.READ)
+        visible = [
+            i for i in found
+            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+        ]
+        return JSONResponse(_jsonable(visible))
+
+    return await _guard(request, handler)
+
+
+async def service_info(request: Request) -> Response:
+    async def handler() -> Response:
+        user, own_ws = _user(request)
+        info = await _resolve(request, user, own_ws)
+        return JSONResponse(_jsonable(info))
+
+    return await _guard(request, handler)
+
+
+async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
+    ws = request.path_params["workspace"]
+    service_id = request.path_params["service_id"]
+    if "/" in service_id:
+        raise HttpError(400, "service_id must not contain '/'")
+    mode = request.query_params.get("_mode")
+    info = await _state(request).hub.manager.resolve(f"{ws}/{service_id}", workspace=own_ws, user=user, mode=mode)
+    svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
+    return info
+
+
+async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
+    """Keyword arguments from the query string (GET) or the body (POST)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    as_msgpack = content_type in MSGPACK_TYPES
+    if request.method == "GET":
+        return {k: _query_value(v) for k, v in request.query_params.items() if not k.startswith("_")}, as_msgpack
+    limit = _state(request).hub.settings.max_message_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise FrameTooLarge(f"Request body of {declared} bytes is above the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise FrameTooLarge(f"Request body is above the limit of {limit} bytes")
+    if not body:
+        return {}, as_msgpack
+    try:
+        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body)
+    except (ValueError, msgpack.UnpackException) as exc:
+        kind = "msgpack" if as_msgpack else "JSON"
+        raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None
+    if not isinstance(data, dict):
+        raise HttpError(400, f"Request body must be an object of keyword arguments, got {type(data).__name__}")
+    return data, as_msgpack
+
+
+def _query_value(text: str) -> Any:
+    if text.startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+async def call_function(request: Request) -> Response:
+    async def handler() -> Response:
+        state = _state(request)
+        hub = state.hub
+        user, own_ws = _user(request)
+        kwargs, as_msgpack = await _read_kwargs(request)
+        info = await _resolve(request, user, own_ws)
+        hub.metrics.http_calls.inc()
+        timeout = hub.settings.call_timeout
+        service = await asyncio.wait_for(hub.manager.fetch_service(info, timeout=timeout), timeout)
+        key = request.path_params["function"]
+        target: Any = service
+        for part in key.split("."):
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            else:
+                raise NotFound(f"{key} not found.")
+        if callable(target):
+            target = await asyncio.wait_for(target(**kwargs), timeout)
+        return _respond(target, as_msgpack)
+
+    return await _guard(request, handler)

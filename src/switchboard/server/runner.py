@@ -1,0 +1,73 @@
+"""Running the app under uvicorn, in the foreground (CLI) or inside a test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+
+import uvicorn
+from starlette.applications import Starlette
+
+from switchboard.config import Settings
+from switchboard.hub.hub import Hub
+from switchboard.server.app import build_hub, create_app
+
+
+def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",
+        ws_max_size=settings.max_message_bytes,
+        log_config=None,  # leave logging to the application: keeps our loggers enabled
+        access_log=False,
+        lifespan="on",
+    )
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket; port 0 picks a free one, which the caller can then read."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class RunningServer:
+    url: str
+    hub: Hub
+    app: Starlette
+    server: uvicorn.Server
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, *, hub: Hub | None = None) -> AsyncIterator[RunningServer]:
+    """Serve on a free loopback port in the current event loop until the block ends."""
+    sock = bind(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    settings = replace(settings, port=port)
+    hub = hub or build_hub(settings)
+    app = create_app(settings, hub)
+    server = uvicorn.Server(uvicorn_config(app, settings))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(500):
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.01)
+        if not server.started:
+            raise RuntimeError("server did not start within 5 s")
+        yield RunningServer(url=settings.public_base_url, hub=hub, app=app, server=server)
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        sock.close()

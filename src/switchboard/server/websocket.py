@@ -1,0 +1,115 @@
+"""``GET /ws``: the hypha-rpc WebSocket transport (protocol §2)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from switchboard.errors import HandshakeError
+from switchboard.hub.peer import Peer
+from switchboard.protocol import handshake
+from switchboard.server.state import ServerState
+
+log = logging.getLogger("switchboard.server")
+
+_LEGACY_PARAMS = ("client_id", "workspace", "token")
+
+
+class WebSocketTransport:
+    """A :class:`~switchboard.hub.peer.Transport` over a Starlette WebSocket."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._ws = websocket
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._ws.send_bytes(data)
+
+    async def send_text(self, text: str) -> None:
+        await self._ws.send_text(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        await self._ws.close(code, reason[:120])
+
+
+async def _refuse(websocket: WebSocket, message: str, code: int) -> None:
+    with contextlib.suppress(Exception):
+        await websocket.send_text(handshake.error_text(message))
+        await websocket.close(code, message[:120])
+
+
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    state: ServerState = websocket.app.state.switchboard
+    hub = state.hub
+    if any(p in websocket.query_params for p in _LEGACY_PARAMS):
+        await websocket.accept()
+        await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
+        return
+    if not state.accepting:
+        await websocket.accept()
+        await _refuse(websocket, "Server is draining, please reconnect", handshake.CLOSE_TRY_AGAIN)
+        return
+    await websocket.accept()
+    try:
+        first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
+        if first["type"] == "websocket.disconnect":
+            return
+        hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
+        user, workspace, reconnecting = await hub.admit(hello)
+        peer = Peer(
+            workspace=workspace,
+            client_id=hello.client_id,
+            user=user,
+            transport=WebSocketTransport(websocket),
+            max_queue_bytes=hub.settings.send_queue_bytes,
+            replica_id=hub.replica_id,
+        )
+        info = await hub.attach(peer, reconnecting=reconnecting)
+    except TimeoutError:
+        hub.metrics.handshake_failures.inc()
+        log.info("handshake timed out", extra={"replica": hub.replica_id})
+        await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
+        return
+    except HandshakeError as exc:
+        hub.metrics.handshake_failures.inc()
+        log.info("handshake refused: %s", exc, extra={"replica": hub.replica_id})
+        await _refuse(websocket, str(exc), exc.close_code)
+        return
+    except WebSocketDisconnect:
+        return
+    await websocket.send_text(json.dumps(info))
+    writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
+    state.track(peer)
+    try:
+        await _read_loop(websocket, peer, state)
+    finally:
+        state.untrack(peer)
+        await hub.detach(peer)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(writer, 5)
+        if not writer.done():
+            writer.cancel()
+
+
+async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState) -> None:
+    """Feed frames to the hub in order until either side closes.
+
+    When the hub closes a peer (slow consumer, superseded), its writer closes
+    the socket, and ``receive`` then returns the disconnect: one loop, no
+    extra future per frame on the hot path.
+    """
+    hub = state.hub
+    receive = websocket.receive
+    while not peer.closed:
+        message = await receive()
+        data = message.get("bytes")
+        if data is not None:
+            await hub.handle_binary(peer, data)
+        elif message["type"] == "websocket.disconnect":
+            peer.close(message.get("code", 1000), "client closed")
+            return
+        elif message.get("text") is not None:
+            hub.handle_text(peer, message["text"])

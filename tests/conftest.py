@@ -1,0 +1,53 @@
+"""Shared fixtures: a real Switchboard served in the test's event loop, and real hypha-rpc clients."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypha_rpc import connect_to_server
+
+from switchboard.config import Settings
+from switchboard.server.runner import RunningServer, running
+
+SECRET = "test-secret-please-ignore-0123456789"
+
+
+def make_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "jwt_secret": SECRET, "log_level": "INFO"}
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+async def server(settings: Settings) -> AsyncIterator[RunningServer]:
+    async with running(settings) as srv:
+        yield srv
+
+
+Connect = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture
+async def connect(server: RunningServer) -> AsyncIterator[Connect]:
+    """``await connect(client_id=..., token=...)``: a real hypha-rpc client, closed after the test."""
+    clients: list[Any] = []
+
+    async def _connect(**config: Any) -> Any:
+        config.setdefault("server_url", server.url)
+        config.setdefault("method_timeout", 20)
+        client = await connect_to_server(config)
+        clients.append(client)
+        return client
+
+    yield _connect
+    for client in reversed(clients):
+        with contextlib.suppress(Exception):
+            await client.disconnect()
