@@ -35,77 +35,77 @@ def pubsub_clients(server: ValkeyServer) -> int:
 
 
 @pytest.fixture
-def server() -> Iterator[ValkeyServer]:
+def valkey() -> Iterator[ValkeyServer]:
     with ValkeyServer() as srv:
         yield srv
 
 
-def test_start_answers_ping_on_loopback_without_persistence(server: ValkeyServer) -> None:
-    assert server.is_running()
-    assert server.url == f"redis://127.0.0.1:{server.port}/0"
-    with server.client() as client:
+def test_start_answers_ping_on_loopback_without_persistence(valkey: ValkeyServer) -> None:
+    assert valkey.is_running()
+    assert valkey.url == f"redis://127.0.0.1:{valkey.port}/0"
+    with valkey.client() as client:
         assert client.ping() is True
         assert client.config_get("save") == {"save": ""}
         assert client.config_get("appendonly") == {"appendonly": "no"}
         assert client.config_get("bind")["bind"].split() == ["127.0.0.1"]
 
 
-def test_restart_comes_back_empty_on_the_same_port(server: ValkeyServer) -> None:
-    port, pid = server.port, server.pid
-    with server.client() as client:
+def test_restart_comes_back_empty_on_the_same_port(valkey: ValkeyServer) -> None:
+    port, pid = valkey.port, valkey.pid
+    with valkey.client() as client:
         client.set("survives?", "no")
-    server.restart()
-    assert server.port == port
-    assert server.pid != pid
+    valkey.restart()
+    assert valkey.port == port
+    assert valkey.pid != pid
     assert not psutil.pid_exists(pid)
-    with server.client() as client:
+    with valkey.client() as client:
         assert client.get("survives?") is None
         assert client.dbsize() == 0
 
 
-def test_kill_is_a_crash_and_start_brings_it_back(server: ValkeyServer) -> None:
-    port = server.port
-    server.kill()
-    assert not server.is_running()
-    with server.client(retry=no_retry()) as client, pytest.raises(redis.ConnectionError):
+def test_kill_is_a_crash_and_start_brings_it_back(valkey: ValkeyServer) -> None:
+    port = valkey.port
+    valkey.kill()
+    assert not valkey.is_running()
+    with valkey.client(retry=no_retry()) as client, pytest.raises(redis.ConnectionError):
         client.ping()
-    server.start()
-    assert server.port == port
-    with server.client() as client:
+    valkey.start()
+    assert valkey.port == port
+    with valkey.client() as client:
         assert client.ping() is True
 
 
-def test_kill_clients_pubsub_disconnects_subscribers_only(server: ValkeyServer) -> None:
-    with server.client(retry=no_retry()) as normal, server.client(retry=no_retry()) as sub:
+def test_kill_clients_pubsub_disconnects_subscribers_only(valkey: ValkeyServer) -> None:
+    with valkey.client(retry=no_retry()) as normal, valkey.client(retry=no_retry()) as sub:
         normal_id = normal.client_id()
         pubsub = sub.pubsub()
         pubsub.subscribe("events")
         assert pubsub.get_message(timeout=2.0)["type"] == "subscribe"
-        assert pubsub_clients(server) == 1
+        assert pubsub_clients(valkey) == 1
 
-        assert server.kill_clients("pubsub") == 1
+        assert valkey.kill_clients("pubsub") == 1
 
-        assert pubsub_clients(server) == 0
+        assert pubsub_clients(valkey) == 0
         with pytest.raises(redis.ConnectionError):
             pubsub.get_message(timeout=2.0)
         assert normal.client_id() == normal_id  # same connection, untouched
         pubsub.close()
 
 
-def test_kill_clients_by_addr_closes_that_connection(server: ValkeyServer) -> None:
-    with server.client() as victim, server.client() as other:
+def test_kill_clients_by_addr_closes_that_connection(valkey: ValkeyServer) -> None:
+    with valkey.client() as victim, valkey.client() as other:
         victim_id, other_id = victim.client_id(), other.client_id()
         addr = victim.client_info()["addr"]
 
-        assert server.kill_clients(None, addr=addr) == 1
+        assert valkey.kill_clients(None, addr=addr) == 1
 
         assert victim.client_id() != victim_id  # had to reconnect
         assert other.client_id() == other_id
 
 
-def test_kill_clients_needs_a_filter(server: ValkeyServer) -> None:
+def test_kill_clients_needs_a_filter(valkey: ValkeyServer) -> None:
     with pytest.raises(ValueError, match="type_ or addr"):
-        server.kill_clients(None)
+        valkey.kill_clients(None)
 
 
 def test_stop_leaves_no_process_port_or_files() -> None:

@@ -221,6 +221,10 @@ class FaultProxy:
 
     async def start(self) -> FaultProxy:
         if self._server is None:
+            # A fresh Event: one that waited on an earlier loop cannot be reused.
+            flowing, self._flowing = self._flowing, asyncio.Event()
+            if flowing.is_set():
+                self._flowing.set()
             self._server = await asyncio.start_server(
                 self._on_client, "127.0.0.1", self._want_port, reuse_address=True
             )

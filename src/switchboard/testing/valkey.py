@@ -19,7 +19,6 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import redis
@@ -137,6 +136,7 @@ class ValkeyServer:
         for attempt in range(attempts):
             try:
                 self._spawn()
+                self._fixed_port = True  # clients now hold this URL: keep it
                 return self
             except ValkeyServerError as exc:
                 # Another process may have grabbed our ephemeral port between
@@ -168,12 +168,7 @@ class ValkeyServer:
     def __enter__(self) -> ValkeyServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     # -- clients ------------------------------------------------------------
