@@ -34,7 +34,8 @@ async def test_connect_with_a_generated_token_joins_that_workspace(connect):
     token = await owner.generate_token()
     guest = await connect(client_id="guest", token=token)
     assert guest.config["workspace"] == owner.config["workspace"]
-    assert not guest.config["user"]["is_anonymous"] is None
+    assert guest.config["user"]["id"] != owner.config["user"]["id"]
+    assert guest.config["user"]["parent"] == owner.config["user"]["id"]
 
 
 async def test_every_manager_method_carries_a_schema_named_after_it(connect):
@@ -267,12 +268,13 @@ async def test_unregister_and_disconnect_remove_services_from_listings_at_once(c
     assert {f"{ws}/other:a", f"{ws}/other:b"} <= ids
     await other.unregister_service("a")
     ids = {s["id"] for s in await owner.list_services()}
-    assert f"{ws}/other:a" not in ids and f"{ws}/other:b" in ids
+    assert f"{ws}/other:a" not in ids
+    assert f"{ws}/other:b" in ids
     with pytest.raises(RemoteException, match="Service not found"):
         await owner.get_service("other:a")
     await other.disconnect()
-    await wait_until(lambda: True)
-    for _ in range(100):
+    # the server learns of the close one network hop later: poll, bounded
+    for _ in range(200):
         ids = {s["id"] for s in await owner.list_services()}
         if f"{ws}/other:b" not in ids:
             break

@@ -13,7 +13,14 @@ from switchboard.backends.base import EventBus, Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, HandshakeError, PermissionDenied, ProtocolError
-from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User, new_anonymous_user, user_workspace
+from switchboard.hub.auth import (
+    ROOT,
+    Permission,
+    TokenIssuer,
+    User,
+    new_anonymous_user,
+    user_workspace,
+)
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.protocol import envelope, handshake

@@ -1,0 +1,45 @@
+"""A hub restarted with the same secret and server id takes its clients back."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from hypha_rpc import connect_to_server
+
+from switchboard.server.runner import bind, running
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_clients_resume_after_a_restart_with_their_services(settings):
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    settings = dataclasses.replace(settings, port=port)
+    async with running(settings):
+        provider = await connect_to_server(
+            {"server_url": f"http://127.0.0.1:{port}", "client_id": "prov", "method_timeout": 10}
+        )
+        ws = provider.config["workspace"]
+        await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "alive"})
+    # the hub is gone; its memory with it. A new process on the same port:
+    async with running(settings) as again:
+        deadline = asyncio.get_running_loop().time() + 20
+        while f"{ws}/prov" not in again.hub.peers:
+            assert asyncio.get_running_loop().time() < deadline, "client did not come back"
+            await asyncio.sleep(0.05)
+        caller = await connect_to_server({"server_url": again.url, "client_id": "caller"})
+        try:
+            for _ in range(200):
+                try:
+                    svc = await caller.get_service(f"{ws}/prov:s")
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            assert await svc.f() == "alive"
+            assert await provider.echo("still here") == "still here"
+        finally:
+            await caller.disconnect()
+            await provider.disconnect()
