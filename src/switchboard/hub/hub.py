@@ -23,7 +23,8 @@ from switchboard.hub.auth import (
 )
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
-from switchboard.protocol import envelope, handshake
+from switchboard.hub.relay import ReplyRoutes
+from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
@@ -31,6 +32,7 @@ log = logging.getLogger("switchboard.hub")
 
 _BUS_CLIENT = "sb:client:"
 _BUS_WORKSPACE = "sb:ws:"
+_BUS_REPLICA = "sb:replica:"
 
 
 class Hub:
@@ -61,12 +63,14 @@ class Hub:
         self.peers: dict[str, Peer] = {}
         self._by_workspace: dict[str, set[Peer]] = {}
         self.manager = WorkspaceManager(self)
+        self.reply_routes = ReplyRoutes(clock)
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
         await self.manager.start()
+        await self.bus.subscribe(_BUS_REPLICA + self.replica_id, self.manager.receive)
 
     async def stop(self) -> None:
         for peer in list(self.peers.values()):
@@ -166,7 +170,7 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(_BUS_CLIENT + peer.id, peer.send)
+        await self.bus.subscribe(_BUS_CLIENT + peer.id, lambda data: self._on_bus_client(peer, data))
         if first_in_workspace:
             await self.bus.subscribe(_BUS_WORKSPACE + peer.workspace, self._on_bus_broadcast)
         self.metrics.clients.set(len(self.peers))
@@ -251,7 +255,7 @@ class Hub:
             peer.send(handshake.error_text(f"Invalid message: {exc}"))
             return
         if route.kind == "manager":
-            self.manager.receive(frame)
+            await self._to_manager(env.main.get("method"), frame)
         elif route.kind == "client":
             await self.deliver(route.target, frame, session=env.session, caller=peer.id)
         else:
@@ -259,6 +263,26 @@ class Hub:
                 peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
                 return
             await self.broadcast(route.workspace, env.type, frame)
+
+    async def _to_manager(self, method: Any, frame: bytes) -> None:
+        """A reply to a call another replica's manager made goes back to that replica."""
+        session = relay.session_root(method)
+        origin = self.reply_routes.origin_of(session) if session else None
+        if origin is None or origin == self.replica_id:
+            self.manager.receive(frame)
+        elif await self.bus.publish(_BUS_REPLICA + origin, frame) == 0:
+            self.log.info("manager reply for replica %s dropped: it is gone", origin)
+
+    def _on_bus_client(self, peer: Peer, data: bytes) -> None:
+        """A frame another replica routed to one of our clients."""
+        try:
+            origin, session, frame = relay.unwrap(data)
+        except ProtocolError as exc:
+            self.log.warning("dropped a relayed frame for %s: %s", peer.id, exc)
+            return
+        if origin is not None and session is not None:
+            self.reply_routes.remember(session, origin)
+        peer.send(frame)
 
     async def route_from_manager(self, data: bytes) -> None:
         """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
@@ -285,7 +309,7 @@ class Hub:
         if peer is not None and peer.send(frame):
             self.metrics.messages_routed.inc()
             return True
-        if peer is None and await self.bus.publish(_BUS_CLIENT + target, frame) > 0:
+        if peer is None and await self._publish_to_client(target, frame, session, caller):
             self.metrics.messages_routed.inc()
             return True
         self.metrics.undeliverable.inc()
@@ -303,6 +327,11 @@ class Hub:
                 if sender is not None:
                     sender.send(reject)
         return False
+
+    async def _publish_to_client(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+        if session and caller == self.manager_address:
+            frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
+        return await self.bus.publish(_BUS_CLIENT + target, frame) > 0
 
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""

@@ -54,10 +54,12 @@ def decode(frame: bytes) -> Envelope:
     except msgpack.OutOfData:
         raise ProtocolError("truncated msgpack frame") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"binary frame is not valid msgpack: {exc}") from None
+        raise ProtocolError(f"binary frame is not valid msgpack: {exc or type(exc).__name__}") from None
     offset = unpacker.tell()
     if not isinstance(main, dict):
         raise ProtocolError(f"message header must be a map, got {type(main).__name__}")
+    if not all(isinstance(key, str) for key in main):
+        raise ProtocolError("message header keys must be strings")
     msg_type = main.get("type")
     if not isinstance(msg_type, str) or not msg_type:
         raise ProtocolError("message header has no 'type' string")

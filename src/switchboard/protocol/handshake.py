@@ -54,14 +54,14 @@ def parse_hello(text: str | bytes) -> Hello:
         raise HandshakeError(
             "Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY
         )
-    if not _ID.match(client_id):
+    if not _ID.fullmatch(client_id):
         raise HandshakeError(
             f"Failed to establish connection: invalid client_id {client_id[:64]!r} "
             "(letters, digits, '_', '-', '|', '.'; at most 128)",
             CLOSE_GOING_AWAY,
         )
     workspace = _optional_str(data, "workspace")
-    if workspace is not None and not _WORKSPACE.match(workspace):
+    if workspace is not None and not _WORKSPACE.fullmatch(workspace):
         raise HandshakeError(
             f"Failed to establish connection: invalid workspace name {workspace[:64]!r}",
             CLOSE_GOING_AWAY,

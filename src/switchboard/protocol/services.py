@@ -31,18 +31,22 @@ def full_id(workspace: str, client_id: str, service_id: str) -> str:
 
 
 def split_full_id(full: str) -> tuple[str, str, str]:
-    """``ws/cid:svc[@app]`` → ``(ws, cid, svc)``."""
+    """``ws/cid:svc[@app]`` → ``(ws, cid, svc)``; ids hold no '/', ':' or '@' (§5.1)."""
     ws, slash, rest = full.partition("/")
     cid, colon, svc = rest.partition(":")
-    if not slash or not colon or not ws or not cid or not svc:
+    svc = svc.partition("@")[0]
+    if not (slash and colon and ws and cid and svc) or any(
+        c in part for part in (cid, svc) for c in "/:@"
+    ):
         raise ProtocolError(f"invalid service id {full!r}: expected '<workspace>/<client>:<service>'")
-    return ws, cid, svc.partition("@")[0]
+    return ws, cid, svc
 
 
 def parse_query(text: str, default_workspace: str) -> ServiceQuery:
     """Resolve the id forms ``get_service`` accepts (protocol §5.2)."""
     if not isinstance(text, str) or not text:
         raise ProtocolError("service id must be a non-empty string")
+    original = text
     app = "*"
     if "@" in text:
         text, _, app = text.partition("@")
@@ -51,13 +55,13 @@ def parse_query(text: str, default_workspace: str) -> ServiceQuery:
     if "/" in text:
         ws, _, text = text.partition("/")
         if not ws or "/" in text:
-            raise ProtocolError(f"invalid service id {text!r}")
+            raise ProtocolError(f"invalid service id {original!r}")
     cid = "*"
     if ":" in text:
         cid, _, text = text.partition(":")
         cid = cid or "*"
     if not text or ":" in text:
-        raise ProtocolError("service id has no service name")
+        raise ProtocolError(f"invalid service id {original!r}: no service name")
     return ServiceQuery(ws, cid, text, app)
 
 

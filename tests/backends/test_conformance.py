@@ -1,0 +1,360 @@
+"""What every ``Registry`` and ``EventBus`` must do, run against each backend.
+
+The suite talks to the backends only through the interfaces in
+``switchboard.backends.base``: any implementation that passes it can stand in
+for any other behind the hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from switchboard.backends.base import EventBus, Registry
+from switchboard.backends.memory import MemoryBus, MemoryRegistry
+from switchboard.protocol.services import ServiceQuery
+
+# How long an asynchronous backend may take to deliver a published message.
+DELIVERY_TIMEOUT = 5.0
+
+
+# ---------------------------------------------------------------------------
+# THE BACKEND FACTORY: the only place that knows concrete backends.
+#
+# To run the whole suite against another backend (e.g. Redis/Valkey), add its
+# name to ``params`` and a branch below that builds a *fresh, empty* registry
+# and bus for one test; anything it starts (a server, a connection) is torn
+# down after the ``yield``. For Redis, ``switchboard.testing.ValkeyServer``
+# provides a real server process. Nothing else in this file needs to change.
+# ---------------------------------------------------------------------------
+@pytest.fixture(params=["memory"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Registry, EventBus]]:
+    if request.param == "memory":
+        registry: Registry = MemoryRegistry()
+        bus: EventBus = MemoryBus()
+    else:  # pragma: no cover - a new param without a branch
+        raise AssertionError(f"no factory for backend {request.param!r}")
+    try:
+        yield registry, bus
+    finally:
+        await bus.close()
+        await registry.close()
+
+
+@pytest.fixture
+def registry(backend: tuple[Registry, EventBus]) -> Registry:
+    return backend[0]
+
+
+@pytest.fixture
+def bus(backend: tuple[Registry, EventBus]) -> EventBus:
+    return backend[1]
+
+
+def svc(full_id: str, app_id: str = "*", **config: Any) -> dict[str, Any]:
+    """A stored service info, as ``prepare_registration`` would produce it."""
+    ws = full_id.partition("/")[0]
+    name = full_id.rpartition(":")[2]
+    return {
+        "id": full_id,
+        "name": name,
+        "type": "generic",
+        "description": None,
+        "docs": None,
+        "app_id": app_id,
+        "config": {"visibility": "protected", "workspace": ws, **config},
+    }
+
+
+def ids(infos: list[dict[str, Any]]) -> list[str]:
+    return sorted(i["id"] for i in infos)
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait (bounded) for a backend that delivers asynchronously."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DELIVERY_TIMEOUT
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"no {what} within {DELIVERY_TIMEOUT}s")
+        await asyncio.sleep(0.001)
+
+
+async def settle() -> None:
+    """Give an asynchronous backend the chance to deliver what it should not."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+
+
+# -- Registry ----------------------------------------------------------------
+
+
+class TestRegister:
+    async def test_first_register_replaces_nothing(self, registry: Registry) -> None:
+        assert await registry.register(svc("ws1/cA:echo")) is None
+
+    async def test_register_returns_the_replaced_info(self, registry: Registry) -> None:
+        first = svc("ws1/cA:echo", description_v=1)
+        second = svc("ws1/cA:echo", description_v=2)
+        await registry.register(first)
+
+        assert await registry.register(second) == first
+        assert await registry.find(ServiceQuery("ws1")) == [second]
+
+    async def test_same_service_name_in_other_clients_is_separate(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/cA:echo"))
+
+        assert await registry.register(svc("ws1/cB:echo")) is None
+        assert await registry.register(svc("ws2/cA:echo")) is None
+        assert ids(await registry.find(ServiceQuery("*"))) == [
+            "ws1/cA:echo",
+            "ws1/cB:echo",
+            "ws2/cA:echo",
+        ]
+
+    async def test_stores_the_whole_info(self, registry: Registry) -> None:
+        info = svc("ws1/cA:echo", app_id="app", flags=["x"], authorized_workspaces=["ws2"])
+        info["service_schema"] = {"echo": {"type": "function", "function": {"name": "echo"}}}
+        await registry.register(info)
+
+        assert await registry.find(ServiceQuery("ws1", "cA", "echo")) == [info]
+
+
+class TestUnregister:
+    async def test_returns_the_removed_info(self, registry: Registry) -> None:
+        info = svc("ws1/cA:echo")
+        await registry.register(info)
+
+        assert await registry.unregister("ws1/cA:echo") == info
+        assert await registry.find(ServiceQuery("ws1")) == []
+
+    async def test_unknown_id_returns_none(self, registry: Registry) -> None:
+        assert await registry.unregister("ws1/cA:echo") is None
+
+    async def test_unknown_id_in_a_known_workspace_returns_none(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/cA:echo"))
+
+        assert await registry.unregister("ws1/cA:other") is None
+        assert ids(await registry.find(ServiceQuery("ws1"))) == ["ws1/cA:echo"]
+
+    async def test_second_unregister_returns_none(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/cA:echo"))
+        await registry.unregister("ws1/cA:echo")
+
+        assert await registry.unregister("ws1/cA:echo") is None
+
+    async def test_removes_only_that_service(self, registry: Registry) -> None:
+        for sid in ("ws1/cA:echo", "ws1/cA:echo2", "ws1/cB:echo", "ws2/cA:echo"):
+            await registry.register(svc(sid))
+
+        await registry.unregister("ws1/cA:echo")
+
+        assert ids(await registry.find(ServiceQuery("*"))) == [
+            "ws1/cA:echo2",
+            "ws1/cB:echo",
+            "ws2/cA:echo",
+        ]
+
+
+class TestRemoveClient:
+    async def test_removes_exactly_that_clients_services(self, registry: Registry) -> None:
+        mine = [svc("ws1/a:built-in"), svc("ws1/a:echo"), svc("ws1/a:calc")]
+        others = [
+            svc("ws1/ab:built-in"),  # a client whose id has "a" as a prefix
+            svc("ws1/ab:echo"),
+            svc("ws1/b:echo"),
+            svc("ws2/a:echo"),  # the same client id in another workspace
+        ]
+        for info in mine + others:
+            await registry.register(info)
+
+        removed = await registry.remove_client("ws1", "a")
+
+        assert ids(removed) == ids(mine)
+        assert sorted(removed, key=lambda i: i["id"]) == sorted(mine, key=lambda i: i["id"])
+        assert ids(await registry.find(ServiceQuery("*"))) == ids(others)
+
+    async def test_longer_id_does_not_take_the_prefix(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+        await registry.register(svc("ws1/ab:echo"))
+
+        assert ids(await registry.remove_client("ws1", "ab")) == ["ws1/ab:echo"]
+        assert ids(await registry.find(ServiceQuery("ws1"))) == ["ws1/a:echo"]
+
+    async def test_unknown_client_removes_nothing(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+
+        assert await registry.remove_client("ws1", "zz") == []
+        assert await registry.remove_client("ws9", "a") == []
+        assert ids(await registry.find(ServiceQuery("*"))) == ["ws1/a:echo"]
+
+    async def test_twice_removes_nothing_the_second_time(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+        await registry.remove_client("ws1", "a")
+
+        assert await registry.remove_client("ws1", "a") == []
+
+    async def test_client_can_register_again(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+        await registry.remove_client("ws1", "a")
+
+        assert await registry.register(svc("ws1/a:echo")) is None
+        assert ids(await registry.find(ServiceQuery("ws1", "a"))) == ["ws1/a:echo"]
+
+
+class TestFind:
+    SERVICES = (
+        svc("ws1/cA:built-in"),
+        svc("ws1/cA:echo", app_id="app1"),
+        svc("ws1/cB:built-in"),
+        svc("ws1/cB:echo"),
+        svc("ws1/cB:calc", app_id="app1"),
+        svc("ws2/cA:built-in"),
+        svc("ws2/cC:echo", app_id="app2"),
+    )
+
+    @pytest.fixture
+    async def filled(self, registry: Registry) -> Registry:
+        for info in self.SERVICES:
+            await registry.register(copy.deepcopy(info))
+        return registry
+
+    @pytest.mark.parametrize(
+        ("query", "expected"),
+        [
+            pytest.param(
+                ServiceQuery("ws1"),
+                ["ws1/cA:built-in", "ws1/cA:echo", "ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"],
+                id="workspace",
+            ),
+            pytest.param(
+                ServiceQuery("ws2"), ["ws2/cA:built-in", "ws2/cC:echo"], id="other-workspace"
+            ),
+            pytest.param(ServiceQuery("ws3"), [], id="empty-workspace"),
+            pytest.param(
+                ServiceQuery("ws1", "cB"),
+                ["ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"],
+                id="client",
+            ),
+            pytest.param(ServiceQuery("ws1", "c"), [], id="client-prefix-is-not-a-match"),
+            pytest.param(
+                ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"], id="service"
+            ),
+            pytest.param(ServiceQuery("ws1", "cB", "echo"), ["ws1/cB:echo"], id="exact"),
+            pytest.param(ServiceQuery("ws1", "cB", "nope"), [], id="exact-missing"),
+            pytest.param(
+                ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"], id="app-id"
+            ),
+            pytest.param(
+                ServiceQuery("ws1", "*", "echo", "app1"), ["ws1/cA:echo"], id="service-and-app"
+            ),
+            pytest.param(ServiceQuery("*"), sorted(s["id"] for s in SERVICES), id="all-workspaces"),
+            pytest.param(
+                ServiceQuery("*", "*", "built-in"),
+                ["ws1/cA:built-in", "ws1/cB:built-in", "ws2/cA:built-in"],
+                id="all-workspaces-service",
+            ),
+            pytest.param(
+                ServiceQuery("*", "cA"),
+                ["ws1/cA:built-in", "ws1/cA:echo", "ws2/cA:built-in"],
+                id="all-workspaces-client",
+            ),
+            pytest.param(
+                ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"], id="all-workspaces-app"
+            ),
+        ],
+    )
+    async def test_query(self, filled: Registry, query: ServiceQuery, expected: list[str]) -> None:
+        assert ids(await filled.find(query)) == expected
+
+    async def test_returns_the_stored_infos(self, filled: Registry) -> None:
+        [found] = await filled.find(ServiceQuery("ws2", "cC", "echo"))
+
+        assert found == self.SERVICES[-1]
+
+    async def test_empty_registry(self, registry: Registry) -> None:
+        assert await registry.find(ServiceQuery("*")) == []
+
+
+# -- EventBus ------------------------------------------------------------------------
+
+
+class TestBus:
+    async def test_publish_without_subscriber_reaches_nobody(self, bus: EventBus) -> None:
+        assert await bus.publish("chan", b"hello") == 0
+
+    async def test_publish_with_one_subscriber(self, bus: EventBus) -> None:
+        received: list[bytes] = []
+        await bus.subscribe("chan", received.append)
+
+        assert await bus.publish("chan", b"hello") == 1
+        await eventually(lambda: len(received) == 1, "delivery")
+        assert received == [b"hello"]
+
+    async def test_handler_receives_exact_bytes(self, bus: EventBus) -> None:
+        received: list[bytes] = []
+        await bus.subscribe("chan", received.append)
+        payloads = [b"", b"\x00", bytes(range(256)), b"\x93\x01\x02\x03" * 10_000]
+
+        for data in payloads:
+            assert await bus.publish("chan", data) == 1
+        await eventually(lambda: len(received) == len(payloads), "delivery")
+
+        assert [bytes(r) for r in received] == payloads
+        assert all(isinstance(r, bytes) for r in received)
+
+    async def test_channels_are_separate(self, bus: EventBus) -> None:
+        a: list[bytes] = []
+        b: list[bytes] = []
+        await bus.subscribe("client:ws1/a", a.append)
+        await bus.subscribe("client:ws1/ab", b.append)
+
+        assert await bus.publish("client:ws1/a", b"for a") == 1
+        assert await bus.publish("client:ws1/ab", b"for ab") == 1
+        assert await bus.publish("client:ws1/abc", b"for nobody") == 0
+        await eventually(lambda: len(a) == 1 and len(b) == 1, "delivery")
+        await settle()
+
+        assert a == [b"for a"]
+        assert b == [b"for ab"]
+
+    async def test_unsubscribe_stops_delivery(self, bus: EventBus) -> None:
+        received: list[bytes] = []
+        await bus.subscribe("chan", received.append)
+        assert await bus.publish("chan", b"before") == 1
+        await eventually(lambda: received == [b"before"], "delivery")
+
+        await bus.unsubscribe("chan")
+
+        assert await bus.publish("chan", b"after") == 0
+        await settle()
+        assert received == [b"before"]
+
+    async def test_unsubscribe_leaves_other_channels(self, bus: EventBus) -> None:
+        kept: list[bytes] = []
+        await bus.subscribe("gone", lambda data: None)
+        await bus.subscribe("kept", kept.append)
+
+        await bus.unsubscribe("gone")
+
+        assert await bus.publish("kept", b"still here") == 1
+        await eventually(lambda: kept == [b"still here"], "delivery")
+
+    async def test_unsubscribe_unknown_channel_is_harmless(self, bus: EventBus) -> None:
+        await bus.unsubscribe("never-subscribed")
+
+        assert await bus.publish("never-subscribed", b"x") == 0
+
+    async def test_subscribe_again_after_unsubscribe(self, bus: EventBus) -> None:
+        received: list[bytes] = []
+        await bus.subscribe("chan", received.append)
+        await bus.unsubscribe("chan")
+        await bus.subscribe("chan", received.append)
+
+        assert await bus.publish("chan", b"back") == 1
+        await eventually(lambda: received == [b"back"], "delivery")
