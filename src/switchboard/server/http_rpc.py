@@ -1,9 +1,334 @@
-"""HTTP streaming RPC transport (protocol §8.4). Filled in below."""
+"""``GET /rpc`` and ``POST /rpc``: the hypha-rpc HTTP streaming transport (protocol §8.4).
+
+Downstream, a GET response is one peer's pipe: frames of big-endian ``uint32``
+length + msgpack. RPC frames pass through as routed; the hub's JSON control
+frames (pong, reconnection token, error) become msgpack maps, the only thing
+the client parses here. An idle stream gets ``{"type": "ping"}`` (the client
+skips it) well within the client's read timeout, its ``method_timeout`` (30 s
+by default). The peer lives as long as the response; a new GET for the same
+``workspace/client_id`` (with its reconnection token) supersedes it.
+
+Who may POST for a peer. The client sends the same credentials on every POST:
+its user token as ``Authorization: Bearer`` (nothing when anonymous), never its
+reconnection token; the client id and workspace in the query are public (they
+are in every service id). So the GET response sets a per-stream secret cookie
+(``sb_rpc_<hash of peer id>``, HttpOnly, SameSite=Strict, default path so a
+path-prefixing proxy keeps working), which the client's httpx session returns
+on each POST; each GET rotates it. A POST is accepted with the current secret
+of that peer's stream, or else with a bearer token that verifies as the peer's
+own user (same client id if the token is bound to one, read access to the
+workspace): its holder could open a stream as that user anyway. Otherwise 401
+(bad token) or 403. A client without a cookie jar (a browser posting
+cross-origin) thus needs a token. A POST for a peer with no HTTP stream on this
+replica gets 400, which the client retries (a balancer may have misrouted it).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import struct
+from typing import Any
+
+import msgpack
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from switchboard.clock import Clock
+from switchboard.errors import AuthError, HandshakeError, ProtocolError
+from switchboard.hub.auth import Permission
+from switchboard.hub.hub import Hub
+from switchboard.hub.peer import Peer
+from switchboard.protocol import envelope, handshake
+from switchboard.server.state import ServerState
+
+log = logging.getLogger("switchboard.http_rpc")
+
+KEEPALIVE_INTERVAL = 15.0  # half the client's default read timeout (method_timeout=30)
+STREAM_TYPE = "application/x-msgpack-stream"
+_LENGTH = struct.Struct(">I")
+_PING = json.dumps({"type": "ping"})
+_CONTROL = ("ping", "refresh_token")
+_WRITER_GRACE = 5.0  # seconds a closing stream may spend flushing to a slow reader
 
 
-def routes() -> list[Route]:
-    return []
+def routes(*, keepalive_interval: float = KEEPALIVE_INTERVAL) -> list[Route]:
+    return [
+        Route("/rpc", functools.partial(open_stream, keepalive=keepalive_interval), methods=["GET"]),
+        Route("/rpc", post_message, methods=["POST"]),
+    ]
+
+
+class Refused(Exception):
+    """A request answered with ``status`` and a JSON ``detail``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def _error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"success": False, "detail": detail}, status_code=status)
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def cookie_name(peer_id: str) -> str:
+    """Per-peer name: clients sharing one cookie jar (a browser) keep apart."""
+    return "sb_rpc_" + hashlib.sha256(peer_id.encode()).hexdigest()[:16]
+
+
+class StreamTransport:
+    """A peer's downstream written as length-prefixed msgpack frames into a response body."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._send: Send | None = None
+        self.session = secrets.token_urlsafe(32)
+        self.last_sent = clock.monotonic()
+        self.broken = False
+
+    def bind(self, send: Send) -> None:
+        self._send = send
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self.send_frame(data)
+
+    async def send_text(self, text: str) -> None:
+        """The hub's JSON control frames become msgpack maps: the client parses nothing else."""
+        try:
+            message = json.loads(text)
+        except ValueError:
+            log.warning("dropped a non-JSON text frame (%d chars)", len(text))
+            return
+        await self.send_frame(msgpack.packb(message))
+
+    async def close(self, code: int, reason: str) -> None:
+        """Say why on abnormal closes, unless the pipe is stuck; the response ends the body."""
+        if code != 1000 and reason and not self.broken:
+            await self.send_text(handshake.error_text(reason))
+
+    async def send_frame(self, data: bytes) -> None:
+        assert self._send is not None, "transport used before the response started"
+        body = _LENGTH.pack(len(data)) + data
+        try:
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+        except BaseException:  # e.g. cancelled, blocked on a reader that stopped: never retry
+            self.broken = True
+            raise
+        self.last_sent = self._clock.monotonic()
+
+    async def end(self) -> None:
+        """End the body; a stuck reader instead gets its connection dropped by the server."""
+        if self._send is not None and not self.broken:
+            with contextlib.suppress(Exception):  # includes the timeout
+                await asyncio.wait_for(self._send({"type": "http.response.body", "body": b""}), _WRITER_GRACE)
+
+
+# -- GET: the downstream ----------------------------------------------------
+
+
+async def open_stream(request: Request, *, keepalive: float) -> Response:
+    state: ServerState = request.app.state.switchboard
+    hub = state.hub
+    if request.method != "GET":
+        return _error(405, "GET /rpc opens a stream; use GET")
+    if not state.accepting:
+        return _error(503, "Server is not accepting connections, retry later")
+    try:
+        peer, info = await _admit(request, hub)
+    except Refused as exc:
+        hub.metrics.handshake_failures.inc()
+        log.info("stream refused (%d): %s", exc.status, exc.detail, extra={"replica": hub.replica_id})
+        return _error(exc.status, exc.detail)
+    state.track(peer)
+    return DownstreamResponse(request, state, peer, info, keepalive=keepalive)
+
+
+async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
+    """Admit and attach the caller as a peer, or raise :class:`Refused` with the status."""
+    fields = {k: request.query_params.get(k) for k in ("client_id", "workspace", "reconnection_token")}
+    try:
+        hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
+    except HandshakeError as exc:
+        raise Refused(400, str(exc)) from None
+    try:
+        user, workspace, reconnecting = await hub.admit(hello)
+    except HandshakeError as exc:
+        raise Refused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
+    transport = StreamTransport(hub.clock)
+    peer = Peer(
+        workspace=workspace,
+        client_id=hello.client_id,
+        user=user,
+        transport=transport,
+        max_queue_bytes=hub.settings.send_queue_bytes,
+        replica_id=hub.replica_id,
+    )
+    try:
+        info = await hub.attach(peer, reconnecting=reconnecting)
+    except HandshakeError as exc:
+        raise Refused(409, str(exc)) from None
+    return peer, info
+
+
+class DownstreamResponse(Response):
+    """Streams one attached peer until either side closes, then detaches it."""
+
+    def __init__(
+        self, request: Request, state: ServerState, peer: Peer, info: dict[str, Any], *, keepalive: float
+    ) -> None:
+        self.state, self.peer, self.info, self.keepalive = state, peer, info, keepalive
+        self.status_code = 200
+        self.transport: StreamTransport = peer.transport  # type: ignore[assignment]
+        cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
+        if request.url.scheme == "https":
+            cookie += "; Secure"
+        self.raw_headers = [
+            (b"content-type", STREAM_TYPE.encode()),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),  # nginx: pass frames on as they come
+            (b"set-cookie", cookie.encode("latin-1")),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub = self.state.hub
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            self.transport.bind(send)
+            await self.transport.send_frame(msgpack.packb(self.info))
+            await _pump(self.peer, receive, hub.clock, self.keepalive)
+        finally:
+            self.state.untrack(self.peer)
+            await hub.detach(self.peer)
+        await self.transport.end()
+
+
+async def _pump(peer: Peer, receive: Receive, clock: Clock, keepalive: float) -> None:
+    """Writer, keepalive and disconnect watch, all owned here, until the peer closes."""
+    async with asyncio.TaskGroup() as tg:
+        writer = tg.create_task(_write(peer), name=f"writer {peer.id}")
+        helpers = [
+            tg.create_task(_keepalive(peer, clock, keepalive), name=f"keepalive {peer.id}"),
+            tg.create_task(_watch_disconnect(peer, receive), name=f"watch {peer.id}"),
+        ]
+        await peer.wait_closed()
+        for task in helpers:
+            task.cancel()
+        done, _ = await asyncio.wait({writer}, timeout=_WRITER_GRACE)
+        if not done:
+            writer.cancel()
+
+
+async def _write(peer: Peer) -> None:
+    try:
+        await peer.run_writer()
+    except Exception:  # a broken pipe ends this peer, not the server
+        peer.log.warning("stream write failed", exc_info=True)
+        peer.close(1011, "stream write failed")
+
+
+async def _keepalive(peer: Peer, clock: Clock, interval: float) -> None:
+    """Ping only an idle stream: every frame sent moves the deadline."""
+    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    while not peer.closed:
+        idle = clock.monotonic() - transport.last_sent
+        if idle >= interval:
+            peer.send(_PING)
+            idle = 0.0
+        await clock.sleep(interval - idle)
+
+
+async def _watch_disconnect(peer: Peer, receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    peer.close(1000, "client closed")
+
+
+# -- POST: the upstream -----------------------------------------------------
+
+
+async def post_message(request: Request) -> Response:
+    hub = request.app.state.switchboard.hub
+    limit = hub.settings.max_message_bytes
+    try:
+        workspace, client_id = _param(request, "workspace"), _param(request, "client_id")
+        _check_declared_size(request, limit)
+        peer = _stream_peer(hub, f"{workspace}/{client_id}")
+        _authorize(request, hub, peer)
+        body = await _read_body(request, limit)
+        await _dispatch(hub, peer, body)
+    except Refused as exc:
+        log.info("POST /rpc refused (%d): %s", exc.status, exc.detail, extra={"replica": hub.replica_id})
+        return _error(exc.status, exc.detail)
+    return Response(status_code=200)
+
+
+def _param(request: Request, name: str) -> str:
+    value = request.query_params.get(name)
+    if not value:
+        raise Refused(400, f"Query parameter {name!r} is required")
+    return value
+
+
+def _check_declared_size(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise Refused(413, f"Message of {declared} bytes exceeds the limit of {limit} bytes")
+
+
+def _stream_peer(hub: Hub, peer_id: str) -> Peer:
+    peer = hub.peers.get(peer_id)
+    if peer is None or not isinstance(peer.transport, StreamTransport) or peer.closed:
+        raise Refused(400, f"No open HTTP stream for client {peer_id} here: open GET /rpc first")
+    return peer
+
+
+def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
+    """The stream's cookie, or the peer's own user's token (see the module docstring)."""
+    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    presented = request.cookies.get(cookie_name(peer.id), "")
+    if presented and hmac.compare_digest(presented.encode(), transport.session.encode()):
+        return
+    token = _bearer(request)
+    if token is None:
+        raise Refused(403, f"Permission denied: not the owner of the stream of {peer.id}")
+    try:
+        user = hub.issuer.verify(token)
+    except AuthError as exc:
+        raise Refused(401, f"Authentication error: {exc}") from None
+    same_client = user.client_id in (None, peer.client_id)
+    if user.id != peer.user.id or not same_client or not user.can(peer.workspace, Permission.READ):
+        raise Refused(403, f"Permission denied: this token cannot send as {peer.id}")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise Refused(413, f"Message exceeds the limit of {limit} bytes")
+    return bytes(body)
+
+
+async def _dispatch(hub: Hub, peer: Peer, body: bytes) -> None:
+    """A control map is answered down the stream; anything else is routed as an RPC frame."""
+    try:
+        env = envelope.decode(body)
+    except ProtocolError as exc:
+        raise Refused(400, f"Invalid message: {exc}") from None
+    if env.type in _CONTROL and "to" not in env.main and not len(env.rest):
+        hub.handle_text(peer, json.dumps({"type": env.type}))
+    else:
+        await hub.handle_binary(peer, body)
