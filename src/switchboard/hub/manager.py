@@ -104,8 +104,8 @@ class WorkspaceManager:
             return
         try:
             self.link.handler(frame)
-        except Exception:  # a bad frame must not take the router down
-            log.exception("manager could not process a frame")
+        except Exception as exc:  # a bad frame must not take the router down
+            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
 
     def _service(self) -> dict[str, Any]:
         s = self.hub.settings

@@ -109,8 +109,9 @@ class Peer:
             self._queue.clear()
             self._queued_bytes = 0
             if self.close_code is not None:
+                # bounded: a client that stopped reading must not hold the writer
                 with contextlib.suppress(Exception):
-                    await self.transport.close(self.close_code, self.close_reason)
+                    await asyncio.wait_for(self.transport.close(self.close_code, self.close_reason), 5)
 
     async def wait_closed(self) -> None:
         await self._closed.wait()

@@ -16,6 +16,28 @@ from switchboard.hub.hub import Hub
 from switchboard.server.app import build_hub, create_app
 
 
+class HubServer(uvicorn.Server):
+    """uvicorn, but connected clients are drained before uvicorn waits for them.
+
+    uvicorn's own shutdown waits for open responses to finish, and a hub's
+    responses (WebSockets, HTTP streams) never finish by themselves.
+    """
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        app = self.config.loaded_app if self.config.loaded else self.config.app
+        state = getattr(getattr(_inner_app(app), "state", None), "switchboard", None)
+        if state is not None:
+            await state.drain()
+        await super().shutdown(sockets)
+
+
+def _inner_app(app: object) -> object:
+    """The Starlette app under uvicorn's middleware wrappers."""
+    while hasattr(app, "app") and not hasattr(app, "state"):
+        app = app.app
+    return app
+
+
 def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -55,7 +77,7 @@ async def running(settings: Settings, *, hub: Hub | None = None) -> AsyncIterato
     settings = replace(settings, port=port)
     hub = hub or build_hub(settings)
     app = create_app(settings, hub)
-    server = uvicorn.Server(uvicorn_config(app, settings))
+    server = HubServer(uvicorn_config(app, settings))
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
+
+log = logging.getLogger("switchboard.server")
+
+# 1012 "Service Restart": every client treats a server close as "reconnect",
+# and this code says why to anyone reading logs or captures.
+CLOSE_RESTARTING = 1012
 
 
 class Phase(enum.Enum):
@@ -22,6 +30,7 @@ class ServerState:
         self.hub = hub
         self.phase = Phase.STARTING
         self.peers: set[Peer] = set()
+        self._none_left = asyncio.Event()
 
     @property
     def accepting(self) -> bool:
@@ -38,3 +47,20 @@ class ServerState:
 
     def untrack(self, peer: Peer) -> None:
         self.peers.discard(peer)
+        if not self.peers:
+            self._none_left.set()
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Stop admitting clients, tell connected ones to reconnect elsewhere, wait for them to go."""
+        if self.phase in (Phase.DRAINING, Phase.STOPPED):
+            return
+        self.phase = Phase.DRAINING
+        log.info("draining %d clients", len(self.peers), extra={"replica": self.hub.replica_id})
+        for peer in list(self.peers):
+            peer.close(CLOSE_RESTARTING, "Server restarting, please reconnect")
+        if self.peers:
+            self._none_left.clear()
+            try:
+                await asyncio.wait_for(self._none_left.wait(), timeout)
+            except TimeoutError:
+                log.warning("%d clients still connected after %.1fs of draining", len(self.peers), timeout)

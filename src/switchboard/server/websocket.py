@@ -80,18 +80,24 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     except WebSocketDisconnect:
         return
-    await websocket.send_text(json.dumps(info))
-    writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
+    writer: asyncio.Task[None] | None = None
     state.track(peer)
     try:
+        # The peer is attached from here on: a client that vanishes before
+        # reading connection_info must still be detached, not leaked.
+        await websocket.send_text(json.dumps(info))
+        writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
         await _read_loop(websocket, peer, state)
+    except WebSocketDisconnect:
+        pass  # the client left before connection_info reached it: clean up below
     finally:
         state.untrack(peer)
         await hub.detach(peer)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(writer, 5)
-        if not writer.done():
-            writer.cancel()
+        if writer is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(writer, 5)
+            if not writer.done():
+                writer.cancel()
 
 
 async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState) -> None:
