@@ -89,6 +89,12 @@ class Settings:
         "30 s, the hypha-rpc default method timeout: callers see the same patience either way",
         minimum=0.1,
     )
+    undeliverable_retry_window: float = setting(
+        6.0,
+        "Seconds a frame for a registered but unreachable client is retried before its caller is failed.",
+        "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, not an error",
+        minimum=0,
+    )
     log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
 
     def __post_init__(self) -> None:

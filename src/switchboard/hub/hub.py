@@ -24,6 +24,7 @@ from switchboard.hub.auth import (
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
+from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
@@ -64,6 +65,13 @@ class Hub:
         self._by_workspace: dict[str, set[Peer]] = {}
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
+        self.retry = RetryWindow(
+            clock=clock,
+            window=settings.undeliverable_retry_window,
+            interval=0.1,
+            publish=self._publish_to_client,
+            give_up=lambda target, item: self._undeliverable(target, item.session, item.caller),
+        )
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
 
     # -- lifecycle -----------------------------------------------------------
@@ -75,6 +83,7 @@ class Hub:
     async def stop(self) -> None:
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
+        await self.retry.close()
         await self.manager.stop()
 
     # -- admission -----------------------------------------------------------
@@ -306,27 +315,40 @@ class Hub:
     async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str) -> bool:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
         peer = self.peers.get(target)
-        if peer is not None and peer.send(frame):
+        if peer is not None:
+            if peer.send(frame):
+                self.metrics.messages_routed.inc()
+                return True
+        elif self.retry.pending(target):  # keep order behind frames already waiting
+            self.retry.add(target, Undelivered(frame, session, caller))
+            return True
+        elif await self._publish_to_client(target, frame, session, caller):
             self.metrics.messages_routed.inc()
             return True
-        if peer is None and await self._publish_to_client(target, frame, session, caller):
-            self.metrics.messages_routed.inc()
+        elif self.retry.window > 0 and await self._registered_anywhere(target):
+            self.metrics.publishes_to_nobody.inc()
+            self.retry.add(target, Undelivered(frame, session, caller))
             return True
-        self.metrics.undeliverable.inc()
-        if session:
-            reject = envelope.reject_frame(
-                session=session,
-                target=target,
-                caller=caller,
-                message=f"Target peer {target} is not connected",
-            )
-            if caller == self.manager_address:
-                self.manager.receive(reject)
-            else:
-                sender = self.peers.get(caller)
-                if sender is not None:
-                    sender.send(reject)
+        self._undeliverable(target, session, caller)
         return False
+
+    async def _registered_anywhere(self, target: str) -> bool:
+        """Does some replica claim this client? (Then it is worth a retry.)"""
+        ws, _, cid = target.partition("/")
+        return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in")))
+
+    def _undeliverable(self, target: str, session: str | None, caller: str) -> None:
+        self.metrics.undeliverable.inc()
+        if not session:
+            return  # fire-and-forget: dropping is right, a reject here would start a storm
+        reject = envelope.reject_frame(
+            session=session, target=target, caller=caller,
+            message=f"Target peer {target} is not connected",
+        )
+        if caller == self.manager_address:
+            self.manager.receive(reject)
+        elif (sender := self.peers.get(caller)) is not None:
+            sender.send(reject)
 
     async def _publish_to_client(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
         if session and caller == self.manager_address:

@@ -26,6 +26,10 @@ class HubMetrics:
         self.undeliverable = counter(
             "switchboard_undeliverable_messages", "Frames whose target had no live connection."
         )
+        self.publishes_to_nobody = counter(
+            "switchboard_publishes_to_nobody",
+            "Frames for a registered client that no replica received (then retried).",
+        )
         self.bad_frames = counter("switchboard_rejected_frames", "Frames rejected as malformed or forbidden.")
         self.call_errors = counter("switchboard_call_errors", "Manager and HTTP calls that failed.")
         self.http_calls = counter("switchboard_http_service_calls", "Service calls made over HTTP.")

@@ -1,0 +1,96 @@
+"""Frames that reached nobody, retried for a short window before the caller is failed.
+
+A publish that no replica received usually means the target's replica has
+not (re)wired its subscription yet: a reconnect or a reconcile is seconds
+away. Dropping the frame would make the caller wait its whole call timeout;
+failing at once would turn a blip into an error. So frames for such a target
+wait in order, are retried on the injected clock, and only after ``window``
+seconds are the callers told "not connected".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from switchboard.clock import Clock
+
+log = logging.getLogger("switchboard.hub")
+
+
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    frame: bytes
+    session: str | None
+    caller: str
+
+
+Publish = Callable[[str, bytes, "str | None", str], Awaitable[bool]]
+GiveUp = Callable[[str, Undelivered], None]
+
+
+class RetryWindow:
+    """Per-target FIFO queues drained by one task each, bounded in time and size."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        window: float,
+        interval: float,
+        publish: Publish,
+        give_up: GiveUp,
+        max_frames: int = 1000,
+    ) -> None:
+        self._clock = clock
+        self.window = window
+        self._interval = interval
+        self._publish = publish
+        self._give_up = give_up
+        self._max = max_frames
+        self._queues: dict[str, deque[Undelivered]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.recovered = 0
+        self.expired = 0
+
+    def pending(self, target: str) -> bool:
+        return target in self._queues
+
+    def add(self, target: str, item: Undelivered) -> None:
+        queue = self._queues.get(target)
+        if queue is None:
+            queue = self._queues[target] = deque()
+            task = asyncio.create_task(self._drain(target, queue), name=f"retry {target}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if len(queue) >= self._max:
+            self._give_up(target, item)
+            return
+        queue.append(item)
+
+    async def _drain(self, target: str, queue: deque[Undelivered]) -> None:
+        deadline = self._clock.monotonic() + self.window
+        try:
+            while queue:
+                head = queue[0]
+                if await self._publish(target, head.frame, head.session, head.caller):
+                    queue.popleft()
+                    self.recovered += 1
+                    continue
+                if self._clock.monotonic() >= deadline:
+                    log.info("%s unreachable for %.1fs: failing %d frames", target, self.window, len(queue))
+                    self.expired += len(queue)
+                    while queue:
+                        self._give_up(target, queue.popleft())
+                    return
+                await self._clock.sleep(self._interval)
+        finally:
+            self._queues.pop(target, None)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
