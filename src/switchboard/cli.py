@@ -47,21 +47,42 @@ def main() -> None:
 @_settings_options
 def serve(**values: Any) -> None:
     """Run a hub (embedded backends: one process, no external service)."""
-    import uvicorn
-
     from switchboard.server.app import create_app
-    from switchboard.server.runner import uvicorn_config
+    from switchboard.server.runner import HubServer, uvicorn_config
 
     try:
         settings = Settings(**values)
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from None
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
         defaults={"replica": settings.replica_id, "client": "-"},
-    )
-    uvicorn.Server(uvicorn_config(create_app(settings), settings)).run()
+    ))
+    # replace whatever hypha-rpc set up on import: one handler, our format
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+    HubServer(uvicorn_config(create_app(settings), settings)).run()
+
+
+@main.command()
+@click.option("--redis-url", envvar=env_name("redis_url"), required=True, show_envvar=True,
+              help="Redis/Valkey URL the replicas share.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(redis_url: str, as_json: bool) -> None:
+    """Show the replicas of a hub: id, address, age, clients, leader, subscription health."""
+    import asyncio
+    import json
+
+    from switchboard.hub.status import read_status, render_table
+
+    try:
+        replicas, leader = asyncio.run(read_status(redis_url))
+    except Exception as exc:  # a CLI answers with a message, not a traceback
+        raise click.ClickException(f"cannot read {redis_url}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps({"leader": leader, "replicas": replicas}, indent=2))
+    else:
+        click.echo(render_table(replicas, leader))
 
 
 if __name__ == "__main__":

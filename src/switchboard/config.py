@@ -48,6 +48,11 @@ class Settings:
         "Base URL clients reach this hub at (empty: http://HOST:PORT).",
         "encoded into every service reference; must be what clients dial",
     )
+    redis_url: str = setting(
+        "",
+        "Redis/Valkey URL shared by all replicas, e.g. redis://host:6379/0 (empty: embedded, one process).",
+        "embedded by default: a laptop needs no external service; set it to run any number of replicas as one hub",
+    )
     jwt_secret: str = setting(
         "",
         "HS256 secret for tokens (empty: a random one, tokens then die with the process).",
@@ -95,6 +100,30 @@ class Settings:
         "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, not an error",
         minimum=0,
     )
+    subscription_reconcile_interval: float = setting(
+        5.0,
+        "Seconds between retries of subscriptions Redis has not confirmed.",
+        "5 s: a dropped subscribe heals within seconds, at one cheap SUBSCRIBE per missing channel",
+        minimum=0.05,
+    )
+    orphan_reap_interval: float = setting(
+        300.0,
+        "Seconds between the leader's passes over clients whose replica is gone.",
+        "300 s: a dead replica's registrations vanish within minutes, and probing costs little",
+        minimum=0.1,
+    )
+    orphan_reap_min_failures: int = setting(
+        3,
+        "Consecutive failed probes before a client's registrations are reaped.",
+        "3 passes in a row: one lost ping (pub/sub does not buffer) never removes a live client",
+        minimum=2,
+    )
+    leader_lease_ttl: float = setting(
+        10.0,
+        "Seconds the leader lease lives without renewal (renewed every third of it).",
+        "10 s: a dead leader is replaced within seconds, and two lost renewals are survived",
+        minimum=0.3,
+    )
     log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
 
     def __post_init__(self) -> None:
@@ -109,6 +138,19 @@ class Settings:
             raise ConfigError(f"{env_name('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
         if not self.server_id or any(c in self.server_id for c in "/:@ "):
             raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: must be non-empty, without '/', ':', '@' or spaces")
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
+        if self.redis_url and not self.jwt_secret:
+            raise ConfigError(
+                f"{env_name('jwt_secret')} is required with {env_name('redis_url')}: "
+                "replicas must share it so tokens and reconnection work across them"
+            )
+        if self.redis_url and not self.public_url:
+            raise ConfigError(
+                f"{env_name('public_url')} is required with {env_name('redis_url')}: set it to the "
+                "address clients use for the hub (e.g. the load balancer); every replica must share it, "
+                "since it is written into every service reference"
+            )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())
         if self.public_url and not self.public_url.startswith(("http://", "https://")):

@@ -21,8 +21,15 @@ class Registry(Protocol):
         """Remove one service by full id; return it, or ``None`` if it was not there."""
         ...
 
-    async def remove_client(self, workspace: str, client_id: str) -> list[ServiceInfo]:
-        """Remove every service of one client; return what was removed."""
+    async def remove_client(
+        self, workspace: str, client_id: str, *, owner: str | None = None
+    ) -> list[ServiceInfo]:
+        """Remove every service of one client; return what was removed.
+
+        With ``owner``, only while that replica still owns the client: a
+        replica cleaning up after a lost connection must not delete what the
+        client has meanwhile registered through another replica.
+        """
         ...
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
@@ -34,6 +41,15 @@ class Registry(Protocol):
 
 class EventBus(Protocol):
     """Fire-and-forget delivery of bytes to whoever subscribed to a channel."""
+
+    async def start(self) -> bool:
+        """Connect; return whether the bus is healthy (it keeps trying if not)."""
+        ...
+
+    @property
+    def health(self) -> tuple[bool, str]:
+        """``(healthy, reason)``: readiness reports it."""
+        ...
 
     async def publish(self, channel: str, data: bytes) -> int:
         """Send ``data``; return how many subscribers received it (0 = nobody)."""

@@ -29,7 +29,10 @@ class MemoryRegistry:
             del self._by_workspace[ws]
         return removed
 
-    async def remove_client(self, workspace: str, client_id: str) -> list[ServiceInfo]:
+    async def remove_client(
+        self, workspace: str, client_id: str, *, owner: str | None = None
+    ) -> list[ServiceInfo]:
+        """``owner`` is moot in one process: this replica owns every client."""
         services = self._by_workspace.get(workspace, {})
         prefix = f"{workspace}/{client_id}:"
         removed = [services.pop(sid) for sid in [s for s in services if s.startswith(prefix)]]
@@ -57,6 +60,13 @@ class MemoryBus:
 
     def __init__(self) -> None:
         self._handlers: dict[str, BusHandler] = {}
+
+    async def start(self) -> bool:
+        return True
+
+    @property
+    def health(self) -> tuple[bool, str]:
+        return True, "in-process"
 
     async def publish(self, channel: str, data: bytes) -> int:
         handler = self._handlers.get(channel)

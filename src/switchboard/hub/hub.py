@@ -65,6 +65,8 @@ class Hub:
         self._by_workspace: dict[str, set[Peer]] = {}
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
+        # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
+        self.companions: list[Any] = []
         self.retry = RetryWindow(
             clock=clock,
             window=settings.undeliverable_retry_window,
@@ -77,14 +79,22 @@ class Hub:
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
+        if not await self.bus.start():
+            self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
         await self.manager.start()
         await self.bus.subscribe(_BUS_REPLICA + self.replica_id, self.manager.receive)
+        for companion in self.companions:
+            await companion.start()
 
     async def stop(self) -> None:
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
         await self.retry.close()
+        for companion in reversed(self.companions):
+            await companion.stop()
         await self.manager.stop()
+        await self.bus.close()
+        await self.registry.close()
 
     # -- admission -----------------------------------------------------------
 
@@ -168,7 +178,7 @@ class Hub:
                     CLOSE_GOING_AWAY,
                 )
             if stale:
-                await self._purge(peer.workspace, peer.client_id)
+                await self.purge(peer.workspace, peer.client_id)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
@@ -221,16 +231,21 @@ class Hub:
             del self._by_workspace[peer.workspace]
             await self.bus.unsubscribe(_BUS_WORKSPACE + peer.workspace)
         self.metrics.clients.set(len(self.peers))
-        await self._purge(peer.workspace, peer.client_id)
+        await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         peer.log.info("disconnected (%s)", peer.close_reason or "closed")
 
-    async def _purge(self, workspace: str, client_id: str) -> None:
-        removed = await self.registry.remove_client(workspace, client_id)
+    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
+        """Remove a gone client's registrations and tell its workspace; return how many."""
+        removed = await self.registry.remove_client(workspace, client_id, owner=owner)
+        if not removed:
+            return 0  # nothing was announced, or a newer connection elsewhere owns it now
         for info in removed:
             if not info["id"].endswith(":built-in"):
                 await self.emit_event(workspace, "service_removed", info)
         await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
-        self.metrics.services.dec(len(removed))
+        if owner in (None, self.replica_id):
+            self.metrics.services.dec(len(removed))
+        return len(removed)
 
     # -- routing -------------------------------------------------------------
 

@@ -245,6 +245,7 @@ class WorkspaceManager:
         if peer.closed or self.hub.peer_for(peer.id) is not peer:
             await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
             return None
+        peer.services[info["id"]] = info
         if previous is None:
             self.hub.metrics.services.inc()
         ws = peer.workspace
@@ -270,6 +271,7 @@ class WorkspaceManager:
         if ws != peer.workspace or cid != peer.client_id:
             raise PermissionDenied(f"Permission denied: {service_id} is not a service of {peer.id}")
         removed = await self.hub.registry.unregister(sid)
+        peer.services.pop(sid, None)
         if removed is None:
             raise NotFound(f"Service not found: {service_id}")
         self.hub.metrics.services.dec()

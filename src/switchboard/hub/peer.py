@@ -49,6 +49,9 @@ class Peer:
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
         self.transport = transport
         self.subscriptions: set[str] = set()
+        # what this client announced, kept here so a replica can re-assert it
+        # when the shared registry comes back empty
+        self.services: dict[str, dict[str, Any]] = {}
         self.max_queue_bytes = max_queue_bytes
         self._queue: deque[bytes | str] = deque()
         self._queued_bytes = 0

@@ -58,7 +58,19 @@ def build_hub(
             extra={"replica": settings.replica_id},
         )
         secret = TokenIssuer.generate_secret()
-    return Hub(
+    redis = None
+    if settings.redis_url and registry is None and bus is None:
+        from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
+
+        redis = make_client(settings.redis_url)
+        registry = RedisRegistry(redis, replica_id=settings.replica_id)
+        bus = RedisBus(
+            settings.redis_url,
+            clock=clock,
+            replica_id=settings.replica_id,
+            reconcile_interval=settings.subscription_reconcile_interval,
+        )
+    hub = Hub(
         settings=settings,
         registry=registry or MemoryRegistry(),
         bus=bus or MemoryBus(),
@@ -66,6 +78,11 @@ def build_hub(
         metrics=HubMetrics(settings.replica_id),
         issuer=TokenIssuer(secret=secret, clock=clock),
     )
+    if redis is not None:
+        from switchboard.hub.cluster import Cluster
+
+        hub.companions.append(Cluster(hub, registry=hub.registry, bus=hub.bus, redis=redis))  # type: ignore[arg-type]
+    return hub
 
 
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:

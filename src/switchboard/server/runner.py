@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -15,6 +18,8 @@ from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.server.app import build_hub, create_app
 
+log = logging.getLogger("switchboard.server")
+
 
 class HubServer(uvicorn.Server):
     """uvicorn, but connected clients are drained before uvicorn waits for them.
@@ -22,6 +27,14 @@ class HubServer(uvicorn.Server):
     uvicorn's own shutdown waits for open responses to finish, and a hub's
     responses (WebSockets, HTTP streams) never finish by themselves.
     """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """First SIGTERM/SIGINT: drain and exit 0. A second one: exit at once."""
+        if self.should_exit:
+            log.warning("second signal %s: exiting now", sig)
+            os._exit(1)
+        log.info("signal %s: draining", sig)
+        self.should_exit = True  # unlike uvicorn, do not re-raise it: a drained exit is a clean exit
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         app = self.config.loaded_app if self.config.loaded else self.config.app

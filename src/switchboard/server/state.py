@@ -38,9 +38,12 @@ class ServerState:
 
     def readiness(self) -> tuple[bool, str]:
         """(ready?, why) for ``/health/readiness``."""
-        if self.phase is Phase.READY:
-            return True, "ready"
-        return False, self.phase.value
+        if self.phase is not Phase.READY:
+            return False, self.phase.value
+        healthy, reason = self.hub.bus.health
+        if not healthy:
+            return False, f"event bus: {reason}"
+        return True, "ready"
 
     def track(self, peer: Peer) -> None:
         self.peers.add(peer)

@@ -36,11 +36,13 @@ class ReplicaProcess:
         port: int | None = None,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        public_url: str = "http://switchboard.test",
     ) -> None:
         self.replica_id = replica_id
         self.redis_url = redis_url
         self.jwt_secret = jwt_secret
         self.port = port or free_port()
+        self.public_url = public_url
         self.extra_env = env or {}
         self.args = args or []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -55,7 +57,8 @@ class ReplicaProcess:
                "--port", str(self.port), "--replica-id", self.replica_id,
                "--jwt-secret", self.jwt_secret]
         if self.redis_url:
-            cmd += ["--redis-url", self.redis_url]
+            # replicas of one hub share the public URL (a load balancer's, in production)
+            cmd += ["--redis-url", self.redis_url, "--public-url", self.public_url]
         return cmd + self.args
 
     def start(self, *, wait: bool = True, timeout: float = 20.0) -> ReplicaProcess:

@@ -1,0 +1,286 @@
+"""The Redis service registry, shared by every replica.
+
+Layout (``p`` = ``key_prefix``, default ``sb:``):
+
+* ``p svc:<ws>``               hash ``<cid>:<svc>`` → service info JSON (a workspace is one HGETALL)
+* ``p workspaces``             set of workspaces with at least one service (for ``find("*")``)
+* ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
+* ``p replica:<rid>:clients``  set of ``<ws>/<cid>`` that replica owns
+* ``p epoch``                  a random token; a new one means Redis lost its data
+
+Every multi-key change is one Lua script, so no reader ever sees half of it
+and a crash cannot leave a service without its workspace or owner entry.
+Nothing here ever deletes keys it does not own (no FLUSH, no broad DEL).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+from switchboard.backends.redis.connection import make_client
+from switchboard.errors import BackendError, ProtocolError
+from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
+
+# KEYS: svc hash, workspaces set, owner hash, this replica's clients set.
+# ARGV: ws, field, json, "<ws>/<cid>", replica id, replica key prefix.
+_REGISTER = """
+local prev = redis.call('HGET', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[1])
+local old = redis.call('HGET', KEYS[3], ARGV[4])
+if old and old ~= ARGV[5] then
+  redis.call('SREM', ARGV[6] .. old .. ':clients', ARGV[4])
+end
+redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+redis.call('SADD', KEYS[4], ARGV[4])
+return prev
+"""
+
+# KEYS: svc hash, workspaces set. ARGV: ws, field.
+_UNREGISTER = """
+local prev = redis.call('HGET', KEYS[1], ARGV[2])
+if not prev then return false end
+redis.call('HDEL', KEYS[1], ARGV[2])
+if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
+return prev
+"""
+
+# Removes the fields of one client from one workspace hash (exact "<cid>:" prefix,
+# compared as a plain string: no glob, so ids with * or ? are safe).
+_REMOVE_FIELDS = """
+local function remove_fields(key, prefix, removed)
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #prefix) == prefix then
+      redis.call('HDEL', key, all[i])
+      table.insert(removed, all[i + 1])
+    end
+  end
+end
+"""
+
+# KEYS: svc hash, workspaces set, owner hash.
+# ARGV: ws, "<cid>:", "<ws>/<cid>", replica prefix, expected owner ("" = any).
+# With an expected owner, a client another replica has taken over is left alone.
+_REMOVE_CLIENT = (
+    _REMOVE_FIELDS
+    + """
+local removed = {}
+if ARGV[5] ~= '' then
+  local current = redis.call('HGET', KEYS[3], ARGV[3])
+  if current and current ~= ARGV[5] then return removed end
+end
+remove_fields(KEYS[1], ARGV[2], removed)
+if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
+local owner = redis.call('HGET', KEYS[3], ARGV[3])
+if owner then
+  redis.call('SREM', ARGV[4] .. owner .. ':clients', ARGV[3])
+  redis.call('HDEL', KEYS[3], ARGV[3])
+end
+return removed
+"""
+)
+
+# KEYS: the replica's clients set, owner hash, workspaces set. ARGV: replica id, svc prefix.
+# Clients another replica has since taken over (owner changed) are left alone.
+_REMOVE_REPLICA = (
+    _REMOVE_FIELDS
+    + """
+local removed = {}
+for _, wc in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', KEYS[2], wc) == ARGV[1] then
+    local slash = string.find(wc, '/', 1, true)
+    local ws = string.sub(wc, 1, slash - 1)
+    local key = ARGV[2] .. ws
+    remove_fields(key, string.sub(wc, slash + 1) .. ':', removed)
+    if redis.call('HLEN', key) == 0 then redis.call('SREM', KEYS[3], ws) end
+    redis.call('HDEL', KEYS[2], wc)
+  end
+end
+redis.call('DEL', KEYS[1])
+return removed
+"""
+)
+
+# KEYS: owner hash, workspaces set, this replica's clients set.
+# ARGV: replica id, svc prefix, then (ws, field, "<ws>/<cid>", json) per info.
+# A client now owned by another replica is skipped: the peer's copy is newer.
+_REASSERT = """
+local written = 0
+for i = 3, #ARGV, 4 do
+  local ws, field, wc, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local owner = redis.call('HGET', KEYS[1], wc)
+  if (not owner) or owner == ARGV[1] then
+    redis.call('HSET', ARGV[2] .. ws, field, value)
+    redis.call('SADD', KEYS[2], ws)
+    redis.call('HSET', KEYS[1], wc, ARGV[1])
+    redis.call('SADD', KEYS[3], wc)
+    written = written + 1
+  end
+end
+return written
+"""
+
+
+def _decode(raw: bytes | str) -> ServiceInfo:
+    info: ServiceInfo = json.loads(raw)
+    return info
+
+
+class RedisRegistry:
+    """:class:`~switchboard.backends.base.Registry` in Redis, with per-replica ownership.
+
+    ``redis`` is a client (left open on :meth:`close`) or a URL (a client with
+    explicit retries is made, and closed on :meth:`close`).
+    """
+
+    def __init__(
+        self, redis: aredis.Redis | str, *, replica_id: str, key_prefix: str = "sb:"
+    ) -> None:
+        self._owns_client = isinstance(redis, str)
+        self._r = make_client(redis) if isinstance(redis, str) else redis
+        self.replica_id = replica_id
+        self._p = key_prefix
+        self._ws_key = f"{key_prefix}workspaces"
+        self._owner_key = f"{key_prefix}owner"
+        self._epoch: bytes | None = None
+        self._register = self._r.register_script(_REGISTER)
+        self._unregister = self._r.register_script(_UNREGISTER)
+        self._remove_client = self._r.register_script(_REMOVE_CLIENT)
+        self._remove_replica = self._r.register_script(_REMOVE_REPLICA)
+        self._reassert = self._r.register_script(_REASSERT)
+
+    def _svc_key(self, workspace: str) -> str:
+        return f"{self._p}svc:{workspace}"
+
+    def _clients_key(self, replica_id: str) -> str:
+        return f"{self._p}replica:{replica_id}:clients"
+
+    async def _call(self, what: str, coro: Any) -> Any:
+        try:
+            return await coro
+        except RedisError as exc:
+            raise BackendError(f"registry {what} failed: {exc}") from exc
+
+    # -- Registry -------------------------------------------------------------
+
+    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
+        ws, cid, svc = split_full_id(info["id"])
+        keys = [
+            self._svc_key(ws),
+            self._ws_key,
+            self._owner_key,
+            self._clients_key(self.replica_id),
+        ]
+        args = [
+            ws,
+            f"{cid}:{svc}",
+            json.dumps(info),
+            f"{ws}/{cid}",
+            self.replica_id,
+            f"{self._p}replica:",
+        ]
+        prev = await self._call("register", self._register(keys=keys, args=args))
+        return None if prev is None else _decode(prev)
+
+    async def unregister(self, service_id: str) -> ServiceInfo | None:
+        try:
+            ws, cid, svc = split_full_id(service_id)
+        except ProtocolError:
+            return None  # as the memory registry: a malformed id is simply not there
+        keys = [self._svc_key(ws), self._ws_key]
+        prev = await self._call(
+            "unregister", self._unregister(keys=keys, args=[ws, f"{cid}:{svc}"])
+        )
+        return None if prev is None else _decode(prev)
+
+    async def remove_client(
+        self, workspace: str, client_id: str, *, owner: str | None = None
+    ) -> list[ServiceInfo]:
+        keys = [self._svc_key(workspace), self._ws_key, self._owner_key]
+        args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
+        removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
+        return [_decode(raw) for raw in removed]
+
+    async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
+        """One round trip for a workspace (HGET for an exact id); two for ``*``."""
+        if query.workspace == "*":
+            workspaces = sorted(await self._call("find", self._r.smembers(self._ws_key)))
+            pipe = self._r.pipeline(transaction=False)
+            for ws in workspaces:
+                pipe.hvals(self._svc_key(ws.decode()))
+            raws = [raw for values in await self._call("find", pipe.execute()) for raw in values]
+        elif query.client_id != "*" and query.service_id != "*":
+            field = f"{query.client_id}:{query.service_id}"
+            raw = await self._call("find", self._r.hget(self._svc_key(query.workspace), field))
+            raws = [] if raw is None else [raw]
+        else:
+            raws = await self._call("find", self._r.hvals(self._svc_key(query.workspace)))
+        infos = (_decode(raw) for raw in raws)
+        return [info for info in infos if matches(info, query)]
+
+    async def close(self) -> None:
+        """Shared state stays in Redis for the other replicas; only our client is closed."""
+        if self._owns_client:
+            await self._r.aclose()
+
+    # -- ownership, for the reaper and for recovery ---------------------------
+
+    async def owned_by(self, replica_id: str) -> list[tuple[str, str]]:
+        """``(workspace, client_id)`` of every client ``replica_id`` owns, sorted."""
+        members = await self._call("owned_by", self._r.smembers(self._clients_key(replica_id)))
+        pairs = (m.decode().partition("/") for m in members)
+        return sorted((ws, cid) for ws, _, cid in pairs)
+
+    async def owners(self) -> dict[str, str]:
+        """``<ws>/<cid>`` → replica id, for every client with registrations."""
+        raw = await self._call("owners", self._r.hgetall(self._owner_key))
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    async def remove_replica_state(self, replica_id: str) -> list[ServiceInfo]:
+        """Remove the registrations of ``replica_id``'s clients (a dead replica); return them.
+
+        Only that replica's keys and clients: a client a peer has taken over
+        keeps its registrations, and no peer key is touched.
+        """
+        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key]
+        args = [replica_id, f"{self._p}svc:"]
+        removed = await self._call(
+            "remove_replica_state", self._remove_replica(keys=keys, args=args)
+        )
+        return [_decode(raw) for raw in removed]
+
+    async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
+        """Re-write this replica's ``infos`` (after Redis came back empty); return how many.
+
+        Infos of clients a peer now owns are skipped.
+        """
+        args: list[str] = [self.replica_id, f"{self._p}svc:"]
+        for info in infos:
+            ws, cid, svc = split_full_id(info["id"])
+            args += [ws, f"{cid}:{svc}", f"{ws}/{cid}", json.dumps(info)]
+        if len(args) == 2:
+            return 0
+        keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id)]
+        return int(await self._call("reassert", self._reassert(keys=keys, args=args)))
+
+    async def check_reset(self) -> bool:
+        """True if Redis lost its data since this replica's previous call (then :meth:`reassert`).
+
+        The first call only records the current epoch (creating one if needed).
+        """
+        key = f"{self._p}epoch"
+        fresh = uuid.uuid4().hex.encode()
+        created = await self._call("check_reset", self._r.set(key, fresh, nx=True))
+        current = fresh if created else await self._call("check_reset", self._r.get(key))
+        known, self._epoch = self._epoch, current
+        return known is not None and current != known
+
+    def __repr__(self) -> str:
+        return f"RedisRegistry(replica={self.replica_id!r}, prefix={self._p!r})"

@@ -1,0 +1,51 @@
+"""``switchboard status``: what each replica last wrote about itself in Redis."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from switchboard.backends.redis import make_client
+from switchboard.hub.cluster import LEADER_KEY, PRESENCE_PREFIX
+
+
+async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The live replicas' presence records (sorted by id) and the leader lease holder."""
+    redis = make_client(redis_url)
+    try:
+        replicas = []
+        async for key in redis.scan_iter(match=PRESENCE_PREFIX + "*", count=500):
+            raw = await redis.hgetall(key)
+            if raw:
+                replicas.append({k.decode(): v.decode() for k, v in raw.items()})
+        holder = await redis.get(LEADER_KEY)
+    finally:
+        await redis.aclose()
+    leader = holder.decode().partition("#")[0] if holder else None
+    return sorted(replicas, key=lambda r: r.get("id", "")), leader
+
+
+def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    header = ("REPLICA", "ADDRESS", "AGE", "CLIENTS", "LEADER", "SUBSCRIPTIONS", "BUS")
+    rows = [header]
+    for r in replicas:
+        age = now - float(r.get("started", now))
+        subs = f"{r.get('confirmed', '?')}/{r.get('desired', '?')} confirmed"
+        rows.append((
+            r.get("id", "?"), r.get("address", "?"), _age(age), r.get("clients", "?"),
+            "yes" if r.get("id") == leader else "", subs, r.get("bus", "?"),
+        ))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.append(f"{len(replicas)} replicas; leader: {leader or 'none'}")
+    return "\n".join(lines)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"

@@ -1,0 +1,530 @@
+"""RedisBus: every resilience mechanism against a real Valkey, plus loop logic on a FakeClock.
+
+Each mechanism test switches the *other* convergence paths off (``None``
+intervals) so that it passes only because of the one mechanism it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from switchboard.backends.redis import (
+    CircuitBreaker,
+    RedisBus,
+    backoff_delay,
+    make_client,
+    pubsub_connection_factory,
+)
+from switchboard.clock import SystemClock
+from switchboard.errors import BackendError
+from switchboard.testing import FakeClock, FaultProxy, ValkeyServer
+
+DEADLINE = 5.0
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> float:
+    """Poll ``condition`` until true (bounded); return the seconds it took."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"no {what} within {timeout}s")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - start
+
+
+async def delivered(bus: RedisBus, publisher: Any, channel: str, got: list[bytes]) -> bool:
+    """Publish a unique payload and wait (bounded) for it to reach the handler."""
+    payload = uuid.uuid4().bytes
+    if await publisher.publish(channel, payload) != 1:
+        return False
+    try:
+        await eventually(lambda: payload in got, f"delivery on {channel}", timeout=1.0)
+    except AssertionError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def valkey_bus() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def publisher(valkey_bus: ValkeyServer) -> AsyncIterator[Any]:
+    client = make_client(valkey_bus.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def make_bus() -> AsyncIterator[Callable[..., RedisBus]]:
+    """Buses with fast backoff and short timeouts, all closed after the test."""
+    buses: list[RedisBus] = []
+
+    def make(source: Any, **kwargs: Any) -> RedisBus:
+        kwargs.setdefault("clock", SystemClock())
+        kwargs.setdefault("replica_id", f"r-{uuid.uuid4().hex[:6]}")
+        kwargs.setdefault("backoff_initial", 0.02)
+        kwargs.setdefault("backoff_max", 0.2)
+        kwargs.setdefault("op_timeout", 0.5)
+        kwargs.setdefault("subscribe_timeout", 1.0)
+        bus = RedisBus(source, **kwargs)
+        buses.append(bus)
+        return bus
+
+    yield make
+    for bus in buses:
+        await bus.close()
+
+
+@pytest.fixture
+async def proxy(valkey_bus: ValkeyServer) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy("127.0.0.1", valkey_bus.port, connect_timeout=2.0) as p:
+        yield p
+
+
+def via_proxy(proxy: FaultProxy, publisher: Any) -> dict[str, Any]:
+    """Pub/sub through the proxy, publishing (and probing) directly."""
+    return {
+        "source": pubsub_connection_factory(proxy.url_for_redis(), timeout=0.5),
+        "publisher": publisher,
+    }
+
+
+# -- basics ----------------------------------------------------------------------
+
+
+async def test_publish_to_nobody_returns_zero_and_is_counted(make_bus, valkey_bus) -> None:
+    bus = make_bus(valkey_bus.url)
+    assert await bus.start()
+
+    assert await bus.publish(f"nobody-{uuid.uuid4().hex}", b"x") == 0
+    assert bus.stats.publishes_to_nobody == 1
+
+    got: list[bytes] = []
+    await bus.subscribe("somebody", got.append)
+    assert await bus.publish("somebody", b"y") == 1
+    assert bus.stats.publishes_to_nobody == 1
+
+
+async def test_health_lifecycle(make_bus, valkey_bus) -> None:
+    bus = make_bus(valkey_bus.url)
+    assert bus.health == (False, "not started")
+
+    assert await bus.start() is True
+    assert bus.health == (True, "ok")
+
+    await bus.close()
+    assert bus.health == (False, "closed")
+    with pytest.raises(BackendError):
+        await bus.subscribe("after-close", lambda data: None)
+
+
+async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, publisher, caplog):
+    bus = make_bus(valkey_bus.url, replica_id="rep-handler")
+    await bus.start()
+    got: list[bytes] = []
+
+    def handler(data: bytes) -> None:
+        if data == b"boom":
+            raise ValueError("handler bug")
+        got.append(data)
+
+    await bus.subscribe("fragile", handler)
+    with caplog.at_level(logging.ERROR, logger="switchboard.bus"):
+        assert await publisher.publish("fragile", b"boom") == 1
+        assert await delivered(bus, publisher, "fragile", got)
+
+    [record] = [r for r in caplog.records if "handler for fragile failed" in r.getMessage()]
+    assert record.replica_id == "rep-handler"  # type: ignore[attr-defined]
+
+
+async def test_close_cancels_every_task_and_cancellation_propagates(make_bus, proxy, publisher):
+    bus = make_bus(**via_proxy(proxy, publisher), subscribe_timeout=30.0, probe_idle=None)
+    await bus.start()
+    tasks = list(bus._tasks)
+    proxy.blackhole()
+    waiter = asyncio.create_task(bus.subscribe("never-acked", lambda data: None))
+    await eventually(lambda: bus.acks.pending(b"subscribe", "never-acked"), "waiting for the ack")
+
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter  # the bounded ack wait does not swallow cancellation
+    await bus.close()
+
+    assert all(task.done() for task in tasks)
+    assert bus._tasks == []
+    proxy.pass_through()
+
+
+# -- convergence path 1: a later subscribe retries an unconfirmed channel ----------
+
+
+async def test_repeated_subscribe_retries_an_unconfirmed_channel(make_bus, proxy, publisher):
+    bus = make_bus(
+        **via_proxy(proxy, publisher),
+        reconcile_interval=None,
+        probe_idle=None,
+        subscribe_timeout=0.2,
+    )
+    assert await bus.start()
+    got: list[bytes] = []
+    proxy.blackhole()
+    await bus.subscribe("retry-me", got.append)  # SUBSCRIBE lost in the blackhole
+    assert not bus.is_confirmed("retry-me")
+    proxy.pass_through()
+
+    await bus.subscribe("retry-me", got.append)  # the guard tests CONFIRMED, so this resends
+
+    assert bus.is_confirmed("retry-me")
+    assert await delivered(bus, publisher, "retry-me", got)
+    assert bus.stats.reconnects == 0
+
+
+# -- convergence path 3: the reconciler ------------------------------------------------
+
+
+async def test_dropped_subscribe_is_reconciled_without_a_second_call(make_bus, proxy, publisher):
+    bus = make_bus(
+        **via_proxy(proxy, publisher),
+        reconcile_interval=0.2,
+        probe_idle=None,
+        subscribe_timeout=0.2,
+    )
+    assert await bus.start()
+    got: list[bytes] = []
+    proxy.blackhole()
+    await bus.subscribe("dropped", got.append)  # called exactly once in this test
+    assert not bus.is_confirmed("dropped")
+    assert await publisher.publish("dropped", b"lost") == 0  # Redis never saw it
+    proxy.pass_through()
+
+    await eventually(lambda: bus.is_confirmed("dropped"), "reconciled subscription")
+
+    assert await delivered(bus, publisher, "dropped", got)
+    assert bus.stats.repairs >= 1
+    assert bus.stats.reconnects == 0  # repaired on the same connection, not by reconnecting
+
+
+# -- convergence path 2: re-wiring on reconnect -----------------------------------------
+
+
+async def test_reconnect_rewires_every_desired_channel(make_bus, valkey_bus, publisher):
+    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+    assert await bus.start()
+    got: dict[str, list[bytes]] = {}
+    names = [f"rewire-{i}" for i in range(50)]
+    for name in names:
+        await bus.subscribe(name, got.setdefault(name, []).append)
+    desired = set(bus.subs.desired)
+
+    assert valkey_bus.kill_clients(type_="pubsub") >= 1
+
+    await eventually(lambda: bus.stats.reconnects == 1, "reconnect")
+    await eventually(lambda: bus.subs.confirmed == desired, "every channel re-wired")
+    for name in names:
+        assert await delivered(bus, publisher, name, got[name]), name
+    assert bus.health[0]
+
+
+class FlakySubscribes:
+    """Wraps pub/sub connections; fails the next ``fail`` SUBSCRIBE sends."""
+
+    def __init__(self, url: str) -> None:
+        self._make = pubsub_connection_factory(url, timeout=0.5)
+        self.fail = 0
+
+    def __call__(self) -> Any:
+        return _Flaky(self._make(), self)
+
+
+class _Flaky:
+    def __init__(self, conn: Any, owner: FlakySubscribes) -> None:
+        self._conn, self._owner = conn, owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+        if args[0] == "SUBSCRIBE" and self._owner.fail > 0:
+            self._owner.fail -= 1
+            raise RedisConnectionError("injected: SUBSCRIBE lost mid re-wire")
+        await self._conn.send_command(*args, **kwargs)
+
+
+async def test_failed_rewire_discards_nothing(make_bus, valkey_bus, publisher):
+    flaky = FlakySubscribes(valkey_bus.url)
+    bus = make_bus(flaky, publisher=publisher, reconcile_interval=None, probe_idle=None)
+    assert await bus.start()
+    got: dict[str, list[bytes]] = {}
+    for i in range(20):
+        await bus.subscribe(f"keep-{i}", got.setdefault(f"keep-{i}", []).append)
+    desired = set(bus.subs.desired)
+
+    flaky.fail = 1  # the first re-wire after the kill fails
+    valkey_bus.kill_clients(type_="pubsub")
+
+    await eventually(lambda: bus.stats.reconnects == 2, "second reconnect after failed re-wire")
+    await eventually(lambda: bus.subs.confirmed == desired, "every channel re-wired")
+    assert bus.subs.desired == desired
+    for name, received in got.items():
+        assert await delivered(bus, publisher, name, received), name
+
+
+async def test_stale_open_breaker_does_not_block_rewiring(make_bus, valkey_bus, publisher):
+    breaker = CircuitBreaker(SystemClock(), threshold=1, cooldown=3600.0)
+    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None, breaker=breaker)
+    assert await bus.start()
+    got: list[bytes] = []
+    await bus.subscribe("before-trip", got.append)
+    breaker.trip()  # opened against the old connection, an hour of cooldown left
+    await bus.subscribe("while-open", got.append)
+    assert not bus.is_confirmed("while-open")  # refused by the open breaker
+
+    valkey_bus.kill_clients(type_="pubsub")
+
+    await eventually(lambda: bus.stats.reconnects == 1, "reconnect")
+    await eventually(
+        lambda: bus.is_confirmed("before-trip") and bus.is_confirmed("while-open"),
+        "re-wiring on the fresh connection",
+    )
+    assert breaker.state == "closed"
+    assert await delivered(bus, publisher, "while-open", got)
+
+
+# -- half-open pub/sub: the probe -----------------------------------------------------------
+
+
+async def test_half_open_pubsub_is_detected_by_the_probe_and_healed(make_bus, proxy, publisher):
+    bus = make_bus(
+        **via_proxy(proxy, publisher),
+        reconcile_interval=None,
+        probe_idle=0.2,
+        probe_timeout=0.3,
+    )
+    assert await bus.start()
+    got: list[bytes] = []
+    await bus.subscribe("half-open", got.append)
+    assert await delivered(bus, publisher, "half-open", got)
+
+    proxy.blackhole()  # no error, no EOF: the socket just goes quiet
+
+    await eventually(lambda: bus.stats.probe_failures >= 1, "probe failure")
+    ok, reason = bus.health
+    assert not ok
+    assert "probe" in reason
+    proxy.pass_through()
+
+    await eventually(lambda: bus.health[0] and bus.is_confirmed("half-open"), "healed bus")
+    assert bus.stats.reconnects >= 1
+    assert await delivered(bus, publisher, "half-open", got)
+
+
+# -- Redis restarted empty ----------------------------------------------------------------------
+
+
+async def test_redis_restarted_empty_delivery_resumes_without_manual_step(make_bus) -> None:
+    with ValkeyServer() as own:
+        bus = make_bus(own.url, reconcile_interval=None, probe_idle=None)
+        publisher = make_client(own.url)
+        try:
+            assert await bus.start()
+            got: list[bytes] = []
+            await bus.subscribe("survivor", got.append)
+            assert await delivered(bus, publisher, "survivor", got)
+
+            await asyncio.to_thread(own.restart)
+            with own.client() as admin:
+                assert admin.dbsize() == 0
+
+            async def works() -> bool:
+                try:
+                    return await delivered(bus, publisher, "survivor", got)
+                except BackendError:
+                    return False
+
+            deadline = time.monotonic() + DEADLINE
+            while not await works():
+                assert time.monotonic() < deadline, "delivery did not resume"
+                await asyncio.sleep(0.01)
+            assert bus.stats.reconnects >= 1
+        finally:
+            await bus.close()
+            await publisher.aclose()
+
+
+# -- loop logic on a FakeClock, against an in-memory pub/sub ----------------------------------
+
+
+class FakePubSub:
+    """Just enough Redis pub/sub for the bus: acks, messages, lost commands, half-open sockets."""
+
+    def __init__(self) -> None:
+        self.channels: dict[str, set[FakeConn]] = {}
+        self.sent: list[tuple[Any, ...]] = []
+        self.drop_subscribes = 0
+        self.refuse_connects = 0
+        self.connections: list[FakeConn] = []
+
+    def __call__(self) -> FakeConn:
+        return FakeConn(self)
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        subscribers = list(self.channels.get(channel, ()))
+        for conn in subscribers:
+            conn.push([b"message", channel.encode(), data])
+        return len(subscribers)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class FakeConn:
+    def __init__(self, server: FakePubSub) -> None:
+        self.server = server
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.is_connected = False
+        self.half_open = False
+
+    async def connect(self) -> None:
+        if self.server.refuse_connects > 0:
+            self.server.refuse_connects -= 1
+            raise RedisConnectionError("refused")
+        self.is_connected = True
+        self.server.connections.append(self)
+
+    def push(self, reply: Any) -> None:
+        if not self.half_open:
+            self.queue.put_nowait(reply)
+
+    async def send_command(self, *args: Any, **kwargs: Any) -> None:
+        self.server.sent.append(args)
+        if self.half_open:
+            return
+        command, *names = args
+        for name in names:
+            if command == "SUBSCRIBE":
+                if self.server.drop_subscribes > 0:
+                    self.server.drop_subscribes -= 1
+                    continue
+                self.server.channels.setdefault(name, set()).add(self)
+            else:
+                self.server.channels.get(name, set()).discard(self)
+            self.push([command.lower().encode(), name.encode(), 1])
+
+    async def read_response(self, **kwargs: Any) -> Any:
+        reply = await self.queue.get()
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def disconnect(self, **kwargs: Any) -> None:
+        self.is_connected = False
+        for conns in self.server.channels.values():
+            conns.discard(self)
+        self.queue.put_nowait(RedisConnectionError("closed"))
+
+
+def fake_bus(server: FakePubSub, clock: FakeClock, **kwargs: Any) -> RedisBus:
+    kwargs.setdefault("reconcile_interval", None)
+    kwargs.setdefault("probe_idle", None)
+    kwargs.setdefault("subscribe_timeout", 0)
+    return RedisBus(server, publisher=server, clock=clock, replica_id="fake", **kwargs)
+
+
+def test_backoff_is_capped_exponential() -> None:
+    assert [backoff_delay(n, 0.1, 2.0) for n in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert backoff_delay(10_000, 0.1, 2.0) == 2.0
+
+
+def test_breaker_opens_half_opens_and_closes_on_the_clock() -> None:
+    clock = FakeClock()
+    breaker = CircuitBreaker(clock, threshold=2, cooldown=10.0)
+    breaker.record_failure()
+    assert breaker.allow()
+    breaker.record_failure()
+    assert breaker.state == "open"
+    assert not breaker.allow()
+
+    clock.advance(10.0)
+    assert breaker.state == "half-open"
+    assert breaker.allow()
+    breaker.record_failure()  # one failure while half-open re-opens it
+    assert breaker.state == "open"
+
+    clock.advance(10.0)
+    breaker.record_success()
+    assert breaker.state == "closed"
+    assert breaker.failures == 0
+
+
+async def test_reconnect_backs_off_capped_on_the_clock() -> None:
+    server, clock = FakePubSub(), FakeClock()
+    server.refuse_connects = 7
+    bus = fake_bus(server, clock, backoff_initial=0.1, backoff_max=2.0)
+    try:
+        assert await bus.start(wait=2.0)
+        assert clock.sleeps == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+        assert bus.stats.reconnects == 0
+    finally:
+        await bus.close()
+
+
+async def test_reconciler_repairs_a_dropped_subscribe_on_the_clock() -> None:
+    server, clock = FakePubSub(), FakeClock()
+    bus = fake_bus(server, clock, reconcile_interval=5.0)
+    try:
+        assert await bus.start(wait=2.0)
+        server.drop_subscribes = 1
+        await bus.subscribe("a", lambda data: None)  # the only call
+        assert not bus.is_confirmed("a")
+
+        await eventually(lambda: bus.is_confirmed("a"), "reconciled subscription")
+
+        assert sum(1 for cmd in server.sent if cmd == ("SUBSCRIBE", "a")) >= 2
+        assert clock.monotonic() >= 5.0
+        assert 5.0 in clock.sleeps
+        assert bus.stats.repairs >= 1
+        assert bus.stats.reconnects == 0
+    finally:
+        await bus.close()
+
+
+async def test_probe_replaces_a_silent_connection_on_the_clock() -> None:
+    server, clock = FakePubSub(), FakeClock()
+    bus = fake_bus(server, clock, probe_idle=3.0, probe_timeout=0.05)
+    try:
+        assert await bus.start(wait=2.0)
+        await bus.subscribe("a", lambda data: None)
+        server.connections[0].half_open = True  # no error, no messages
+
+        await eventually(lambda: bus.stats.probe_failures == 1, "probe failure")
+        await eventually(lambda: bus.stats.reconnects == 1 and bus.health[0], "new connection")
+
+        assert bus.is_confirmed("a")
+        assert len(server.connections) == 2
+        assert 1.0 in clock.sleeps  # the probe loop paces itself on the injected clock
+    finally:
+        await bus.close()
+
+
+async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(
+    make_bus, valkey_bus, publisher
+):
+    bus = make_bus(valkey_bus.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
+    assert await bus.start()
+
+    await bus.subscribe("in-flight", lambda data: None)  # sent, ack not awaited
+    await bus.unsubscribe("in-flight")
+
+    assert await publisher.publish("in-flight", b"x") == 0
+    assert bus.subs.desired == {bus.probe_channel}

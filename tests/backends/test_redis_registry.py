@@ -1,0 +1,268 @@
+"""RedisRegistry against a real Valkey: the Registry behaviours, ownership, and recovery."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from switchboard.backends.redis import RedisRegistry, make_client
+from switchboard.errors import BackendError
+from switchboard.protocol.services import ServiceQuery
+from switchboard.testing import ValkeyServer
+
+
+def svc(full_id: str, app_id: str = "*", **config: Any) -> dict[str, Any]:
+    ws = full_id.partition("/")[0]
+    return {
+        "id": full_id,
+        "name": full_id.rpartition(":")[2],
+        "type": "generic",
+        "description": None,
+        "docs": None,
+        "app_id": app_id,
+        "config": {"visibility": "protected", "workspace": ws, **config},
+    }
+
+
+def ids(infos: list[dict[str, Any]]) -> list[str]:
+    return sorted(i["id"] for i in infos)
+
+
+@pytest.fixture(scope="module")
+def valkey_registry() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def make_registry(
+    valkey_registry: ValkeyServer,
+) -> AsyncIterator[Callable[[str], RedisRegistry]]:
+    """Registries for replicas sharing one fresh key prefix (no FLUSH between tests)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    made: list[RedisRegistry] = []
+
+    def make(replica_id: str) -> RedisRegistry:
+        registry = RedisRegistry(valkey_registry.url, replica_id=replica_id, key_prefix=prefix)
+        made.append(registry)
+        return registry
+
+    yield make
+    for registry in made:
+        await registry.close()
+
+
+@pytest.fixture
+def registry(make_registry: Callable[[str], RedisRegistry]) -> RedisRegistry:
+    return make_registry("r1")
+
+
+# -- Registry behaviours ---------------------------------------------------------------
+
+
+async def test_register_returns_the_replaced_info(registry: RedisRegistry) -> None:
+    first = svc("ws1/cA:echo", v=1)
+    second = svc("ws1/cA:echo", v=2)
+    second["service_schema"] = {"echo": {"type": "function", "function": {"name": "echo"}}}
+
+    assert await registry.register(first) is None
+    assert await registry.register(second) == first
+    assert await registry.find(ServiceQuery("ws1")) == [second]
+
+
+async def test_unregister_returns_the_removed_info_once(registry: RedisRegistry) -> None:
+    info = svc("ws1/cA:echo")
+    await registry.register(info)
+    await registry.register(svc("ws1/cA:other"))
+
+    assert await registry.unregister("ws1/cA:echo") == info
+    assert await registry.unregister("ws1/cA:echo") is None
+    assert await registry.unregister("ws9/cA:echo") is None
+    assert await registry.unregister("not-an-id") is None
+    assert ids(await registry.find(ServiceQuery("*"))) == ["ws1/cA:other"]
+
+
+async def test_an_emptied_workspace_leaves_the_workspace_set(
+    registry: RedisRegistry, valkey_registry: ValkeyServer
+) -> None:
+    await registry.register(svc("ws1/cA:echo"))
+    await registry.register(svc("ws2/cA:echo"))
+
+    await registry.unregister("ws1/cA:echo")
+    await registry.remove_client("ws2", "cA")
+
+    with valkey_registry.client() as admin:
+        assert admin.smembers(f"{registry._p}workspaces") == set()
+        assert admin.keys(f"{registry._p}svc:*") == []
+
+
+async def test_remove_client_removes_exactly_that_client(registry: RedisRegistry) -> None:
+    mine = [svc("ws1/a:built-in"), svc("ws1/a:echo")]
+    others = [svc("ws1/ab:echo"), svc("ws1/b:echo"), svc("ws2/a:echo"), svc("ws1/a*:x")]
+    for info in mine + others:
+        await registry.register(info)
+
+    removed = await registry.remove_client("ws1", "a")
+
+    assert sorted(removed, key=lambda i: i["id"]) == sorted(mine, key=lambda i: i["id"])
+    assert ids(await registry.find(ServiceQuery("*"))) == ids(others)
+    assert await registry.remove_client("ws1", "a") == []
+    assert ("ws1", "a") not in await registry.owned_by("r1")
+
+
+SERVICES = (
+    svc("ws1/cA:built-in"),
+    svc("ws1/cA:echo", app_id="app1"),
+    svc("ws1/cB:built-in"),
+    svc("ws1/cB:echo"),
+    svc("ws1/cB:calc", app_id="app1"),
+    svc("ws2/cA:built-in"),
+    svc("ws2/cC:echo", app_id="app2"),
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (
+            ServiceQuery("ws1"),
+            ["ws1/cA:built-in", "ws1/cA:echo", "ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"],
+        ),
+        (ServiceQuery("ws1", "cB"), ["ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"]),
+        (ServiceQuery("ws1", "c"), []),
+        (ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"]),
+        (ServiceQuery("ws1", "cB", "echo"), ["ws1/cB:echo"]),
+        (ServiceQuery("ws1", "cB", "nope"), []),
+        (ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"]),
+        (ServiceQuery("ws1", "cA", "echo", "app2"), []),
+        (ServiceQuery("ws3"), []),
+        (ServiceQuery("*"), sorted(s["id"] for s in SERVICES)),
+        (ServiceQuery("*", "cA"), ["ws1/cA:built-in", "ws1/cA:echo", "ws2/cA:built-in"]),
+        (
+            ServiceQuery("*", "*", "built-in"),
+            ["ws1/cA:built-in", "ws1/cB:built-in", "ws2/cA:built-in"],
+        ),
+        (ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"]),
+    ],
+    ids=str,
+)
+async def test_find(registry: RedisRegistry, query: ServiceQuery, expected: list[str]) -> None:
+    for info in SERVICES:
+        await registry.register(copy.deepcopy(info))
+
+    assert ids(await registry.find(query)) == expected
+
+
+async def test_workspace_lookup_is_one_round_trip(
+    registry: RedisRegistry, valkey_registry: ValkeyServer
+) -> None:
+    for info in SERVICES:
+        await registry.register(copy.deepcopy(info))
+    with valkey_registry.client() as admin:
+        admin.config_resetstat()
+        found = await registry.find(ServiceQuery("ws1", "*", "echo"))
+        stats = admin.info("commandstats")
+
+    calls = {
+        k: v["calls"] for k, v in stats.items() if not k.endswith(("info", "config|resetstat"))
+    }
+    assert calls == {"cmdstat_hvals": 1}
+    assert ids(found) == ["ws1/cA:echo", "ws1/cB:echo"]
+
+
+# -- ownership -------------------------------------------------------------------------------
+
+
+async def test_owner_is_the_last_registering_replica(make_registry) -> None:
+    r1, r2 = make_registry("r1"), make_registry("r2")
+    await r1.register(svc("ws1/a:echo"))
+    await r1.register(svc("ws1/b:echo"))
+    await r2.register(svc("ws2/c:echo"))
+
+    assert await r1.owned_by("r1") == [("ws1", "a"), ("ws1", "b")]
+    assert await r1.owned_by("r2") == [("ws2", "c")]
+
+    await r2.register(svc("ws1/b:echo2"))  # client b reconnected to r2
+
+    assert await r1.owned_by("r1") == [("ws1", "a")]
+    assert await r1.owned_by("r2") == [("ws1", "b"), ("ws2", "c")]
+
+
+async def test_remove_replica_state_removes_only_that_replicas(
+    make_registry, valkey_registry: ValkeyServer
+) -> None:
+    r1, r2 = make_registry("r1"), make_registry("r2")
+    for sid in ("ws1/a:built-in", "ws1/a:echo", "ws2/x:echo", "ws1/moved:echo"):
+        await r1.register(svc(sid))
+    peers = [svc("ws1/ab:echo"), svc("ws1/b:echo"), svc("ws3/y:echo"), svc("ws1/moved:calc")]
+    for info in peers:
+        await r2.register(info)  # "moved" was taken over by r2
+    with valkey_registry.client() as admin:
+        admin.set("unrelated", "keep")
+        peer_keys = {"owner-r2": admin.smembers(f"{r2._p}replica:r2:clients")}
+
+    removed = await r2.remove_replica_state("r1")
+
+    assert ids(removed) == ["ws1/a:built-in", "ws1/a:echo", "ws2/x:echo"]
+    assert ids(await r2.find(ServiceQuery("*"))) == sorted(ids(peers) + ["ws1/moved:echo"])
+    assert await r2.owned_by("r1") == []
+    assert await r2.owned_by("r2") == [("ws1", "ab"), ("ws1", "b"), ("ws1", "moved"), ("ws3", "y")]
+    with valkey_registry.client() as admin:
+        assert admin.get("unrelated") == b"keep"
+        assert admin.smembers(f"{r2._p}replica:r2:clients") == peer_keys["owner-r2"]
+        assert admin.sismember(f"{r2._p}workspaces", "ws2") == 0
+        admin.delete("unrelated")
+    assert await r2.remove_replica_state("r1") == []
+
+
+# -- recovery: Redis came back empty -------------------------------------------------------------
+
+
+async def test_reassert_after_redis_restarted_empty() -> None:
+    with ValkeyServer() as own:
+        client = make_client(own.url)
+        r1 = RedisRegistry(client, replica_id="r1")
+        r2 = RedisRegistry(own.url, replica_id="r2")
+        try:
+            mine = [svc("ws1/a:built-in"), svc("ws1/a:echo"), svc("ws2/b:echo")]
+            for info in mine:
+                await r1.register(info)
+            assert await r1.check_reset() is False  # first call records the epoch
+            assert await r2.check_reset() is False
+            assert await r1.check_reset() is False
+
+            own.restart()
+
+            assert await r1.find(ServiceQuery("*")) == []  # stale pooled socket replaced
+            assert await r1.check_reset() is True
+            assert await r2.check_reset() is True  # a peer sees the same reset
+            await r2.register(svc("ws2/b:echo"))  # b reconnected to r2 meanwhile
+
+            assert await r1.reassert(mine) == 2  # b's info now belongs to r2: skipped
+            assert await r1.reassert([]) == 0
+
+            assert ids(await r1.find(ServiceQuery("*"))) == ids(mine)
+            assert await r1.owned_by("r1") == [("ws1", "a")]
+            assert await r1.owned_by("r2") == [("ws2", "b")]
+            assert await r1.check_reset() is False
+        finally:
+            await r1.close()
+            await r2.close()
+            await client.aclose()
+
+
+async def test_redis_down_raises_backend_error() -> None:
+    with ValkeyServer() as own:
+        registry = RedisRegistry(own.url, replica_id="r1")
+        try:
+            own.kill()
+            with pytest.raises(BackendError, match="registry find failed"):
+                await registry.find(ServiceQuery("ws1"))
+            with pytest.raises(BackendError):
+                await registry.register(svc("ws1/a:echo"))
+        finally:
+            await registry.close()

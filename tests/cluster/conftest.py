@@ -1,0 +1,64 @@
+"""Fixtures for multi-replica tests: a real Valkey and real replica processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from hypha_rpc import connect_to_server
+
+from switchboard.testing import ValkeyServer
+from switchboard.testing.replica import ReplicaProcess
+
+
+@pytest.fixture
+def redis_server() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as server:
+        yield server
+
+
+class Replicas:
+    """Start replica processes sharing one Valkey; stop them all at the end."""
+
+    def __init__(self, redis: ValkeyServer) -> None:
+        self.redis = redis
+        self.started: list[ReplicaProcess] = []
+
+    def start(self, replica_id: str, *args: str) -> ReplicaProcess:
+        replica = ReplicaProcess(replica_id=replica_id, redis_url=self.redis.url, args=list(args))
+        self.started.append(replica)
+        return replica.start()
+
+    def stop_all(self) -> None:
+        for replica in self.started:
+            replica.kill()
+
+
+@pytest.fixture
+def replicas(redis_server: ValkeyServer) -> Iterator[Replicas]:
+    group = Replicas(redis_server)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """``await clients(url, client_id=..., token=...)``: real hypha-rpc clients, closed at the end."""
+    made: list[Any] = []
+
+    async def _connect(url: str, **config: Any) -> Any:
+        config.setdefault("method_timeout", 20)
+        client = await connect_to_server({"server_url": url, **config})
+        made.append(client)
+        return client
+
+    yield _connect
+    for client in reversed(made):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.disconnect(), 5)
+
