@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
+from switchboard.backends.redis import RedisBus, RedisRegistry
+from switchboard.clock import SystemClock
 from switchboard.protocol.services import ServiceQuery
+from switchboard.testing import ValkeyServer
 
 # How long an asynchronous backend may take to deliver a published message.
 DELIVERY_TIMEOUT = 5.0
@@ -31,11 +34,25 @@ DELIVERY_TIMEOUT = 5.0
 # down after the ``yield``. For Redis, ``switchboard.testing.ValkeyServer``
 # provides a real server process. Nothing else in this file needs to change.
 # ---------------------------------------------------------------------------
-@pytest.fixture(params=["memory"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Registry, EventBus]]:
+@pytest.fixture(scope="module")
+def valkey_conformance() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def backend(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[Registry, EventBus]]:
     if request.param == "memory":
         registry: Registry = MemoryRegistry()
         bus: EventBus = MemoryBus()
+    elif request.param == "redis":
+        server = request.getfixturevalue("valkey_conformance")
+        server.client().flushall()  # a fresh, empty backend per test (test-owned server)
+        registry = RedisRegistry(server.url, replica_id="conformance")
+        bus = RedisBus(server.url, clock=SystemClock(), replica_id="conformance")
+        assert await bus.start()
     else:  # pragma: no cover - a new param without a branch
         raise AssertionError(f"no factory for backend {request.param!r}")
     try:

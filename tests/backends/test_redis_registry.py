@@ -266,3 +266,19 @@ async def test_redis_down_raises_backend_error() -> None:
                 await registry.register(svc("ws1/a:echo"))
         finally:
             await registry.close()
+
+
+async def test_a_stale_cleanup_never_removes_what_a_client_registered_elsewhere(
+    make_registry: Callable[[str], RedisRegistry],
+) -> None:
+    """Replica r1 notices a lost connection late; the client already lives on r2."""
+    r1, r2 = make_registry("r1"), make_registry("r2")
+    await r1.register(svc("ws1/cA:built-in"))
+    await r2.register(svc("ws1/cA:built-in"))  # reconnected through r2: r2 owns it now
+    await r2.register(svc("ws1/cA:echo"))
+    assert await r1.remove_client("ws1", "cA", owner="r1") == []
+    assert ids(await r2.find(ServiceQuery("ws1"))) == ["ws1/cA:built-in", "ws1/cA:echo"]
+    assert await r1.owners() == {"ws1/cA": "r2"}
+    # the owner itself (or the reaper naming the right owner) does remove it
+    assert len(await r1.remove_client("ws1", "cA", owner="r2")) == 2
+    assert await r1.owners() == {}
