@@ -10,20 +10,12 @@ import pytest
 from hypha_rpc import connect_to_server
 
 from switchboard.config import Settings
-from switchboard.server.runner import RunningServer, running
-
-SECRET = "test-secret-please-ignore-0123456789"
-
-
-def make_settings(**overrides: Any) -> Settings:
-    values: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "jwt_secret": SECRET, "log_level": "INFO"}
-    values.update(overrides)
-    return Settings(**values)
+from switchboard.testing.hub import RunningServer, running, settings_for_tests
 
 
 @pytest.fixture
 def settings() -> Settings:
-    return make_settings()
+    return settings_for_tests()
 
 
 @pytest.fixture

@@ -145,7 +145,7 @@ async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, pu
         assert await delivered(bus, publisher, "fragile", got)
 
     [record] = [r for r in caplog.records if "handler for fragile failed" in r.getMessage()]
-    assert record.replica_id == "rep-handler"  # type: ignore[attr-defined]
+    assert record.replica == "rep-handler"  # type: ignore[attr-defined]
 
 
 async def test_close_cancels_every_task_and_cancellation_propagates(make_bus, proxy, publisher):

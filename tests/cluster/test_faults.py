@@ -32,7 +32,8 @@ async def test_a_silently_dead_pubsub_connection_turns_readiness_503_then_heals(
 async def test_metrics_show_subscription_health_and_leadership(replicas, clients):
     a = replicas.start("ra")
     await clients(a.url, client_id="someone")
-    text = httpx.get(f"{a.url}/metrics", timeout=5).text
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{a.url}/metrics", timeout=5)).text
     for name in (
         "switchboard_subscriptions_desired", "switchboard_subscriptions_confirmed",
         "switchboard_subscription_repairs", "switchboard_bus_publishes_to_nobody",

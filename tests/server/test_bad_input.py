@@ -23,11 +23,12 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import SECRET, make_settings
 from switchboard.config import Settings
 from switchboard.hub.auth import Permission, TokenIssuer, User
 from switchboard.server.runner import RunningServer, running
 from switchboard.testing.clock import FakeClock
+from switchboard.testing.hub import TEST_SECRET as SECRET
+from switchboard.testing.hub import settings_for_tests as make_settings
 
 pytestmark = pytest.mark.timeout(60)
 

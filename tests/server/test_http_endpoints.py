@@ -16,10 +16,10 @@ import httpx
 import msgpack
 import pytest
 
-from conftest import make_settings
 from switchboard.config import Settings
 from switchboard.server.runner import RunningServer
 from switchboard.server.state import Phase
+from switchboard.testing.hub import settings_for_tests as make_settings
 
 pytestmark = pytest.mark.timeout(60)
 
