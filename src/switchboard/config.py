@@ -124,6 +124,12 @@ class Settings:
         "10 s: a dead leader is replaced within seconds, and two lost renewals are survived",
         minimum=0.3,
     )
+    drain_timeout: float = setting(
+        10.0,
+        "Seconds calls in flight may take to finish after SIGTERM before clients are moved anyway.",
+        "10 s: fits Kubernetes' default 30 s grace period with room for the preStop delay and exit",
+        minimum=0,
+    )
     log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
 
     def __post_init__(self) -> None:

@@ -6,6 +6,8 @@ server layer owns those) nor where shared state lives (the backends do).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -21,6 +23,7 @@ from switchboard.hub.auth import (
     new_anonymous_user,
     user_workspace,
 )
+from switchboard.hub.inflight import InFlight, is_call, reply_session
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
@@ -65,6 +68,8 @@ class Hub:
         self._by_workspace: dict[str, set[Peer]] = {}
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
+        self.inflight = InFlight()
+        self.draining = False
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
         self.retry = RetryWindow(
@@ -220,6 +225,7 @@ class Hub:
     async def detach(self, peer: Peer) -> None:
         """Forget a closed connection, unless a newer one of the same client replaced it."""
         peer.close(1000, "")
+        self.inflight.forget_peer(peer.id)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
@@ -278,10 +284,16 @@ class Hub:
             peer.log.info("rejected frame: %s", exc)
             peer.send(handshake.error_text(f"Invalid message: {exc}"))
             return
+        method = env.main.get("method")
         if route.kind == "manager":
-            await self._to_manager(env.main.get("method"), frame)
+            await self._to_manager(method, frame)
         elif route.kind == "client":
-            await self.deliver(route.target, frame, session=env.session, caller=peer.id)
+            new_call = is_call(method, env.session)
+            if new_call:
+                self.inflight.opened(peer.id, env.session, route.target, self.peers)  # type: ignore[arg-type]
+            elif (replied := reply_session(method)) is not None:
+                self.inflight.closed(route.target, replied)
+            await self.deliver(route.target, frame, session=env.session, caller=peer.id, new_call=new_call)
         else:
             if env.type == "method":
                 peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
@@ -306,7 +318,20 @@ class Hub:
             return
         if origin is not None and session is not None:
             self.reply_routes.remember(session, origin)
+        self._track_relayed(peer, frame)
         peer.send(frame)
+
+    def _track_relayed(self, peer: Peer, frame: bytes) -> None:
+        """Calls into (and replies to) our clients from other replicas count as in flight too."""
+        try:
+            main = envelope.decode(frame).main
+        except ProtocolError:
+            return
+        method, session = main.get("method"), main.get("session")
+        if is_call(method, session):
+            self.inflight.opened(str(main.get("from")), session, peer.id, self.peers)
+        elif self.inflight.waits_on(peer.id) and (replied := reply_session(method)) is not None:
+            self.inflight.closed(peer.id, replied)
 
     async def route_from_manager(self, data: bytes) -> None:
         """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
@@ -327,9 +352,15 @@ class Hub:
             return
         await self.deliver(target, frame, session=env.session, caller=self.manager_address)
 
-    async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str) -> bool:
+    async def deliver(
+        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False
+    ) -> bool:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
         peer = self.peers.get(target)
+        if peer is not None and self.draining and new_call:
+            # this replica is going away: the call waits for the client to reappear elsewhere
+            self.retry.add(target, Undelivered(frame, session, caller))
+            return True
         if peer is not None:
             if peer.send(frame):
                 self.metrics.messages_routed.inc()
@@ -400,6 +431,33 @@ class Hub:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
         await self.broadcast(workspace, event_type, frame)
+
+    # -- draining ----------------------------------------------------------------
+
+    async def drain(self, timeout: float, *, code: int, reason: str) -> None:
+        """Stop taking new calls, let calls in flight finish, then tell every client to move.
+
+        Unsubscribing the clients' channels first makes new calls from other
+        replicas wait in their senders' retry windows until the client has
+        reconnected to a sibling, instead of landing here.
+        """
+        self.draining = True
+        for peer in list(self.peers.values()):
+            await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+        deadline = self.clock.monotonic() + timeout
+        while True:
+            for peer in list(self.peers.values()):
+                if not self.inflight.busy(peer.id):
+                    peer.close(code, reason)
+            busy = [p for p in self.peers.values() if not p.closed]
+            remaining = deadline - self.clock.monotonic()
+            if not busy or remaining <= 0:
+                break
+            self.log.info("draining: %d clients have %d calls in flight", len(busy), len(self.inflight))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.inflight.changed(), min(remaining, 0.5))
+        for peer in list(self.peers.values()):
+            peer.close(code, reason)
 
     # -- queries used by the manager and HTTP layer --------------------------
 

@@ -124,6 +124,10 @@ def _map_exception(exc: BaseException) -> tuple[int, str]:
 
 
 async def _guard(request: Request, handler: Any) -> Response:
+    if not _state(request).accepting:
+        response = _error(503, "Server is draining or starting, please retry")
+        response.headers["Retry-After"] = "1"
+        return response
     try:
         return await handler()
     except Exception as exc:

@@ -53,17 +53,17 @@ class ServerState:
         if not self.peers:
             self._none_left.set()
 
-    async def drain(self, timeout: float = 5.0) -> None:
-        """Stop admitting clients, tell connected ones to reconnect elsewhere, wait for them to go."""
+    async def drain(self) -> None:
+        """Readiness 503 at once; calls in flight finish (up to the drain timeout); clients move on."""
         if self.phase in (Phase.DRAINING, Phase.STOPPED):
             return
         self.phase = Phase.DRAINING
-        log.info("draining %d clients", len(self.peers), extra={"replica": self.hub.replica_id})
-        for peer in list(self.peers):
-            peer.close(CLOSE_RESTARTING, "Server restarting, please reconnect")
+        timeout = self.hub.settings.drain_timeout
+        log.info("draining %d clients (at most %.1fs)", len(self.peers), timeout, extra={"replica": self.hub.replica_id})
+        await self.hub.drain(timeout, code=CLOSE_RESTARTING, reason="Server restarting, please reconnect")
         if self.peers:
             self._none_left.clear()
             try:
-                await asyncio.wait_for(self._none_left.wait(), timeout)
+                await asyncio.wait_for(self._none_left.wait(), 5.0)
             except TimeoutError:
-                log.warning("%d clients still connected after %.1fs of draining", len(self.peers), timeout)
+                log.warning("%d clients still connected 5s after being told to leave", len(self.peers))

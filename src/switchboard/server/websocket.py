@@ -49,8 +49,10 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
         return
     if not state.accepting:
+        # A bare close, no error frame: hypha-rpc treats an error frame during
+        # reconnection as final, but must retry (elsewhere) here.
         await websocket.accept()
-        await _refuse(websocket, "Server is draining, please reconnect", handshake.CLOSE_TRY_AGAIN)
+        await websocket.close(handshake.CLOSE_TRY_AGAIN, "Server is draining, please reconnect")
         return
     await websocket.accept()
     try:

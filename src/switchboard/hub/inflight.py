@@ -1,0 +1,76 @@
+"""Calls in flight through this replica, so a drain can let them finish.
+
+A call is a frame with a ``session`` to ``services.<svc>.<fn>``; it ends with
+the callee's ``<session>.resolve`` or ``<session>.reject`` back to the caller.
+Only the peers of this replica are tracked (as caller, callee or both), and a
+peer that leaves takes its entries with it, so nothing accumulates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def is_call(method: Any, session: str | None) -> bool:
+    return bool(session) and isinstance(method, str) and method.startswith("services.")
+
+
+def reply_session(method: Any) -> str | None:
+    """``"<session>.resolve"`` or ``"<session>.reject"`` → the session, else ``None``."""
+    if isinstance(method, str) and method.endswith((".resolve", ".reject")):
+        return method.rpartition(".")[0]
+    return None
+
+
+class InFlight:
+    """Open calls per local peer; :meth:`wait_idle` wakes when one of them finishes."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[str, str], tuple[str, str]] = {}  # (caller, session) -> (caller, callee)
+        self._by_peer: dict[str, set[tuple[str, str]]] = {}
+        self._changed = asyncio.Event()
+
+    def opened(self, caller: str, session: str, callee: str, local: set[str] | Any) -> None:
+        key = (caller, session)
+        self._calls[key] = (caller, callee)
+        for peer in (caller, callee):
+            if peer in local:
+                self._by_peer.setdefault(peer, set()).add(key)
+
+    def closed(self, caller: str, session: str) -> None:
+        pair = self._calls.pop((caller, session), None)
+        if pair is None:
+            return
+        for peer in pair:
+            self._discard(peer, (caller, session))
+        self._changed.set()
+
+    def forget_peer(self, peer: str) -> None:
+        for key in self._by_peer.pop(peer, set()):
+            pair = self._calls.pop(key, None)
+            if pair:
+                for other in pair:
+                    self._discard(other, key)
+        self._changed.set()
+
+    def _discard(self, peer: str, key: tuple[str, str]) -> None:
+        keys = self._by_peer.get(peer)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_peer[peer]
+
+    def busy(self, peer: str) -> bool:
+        return peer in self._by_peer
+
+    def waits_on(self, peer: str) -> bool:
+        """Does this peer have any open call (so frames to it may be replies)?"""
+        return peer in self._by_peer
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    async def changed(self) -> None:
+        self._changed.clear()
+        await self._changed.wait()
