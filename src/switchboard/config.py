@@ -88,6 +88,36 @@ class Settings:
         "1000, as Hypha: far above real use, low enough to stop a runaway loop",
         minimum=1,
     )
+    max_connections_per_user: int = setting(
+        1000,
+        "Connections one user may hold across the hub (counted through Redis with several replicas).",
+        "1000: far above a user's fleet of workers, low enough that a reconnect loop cannot eat a replica's sockets",
+        minimum=1,
+    )
+    max_connections_per_workspace: int = setting(
+        5000,
+        "Connections one workspace may hold across the hub.",
+        "5000: a large shared workspace fits; one runaway workspace cannot take the whole hub",
+        minimum=1,
+    )
+    max_messages_per_second: float = setting(
+        500.0,
+        "Average frames per second one client may send (token bucket; bursts up to --message-burst).",
+        "500/s: a busy client never notices, a flooding one is held to a share of one core",
+        minimum=1,
+    )
+    message_burst: int = setting(
+        2000,
+        "Frames one client may send at once before the per-second rate applies.",
+        "2000, as Hypha: covers a 400 MiB payload's chunks sent concurrently",
+        minimum=1,
+    )
+    max_pending_calls: int = setting(
+        1000,
+        "Calls one client may have waiting for a reply at once.",
+        "1000: real fan-outs stay below it; a caller that never waits for replies is stopped",
+        minimum=1,
+    )
     call_timeout: float = setting(
         30.0,
         "Seconds an HTTP service call waits for the provider.",

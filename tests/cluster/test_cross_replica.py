@@ -119,3 +119,16 @@ async def test_a_client_resumes_its_identity_on_another_replica_after_its_own_di
     await again.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "back"})
     caller = await clients(b.url, client_id="caller")
     assert await (await caller.get_service(f"{ws}/phoenix:s")).f() == "back"
+
+
+async def test_connection_limits_count_across_replicas(replicas, clients):
+    a = replicas.start("ra", "--max-connections-per-user", "2")
+    b = replicas.start("rb", "--max-connections-per-user", "2")
+    owner = await clients(a.url, client_id="owner")
+    token = await owner.generate_token()
+    await clients(a.url, client_id="w1", token=token)
+    await clients(b.url, client_id="w2", token=token)
+    with pytest.raises(ConnectionAbortedError, match="Too many connections"):
+        await clients(b.url, client_id="w3", token=token)
+    with pytest.raises(ConnectionAbortedError, match="Too many connections"):
+        await clients(a.url, client_id="w4", token=token)

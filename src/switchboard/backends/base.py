@@ -62,3 +62,13 @@ class EventBus(Protocol):
     async def unsubscribe(self, channel: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class ConnectionCounts(Protocol):
+    """Live connections per user and per workspace, across every replica."""
+
+    async def add(self, user: str, workspace: str) -> tuple[int, int]:
+        """Count one more connection; return the hub-wide ``(user, workspace)`` totals."""
+        ...
+
+    async def remove(self, user: str, workspace: str) -> None: ...

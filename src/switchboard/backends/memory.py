@@ -86,3 +86,24 @@ class MemoryBus:
 
     def __repr__(self) -> str:
         return f"MemoryBus(channels={len(self._handlers)})"
+
+
+class MemoryConnectionCounts:
+    """Counters in two dicts; zero entries are dropped so they cannot pile up."""
+
+    def __init__(self) -> None:
+        self._users: dict[str, int] = {}
+        self._workspaces: dict[str, int] = {}
+
+    async def add(self, user: str, workspace: str) -> tuple[int, int]:
+        self._users[user] = self._users.get(user, 0) + 1
+        self._workspaces[workspace] = self._workspaces.get(workspace, 0) + 1
+        return self._users[user], self._workspaces[workspace]
+
+    async def remove(self, user: str, workspace: str) -> None:
+        for table, key in ((self._users, user), (self._workspaces, workspace)):
+            left = table.get(key, 0) - 1
+            if left > 0:
+                table[key] = left
+            else:
+                table.pop(key, None)

@@ -111,6 +111,8 @@ class Cluster:
                 await self._write_presence()
                 if await self.registry.check_reset():
                     await self._reassert()
+                if self.elector.is_leader and hasattr(self.hub.counts, "forget_replicas"):
+                    await self.hub.counts.forget_replicas(await self.live_replicas())
             except (RedisError, BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
 

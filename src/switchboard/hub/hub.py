@@ -11,10 +11,17 @@ import contextlib
 import logging
 from typing import Any
 
-from switchboard.backends.base import EventBus, Registry
+from switchboard.backends.base import ConnectionCounts, EventBus, Registry
+from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import AuthError, HandshakeError, PermissionDenied, ProtocolError
+from switchboard.errors import (
+    AuthError,
+    BackendError,
+    HandshakeError,
+    PermissionDenied,
+    ProtocolError,
+)
 from switchboard.hub.auth import (
     ROOT,
     Permission,
@@ -24,6 +31,7 @@ from switchboard.hub.auth import (
     user_workspace,
 )
 from switchboard.hub.inflight import InFlight, is_call, reply_session
+from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
@@ -51,6 +59,7 @@ class Hub:
         clock: Clock,
         metrics: HubMetrics,
         issuer: TokenIssuer,
+        counts: ConnectionCounts | None = None,
     ) -> None:
         from switchboard.hub.manager import WorkspaceManager  # manager needs the hub type
 
@@ -60,6 +69,7 @@ class Hub:
         self.clock = clock
         self.metrics = metrics
         self.issuer = issuer
+        self.counts = counts or MemoryConnectionCounts()
         self.replica_id = settings.replica_id
         self.manager_id = f"manager-{settings.server_id}"
         self.manager_address = f"*/{self.manager_id}"
@@ -184,6 +194,7 @@ class Hub:
                 )
             if stale:
                 await self.purge(peer.workspace, peer.client_id)
+        await self._count_in(peer)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
@@ -213,6 +224,37 @@ class Hub:
             "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
         }
 
+    async def _count_in(self, peer: Peer) -> None:
+        """Enforce the hub-wide connection limits (fail open if the counter is unreachable)."""
+        s = self.settings
+        peer.rate = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
+        try:
+            per_user, per_workspace = await self.counts.add(peer.user.id, peer.workspace)
+        except BackendError as exc:
+            peer.log.warning("connection limits not enforced: %s", exc)
+            return
+        peer.counted = True
+        if per_user > s.max_connections_per_user or per_workspace > s.max_connections_per_workspace:
+            await self._count_out(peer)
+            what, limit = (
+                ("user " + peer.user.id, s.max_connections_per_user)
+                if per_user > s.max_connections_per_user
+                else ("workspace " + peer.workspace, s.max_connections_per_workspace)
+            )
+            raise HandshakeError(
+                f"Too many connections for {what} (limit {limit}); close some and retry",
+                handshake.CLOSE_TRY_AGAIN,
+            )
+
+    async def _count_out(self, peer: Peer) -> None:
+        if not peer.counted:
+            return
+        peer.counted = False
+        try:
+            await self.counts.remove(peer.user.id, peer.workspace)
+        except BackendError as exc:
+            peer.log.warning("connection count not released: %s", exc)
+
     def reconnection_token(self, peer: Peer) -> str:
         return self.issuer.issue(
             peer.user,
@@ -226,6 +268,7 @@ class Hub:
         """Forget a closed connection, unless a newer one of the same client replaced it."""
         peer.close(1000, "")
         self.inflight.forget_peer(peer.id)
+        await self._count_out(peer)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
@@ -285,6 +328,14 @@ class Hub:
             peer.send(handshake.error_text(f"Invalid message: {exc}"))
             return
         method = env.main.get("method")
+        refusal = self._over_limit(peer, method, env.session)
+        if refusal:
+            self.metrics.rate_limited.inc()
+            if env.session:
+                peer.send(envelope.reject_frame(
+                    session=env.session, target=route.target, caller=peer.id, message=refusal
+                ))
+            return
         if route.kind == "manager":
             await self._to_manager(method, frame)
         elif route.kind == "client":
@@ -299,6 +350,15 @@ class Hub:
                 peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
                 return
             await self.broadcast(route.workspace, env.type, frame)
+
+    def _over_limit(self, peer: Peer, method: Any, session: str | None) -> str | None:
+        """Why this frame is refused (rate or pending-call limit), or ``None``."""
+        s = self.settings
+        if peer.rate is not None and not peer.rate.take():
+            return f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+        if is_call(method, session) and self.inflight.pending(peer.id) >= s.max_pending_calls:
+            return f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
+        return None
 
     async def _to_manager(self, method: Any, frame: bytes) -> None:
         """A reply to a call another replica's manager made goes back to that replica."""

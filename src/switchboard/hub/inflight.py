@@ -29,10 +29,13 @@ class InFlight:
     def __init__(self) -> None:
         self._calls: dict[tuple[str, str], tuple[str, str]] = {}  # (caller, session) -> (caller, callee)
         self._by_peer: dict[str, set[tuple[str, str]]] = {}
+        self._pending: dict[str, int] = {}  # open calls per caller
         self._changed = asyncio.Event()
 
     def opened(self, caller: str, session: str, callee: str, local: set[str] | Any) -> None:
         key = (caller, session)
+        if key not in self._calls:
+            self._pending[caller] = self._pending.get(caller, 0) + 1
         self._calls[key] = (caller, callee)
         for peer in (caller, callee):
             if peer in local:
@@ -42,6 +45,7 @@ class InFlight:
         pair = self._calls.pop((caller, session), None)
         if pair is None:
             return
+        self._uncount(caller)
         for peer in pair:
             self._discard(peer, (caller, session))
         self._changed.set()
@@ -50,6 +54,7 @@ class InFlight:
         for key in self._by_peer.pop(peer, set()):
             pair = self._calls.pop(key, None)
             if pair:
+                self._uncount(pair[0])
                 for other in pair:
                     self._discard(other, key)
         self._changed.set()
@@ -60,6 +65,17 @@ class InFlight:
             keys.discard(key)
             if not keys:
                 del self._by_peer[peer]
+
+    def _uncount(self, caller: str) -> None:
+        left = self._pending.get(caller, 0) - 1
+        if left > 0:
+            self._pending[caller] = left
+        else:
+            self._pending.pop(caller, None)
+
+    def pending(self, caller: str) -> int:
+        """Calls ``caller`` made that still wait for a reply."""
+        return self._pending.get(caller, 0)
 
     def busy(self, peer: str) -> bool:
         return peer in self._by_peer

@@ -30,6 +30,9 @@ class HubMetrics:
             "switchboard_publishes_to_nobody",
             "Frames for a registered client that no replica received (then retried).",
         )
+        self.rate_limited = counter(
+            "switchboard_refused_over_limit", "Frames refused by the rate or pending-call limit."
+        )
         self.bad_frames = counter("switchboard_rejected_frames", "Frames rejected as malformed or forbidden.")
         self.call_errors = counter("switchboard_call_errors", "Manager and HTTP calls that failed.")
         self.http_calls = counter("switchboard_http_service_calls", "Service calls made over HTTP.")

@@ -70,7 +70,13 @@ def build_hub(
             replica_id=settings.replica_id,
             reconcile_interval=settings.subscription_reconcile_interval,
         )
+    counts = None
+    if redis is not None:
+        from switchboard.backends.redis.counts import RedisConnectionCounts
+
+        counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
     hub = Hub(
+        counts=counts,
         settings=settings,
         registry=registry or MemoryRegistry(),
         bus=bus or MemoryBus(),
