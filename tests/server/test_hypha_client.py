@@ -310,3 +310,14 @@ async def test_a_second_live_client_with_the_same_id_is_refused(connect):
     token = await first.generate_token()
     with pytest.raises(ConnectionAbortedError, match="already exists and is active"):
         await connect(client_id="twin", token=token, workspace=first.config["workspace"])
+
+
+async def test_a_service_whose_methods_shadow_dict_methods_is_served(connect):
+    provider = await connect(client_id="prov")
+    await provider.register_service({
+        "id": "dict-like", "config": {"visibility": "public"},
+        "get": lambda key: f"got {key}", "keys": lambda: ["k"], "items": lambda: [], "pop": lambda: 1,
+    })
+    svc = await provider.get_service("dict-like")
+    assert await svc.get("x") == "got x"
+    assert svc.config.workspace == provider.config["workspace"]

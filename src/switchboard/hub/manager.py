@@ -200,7 +200,8 @@ class WorkspaceManager:
         service = await self.rpc.get_remote_service(info["id"], config)
         ws = info["id"].partition("/")[0]
         service["id"] = info["id"]
-        service_config = service.get("config") or {}
+        # dict.get, not service.get: a service may have a method named "get"
+        service_config = dict.get(service, "config") or {}
         service_config["workspace"] = ws
         service_config["url"] = f"{self.hub.settings.public_base_url}/{ws}/services/{info['id'].partition('/')[2]}"
         service["config"] = service_config
