@@ -7,11 +7,14 @@ blocking the reconnect loop and its exceptions are logged, never raised.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from switchboard.client.errors import GaveUp, Refused
+from switchboard.errors import SwitchboardError
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,12 @@ class Reconnecting:
 
 @dataclass(frozen=True, slots=True)
 class Reconnected:
-    """Back on ``url`` with the same client id and workspace, services re-registered."""
+    """Back on ``url``: same client id and workspace, services re-registered, subscriptions restored.
+
+    ``attempts`` counts the dials of the outage (this one included);
+    ``outage_seconds`` runs from its first failed attempt (0 when the first
+    attempt after the drop succeeded); ``remaining`` is the budget left.
+    """
 
     kind: ClassVar[str] = "reconnected"
     url: str
@@ -55,11 +63,65 @@ class Reconnected:
 
 @dataclass(frozen=True, slots=True)
 class GivingUp:
-    """The client stopped for good; pending and new calls raise ``error``."""
+    """The client stopped for good; pending and new calls raise ``error``.
+
+    ``error`` is a :class:`GaveUp` (budget spent) or a :class:`Refused` (final refusal).
+    """
 
     kind: ClassVar[str] = "gave_up"
-    error: GaveUp | Refused
+    error: SwitchboardError
 
 
 Event = Disconnected | Reconnecting | Reconnected | GivingUp
 EventHandler = Callable[[Event], Awaitable[None] | None]
+
+
+def describe(event: Event) -> str:
+    """The log line for ``event``."""
+    if isinstance(event, Disconnected):
+        return f"disconnected from {event.url} (code {event.code}{' ' + event.reason if event.reason else ''})"
+    if isinstance(event, Reconnecting):
+        last = "none" if event.error is None else f"{type(event.error).__name__}: {event.error}"
+        return (f"reconnecting to {event.url}: attempt {event.attempt} in {event.delay:.2f} s "
+                f"({event.elapsed:.1f} s into the outage, {event.remaining:.1f} s left; last error: {last})")
+    if isinstance(event, Reconnected):
+        return (f"reconnected to {event.url} after {event.outage_seconds:.1f} s and {event.attempts} "
+                f"attempt{'s' if event.attempts != 1 else ''} ({event.remaining:.1f} s of budget left)")
+    return str(event.error)
+
+
+class Listeners:
+    """The application's event handlers: called in order, coroutines run as owned tasks."""
+
+    def __init__(self) -> None:
+        self._handlers: list[EventHandler] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def add(self, handler: EventHandler) -> None:
+        self._handlers.append(handler)
+
+    def remove(self, handler: EventHandler) -> None:
+        self._handlers.remove(handler)
+
+    def dispatch(self, event: Event) -> None:
+        for handler in list(self._handlers):
+            try:
+                result = handler(event)
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._tasks.add(task)
+                    task.add_done_callback(self._done)
+            except Exception:
+                _log.exception("connection event handler failed on %s", event.kind)
+
+    def cancel(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("connection event handler failed", exc_info=task.exception())
+
+
+_log = logging.getLogger("switchboard.client")

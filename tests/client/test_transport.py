@@ -1,0 +1,397 @@
+"""The reconnect loop on a fake clock against a scripted endpoint: no sockets, no real waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import pytest
+
+from switchboard.client import (
+    ClientClosed,
+    Disconnected,
+    GaveUp,
+    GivingUp,
+    Reconnected,
+    Reconnecting,
+    ReconnectPolicy,
+    Refused,
+    State,
+    Transport,
+)
+from switchboard.client.testing import StubHub
+from switchboard.testing import FakeClock
+from switchboard.testing.wait import eventually
+
+pytestmark = pytest.mark.timeout(30)
+
+A = "ws://a.test/ws"
+B = "ws://b.test/ws"
+DEFAULTS = ReconnectPolicy()
+
+
+class Recorder:
+    """Connection events as they happen, and a bounded wait for the next one of a kind."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
+        self._changed.set()
+
+    async def wait(self, kind: type | tuple[type, ...], *, after: int = 0) -> Any:
+        async with asyncio.timeout(5):
+            while True:
+                found = [e for e in self.events[after:] if isinstance(e, kind)]
+                if found:
+                    return found[0]
+                self._changed.clear()
+                await self._changed.wait()
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.events]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def hub(clock: FakeClock) -> StubHub:
+    return StubHub(clock)
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+def transport(hub: StubHub, rec: Recorder, *, urls: tuple[str, ...] = (A,),
+              policy: ReconnectPolicy = DEFAULTS, seed: int = 1, **kwargs: Any) -> Transport:
+    t = Transport(urls, client_id="c1", policy=policy, clock=hub.clock, dial=hub.dial,
+                  rng=random.Random(seed), ping_interval=0, refresh_interval=0, **kwargs)
+    t.listeners.add(rec)
+    return t
+
+
+async def restart(hub: StubHub, url: str, *, seconds: float, code: int = 1006) -> float:
+    """The server at ``url`` dies now and accepts again ``seconds`` later; returns 'now'."""
+    now = hub.clock.monotonic()
+    hub.down(url, until=now + seconds)
+    hub.live.server_close(code)
+    return now
+
+
+# -- the budget ---------------------------------------------------------------------------------
+
+
+async def test_survives_a_61s_restart_on_the_default_budget(hub, rec):
+    """The measured restart: 61 s from kill to ready. The default policy, on purpose."""
+    t = transport(hub, rec)
+    await t.open()
+    hub.clock.advance(3600)  # an hour of useful work first: it must not count
+    killed = await restart(hub, A, seconds=61)
+    outcome = await rec.wait((Reconnected, GivingUp))
+    assert isinstance(outcome, Reconnected), f"gave up during a 61 s restart: {outcome.error}"
+    assert t.state is State.READY
+    assert 61 <= hub.clock.monotonic() - killed <= 61 + DEFAULTS.max_delay
+    assert outcome.outage_seconds >= 61
+    # headroom left when back: at least 150 - 61 - 10 = 79 s, more than the restart itself
+    assert outcome.remaining >= 79
+    await t.disconnect()
+
+
+async def test_a_budget_cut_to_42_5s_gives_up_in_the_middle_of_the_restart(hub, rec):
+    """12 capped exponential attempts (~42 s) die inside a 61 s restart: the failure this SDK fixes."""
+    t = transport(hub, rec, policy=ReconnectPolicy(max_wait=42.5))
+    lost: list[str] = []
+    t.on_disconnected(lost.append)
+    waiting: list[asyncio.Future[None]] = []
+    # a call made during the outage waits for the connection...
+    t.listeners.add(lambda e: waiting.append(asyncio.ensure_future(t.emit_message(b"call")))
+                    if isinstance(e, Disconnected) else None)
+    await t.open()
+    killed = await restart(hub, A, seconds=61)
+    gave = await rec.wait(GivingUp)
+    error = gave.error
+    assert isinstance(error, GaveUp)
+    assert hub.clock.monotonic() - killed == pytest.approx(42.5)
+    assert error.outage_seconds == pytest.approx(42.5)
+    assert error.attempts == len(hub.dials) - 1
+    assert "outage of 42.5 s" in str(error)
+    assert f"{error.attempts} attempts" in str(error)
+    # ...and gets the error, as does a new one; nothing hangs, nothing dials any more
+    with pytest.raises(GaveUp):
+        await waiting[0]
+    with pytest.raises(GaveUp):
+        await t.emit_message(b"new call")
+    with pytest.raises(GaveUp):
+        await t.wait_ready()
+    assert lost[-1] == str(error)
+    dials = len(hub.dials)
+    await asyncio.sleep(0)
+    assert len(hub.dials) == dials
+    assert t.state is State.FAILED
+
+
+async def test_the_deadline_starts_at_the_first_failure_not_at_the_drop(hub, rec):
+    """A first attempt that hangs 20 s before failing does not eat into the budget."""
+    slow = {"pending": True}
+
+    async def dial(url: str) -> Any:
+        if slow["pending"] and hub.sockets:
+            slow["pending"] = False
+            hub.clock.advance(20)
+            raise TimeoutError("timed out during opening handshake")
+        return await hub.dial(url)
+
+    t = Transport((A,), client_id="c1", policy=ReconnectPolicy(max_wait=30), clock=hub.clock,
+                  dial=dial, rng=random.Random(3), ping_interval=0, refresh_interval=0)
+    t.listeners.add(rec)
+    await t.open()
+    killed = await restart(hub, A, seconds=float("inf"))
+    gave = await rec.wait(GivingUp)
+    assert hub.clock.monotonic() == pytest.approx(killed + 20 + 30)
+    assert gave.error.outage_seconds == pytest.approx(30)
+
+
+async def test_the_first_connection_gets_the_same_budget_from_its_first_failure(hub, rec):
+    hub.clock.advance(50)
+    hub.down(A, until=62)
+    t = transport(hub, rec, policy=ReconnectPolicy(max_wait=30))
+    await t.open()
+    assert t.state is State.READY
+    assert hub.dials[0] == (50, A)
+    assert rec.kinds()[0] == "reconnecting"  # retries are announced; the first dial is not
+
+
+async def test_delays_never_exceed_max_delay_and_attempts_stay_bounded(hub, rec):
+    """A 150 s outage on one URL: at most 60 attempts (ReconnectPolicy docstring), no sleep above 10 s."""
+    for seed in range(20):
+        clock = FakeClock()
+        hub = StubHub(clock)
+        rec = Recorder()
+        t = transport(hub, rec, seed=seed)
+        await t.open()
+        await restart(hub, A, seconds=float("inf"))
+        gave = await rec.wait(GivingUp)
+        assert all(0 <= s <= DEFAULTS.max_delay for s in clock.sleeps)
+        assert sum(clock.sleeps) == pytest.approx(150)
+        assert gave.error.attempts <= 60
+
+
+# -- URLs, close codes, refusals -----------------------------------------------------------------
+
+
+async def test_attempts_rotate_across_urls_and_the_first_that_answers_wins(hub, rec):
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    assert t.url == A
+    hub.down(B, until=hub.clock.monotonic() + 20)
+    await restart(hub, A, seconds=40)
+    await rec.wait(Reconnected)
+    urls = [url for _, url in hub.dials[1:]]
+    assert urls[:4] == [B, A, B, A]  # the dropped one last
+    assert t.url == B
+    assert urls[-1] == B
+    # one backoff per round, none between the URLs of a round
+    assert len(hub.clock.sleeps) == (len(urls) - 1) // 2
+
+
+@pytest.mark.parametrize("code", [1012, 1001])
+async def test_a_going_away_close_moves_to_another_url_at_once(hub, rec, code):
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    moved = hub.clock.monotonic()
+    await restart(hub, A, seconds=float("inf"), code=code)
+    back = await rec.wait(Reconnected)
+    assert hub.dials[1:] == [(moved, B)]
+    assert hub.clock.sleeps == []
+    assert back.attempts == 1
+    assert back.outage_seconds == 0
+
+
+async def test_a_going_away_close_skips_the_backoff_even_while_flapping(hub, rec):
+    """A rolling restart drains A, then B seconds later: each drain moves on at once."""
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    await restart(hub, A, seconds=float("inf"), code=1012)
+    await rec.wait(Reconnected)
+    hub.clock.advance(1)
+    hub.up(A)
+    await restart(hub, B, seconds=float("inf"), code=1012)
+    await rec.wait(Reconnected, after=len(rec.events))
+    assert t.url == A
+    assert hub.clock.sleeps == []
+
+
+async def test_an_error_frame_is_final(hub, rec):
+    t = transport(hub, rec)
+    await t.open()
+    hub.endpoint(A).refusal = ("Authentication error: token expired", 1008)
+    hub.live.server_close(1006)
+    gave = await rec.wait(GivingUp)
+    assert isinstance(gave.error, Refused)
+    assert gave.error.close_code == 1008
+    assert "token expired" in str(gave.error)
+    assert len(hub.dials) == 2  # the refused attempt, no retry
+    with pytest.raises(Refused):
+        await t.emit_message(b"x")
+
+
+async def test_a_try_again_later_refusal_is_retried(hub, rec):
+    t = transport(hub, rec)
+    await t.open()
+    hub.endpoint(A).refusal = ("Server is draining, please reconnect", 1013)
+    hub.live.server_close(1012)
+    await rec.wait(Reconnecting, after=2)
+    hub.up(A)
+    await rec.wait(Reconnected)
+    assert t.state is State.READY
+
+
+async def test_a_refusal_on_the_first_connection_is_raised(hub, rec):
+    hub.endpoint(A).refusal = ("Failed to establish connection: Permission denied", 1001)
+    t = transport(hub, rec)
+    with pytest.raises(Refused, match="Permission denied"):
+        await t.open()
+    assert t.state is State.FAILED
+
+
+async def test_a_server_that_accepts_then_drops_cannot_loop_forever(hub, rec):
+    """Connections that die within the flap window resume the outage: backoff and deadline go on."""
+    t = transport(hub, rec, policy=ReconnectPolicy(max_wait=30))
+
+    def flap(event: Any) -> None:
+        if isinstance(event, Reconnected):
+            hub.clock.advance(1)
+            hub.live.server_close(1006)
+
+    t.listeners.add(flap)
+    await t.open()
+    hub.live.server_close(1006)
+    gave = await rec.wait(GivingUp)
+    assert isinstance(gave.error, GaveUp)
+    assert sum(hub.clock.sleeps) <= 30
+
+
+# -- identity and calls ----------------------------------------------------------------------------
+
+
+async def test_reconnection_sends_the_latest_reconnection_token_and_the_same_id(hub, rec):
+    t = transport(hub, rec, workspace=None, token="user-token")
+    await t.open()
+    assert hub.hellos[0][1] == {"client_id": "c1", "workspace": None, "token": "user-token",
+                                "reconnection_token": None}
+    hub.live.push('{"type": "reconnection_token", "reconnection_token": "rt-refreshed"}')
+    hub.live.server_close(1006)
+    await rec.wait(Reconnected)
+    assert hub.hellos[1][1] == {"client_id": "c1", "workspace": None, "token": "user-token",
+                                "reconnection_token": "rt-refreshed"}
+    hub.live.server_close(1006)
+    await rec.wait(Reconnected, after=len(rec.events))
+    assert hub.hellos[2][1]["reconnection_token"] == "rt-2"  # from the last connection_info
+
+
+async def test_a_drop_tells_the_rpc_to_fail_calls_in_flight_and_queues_new_ones(hub, rec):
+    t = transport(hub, rec)
+    lost: list[str] = []
+    t.on_disconnected(lost.append)
+    await t.open()
+    await t.emit_message(b"before")
+    first = hub.live
+    await restart(hub, A, seconds=5)
+    await rec.wait(Disconnected)
+    assert lost == [f"{A} closed the connection (code 1006); calls in flight fail "
+                    "(only idempotent ones are retried)"]
+    queued = asyncio.ensure_future(t.emit_message(b"during"))
+    await rec.wait(Reconnected)
+    await queued
+    assert first.sent == [b"before"]
+    assert hub.live.sent == [b"during"]
+
+
+async def test_a_connection_that_dies_while_services_re_register_is_a_failed_attempt(hub, rec):
+    t = transport(hub, rec)
+    rounds = {"n": 0}
+
+    async def reregister(info: dict[str, Any]) -> None:
+        rounds["n"] += 1
+        if rounds["n"] == 1:  # the new connection dies while services re-register
+            hub.live.server_close(1006)
+            await asyncio.Event().wait()  # cancelled by the transport, not left hanging
+
+    t.on_connected(reregister)
+    await t.open()
+    hub.live.server_close(1006)
+    back = await rec.wait(Reconnected)
+    assert rounds["n"] == 2
+    assert t.drops == 2
+    assert back.attempts == 2
+    assert rec.kinds().count("disconnected") == 2
+
+
+async def test_events_and_one_log_line_per_attempt(hub, rec, caplog):
+    caplog.set_level(logging.INFO, logger="switchboard.client")
+    t = transport(hub, rec)
+    await t.open()
+    await restart(hub, A, seconds=3)
+    back = await rec.wait(Reconnected)
+    kinds = rec.kinds()
+    assert kinds[0] == "disconnected"
+    assert kinds[-1] == "reconnected"
+    attempts = [e for e in rec.events if isinstance(e, Reconnecting)]
+    assert [e.attempt for e in attempts] == list(range(1, back.attempts + 1))
+    assert attempts[0].delay == 0
+    assert attempts[0].error is None
+    assert all(e.delay <= DEFAULTS.max_delay and e.elapsed >= 0 for e in attempts)
+    lines = [r.getMessage() for r in caplog.records if r.name == "switchboard.client"]
+    assert sum("reconnecting to" in line for line in lines) == back.attempts
+    assert any(line.startswith("client c1: reconnected to") for line in lines)
+
+
+async def test_async_event_handlers_run_without_blocking_the_loop(hub, rec):
+    seen: list[str] = []
+
+    async def handler(event: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append(event.kind)
+
+    t = transport(hub, rec)
+    t.listeners.add(handler)
+    await t.open()
+    hub.live.server_close(1012)
+    await rec.wait(Reconnected)
+    await eventually(lambda: "reconnected" in seen, timeout=5, what="the async handler", interval=0)
+
+
+async def test_disconnect_during_an_outage_stops_everything(hub, rec):
+    t = transport(hub, rec)
+    await t.open()
+    waiting: list[asyncio.Future[None]] = []
+    t.listeners.add(lambda e: waiting.append(asyncio.ensure_future(t.emit_message(b"x")))
+                    if isinstance(e, Reconnecting) and e.attempt == 3 else None)
+    await restart(hub, A, seconds=float("inf"))
+    await rec.wait(Reconnecting, after=3)
+    await t.disconnect()
+    with pytest.raises(ClientClosed):
+        await waiting[0]
+    dials = len(hub.dials)
+    await asyncio.sleep(0)
+    assert t.state is State.CLOSED
+    assert len(hub.dials) == dials
+
+
+async def test_keepalive_pings_and_refreshes_the_reconnection_token(hub, rec):
+    hub.token_lifetime = 90.0  # refresh every 60 s (life / 1.5)
+    t = Transport((A,), client_id="c1", clock=hub.clock, dial=hub.dial, ping_interval=20)
+    await t.open()
+    await eventually(lambda: len(hub.live.sent) >= 4, timeout=5, what="4 control frames", interval=0)
+    await t.disconnect()
+    assert hub.live.sent[:4] == ['{"type": "ping"}', '{"type": "ping"}',
+                                 '{"type": "refresh_token"}', '{"type": "ping"}']
