@@ -12,7 +12,10 @@
     ├── NotFound (KeyError)               a workspace, service or function does not exist
     ├── TargetNotConnected                a message's target has no live connection
     ├── LimitExceeded                     a per-client quota was hit
-    └── BackendError                      the registry or bus failed (e.g. Redis down)
+    ├── BackendError                      the registry or bus failed (e.g. Redis down)
+    │   └── LeaseLost                         this replica no longer holds a lease (backends/redis/lease.py)
+    └── client errors (client/errors.py):  GaveUp (ConnectionError), Refused (ConnectionAbortedError),
+                                           CallInterrupted, ClientClosed
 
 Where a caller expects a stdlib type the class subclasses it too, so
 ``except PermissionError`` keeps working.
