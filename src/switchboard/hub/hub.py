@@ -16,28 +16,23 @@ from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import (
-    AuthError,
-    BackendError,
     HandshakeError,
     PermissionDenied,
     ProtocolError,
 )
+from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import (
     ROOT,
-    Permission,
     TokenIssuer,
     User,
-    new_anonymous_user,
-    user_workspace,
 )
 from switchboard.hub.inflight import InFlight, is_call, reply_session
-from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
 log = logging.getLogger("switchboard.hub")
@@ -70,6 +65,7 @@ class Hub:
         self.metrics = metrics
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
+        self.gate = Gatekeeper(settings=settings, issuer=issuer, registry=registry, counts=self.counts, clock=clock)
         self.replica_id = settings.replica_id
         self.manager_id = f"manager-{settings.server_id}"
         self.manager_address = f"*/{self.manager_id}"
@@ -114,67 +110,8 @@ class Hub:
     # -- admission -----------------------------------------------------------
 
     async def admit(self, hello: Hello) -> tuple[User, str, bool]:
-        """Decide who the client is and which workspace it joins.
-
-        Returns ``(user, workspace, reconnecting)`` or raises
-        :class:`HandshakeError` with the message the client will see.
-        """
-        if hello.reconnection_token:
-            try:
-                user = self.issuer.verify(hello.reconnection_token)
-            except AuthError as exc:
-                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
-            if user.client_id != hello.client_id or not user.current_workspace:
-                raise HandshakeError(
-                    "Authentication error: reconnection token was issued to another client",
-                    CLOSE_POLICY,
-                )
-            workspace = user.current_workspace
-            if hello.workspace and hello.workspace != workspace:
-                raise HandshakeError(
-                    f"Failed to establish connection: reconnection token is for workspace "
-                    f"{workspace}, not {hello.workspace}",
-                    CLOSE_GOING_AWAY,
-                )
-            return user, workspace, True
-        if hello.token:
-            try:
-                user = self.issuer.verify(hello.token)
-            except AuthError as exc:
-                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
-            if user.client_id and user.client_id != hello.client_id:
-                raise HandshakeError(
-                    f"Authentication error: token is bound to client id {user.client_id}",
-                    CLOSE_POLICY,
-                )
-            if user.current_workspace and hello.workspace and hello.workspace != user.current_workspace:
-                raise HandshakeError(
-                    "Failed to establish connection: Failed to authenticate user: Current "
-                    f"workspace encoded in the token ({user.current_workspace}) does not match "
-                    f"the specified workspace ({hello.workspace})",
-                    CLOSE_GOING_AWAY,
-                )
-            workspace = hello.workspace or user.current_workspace or user_workspace(user.id)
-        else:
-            user = new_anonymous_user()
-            workspace = hello.workspace or user_workspace(user.id)
-        if not user.can(workspace, Permission.READ):
-            if await self._workspace_exists(workspace):
-                raise HandshakeError(
-                    f"Failed to establish connection: Permission denied for workspace: {workspace}",
-                    CLOSE_GOING_AWAY,
-                )
-            raise HandshakeError(
-                f"Failed to establish connection: 'Workspace {workspace} does not exist or is "
-                "not accessible'",
-                CLOSE_GOING_AWAY,
-            )
-        return user, workspace, False
-
-    async def _workspace_exists(self, workspace: str) -> bool:
-        if workspace == "public" or workspace in self._by_workspace:
-            return True
-        return bool(await self.registry.find(ServiceQuery(workspace)))
+        """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
+        return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
 
     async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
         """Make ``peer`` the live connection for its id; return its ``connection_info``."""
@@ -194,7 +131,7 @@ class Hub:
                 )
             if stale:
                 await self.purge(peer.workspace, peer.client_id)
-        await self._count_in(peer)
+        await self.gate.count_in(peer)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
@@ -224,51 +161,14 @@ class Hub:
             "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
         }
 
-    async def _count_in(self, peer: Peer) -> None:
-        """Enforce the hub-wide connection limits (fail open if the counter is unreachable)."""
-        s = self.settings
-        peer.rate = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
-        try:
-            per_user, per_workspace = await self.counts.add(peer.user.id, peer.workspace)
-        except BackendError as exc:
-            peer.log.warning("connection limits not enforced: %s", exc)
-            return
-        peer.counted = True
-        if per_user > s.max_connections_per_user or per_workspace > s.max_connections_per_workspace:
-            await self._count_out(peer)
-            what, limit = (
-                ("user " + peer.user.id, s.max_connections_per_user)
-                if per_user > s.max_connections_per_user
-                else ("workspace " + peer.workspace, s.max_connections_per_workspace)
-            )
-            raise HandshakeError(
-                f"Too many connections for {what} (limit {limit}); close some and retry",
-                handshake.CLOSE_TRY_AGAIN,
-            )
-
-    async def _count_out(self, peer: Peer) -> None:
-        if not peer.counted:
-            return
-        peer.counted = False
-        try:
-            await self.counts.remove(peer.user.id, peer.workspace)
-        except BackendError as exc:
-            peer.log.warning("connection count not released: %s", exc)
-
     def reconnection_token(self, peer: Peer) -> str:
-        return self.issuer.issue(
-            peer.user,
-            workspace=peer.workspace,
-            permission=peer.user.permission(peer.workspace),
-            expires_in=self.settings.reconnection_token_lifetime,
-            client_id=peer.client_id,
-        )
+        return self.gate.reconnection_token(peer)
 
     async def detach(self, peer: Peer) -> None:
         """Forget a closed connection, unless a newer one of the same client replaced it."""
         peer.close(1000, "")
         self.inflight.forget_peer(peer.id)
-        await self._count_out(peer)
+        await self.gate.count_out(peer)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)

@@ -21,7 +21,8 @@ from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, Protoc
 from switchboard.hub.auth import Permission, child_user
 from switchboard.hub.peer import Peer
 from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
+from switchboard.protocol.values import plain
 
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
@@ -60,17 +61,6 @@ class _RouterLink:
 
     async def disconnect(self, reason: str | None = None) -> None:
         self.handler = None
-
-
-def _obj(value: Any) -> Any:
-    """Decoded values arrive as Munch/ObjectProxy: turn them into plain data."""
-    if hasattr(value, "toDict"):
-        value = value.toDict()
-    if isinstance(value, dict):
-        return {k: _obj(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_obj(v) for v in value]
-    return value
 
 
 class WorkspaceManager:
@@ -224,7 +214,7 @@ class WorkspaceManager:
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
         peer = self._caller(context)
-        raw = _obj(service)
+        raw = plain(service)
         if not isinstance(raw, dict):
             raise ProtocolError("register_service expects a service info object")
         short = str(raw.get("id", "")).rpartition(":")[2]
@@ -284,13 +274,13 @@ class WorkspaceManager:
     async def get_service_info(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> ServiceInfo:
         """The registered info of one service."""
         peer = self._caller(context)
-        config = _obj(config) or {}
+        config = plain(config) or {}
         return await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
 
     async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
         """A service object whose methods the caller can call directly."""
         peer = self._caller(context)
-        config = _obj(config) or {}
+        config = plain(config) or {}
         info = await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
         timeout = float(config.get("timeout") or 10.0)
         return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
@@ -298,7 +288,7 @@ class WorkspaceManager:
     async def list_services(self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None) -> list[ServiceInfo]:
         """Services visible to the caller, filtered by ``query``."""
         peer = self._caller(context)
-        q, filters = _list_query(_obj(query), peer.workspace)
+        q, filters = list_query(plain(query), peer.workspace)
         found = await self.hub.registry.find(q)
         result = []
         for info in found:
@@ -310,7 +300,7 @@ class WorkspaceManager:
                 include_unlisted=include_unlisted,
             ):
                 continue
-            if all(_field(info, k) == v for k, v in filters.items()):
+            if all(field_of(info, k) == v for k, v in filters.items()):
                 result.append(info)
         return result
 
@@ -336,7 +326,7 @@ class WorkspaceManager:
     async def generate_token(self, config: Any = None, context: dict[str, Any] | None = None) -> str:
         """A token for another client to join a workspace with a given permission."""
         peer = self._caller(context)
-        config = _obj(config) or {}
+        config = plain(config) or {}
         if not isinstance(config, dict):
             raise ProtocolError("generate_token expects a config object")
         ws = config.get("workspace") or peer.workspace
@@ -394,39 +384,7 @@ class WorkspaceManager:
 
 
 def _event_names(event_type: Any) -> list[str]:
-    names = [event_type] if isinstance(event_type, str) else _obj(event_type)
+    names = [event_type] if isinstance(event_type, str) else plain(event_type)
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
         raise ProtocolError("event_type must be a non-empty string or list of strings")
     return names
-
-
-_LIST_KEYS = {"workspace", "client_id", "service_id", "id", "type", "visibility", "app_id"}
-
-
-def _list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]]:
-    """The registry query and the extra field filters of a ``list_services`` call."""
-    if query is None:
-        return ServiceQuery(workspace), {}
-    if isinstance(query, str):
-        if "/" not in query and ":" not in query:
-            return ServiceQuery(query), {}
-        q = svc_ids.parse_query(query, workspace)
-        return q, ({"visibility": "public"} if q.workspace == "*" else {})
-    if isinstance(query, dict):
-        unknown = set(query) - _LIST_KEYS
-        if unknown:
-            raise ProtocolError(f"Unknown list_services keys: {', '.join(sorted(unknown))}")
-        q = ServiceQuery(
-            query.get("workspace") or workspace,
-            query.get("client_id") or "*",
-            query.get("service_id") or query.get("id") or "*",
-            query.get("app_id") or "*",
-        )
-        filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
-        return q, filters
-    raise ProtocolError("list_services query must be null, a string or an object")
-
-
-def _field(info: ServiceInfo, key: str) -> Any:
-    return svc_ids.visibility(info) if key == "visibility" else info.get(key)
-

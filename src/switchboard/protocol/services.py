@@ -155,3 +155,35 @@ def prepare_registration(
     info.setdefault("docs", None)
     info["app_id"] = info.get("app_id") or "*"
     return info
+
+
+_LIST_KEYS = {"workspace", "client_id", "service_id", "id", "type", "visibility", "app_id"}
+
+
+def list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]]:
+    """The registry query and the extra field filters of a ``list_services`` call."""
+    if query is None:
+        return ServiceQuery(workspace), {}
+    if isinstance(query, str):
+        if "/" not in query and ":" not in query:
+            return ServiceQuery(query), {}
+        q = parse_query(query, workspace)
+        return q, ({"visibility": "public"} if q.workspace == "*" else {})
+    if isinstance(query, dict):
+        unknown = set(query) - _LIST_KEYS
+        if unknown:
+            raise ProtocolError(f"Unknown list_services keys: {', '.join(sorted(unknown))}")
+        q = ServiceQuery(
+            query.get("workspace") or workspace,
+            query.get("client_id") or "*",
+            query.get("service_id") or query.get("id") or "*",
+            query.get("app_id") or "*",
+        )
+        filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
+        return q, filters
+    raise ProtocolError("list_services query must be null, a string or an object")
+
+
+def field_of(info: ServiceInfo, key: str) -> Any:
+    return visibility(info) if key == "visibility" else info.get(key)
+

@@ -23,9 +23,9 @@ from switchboard.errors import (
     SwitchboardError,
 )
 from switchboard.hub.auth import Permission, User, user_workspace
-from switchboard.hub.manager import _obj
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.values import plain
 from switchboard.server.state import ServerState
 
 log = logging.getLogger("switchboard.http")
@@ -82,7 +82,7 @@ def _user(request: Request) -> tuple[User, str]:
 
 
 def _jsonable(value: Any) -> Any:
-    value = _obj(value)
+    value = plain(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dict):
@@ -96,7 +96,7 @@ def _jsonable(value: Any) -> Any:
 
 def _respond(value: Any, as_msgpack: bool) -> Response:
     if as_msgpack:
-        return Response(msgpack.packb(_obj(value), use_bin_type=True, default=str), media_type="application/msgpack")
+        return Response(msgpack.packb(plain(value), use_bin_type=True, default=str), media_type="application/msgpack")
     return JSONResponse(_jsonable(value))
 
 

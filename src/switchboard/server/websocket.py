@@ -18,6 +18,10 @@ log = logging.getLogger("switchboard.server")
 
 _LEGACY_PARAMS = ("client_id", "workspace", "token")
 
+# Seconds a peer the hub closed has to complete the close handshake before its
+# connection is dropped without it (see ``_serve``).
+CLOSE_GRACE = 2.0
+
 
 class WebSocketTransport:
     """A :class:`~switchboard.hub.peer.Transport` over a Starlette WebSocket."""
@@ -89,7 +93,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         # reading connection_info must still be detached, not leaked.
         await websocket.send_text(json.dumps(info))
         writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
-        await _read_loop(websocket, peer, state)
+        await _serve(websocket, peer, state, writer)
     except WebSocketDisconnect:
         pass  # the client left before connection_info reached it: clean up below
     finally:
@@ -100,6 +104,38 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
                 await asyncio.wait_for(writer, 5)
             if not writer.done():
                 writer.cancel()
+
+
+async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None]) -> None:
+    """Read until either side closes, and never wait for ever on a client that stopped reading.
+
+    When the hub closes a peer (slow consumer, superseded, drain), the writer
+    sends the close frame and the client's answer wakes the reader. A client
+    that stopped reading never answers: the writer is stuck in a send and the
+    reader waits for a frame that never comes, which would keep the peer (its
+    registrations, its connection slot) attached for as long as the socket
+    lives. After ``CLOSE_GRACE`` both are stopped and the peer is detached; the
+    writer's clean-up still offers the close frame, bounded.
+    """
+    reader = asyncio.create_task(_read_loop(websocket, peer, state), name=f"reader {peer.id}")
+    closed = asyncio.create_task(peer.wait_closed(), name=f"closed {peer.id}")
+    try:
+        await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
+        if not reader.done():
+            await asyncio.wait((reader,), timeout=CLOSE_GRACE)
+        if not reader.done():
+            peer.log.warning(
+                "no close handshake within %gs after %r: dropping the connection",
+                CLOSE_GRACE, peer.close_reason,
+            )
+            writer.cancel()
+            reader.cancel()
+            await asyncio.wait((reader,))
+    finally:
+        closed.cancel()
+        reader.cancel()  # a no-op once it is done; stops it if we are being cancelled
+    if not reader.cancelled() and (exc := reader.exception()) is not None:
+        raise exc
 
 
 async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState) -> None:
