@@ -101,9 +101,9 @@ class Settings:
         minimum=1,
     )
     max_messages_per_second: float = setting(
-        500.0,
-        "Average frames per second one client may send (token bucket; bursts up to --message-burst).",
-        "500/s: a busy client never notices, a flooding one is held to a share of one core",
+        1000.0,
+        "Average frames per second one client may send (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
+        "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )
     message_burst: int = setting(

@@ -132,3 +132,24 @@ async def test_connection_limits_count_across_replicas(replicas, clients):
         await clients(b.url, client_id="w3", token=token)
     with pytest.raises(ConnectionAbortedError, match="Too many connections"):
         await clients(a.url, client_id="w4", token=token)
+
+
+async def test_connections_of_a_sigkilled_replica_stop_counting(replicas, clients):
+    a = replicas.start("ra", "--max-connections-per-user", "1")
+    b = replicas.start("rb", "--max-connections-per-user", "1", "--leader-lease-ttl", "1.5")
+    owner = await clients(b.url, client_id="owner")
+    token = await owner.generate_token()
+    holder = await clients(a.url, client_id="w1", token=token)
+    with pytest.raises(ConnectionAbortedError, match="Too many connections"):
+        await clients(b.url, client_id="w2", token=token)
+    a.kill()  # its count of w1 stays in Redis until the leader sees A's presence expire
+    await holder.disconnect()
+
+    async def joins() -> bool:
+        try:
+            await clients(b.url, client_id="w2", token=token)
+        except ConnectionAbortedError:
+            return False
+        return True
+
+    await eventually(joins, timeout=20, what="the dead replica's connection count forgotten")

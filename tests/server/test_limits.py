@@ -83,3 +83,22 @@ async def test_pending_calls_per_client_are_capped():
         assert await svc.wait() == "done"  # room again once replies came back
         for client in (caller, provider):
             await client.disconnect()
+
+
+async def test_a_provider_over_its_rate_still_delivers_every_reply():
+    """Replies answer calls that are open: refusing them would hang innocent callers."""
+    async with running(settings_for_tests(max_messages_per_second=10, message_burst=30)) as srv:
+        provider = await connect_to_server({"server_url": srv.url, "client_id": "prov"})
+        await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda x: x})
+        callers = [
+            await connect_to_server({"server_url": srv.url, "client_id": f"c{i}", "method_timeout": 10})
+            for i in range(4)
+        ]
+        ws = provider.config["workspace"]
+        services = [await c.get_service(f"{ws}/prov:s") for c in callers]
+        # each caller stays within its own rate; together they push the provider past its rate
+        results = await asyncio.gather(*(svc.f(i) for svc in services for i in range(15)))
+        assert sorted(results) == sorted(i for _ in services for i in range(15))
+        assert srv.hub.metrics.rate_limited._value.get() == 0  # nothing anyone sent was refused
+        for client in (*callers, provider):
+            await client.disconnect()

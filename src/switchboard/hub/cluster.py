@@ -38,6 +38,7 @@ log = logging.getLogger("switchboard.cluster")
 
 PRESENCE_PREFIX = "sb:presence:"
 LEADER_KEY = "sb:leader"
+REPLICAS_KEY = "sb:replicas"  # every replica that announced itself, until the leader forgets it
 PRESENCE_INTERVAL = 2.0  # seconds between presence writes and registry epoch checks
 PRESENCE_TTL = 6.0  # three missed writes and a replica counts as gone
 
@@ -101,6 +102,7 @@ class Cluster:
                 await self.elector.resign()
                 await self.registry.remove_replica_state(self.hub.replica_id)
                 await self.redis.delete(PRESENCE_PREFIX + self.hub.replica_id)
+                await self.redis.srem(REPLICAS_KEY, self.hub.replica_id)
 
     # -- presence and recovery ---------------------------------------------
 
@@ -111,8 +113,11 @@ class Cluster:
                 await self._write_presence()
                 if await self.registry.check_reset():
                     await self._reassert()
-                if self.elector.is_leader and hasattr(self.hub.counts, "forget_replicas"):
-                    await self.hub.counts.forget_replicas(await self.live_replicas())
+                elif repaired := await self.hub.repair_registry():
+                    self.reasserted += repaired
+                    self.log.info("re-wrote %d registrations deferred by a Redis outage", repaired)
+                if self.elector.is_leader:
+                    await self._forget_dead_replicas()
             except (RedisError, BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
 
@@ -134,6 +139,7 @@ class Cluster:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=fields)
             pipe.pexpire(key, int(PRESENCE_TTL * 1000))
+            pipe.sadd(REPLICAS_KEY, self.hub.replica_id)
             await pipe.execute()
 
     async def _reassert(self) -> None:
@@ -142,11 +148,30 @@ class Cluster:
         self.reasserted += count
         self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(self.hub.peers))
 
+    async def known_and_live(self) -> tuple[set[str], set[str]]:
+        """Replicas that ever announced themselves, and those whose presence is current.
+
+        One set read and one pipelined EXISTS per replica: no keyspace scan,
+        so the cost does not grow with the number of clients.
+        """
+        known = {m.decode() for m in await self.redis.smembers(REPLICAS_KEY)}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for replica in sorted(known):
+                pipe.exists(PRESENCE_PREFIX + replica)
+            alive = await pipe.execute()
+        return known, {r for r, up in zip(sorted(known), alive, strict=True) if up}
+
     async def live_replicas(self) -> set[str]:
-        found = set()
-        async for key in self.redis.scan_iter(match=PRESENCE_PREFIX + "*", count=500):
-            found.add(key.decode().removeprefix(PRESENCE_PREFIX))
-        return found
+        return (await self.known_and_live())[1]
+
+    async def _forget_dead_replicas(self) -> None:
+        """The leader drops what replicas that died without a goodbye still count."""
+        known, live = await self.known_and_live()
+        for dead in known - live:
+            forget = getattr(self.hub.counts, "forget_replica", None)
+            if forget is not None:
+                await forget(dead)
+            await self.redis.srem(REPLICAS_KEY, dead)
 
     # -- the reaper's three callbacks --------------------------------------
 

@@ -15,17 +15,9 @@ from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import (
-    HandshakeError,
-    PermissionDenied,
-    ProtocolError,
-)
+from switchboard.errors import BackendError, HandshakeError, PermissionDenied, ProtocolError
 from switchboard.hub.admission import Gatekeeper
-from switchboard.hub.auth import (
-    ROOT,
-    TokenIssuer,
-    User,
-)
+from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.inflight import InFlight, is_call, reply_session
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -75,6 +67,9 @@ class Hub:
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
         self.inflight = InFlight()
+        # registry writes that failed while the backend was away, repaired by the cluster loop
+        self.unpurged: set[tuple[str, str]] = set()
+        self.registry_dirty = False
         self.draining = False
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
@@ -180,7 +175,12 @@ class Hub:
             del self._by_workspace[peer.workspace]
             await self.bus.unsubscribe(_BUS_WORKSPACE + peer.workspace)
         self.metrics.clients.set(len(self.peers))
-        await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
+        try:
+            await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
+        except BackendError as exc:
+            # Redis is away: the registrations stay until the cluster loop retries
+            peer.log.warning("registrations not removed yet: %s", exc)
+            self.unpurged.add((peer.workspace, peer.client_id))
         peer.log.info("disconnected (%s)", peer.close_reason or "closed")
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
@@ -228,7 +228,7 @@ class Hub:
             peer.send(handshake.error_text(f"Invalid message: {exc}"))
             return
         method = env.main.get("method")
-        refusal = self._over_limit(peer, method, env.session)
+        refusal = self._over_limit(peer, method, env.session, route.target)
         if refusal:
             self.metrics.rate_limited.inc()
             if env.session:
@@ -237,6 +237,8 @@ class Hub:
                 ))
             return
         if route.kind == "manager":
+            if (replied := reply_session(method)) is not None:
+                self.inflight.closed(route.target, replied)
             await self._to_manager(method, frame)
         elif route.kind == "client":
             new_call = is_call(method, env.session)
@@ -251,10 +253,17 @@ class Hub:
                 return
             await self.broadcast(route.workspace, env.type, frame)
 
-    def _over_limit(self, peer: Peer, method: Any, session: str | None) -> str | None:
-        """Why this frame is refused (rate or pending-call limit), or ``None``."""
+    def _over_limit(self, peer: Peer, method: Any, session: str | None, target: str) -> str | None:
+        """Why this frame is refused (rate or pending-call limit), or ``None``.
+
+        A reply that answers a call still open is never refused: dropping it
+        would punish the caller, who did nothing wrong, with a timeout.
+        """
         s = self.settings
         if peer.rate is not None and not peer.rate.take():
+            replied = reply_session(method)
+            if replied is not None and self.inflight.is_open(target, replied):
+                return None
             return f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
         if is_call(method, session) and self.inflight.pending(peer.id) >= s.max_pending_calls:
             return f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
@@ -266,8 +275,8 @@ class Hub:
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
             self.manager.receive(frame)
-        elif await self.bus.publish(_BUS_REPLICA + origin, frame) == 0:
-            self.log.info("manager reply for replica %s dropped: it is gone", origin)
+        elif await self._publish(_BUS_REPLICA + origin, frame) == 0:
+            self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
 
     def _on_bus_client(self, peer: Peer, data: bytes) -> None:
         """A frame another replica routed to one of our clients."""
@@ -310,6 +319,8 @@ class Hub:
         if target == self.manager_address:
             self.manager.receive(frame)
             return
+        if is_call(env.main.get("method"), env.session):  # so the client's reply is never refused
+            self.inflight.opened(self.manager_address, env.session, target, self.peers)  # type: ignore[arg-type]
         await self.deliver(target, frame, session=env.session, caller=self.manager_address)
 
     async def deliver(
@@ -331,17 +342,28 @@ class Hub:
         elif await self._publish_to_client(target, frame, session, caller):
             self.metrics.messages_routed.inc()
             return True
-        elif self.retry.window > 0 and await self._registered_anywhere(target):
+        elif self.retry.window > 0 and await self._worth_retrying(target):
             self.metrics.publishes_to_nobody.inc()
             self.retry.add(target, Undelivered(frame, session, caller))
             return True
         self._undeliverable(target, session, caller)
         return False
 
-    async def _registered_anywhere(self, target: str) -> bool:
-        """Does some replica claim this client? (Then it is worth a retry.)"""
+    async def _worth_retrying(self, target: str) -> bool:
+        """Does some replica claim this client, or can we not tell right now?"""
         ws, _, cid = target.partition("/")
-        return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in")))
+        try:
+            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in")))
+        except BackendError:
+            return True  # the registry is unreachable: a retry may well succeed
+
+    async def _publish(self, channel: str, data: bytes) -> int:
+        """Publish; a bus failure counts as "nobody received it", never as a crash."""
+        try:
+            return await self.bus.publish(channel, data)
+        except BackendError as exc:
+            self.log.warning("publish failed: %s", exc)
+            return 0
 
     def _undeliverable(self, target: str, session: str | None, caller: str) -> None:
         self.metrics.undeliverable.inc()
@@ -359,14 +381,12 @@ class Hub:
     async def _publish_to_client(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
         if session and caller == self.manager_address:
             frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
-        return await self.bus.publish(_BUS_CLIENT + target, frame) > 0
+        return await self._publish(_BUS_CLIENT + target, frame) > 0
 
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
         self._broadcast_local(workspace, event_type, frame)
-        await self.bus.publish(
-            _BUS_WORKSPACE + workspace, self.replica_id.encode() + b"\n" + frame
-        )
+        await self._publish(_BUS_WORKSPACE + workspace, self.replica_id.encode() + b"\n" + frame)
 
     def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None:
         for peer in self._by_workspace.get(workspace, ()):
@@ -391,6 +411,18 @@ class Hub:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
         await self.broadcast(workspace, event_type, frame)
+
+    async def repair_registry(self) -> int:
+        """Retry what a backend outage left undone; return how many registrations were re-written."""
+        for ws, cid in list(self.unpurged):
+            if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
+                await self.purge(ws, cid, owner=self.replica_id)
+            self.unpurged.discard((ws, cid))
+        if not self.registry_dirty:
+            return 0
+        self.registry_dirty = False
+        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
+        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
 
     # -- draining ----------------------------------------------------------------
 

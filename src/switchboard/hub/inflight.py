@@ -73,6 +73,9 @@ class InFlight:
         else:
             self._pending.pop(caller, None)
 
+    def is_open(self, caller: str, session: str) -> bool:
+        return (caller, session) in self._calls
+
     def pending(self, caller: str) -> int:
         """Calls ``caller`` made that still wait for a reply."""
         return self._pending.get(caller, 0)

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from hypha_rpc import RPC
 from hypha_rpc.utils.schema import schema_function
 
-from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
+from switchboard.errors import (
+    BackendError,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    ProtocolError,
+)
 from switchboard.hub.auth import Permission, child_user
 from switchboard.hub.peer import Peer
 from switchboard.protocol import services as svc_ids
@@ -232,11 +238,18 @@ class WorkspaceManager:
             raise LimitExceeded(
                 f"Too many services: a client may register at most {self.hub.settings.max_services_per_client}"
             )
-        previous = await self.hub.registry.register(info)
+        peer.services[info["id"]] = info
+        try:
+            previous = await self.hub.registry.register(info)
+        except BackendError as exc:
+            # The shared registry is away. The client keeps working with its
+            # peers here, and the cluster loop writes the registration back.
+            peer.log.warning("registration of %s deferred: %s", info["id"], exc)
+            self.hub.registry_dirty = True
+            return None
         if peer.closed or self.hub.peer_for(peer.id) is not peer:
             await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
             return None
-        peer.services[info["id"]] = info
         if previous is None:
             self.hub.metrics.services.inc()
         ws = peer.workspace

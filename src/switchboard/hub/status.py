@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from switchboard.backends.redis import make_client
-from switchboard.hub.cluster import LEADER_KEY, PRESENCE_PREFIX
+from switchboard.hub.cluster import LEADER_KEY, PRESENCE_PREFIX, REPLICAS_KEY
 
 
 async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -14,9 +14,9 @@ async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]
     redis = make_client(redis_url)
     try:
         replicas = []
-        async for key in redis.scan_iter(match=PRESENCE_PREFIX + "*", count=500):
-            raw = await redis.hgetall(key)
-            if raw:
+        for member in await redis.smembers(REPLICAS_KEY):
+            raw = await redis.hgetall(PRESENCE_PREFIX + member.decode())
+            if raw:  # a replica whose presence expired is gone
                 replicas.append({k.decode(): v.decode() for k, v in raw.items()})
         holder = await redis.get(LEADER_KEY)
     finally:

@@ -18,6 +18,20 @@ from switchboard.errors import ProtocolError
 # unpacker recurses, so a hostile header could otherwise cost stack and time.
 MAX_HEADER_BYTES = 64 * 1024
 
+# Event types only the hub sends (protocol §7.2, §3.5, §7.4). hypha-rpc acts on
+# some of them without looking at the sender: on ``client_disconnected`` or
+# ``peer_not_found`` it fails every call waiting on the peer they name. A
+# client that could send one could cancel other clients' calls, in any
+# workspace, so the router refuses them from clients.
+SERVER_EVENT_TYPES = frozenset(
+    {
+        "service_added", "service_removed", "service_updated", "client_connected",
+        "client_disconnected", "client_updated", "workspace_loaded", "workspace_deleted",
+        "workspace_changed", "workspace_ready", "workspace_unloaded", "workspace_status_changed",
+        "peer_not_found", "force-exit",
+    }
+)
+
 
 @dataclass(slots=True)
 class Envelope:
@@ -54,7 +68,7 @@ def decode(frame: bytes) -> Envelope:
     except msgpack.OutOfData:
         raise ProtocolError("truncated msgpack frame") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"binary frame is not valid msgpack: {exc or type(exc).__name__}") from None
+        raise ProtocolError(f"binary frame is not valid msgpack: {str(exc) or type(exc).__name__}") from None
     offset = unpacker.tell()
     if not isinstance(main, dict):
         raise ProtocolError(f"message header must be a map, got {type(main).__name__}")
@@ -82,9 +96,12 @@ def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], t
     """Overwrite the trusted fields the client may have forged and re-pack.
 
     ``from``, ``ws`` and ``user`` drive reply addressing and the callee's
-    permission checks, so they always come from the server, never the sender.
+    permission checks, so they always come from the server, never the sender;
+    a server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
     """
     main = env.main
+    if main["type"] in SERVER_EVENT_TYPES:
+        raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
     main["from"] = sender
     main["ws"] = workspace
     main["user"] = user

@@ -40,7 +40,7 @@ def parse_hello(text: str | bytes) -> Hello:
             ) from None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         raise HandshakeError(
             "Failed to decode authentication information", CLOSE_UNSUPPORTED
         ) from None
@@ -103,7 +103,7 @@ def parse_control(text: str) -> str | None:
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." of a few hundred chars
         return None
     if isinstance(data, dict) and data.get("type") in ("ping", "refresh_token"):
         return data["type"]

@@ -113,7 +113,10 @@ def prepare_registration(
     """Normalise what ``register_service`` received into the stored service info."""
     if not isinstance(service, dict):
         raise ProtocolError("register_service expects a service info object")
-    info = copy.deepcopy(service)
+    try:
+        info = copy.deepcopy(service)
+    except RecursionError:
+        raise ProtocolError("service info is nested too deeply") from None
     raw_id = info.get("id")
     if not isinstance(raw_id, str) or not raw_id:
         raise ProtocolError("service info has no 'id'")

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+import math
 from typing import Any
 
 import msgpack
@@ -193,8 +194,8 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not body:
         return {}, as_msgpack
     try:
-        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body)
-    except (ValueError, msgpack.UnpackException) as exc:
+        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json)
+    except (ValueError, RecursionError, msgpack.UnpackException) as exc:
         kind = "msgpack" if as_msgpack else "JSON"
         raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
@@ -202,18 +203,42 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     return data, as_msgpack
 
 
+def _not_json(name: str) -> Any:
+    """``NaN`` and ``Infinity`` are not JSON: refused, as no JSON answer could carry them back."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _query_value(text: str) -> Any:
     if text.startswith(("{", "[")):
         try:
-            return json.loads(text)
-        except ValueError:
+            return json.loads(text, parse_constant=_not_json)
+        except (ValueError, RecursionError):
             return text
     for cast in (int, float):
         try:
-            return cast(text)
+            value = cast(text)
         except ValueError:
-            pass
+            continue
+        # "nan", "inf" and 400-digit numbers stay text: a JSON answer cannot carry them
+        return value if cast is int or math.isfinite(value) else text
     return text
+
+
+def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
+    """Over HTTP, a client's ``built-in`` service needs read permission on its workspace.
+
+    HTTP calls reach the provider through the manager, whose messages carry the
+    root user and the provider's own workspace: exactly the context in which
+    the built-in service trusts its caller. Its ``get_service`` would hand a
+    protected service (with its data) to anyone, and ``message_cache.process``
+    would dispatch any message, e.g. a call of a protected function, as root.
+    """
+    ws = info["id"].partition("/")[0]
+    if info["id"].endswith(":built-in") and not user.can(ws, Permission.READ):
+        raise PermissionDenied(
+            f"Permission denied: the built-in service of a client in workspace {ws} "
+            "is not callable over HTTP without read permission on that workspace"
+        )
 
 
 async def call_function(request: Request) -> Response:
@@ -223,6 +248,7 @@ async def call_function(request: Request) -> Response:
         user, own_ws = _user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
         info = await _resolve(request, user, own_ws)
+        _check_built_in(info, user)
         hub.metrics.http_calls.inc()
         timeout = hub.settings.call_timeout
         service = await asyncio.wait_for(hub.manager.fetch_service(info, timeout=timeout), timeout)

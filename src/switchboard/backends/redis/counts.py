@@ -2,8 +2,10 @@
 
 Each counter is a hash with one field per replica (``sb:conns:u:<user>``
 field ``<replica>`` → count), so a replica that dies does not leave its
-connections counted forever: :meth:`RedisConnectionCounts.forget_replicas`
-(run by the leader) drops the fields of replicas that are gone.
+connections counted forever: :meth:`RedisConnectionCounts.forget_replica`
+(run by the leader) drops the fields of a replica that is gone. Each replica
+also lists the counters it touched (``sb:conns:keys:<replica>``), so that
+clean-up reads one set instead of scanning the keyspace.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from switchboard.errors import BackendError
 _ADD = """
 local u = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
 local w = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+redis.call('SADD', KEYS[3], KEYS[1], KEYS[2])
 local function total(key)
   local sum = 0
   for _, v in ipairs(redis.call('HVALS', key)) do sum = sum + tonumber(v) end
@@ -44,9 +47,13 @@ class RedisConnectionCounts:
     def _keys(self, user: str, workspace: str) -> list[str]:
         return [f"{self._p}u:{user}", f"{self._p}w:{workspace}"]
 
+    def _touched(self, replica_id: str) -> str:
+        return f"{self._p}keys:{replica_id}"
+
     async def add(self, user: str, workspace: str) -> tuple[int, int]:
+        keys = [*self._keys(user, workspace), self._touched(self.replica_id)]
         try:
-            u, w = await self._add(keys=self._keys(user, workspace), args=[self.replica_id])
+            u, w = await self._add(keys=keys, args=[self.replica_id])
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
         return int(u), int(w)
@@ -57,12 +64,14 @@ class RedisConnectionCounts:
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
 
-    async def forget_replicas(self, live: set[str]) -> int:
-        """Drop the counts of every replica not in ``live``; return how many fields went."""
-        dropped = 0
-        async for key in self._r.scan_iter(match=self._p + "*", count=500):
-            fields = await self._r.hkeys(key)
-            dead = [f for f in fields if f.decode() not in live]
-            if dead:
-                dropped += await self._r.hdel(key, *dead)
-        return dropped
+    async def forget_replica(self, replica_id: str) -> int:
+        """Drop every count of a replica that is gone; return how many counters it had."""
+        touched = self._touched(replica_id)
+        keys = await self._r.smembers(touched)
+        if keys:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hdel(key, replica_id)
+                await pipe.execute()
+        await self._r.delete(touched)
+        return len(keys)
