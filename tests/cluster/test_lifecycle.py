@@ -142,3 +142,31 @@ def test_status_prints_every_replica_and_the_leader(replicas, redis_server):
     assert "ra" in out
     assert "rb" in out
     assert "2 replicas; leader: r" in out
+
+
+async def test_a_redis_outage_costs_calls_but_never_the_connections(replicas, clients, redis_server):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    provider = await clients(a.url, client_id="prov")
+    ws = provider.config["workspace"]
+    await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "ok"})
+    caller = await clients(b.url, client_id="caller", method_timeout=5)
+    svc = await caller.get_service(f"{ws}/prov:s")
+    peers_before = _connections(b)
+    redis_server.kill()
+    with pytest.raises(Exception):  # noqa: B017 - any clean failure will do; hanging or crashing will not
+        await asyncio.wait_for(svc.f(), 10)
+    await caller.register_service({"id": "mine", "config": {"visibility": "public"}, "g": lambda: 1})
+    redis_server.start()
+    await eventually(lambda: _call_ok(svc), timeout=15, what="calls after Redis came back")
+    await eventually(lambda: _listed(provider, f"{caller.config['workspace']}/caller:mine"), timeout=10,
+                     what="the registration made during the outage")
+    assert _connections(b) == peers_before, "the caller must not have been disconnected"
+    assert "Exception in ASGI application" not in b.log_tail(100_000)
+
+
+def _connections(replica) -> int:
+    return replica.log_tail(1_000_000).count("connected (reconnecting=")
+
+
+async def _call_ok(svc) -> bool:
+    return await asyncio.wait_for(svc.f(), 3) == "ok"

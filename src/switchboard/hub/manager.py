@@ -233,11 +233,9 @@ class WorkspaceManager:
         info = svc_ids.prepare_registration(
             raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
         )
-        mine = await self.hub.registry.find(ServiceQuery(peer.workspace, peer.client_id))
-        if len(mine) >= self.hub.settings.max_services_per_client and not any(i["id"] == info["id"] for i in mine):
-            raise LimitExceeded(
-                f"Too many services: a client may register at most {self.hub.settings.max_services_per_client}"
-            )
+        limit = self.hub.settings.max_services_per_client
+        if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
+            raise LimitExceeded(f"Too many services: a client may register at most {limit}")
         peer.services[info["id"]] = info
         try:
             previous = await self.hub.registry.register(info)
