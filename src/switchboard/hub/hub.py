@@ -18,7 +18,7 @@ from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError, PermissionDenied, ProtocolError
 from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
-from switchboard.hub.inflight import InFlight, is_call, reply_session
+from switchboard.hub.inflight import InFlight, chunked_reply_session, is_call, reply_session
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
@@ -244,7 +244,7 @@ class Hub:
             new_call = is_call(method, env.session)
             if new_call:
                 self.inflight.opened(peer.id, env.session, route.target, self.peers)  # type: ignore[arg-type]
-            elif (replied := reply_session(method)) is not None:
+            elif (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
                 self.inflight.closed(route.target, replied)
             await self.deliver(route.target, frame, session=env.session, caller=peer.id, new_call=new_call)
         else:
@@ -293,13 +293,15 @@ class Hub:
     def _track_relayed(self, peer: Peer, frame: bytes) -> None:
         """Calls into (and replies to) our clients from other replicas count as in flight too."""
         try:
-            main = envelope.decode(frame).main
+            env = envelope.decode(frame)
         except ProtocolError:
             return
-        method, session = main.get("method"), main.get("session")
+        method, session = env.main.get("method"), env.session
         if is_call(method, session):
-            self.inflight.opened(str(main.get("from")), session, peer.id, self.peers)
-        elif self.inflight.waits_on(peer.id) and (replied := reply_session(method)) is not None:
+            self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
+        elif self.inflight.waits_on(peer.id) and (
+            replied := reply_session(method) or chunked_reply_session(method, env.rest)
+        ) is not None:
             self.inflight.closed(peer.id, replied)
 
     async def route_from_manager(self, data: bytes) -> None:

@@ -1,0 +1,58 @@
+"""The hub knows which calls are in flight, and forgets each one when it is answered.
+
+A drain waits for these calls, so one that is never forgotten would hold a
+SIGTERM for the whole drain timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_answered_calls_leave_nothing_in_flight_small_or_chunked(connect, server):
+    provider = await connect(client_id="prov")
+    await provider.register_service({
+        "id": "s", "config": {"visibility": "public"},
+        "small": lambda: 1,
+        "big": lambda: b"x" * 3_000_000,       # the reply travels in chunks
+        "size": lambda data: len(data),        # the call travels in chunks
+        "fail": lambda: 1 / 0,
+    })
+    caller = await connect(client_id="caller")
+    svc = await caller.get_service(f"{provider.config['workspace']}/prov:s")
+    assert await svc.small() == 1
+    assert len(await svc.big()) == 3_000_000
+    assert await svc.size(b"y" * 3_000_000) == 3_000_000
+    with pytest.raises(Exception, match="division"):
+        await svc.fail()
+    for _ in range(100):  # the last reply may still be on its way through the hub
+        if len(server.hub.inflight) == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert len(server.hub.inflight) == 0, server.hub.inflight._calls
+
+
+async def test_a_call_waiting_for_its_reply_is_in_flight(connect, server):
+    provider = await connect(client_id="prov")
+    release = asyncio.Event()
+
+    async def wait():
+        await release.wait()
+        return "done"
+
+    await provider.register_service({"id": "s", "config": {"visibility": "public"}, "wait": wait})
+    caller = await connect(client_id="caller")
+    svc = await caller.get_service(f"{provider.config['workspace']}/prov:s")
+    call = asyncio.ensure_future(svc.wait())
+    prov_id = f"{provider.config['workspace']}/prov"
+    for _ in range(200):
+        if server.hub.inflight.busy(prov_id):
+            break
+        await asyncio.sleep(0.01)
+    assert server.hub.inflight.busy(prov_id)
+    release.set()
+    assert await call == "done"
