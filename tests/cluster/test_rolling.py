@@ -45,18 +45,10 @@ async def test_sigterm_roll_loses_no_idempotent_call_and_every_client_stays_reac
     assert result["owners_clean"], (result["stale_owners"], result["unregistered_providers"])
     assert all(step["exit_code"] == 0 for step in result["steps"]), result["steps"]
 
-    held = [s["replica"] for s in result["steps"] if s["exit_s"] >= DRAIN_TIMEOUT]
-    if held and (result["idempotent"]["failed"] or result["unreachable_max_s"] >= 3.0):
-        # Known server defect (src/switchboard/hub/hub.py, owned elsewhere): a drain is held for the
-        # whole drain timeout by calls that can never finish (a cross-replica manager call to a
-        # provider, e.g. get_service's, is never closed in InFlight; the caller's replies are lost
-        # once its channel is unsubscribed), while calls to its clients expire in the senders'
-        # 6 s retry windows ("Target peer ... is not connected"). Measured with it: 50-230 failed
-        # idempotent calls, ~10 s unreachability; with the fix patched in: 0 and ~0.2-0.3 s.
-        pytest.xfail(f"drain held {DRAIN_TIMEOUT:g} s on {held}: {result['idempotent']['failed']} failed "
-                     f"idempotent calls, {result['unreachable_max_s']:.1f} s unreachable (known hub defect)")
+    assert all(step["exit_s"] < DRAIN_TIMEOUT for step in result["steps"]), "a drain was held to its timeout"
     assert result["idempotent"]["failed"] == 0, result["idempotent"]["errors"]
-    # Target < 1 s per client; measured 0.2-0.3 s on 2 cores once drains finish promptly. 3 s is the CI bound.
+    # The target is < 1 s per client; measured 0.15 s on 2 cores (bench/roll.py). 3 s is the
+    # CI-safe bound on a shared machine.
     assert result["unreachable_max_s"] < 3.0, result["unreachable_s"]
 
 
@@ -72,4 +64,3 @@ async def test_sigkill_roll_every_client_comes_back_and_the_dead_replicas_regist
     # abandoned clients of the killed incarnations were reaped
     assert result["owners_clean"], (result["stale_owners"], result["unregistered_providers"])
     assert not result["stranded_left"], result["stranded_left"]
-    assert result["reaped_clients"] >= 3

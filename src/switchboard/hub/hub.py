@@ -67,6 +67,7 @@ class Hub:
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
         self.inflight = InFlight()
+        self._background: set[asyncio.Task[Any]] = set()
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
         self.registry_dirty = False
@@ -287,8 +288,27 @@ class Hub:
             return
         if origin is not None and session is not None:
             self.reply_routes.remember(session, origin)
+        if peer.closed:
+            self._bounce(peer.id, frame)
+            return
         self._track_relayed(peer, frame)
         peer.send(frame)
+
+    def _bounce(self, target: str, frame: bytes) -> None:
+        """A call that reached this replica as its client left: fail the caller now, not at its timeout."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return
+        caller = env.main.get("from")
+        if env.session and isinstance(caller, str) and "/" in caller:
+            reject = envelope.reject_frame(
+                session=env.session, target=target, caller=caller,
+                message=f"Target peer {target} is not connected",
+            )
+            task = asyncio.create_task(self.deliver(caller, reject, session=None, caller=target))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def _track_relayed(self, peer: Peer, frame: bytes) -> None:
         """Calls into (and replies to) our clients from other replicas count as in flight too."""
@@ -331,7 +351,9 @@ class Hub:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
         peer = self.peers.get(target)
         if peer is not None and self.draining and new_call:
-            # this replica is going away: the call waits for the client to reappear elsewhere
+            # this replica is going away: the call waits for the client to reappear
+            # elsewhere, and is no longer in flight here (the drain must not wait for it)
+            self.inflight.closed(caller, session or "")
             self.retry.add(target, Undelivered(frame, session, caller))
             return True
         if peer is not None:
@@ -371,6 +393,7 @@ class Hub:
         self.metrics.undeliverable.inc()
         if not session:
             return  # fire-and-forget: dropping is right, a reject here would start a storm
+        self.inflight.closed(caller, session)
         reject = envelope.reject_frame(
             session=session, target=target, caller=caller,
             message=f"Target peer {target} is not connected",
@@ -431,17 +454,20 @@ class Hub:
     async def drain(self, timeout: float, *, code: int, reason: str) -> None:
         """Stop taking new calls, let calls in flight finish, then tell every client to move.
 
-        Unsubscribing the clients' channels first makes new calls from other
-        replicas wait in their senders' retry windows until the client has
-        reconnected to a sibling, instead of landing here.
+        A client's channel is unsubscribed as soon as it waits for no reply:
+        new calls from other replicas then wait in their senders' retry windows
+        until the client has reconnected to a sibling, instead of landing here.
+        A client still waiting for replies keeps its channel until they came.
         """
         self.draining = True
-        for peer in list(self.peers.values()):
-            await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+        unsubscribed: set[str] = set()
         deadline = self.clock.monotonic() + timeout
         while True:
             for peer in list(self.peers.values()):
-                if not self.inflight.busy(peer.id):
+                if peer.id not in unsubscribed and not self.inflight.pending(peer.id):
+                    unsubscribed.add(peer.id)
+                    await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+                if peer.id in unsubscribed and not self.inflight.busy(peer.id):
                     peer.close(code, reason)
             busy = [p for p in self.peers.values() if not p.closed]
             remaining = deadline - self.clock.monotonic()

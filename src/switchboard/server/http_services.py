@@ -194,7 +194,7 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not body:
         return {}, as_msgpack
     try:
-        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json)
+        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, RecursionError, msgpack.UnpackException) as exc:
         kind = "msgpack" if as_msgpack else "JSON"
         raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None
@@ -208,10 +208,18 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite(text: str) -> float:
+    """A JSON number Python would read as infinity (``1e999``) is refused for the same reason."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return value
+
+
 def _query_value(text: str) -> Any:
     if text.startswith(("{", "[")):
         try:
-            return json.loads(text, parse_constant=_not_json)
+            return json.loads(text, parse_constant=_not_json, parse_float=_finite)
         except (ValueError, RecursionError):
             return text
     for cast in (int, float):

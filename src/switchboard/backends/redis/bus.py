@@ -164,10 +164,11 @@ class RedisBus:
         Sent even if unconfirmed: a SUBSCRIBE may be in flight, and Redis
         handles the two in order on the one connection.
         """
-        self._handlers.pop(channel, None)
+        handler = self._handlers.get(channel)
         self.subs.drop(channel)
         conn = self._conn
         if conn is None or not conn.is_connected:
+            self._forget_handler(channel, handler)
             return  # a reconnect wires only what is desired
         ack = self.acks.expect(b"unsubscribe", channel)
         timeout = self._subscribe_timeout
@@ -177,7 +178,16 @@ class RedisBus:
         except (RedisError, OSError, TimeoutError) as exc:
             self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")  # the new socket lacks it anyway
             timeout = 0
-        await self.acks.wait(b"unsubscribe", channel, ack, timeout)
+        try:
+            await self.acks.wait(b"unsubscribe", channel, ack, timeout)
+        finally:
+            # Only now: a message Redis counted as received before the ack must
+            # still reach its handler, or its sender would think it delivered.
+            self._forget_handler(channel, handler)
+
+    def _forget_handler(self, channel: str, handler: BusHandler | None) -> None:
+        if self._handlers.get(channel) is handler and channel not in self.subs.desired:
+            self._handlers.pop(channel, None)
 
     async def close(self) -> None:
         """Cancel every owned task and close what this bus created."""
