@@ -170,3 +170,17 @@ def _connections(replica) -> int:
 
 async def _call_ok(svc) -> bool:
     return await asyncio.wait_for(svc.f(), 3) == "ok"
+
+
+async def test_clients_of_one_workspace_leaving_together_are_all_cleaned_up(replicas, clients, redis_server):
+    a = replicas.start("ra")
+    owner = await clients(a.url, client_id="owner")
+    token = await owner.generate_token()
+    ws = owner.config["workspace"]
+    crowd = [await clients(a.url, client_id=f"m{i}", token=token) for i in range(12)]
+    await eventually(lambda: len(owners(redis_server)) == 13, timeout=10, what="13 registered clients")
+    await asyncio.gather(*(c.disconnect() for c in [owner, *crowd]))
+    await eventually(lambda: not owners(redis_server), timeout=10, what="every registration removed")
+    assert not redis_server.client().keys(f"sb:svc:{ws}")
+    log = a.log_tail(1_000_000)
+    assert "Traceback" not in log, log[-3000:]

@@ -161,21 +161,32 @@ class Hub:
         return self.gate.reconnection_token(peer)
 
     async def detach(self, peer: Peer) -> None:
-        """Forget a closed connection, unless a newer one of the same client replaced it."""
+        """Forget a closed connection, unless a newer one of the same client replaced it.
+
+        Every change to the hub's own tables happens before the first await, so
+        clients leaving together never see each other's half-done clean-up.
+        """
         peer.close(1000, "")
         self.inflight.forget_peer(peer.id)
-        await self.gate.count_out(peer)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
-        if self.peers.get(peer.id) is not peer:
-            return
-        del self.peers[peer.id]
-        await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
-        if members is not None and not members:
-            del self._by_workspace[peer.workspace]
-            await self.bus.unsubscribe(_BUS_WORKSPACE + peer.workspace)
+        current = self.peers.get(peer.id) is peer
+        if current:
+            del self.peers[peer.id]
+        workspace_empty = members is not None and not members
+        if workspace_empty:
+            self._by_workspace.pop(peer.workspace, None)
         self.metrics.clients.set(len(self.peers))
+        await self.gate.count_out(peer)
+        if not current:
+            return
+        await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+        if workspace_empty:
+            channel = _BUS_WORKSPACE + peer.workspace
+            await self.bus.unsubscribe(channel)
+            if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
+                await self.bus.subscribe(channel, self._on_bus_broadcast)
         try:
             await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:

@@ -194,7 +194,7 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not body:
         return {}, as_msgpack
     try:
-        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json, parse_float=_finite)
+        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
     except (ValueError, RecursionError, msgpack.UnpackException) as exc:
         kind = "msgpack" if as_msgpack else "JSON"
         raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None
@@ -208,6 +208,17 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack, which carries the call, can encode
+
+
+def _int64(text: str) -> int:
+    """An integer beyond 64 bits could not be sent to the provider: refused."""
+    value = int(text)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"{text[:40]}... is out of range for a 64-bit integer")
+    return value
+
+
 def _finite(text: str) -> float:
     """A JSON number Python would read as infinity (``1e999``) is refused for the same reason."""
     value = float(text)
@@ -219,17 +230,21 @@ def _finite(text: str) -> float:
 def _query_value(text: str) -> Any:
     if text.startswith(("{", "[")):
         try:
-            return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+            return json.loads(text, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
         except (ValueError, RecursionError):
             return text
-    for cast in (int, float):
-        try:
-            value = cast(text)
-        except ValueError:
-            continue
-        # "nan", "inf" and 400-digit numbers stay text: a JSON answer cannot carry them
-        return value if cast is int or math.isfinite(value) else text
-    return text
+    # "nan", "inf" and 400-digit numbers stay text: neither msgpack nor JSON could carry them
+    try:
+        number = int(text)
+    except ValueError:
+        pass
+    else:
+        return number if _INT_MIN <= number <= _INT_MAX else text
+    try:
+        real = float(text)
+    except ValueError:
+        return text
+    return real if math.isfinite(real) else text
 
 
 def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:

@@ -58,6 +58,10 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         port=settings.port,
         ws="websockets-sansio",
         ws_max_size=settings.max_message_bytes,
+        # No permessage-deflate: compressing every frame cost 80% of a replica's
+        # CPU on 64 KiB payloads (bench/compare.py), for bandwidth a hub's
+        # networks rarely lack; clients simply do not get the extension.
+        ws_per_message_deflate=False,
         log_config=None,  # leave logging to the application: keeps our loggers enabled
         access_log=False,
         lifespan="on",

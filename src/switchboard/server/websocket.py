@@ -36,13 +36,22 @@ class WebSocketTransport:
         await self._ws.send_text(text)
 
     async def close(self, code: int, reason: str) -> None:
-        await self._ws.close(code, reason[:120])
+        await self._ws.close(code, close_reason(reason))
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to the 123 bytes of UTF-8 a close frame has room for (RFC 6455 §5.5).
+
+    Cut by characters instead, a refusal quoting a non-ASCII client id would
+    not fit: the close would fail and the client would see 1006, not the code.
+    """
+    return text.encode()[:123].decode(errors="ignore")
 
 
 async def _refuse(websocket: WebSocket, message: str, code: int) -> None:
     with contextlib.suppress(Exception):
         await websocket.send_text(handshake.error_text(message))
-        await websocket.close(code, message[:120])
+        await websocket.close(code, close_reason(message))
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:

@@ -25,13 +25,27 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 PubSubConnectionFactory = Callable[[], AbstractConnection]
 
 
+# Commands that find every pooled connection busy wait for one (up to the
+# command timeout) instead of failing: a burst of thousands of disconnects must
+# queue, not turn into "Too many connections" errors and lost clean-ups.
+POOL_SIZE = 64
+
+
 def make_client(url: str, *, timeout: float = 2.0, retries: int = 1, **kwargs: Any) -> aredis.Redis:
-    """A command client: RESP2, bounded socket timeouts, ``retries`` on ConnectionError only."""
+    """A command client: RESP2, bounded socket timeouts, ``retries`` on ConnectionError only,
+    and a blocking pool of :data:`POOL_SIZE` connections."""
     kwargs.setdefault("protocol", 2)
     retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries, (RedisConnectionError,))
-    return aredis.Redis.from_url(
-        url, retry=retry, socket_timeout=timeout, socket_connect_timeout=timeout, **kwargs
+    pool = aredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=POOL_SIZE,
+        timeout=timeout,
+        retry=retry,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        **kwargs,
     )
+    return aredis.Redis.from_pool(pool)  # the client owns (and closes) its pool
 
 
 def client_name(replica_id: str, role: str) -> str:
