@@ -1,0 +1,104 @@
+#!/usr/bin/env python
+"""The fuzzing properties of tests/security/test_fuzz.py, with many more examples.
+
+    python bench/fuzz.py                      # 20,000 examples per property
+    FUZZ_EXAMPLES=2000 python bench/fuzz.py   # fewer
+    FUZZ_ONLY=decode,http python bench/fuzz.py
+
+Properties: ``decode`` (envelope.decode → route → stamp), ``hello``
+(handshake.parse_hello), ``control`` (handshake.parse_control), ``query``
+(services.parse_query), ``registration`` (services.prepare_registration),
+``http`` (the HTTP call endpoint of a live in-process hub) and ``websocket``
+(raw frames against that hub). The strategies and checks are imported from the
+test module, so CI and this run fuzz exactly the same things. For each property
+it prints the examples run, how they ended (e.g. ``refused``, ``routed``, HTTP
+statuses), the time taken and PASS or the falsifying example; it exits 1 if any
+property failed, and a live hub must end serving and with no leaked peers.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, given, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("security_fuzz", ROOT / "tests" / "security" / "test_fuzz.py")
+assert _spec is not None
+assert _spec.loader is not None
+fuzz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fuzz)
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20000"))
+ONLY = {name for name in os.environ.get("FUZZ_ONLY", "").split(",") if name}
+
+
+def run(name: str, strategy: Any, check: Callable[[Any], Any]) -> bool:
+    if ONLY and name not in ONLY:
+        return True
+    outcomes: collections.Counter[str] = collections.Counter()
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck), phases=(Phase.generate, Phase.shrink))
+    @given(strategy)
+    def prop(value: Any) -> None:
+        outcomes[str(check(value) or "ok")] += 1
+
+    started = time.monotonic()
+    try:
+        prop()
+        verdict = "PASS"
+    except Exception as exc:  # the falsifying example is in the exception's notes
+        verdict = "FAIL\n" + "".join(traceback.format_exception(exc))[-4000:]
+    elapsed = time.monotonic() - started
+    total = sum(outcomes.values())
+    tally = ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
+    print(f"{name:<13} {total:>7} examples in {elapsed:7.1f}s ({total / elapsed:7.0f}/s)  {verdict.splitlines()[0]}  [{tally}]",
+          flush=True)
+    if verdict != "PASS":
+        print(verdict, flush=True)
+    return verdict == "PASS"
+
+
+def main() -> int:
+    print(f"fuzzing with {EXAMPLES} examples per property", flush=True)
+    ok = all([
+        run("decode", fuzz.frames, fuzz.check_frame),
+        run("hello", fuzz.hellos, fuzz.check_hello),
+        run("control", fuzz.control_texts, fuzz.check_control),
+        run("query", fuzz.ids | fuzz.values, fuzz.check_query),
+        run("registration", fuzz.registrations, fuzz.check_registration),
+    ])
+    if not ONLY or ONLY & {"http", "websocket"}:
+        try:
+            with fuzz.live_hub() as hub:
+
+                def http(case: dict[str, Any]) -> str:
+                    return f"HTTP {hub.run(fuzz.http_case(hub, case))}"
+
+                def websocket(case: dict[str, Any]) -> str:
+                    outcome = hub.run(fuzz.ws_case(hub, case, "raw"))
+                    hub.run(fuzz.eventually(lambda: not [p for p in hub.server.hub.peers if p.endswith("/raw")],
+                                            timeout=5, what="the raw client to be detached"))
+                    return outcome
+
+                ok = run("http", fuzz.requests, http) and ok
+                ok = run("websocket", fuzz.ws_cases, websocket) and ok
+            print("live hub afterwards: serving, no leaked peers, nothing logged at ERROR", flush=True)
+        except AssertionError as exc:
+            print(f"live hub afterwards: FAIL {exc}", flush=True)
+            ok = False
+    print("all properties held" if ok else "SOME PROPERTY FAILED", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
