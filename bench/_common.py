@@ -54,6 +54,7 @@ def summarize_ms(samples: list[float]) -> dict[str, Any]:
         "p90_ms": pct(s, 90) * 1e3,
         "p99_ms": pct(s, 99) * 1e3,
         "mean_ms": statistics.fmean(s) * 1e3,
+        "min_ms": s[0] * 1e3,
         "max_ms": s[-1] * 1e3,
     }
 
@@ -89,10 +90,12 @@ def calibrate() -> float:
     return best * 1e3
 
 
-def raise_fd_limit() -> dict[str, int]:
-    """Soft RLIMIT_NOFILE up to the hard limit; children inherit it."""
+def raise_fd_limit(wanted: int | None = None) -> dict[str, int]:
+    """Soft RLIMIT_NOFILE up to ``wanted`` (default: the hard limit), never above the hard
+    limit and never lowered; children inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    cap = hard if hard != resource.RLIM_INFINITY else max(soft, 65536 if wanted is None else wanted)
+    target = cap if wanted is None else min(max(wanted, soft), cap)
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return {"soft_before": soft, "soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "hard": hard}

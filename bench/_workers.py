@@ -71,7 +71,10 @@ async def idle() -> None:
         return ws
 
     while time.monotonic() < deadline:
-        line = await stdin.readline()
+        try:  # the wait for the next command is bounded by the worker's lifetime too
+            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
+        except TimeoutError:
+            break
         if not line:
             break
         cmd = json.loads(line)

@@ -21,10 +21,11 @@ a baseline measured in the same run (same-replica for cross-replica, the
 10-client level for the idle levels), and a fixed CPU workload is timed at the
 start and the end to show how much the machine itself drifted.
 
-The service provider and the idle clients run in child processes (this file,
-with hidden flags), so that neither the provider's work nor the idle
-connections' bookkeeping (GC over 10,000 sockets) lands in the process that
-times the calls.
+The service provider and the idle clients run in child processes (the workers
+of bench/compare.py, bench/_workers.py), so that neither the provider's work nor
+the idle connections' bookkeeping (GC over 10,000 sockets) lands in the process
+that times the calls. Statistics, child processes and the latency and throughput
+loops are bench/_common.py's and bench/_workloads.py's, shared with compare.py.
 """
 
 from __future__ import annotations
@@ -37,28 +38,42 @@ import logging
 import os
 import platform
 import re
-import resource
 import statistics
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import msgpack
-import psutil
 
-SELF = str(Path(__file__).resolve())
-RESULTS = Path(SELF).parent / "results" / "cluster.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    BENCH,
+    WORKERS,
+    Child,
+    calibrate,
+    pid_cpu,
+    pid_rss,
+    poll_until_works,
+    raise_fd_limit,
+    ratio,
+    say,
+)
+from _workloads import concurrent, seq_latency  # noqa: E402
+
+RESULTS = BENCH / "results" / "cluster.json"
 PAYLOAD = "x" * 32  # "small payload": one short string each way
+SERVICE = "provider:bench"  # the echo service of bench/_workers.py's provider, client id "provider"
 CALL_TIMEOUT = 10.0  # bound for any single call outside the convergence pollers
 POLL_CALL_TIMEOUT = 0.5  # per-call timeout while waiting for convergence
 CONVERGE_BOUND = 30.0  # give up waiting for convergence after this long
 SETTLE_BOUND = 30.0  # wait at most this long for the cluster to look healthy again
-CHILD_MAX_LIFETIME = 900.0  # child processes exit on their own after this
+LATENCY_BOUND = 300.0  # no latency series (both variants, warm-up included) runs longer than this
 
 log = logging.getLogger("bench.cluster")
 
@@ -103,36 +118,6 @@ QUICK = Params(
 # --------------------------------------------------------------------------- stats
 
 
-def pct(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, round(p / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
-
-
-def summarize_ms(samples: list[float]) -> dict[str, Any]:
-    """Seconds in, milliseconds out."""
-    s = sorted(samples)
-    if not s:
-        return {"n": 0}
-    return {
-        "n": len(s),
-        "p50_ms": pct(s, 50) * 1e3,
-        "p90_ms": pct(s, 90) * 1e3,
-        "p99_ms": pct(s, 99) * 1e3,
-        "mean_ms": statistics.fmean(s) * 1e3,
-        "min_ms": s[0] * 1e3,
-        "max_ms": s[-1] * 1e3,
-    }
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or not b or a != a or b != b:
-        return None
-    return a / b
-
-
 def spread(values: list[float]) -> dict[str, Any]:
     if not values:
         return {"n": 0}
@@ -142,169 +127,6 @@ def spread(values: list[float]) -> dict[str, Any]:
         "median_s": statistics.median(values),
         "max_s": max(values),
     }
-
-
-def calibrate() -> float:
-    """A fixed CPU-bound workload (msgpack + dict churn), in ms: the machine's own speed now."""
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for i in range(20_000):
-            msgpack.unpackb(msgpack.packb({"to": f"ws/c{i}", "type": "method", "args": [i, "x" * 32]}))
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def raise_fd_limit(wanted: int) -> dict[str, int]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
-    if soft < min(wanted, target):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(wanted, soft), target), hard))
-    soft2, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return {"soft_before": soft, "soft": soft2, "hard": hard}
-
-
-class Child:
-    """This file run with a hidden flag; talks JSON lines over stdin/stdout."""
-
-    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        err = await asyncio.to_thread(open, self.log_path, "ab")
-        try:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, SELF, *self.argv,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
-                limit=1 << 20,
-            )
-        finally:
-            err.close()
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    async def request(self, msg: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
-        assert self.proc is not None
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        if msg is not None:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            await self.proc.stdin.drain()
-        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
-        if not line:
-            raise RuntimeError(f"{self.name} exited: {self.log_tail()}")
-        return json.loads(line)
-
-    def log_tail(self, limit: int = 2000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return ""
-
-    async def stop(self) -> None:
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(Exception):
-            assert proc.stdin is not None
-            proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 5)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5)
-
-
-async def _stdin_lines() -> asyncio.StreamReader:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 20)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    return reader
-
-
-def _reply(msg: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(msg) + "\n")
-    sys.stdout.flush()
-
-
-async def provider_worker(url: str) -> None:
-    """Child: one hypha-rpc client on ``url`` offering ``echo``; prints workspace and a token."""
-    from hypha_rpc import connect_to_server
-
-    server = await connect_to_server({"server_url": url, "client_id": "provider", "method_timeout": 30})
-    await server.register_service({"id": "echo", "config": {"visibility": "public"}, "echo": lambda x: x})
-    token = await server.generate_token()
-    _reply({"workspace": server.config["workspace"], "token": token})
-    stdin = await _stdin_lines()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stdin.read(), CHILD_MAX_LIFETIME)  # until the parent closes stdin
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(server.disconnect(), 5)
-
-
-async def idle_worker() -> None:
-    """Child: holds raw WebSocket clients that did the hypha handshake and then stay silent.
-
-    Commands (JSON lines): ``{"open": {url: total_wanted, ...}, "concurrency": n}``.
-    """
-    from websockets.asyncio.client import connect
-
-    conns: dict[str, list[Any]] = {}
-    stdin = await _stdin_lines()
-    deadline = time.monotonic() + CHILD_MAX_LIFETIME
-
-    async def handshake(url: str) -> Any:
-        ws = await connect(url, ping_interval=None, compression=None, max_size=1 << 20, open_timeout=15)
-        try:
-            hello = {"client_id": f"idle-{uuid.uuid4().hex[:16]}", "workspace": None,
-                     "token": None, "reconnection_token": None}
-            await ws.send(json.dumps(hello))
-            info = json.loads(await asyncio.wait_for(ws.recv(), 15))
-            if info.get("type") != "connection_info":
-                raise RuntimeError(f"unexpected first frame: {str(info)[:200]}")
-        except BaseException:
-            ws.transport.abort()
-            raise
-        return ws
-
-    for _ in range(10_000):  # commands; each bounded, and the whole worker by its lifetime
-        try:
-            line = await asyncio.wait_for(stdin.readline(), max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            break
-        if not line:
-            break
-        cmd = json.loads(line)
-        sem = asyncio.Semaphore(int(cmd.get("concurrency", 64)))
-        errors: Counter[str] = Counter()
-        t0 = time.perf_counter()
-
-        async def one(url: str) -> None:
-            async with sem:  # noqa: B023 (used before the next command rebinds it)
-                try:
-                    conns.setdefault(url, []).append(await asyncio.wait_for(handshake(url), 30))
-                except Exception as exc:
-                    errors[f"{type(exc).__name__}: {str(exc)[:80]}"] += 1  # noqa: B023
-
-        jobs = []
-        for url, want in cmd["open"].items():
-            jobs += [one(url) for _ in range(max(0, want - len(conns.get(url, []))))]
-        await asyncio.gather(*jobs)
-        _reply({"open": {u: len(c) for u, c in conns.items()}, "errors": dict(errors),
-                "seconds": time.perf_counter() - t0, "rss": psutil.Process().memory_info().rss})
-    for group in conns.values():
-        for ws in group:
-            ws.transport.abort()
 
 
 # --------------------------------------------------------------------------- the cluster
@@ -350,7 +172,7 @@ def source_state() -> dict[str, Any]:
     """Which code was measured: other people edit the tree while benchmarks run."""
     import subprocess
 
-    root = Path(SELF).parent.parent
+    root = BENCH.parent
 
     def git(*a: str) -> str:
         try:
@@ -372,7 +194,7 @@ class Cluster:
         self.valkey = ValkeyServer()
         self.replicas: dict[str, Any] = {}
         self.provider = Child("provider", [], work)
-        self.idle = Child("idle", ["--idle-worker"], work)
+        self.idle = Child("idle", [WORKERS, "idle"], work)
         self.clients: list[Any] = []
         self.workspace = ""
         self.token = ""
@@ -391,7 +213,7 @@ class Cluster:
                 replica_id=rid, redis_url=self.valkey.url, args=self.replica_args
             )
         await asyncio.gather(*(asyncio.to_thread(r.start) for r in self.replicas.values()))
-        self.provider.argv = ["--provider-worker", self.a.url]
+        self.provider.argv = [WORKERS, "provider", self.a.url, "provider"]
         await self.provider.start()
         hello = await self.provider.request(None, 60)
         self.workspace, self.token = hello["workspace"], hello["token"]
@@ -416,7 +238,7 @@ class Cluster:
         return client
 
     async def echo_service(self, client: Any) -> Any:
-        return await asyncio.wait_for(client.get_service(f"{self.workspace}/provider:echo"), CALL_TIMEOUT)
+        return await asyncio.wait_for(client.get_service(f"{self.workspace}/{SERVICE}"), CALL_TIMEOUT)
 
     async def close(self) -> None:
         for client in reversed(self.clients):
@@ -445,19 +267,12 @@ class Cluster:
         return out
 
     def cpu_seconds(self) -> dict[str, float]:
-        out = {}
-        for name, pid in self.pids().items():
-            with contextlib.suppress(psutil.Error):
-                t = psutil.Process(pid).cpu_times()
-                out[name] = t.user + t.system
-        return out
+        cpu = {name: pid_cpu(pid) for name, pid in self.pids().items()}
+        return {name: v for name, v in cpu.items() if v is not None}
 
     def rss(self) -> dict[str, int]:
-        out = {}
-        for name, pid in self.pids().items():
-            with contextlib.suppress(psutil.Error):
-                out[name] = psutil.Process(pid).memory_info().rss
-        return out
+        rss = {name: pid_rss(pid) for name, pid in self.pids().items()}
+        return {name: v for name, v in rss.items() if v is not None}
 
     async def metrics(self) -> dict[str, dict[str, float]]:
         out = {}
@@ -506,128 +321,15 @@ class Cluster:
 # --------------------------------------------------------------------------- measurements
 
 
-async def timed_calls(svc: Any, n: int, samples: list[float], errors: Counter[str], bound: float) -> None:
-    """``n`` sequential echo calls (at most ``bound`` seconds); latencies appended to ``samples``."""
-    t_end = time.perf_counter() + bound
-    for _ in range(n):
-        if time.perf_counter() > t_end:
-            errors["time bound reached"] += 1
-            return
-        t = time.perf_counter()
-        try:
-            result = await asyncio.wait_for(svc.echo(PAYLOAD), CALL_TIMEOUT)
-        except Exception as exc:
-            errors[err_key(exc)] += 1
-            continue
-        dt = time.perf_counter() - t
-        if result != PAYLOAD:
-            errors["wrong result"] += 1
-        else:
-            samples.append(dt)
+async def echo_latency(svcs: dict[str, Any], n: int, warmup: int, block: int) -> dict[str, Any]:
+    """Sequential echo latency through each service proxy, alternating blocks (``seq_latency``)."""
+    return await seq_latency({k: (lambda svc=svc: svc.echo(PAYLOAD)) for k, svc in svcs.items()},
+                             PAYLOAD, n, warmup, block, LATENCY_BOUND, timeout=CALL_TIMEOUT)
 
 
-async def interleaved_latency(variants: dict[str, Any], n: int, warmup: int, block: int) -> dict[str, Any]:
-    """Sequential latency of each variant, alternating blocks so that drift hits all alike."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    errors: dict[str, Counter[str]] = {k: Counter() for k in variants}
-    t0 = time.perf_counter()
-    for name, svc in variants.items():
-        await timed_calls(svc, warmup, [], errors[name], 60)
-    block_p99: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(max(1, -(-n // block))):
-        for name, svc in variants.items():
-            todo = min(block, n - len(samples[name]))
-            if todo > 0:
-                got: list[float] = []
-                await timed_calls(svc, todo, got, errors[name], 60)
-                samples[name] += got
-                if len(got) >= 50:
-                    block_p99[name].append(pct(sorted(got), 99))
-    # The machine is shared: a burst of foreign load inflates the pooled p99 of
-    # whichever variant it hits. The median of per-block p99s shrugs that off.
-    out: dict[str, Any] = {
-        k: {**summarize_ms(v), "errors": dict(errors[k]), "blocks": len(block_p99[k]),
-            "p99_block_median_ms": statistics.median(block_p99[k]) * 1e3 if block_p99[k] else None}
-        for k, v in samples.items()
-    }
-    out["wall_s"] = time.perf_counter() - t0
-    return out
-
-
-async def throughput(cluster: Cluster, svcs: list[Any], callers: int, seconds: float, warmup: float) -> dict[str, Any]:
-    """``callers`` tasks, spread over ``svcs`` (one per client connection), calling in a loop."""
-    state = {"count": False, "stop": False}
-    done: list[float] = []
-    errors: Counter[str] = Counter()
-    max_calls = 5_000_000  # bound in count as well as time
-
-    async def caller(svc: Any) -> None:
-        for _ in range(max_calls):
-            if state["stop"]:
-                return
-            t = time.perf_counter()
-            started_in_window = state["count"]
-            try:
-                await asyncio.wait_for(svc.echo(PAYLOAD), CALL_TIMEOUT)
-            except Exception as exc:
-                if started_in_window or state["count"]:  # a call that hangs past the window counts too
-                    errors[err_key(exc)] += 1
-                await asyncio.sleep(0.01)
-                continue
-            if state["count"]:
-                done.append(time.perf_counter() - t)
-
-    tasks = [asyncio.create_task(caller(svcs[i % len(svcs)])) for i in range(callers)]
-    try:
-        await asyncio.sleep(warmup)
-        cpu0 = cluster.cpu_seconds()
-        t0 = time.perf_counter()
-        state["count"] = True
-        await asyncio.sleep(seconds)
-        state["count"] = False
-        elapsed = time.perf_counter() - t0
-        cpu1 = cluster.cpu_seconds()
-        state["stop"] = True
-        await asyncio.wait(tasks, timeout=CALL_TIMEOUT + 2)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    calls = len(done)
-    cpu = {k: cpu1[k] - cpu0[k] for k in cpu1 if k in cpu0}
-    return {
-        "calls": calls,
-        "seconds": elapsed,
-        "calls_per_s": calls / elapsed,
-        "errors": dict(errors),
-        "latency_under_load": summarize_ms(done),
-        "cpu_util_pct": {k: 100 * v / elapsed for k, v in cpu.items()},
-        "cpu_us_per_call": {k: 1e6 * v / calls for k, v in cpu.items()} if calls else {},
-    }
-
-
-async def poll_until_works(call: Any, t0: float, bound: float) -> dict[str, Any]:
+async def poll_call(call: Any, t0: float) -> dict[str, Any]:
     """Retry ``call()`` with short timeouts until it succeeds; seconds since ``t0``."""
-    errors: Counter[str] = Counter()
-    attempts = 0
-    max_attempts = int(bound / 0.02) + 1
-    while attempts < max_attempts and time.perf_counter() - t0 < bound:
-        attempts += 1
-        try:
-            await asyncio.wait_for(call(), POLL_CALL_TIMEOUT)
-        except Exception as exc:
-            errors[err_key(exc)] += 1
-            await asyncio.sleep(0.02)
-            continue
-        return {"ok": True, "seconds": time.perf_counter() - t0, "attempts": attempts, "errors": dict(errors)}
-    return {"ok": False, "seconds": None, "attempts": attempts, "errors": dict(errors)}
-
-
-def err_key(exc: BaseException) -> str:
-    """A short, aggregatable description: the exception type and the last line of its message."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = re.sub(r"ws-user-[\w-]+", "<ws>", lines[-1] if lines else "")
-    return f"{type(exc).__name__}: {text[:90]}" if text else type(exc).__name__
+    return await poll_until_works(call, t0, CONVERGE_BOUND, POLL_CALL_TIMEOUT)
 
 
 def counters(m: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -650,7 +352,7 @@ async def pubsub_kill_runs(cluster: Cluster, svc: Any, repeats: int) -> dict[str
         before = counters(await cluster.metrics())
         t0 = time.perf_counter()
         killed = await asyncio.to_thread(cluster.valkey.kill_clients, "pubsub")
-        r = await poll_until_works(lambda: svc.echo(PAYLOAD), t0, CONVERGE_BOUND)
+        r = await poll_call(lambda: svc.echo(PAYLOAD), t0)
         full = await cluster.settled()  # all subscriptions back, not just the two the call needs
         full_s = time.perf_counter() - t0
         after = counters(await cluster.metrics())
@@ -665,7 +367,7 @@ async def redis_restart_runs(cluster: Cluster, caller: Any, svc: Any, repeats: i
     runs = []
 
     async def fresh_lookup() -> None:
-        fresh = await caller.get_service(f"{cluster.workspace}/provider:echo")
+        fresh = await caller.get_service(f"{cluster.workspace}/{SERVICE}")
         if await fresh.echo(PAYLOAD) != PAYLOAD:
             raise RuntimeError("wrong result")
 
@@ -676,8 +378,8 @@ async def redis_restart_runs(cluster: Cluster, caller: Any, svc: Any, repeats: i
         await asyncio.to_thread(cluster.valkey.restart)
         up = time.perf_counter() - t0
         call, lookup = await asyncio.gather(
-            poll_until_works(lambda: svc.echo(PAYLOAD), t0, CONVERGE_BOUND),
-            poll_until_works(fresh_lookup, t0, CONVERGE_BOUND),
+            poll_call(lambda: svc.echo(PAYLOAD), t0),
+            poll_call(fresh_lookup, t0),
         )
         full = await cluster.settled()
         after = counters(await cluster.metrics())
@@ -715,11 +417,10 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             "calibration_ms_start": calibrate(),
         }
     }
-    say = Reporter()
     work = Path(tempfile.mkdtemp(prefix="sb-bench-cluster-"))
     cluster = Cluster(params, work)
     try:
-        say.step("starting Valkey, replicas A and B, provider (on A)")
+        say("starting Valkey, replicas A and B, provider (on A)")
         await cluster.start()
         res["meta"]["versions"] = _versions()
         res["meta"]["source"] = source_state()
@@ -729,9 +430,9 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
         svc_same, svc_cross = await cluster.echo_service(same), await cluster.echo_service(cross)
 
         # 1. latency
-        say.step(f"1. latency: {params.latency_calls} sequential calls each, same vs cross")
-        lat = await interleaved_latency({"same": svc_same, "cross": svc_cross},
-                                        params.latency_calls, params.latency_warmup, params.latency_block)
+        say(f"1. latency: {params.latency_calls} sequential calls each, same vs cross")
+        lat = await echo_latency({"same": svc_same, "cross": svc_cross},
+                                 params.latency_calls, params.latency_warmup, params.latency_block)
         lat["ratio_cross_same_p50"] = ratio(lat["cross"].get("p50_ms"), lat["same"].get("p50_ms"))
         lat["ratio_cross_same_p99"] = ratio(lat["cross"].get("p99_ms"), lat["same"].get("p99_ms"))
         lat["ratio_cross_same_p99_block_median"] = ratio(
@@ -739,28 +440,29 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
         res["latency"] = lat
 
         # 2. throughput
-        say.step(f"2. throughput: {params.throughput_callers} callers for {params.throughput_seconds:g}s, same vs cross")
+        say(f"2. throughput: {params.throughput_callers} callers for {params.throughput_seconds:g}s, same vs cross")
         tp: dict[str, Any] = {}
         for name, replica in (("same", cluster.a), ("cross", cluster.b)):
             svcs = []
             for i in range(params.caller_connections):
                 svcs.append(await cluster.echo_service(await cluster.connect(replica, f"tp-{name}-{i}")))
-            tp[name] = await throughput(cluster, svcs, params.throughput_callers,
-                                        params.throughput_seconds, params.throughput_warmup)
+            tp[name] = await concurrent(svcs, params.throughput_callers, params.throughput_seconds,
+                                        params.throughput_warmup, dict(cluster.pids()),
+                                        payload=PAYLOAD, timeout=CALL_TIMEOUT)
         tp["ratio_cross_same"] = ratio(tp["cross"]["calls_per_s"], tp["same"]["calls_per_s"])
         res["throughput"] = tp
 
         # 4. and 5. at the baseline client count
-        say.step(f"4. pub/sub connections killed x{params.kill_repeats}")
+        say(f"4. pub/sub connections killed x{params.kill_repeats}")
         res["pubsub_kill"] = await pubsub_kill_runs(cluster, svc_cross, params.kill_repeats)
-        say.step(f"5. Valkey restarted x{params.restart_repeats}")
+        say(f"5. Valkey restarted x{params.restart_repeats}")
         res["redis_restart"] = await redis_restart_runs(cluster, cross, svc_cross, params.restart_repeats)
 
         # 3. idle clients
         levels_out: list[dict[str, Any]] = []
         prev_open = now_open = 0
         for level in levels:
-            say.step(f"3. {level} idle clients per replica")
+            say(f"3. {level} idle clients per replica")
             await cluster.settled()
             opened = await cluster.idle.request(
                 {"open": {cluster.a.url.replace("http", "ws", 1) + "/ws": level,
@@ -778,9 +480,9 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             cpu1, t_idle = cluster.cpu_seconds(), time.perf_counter() - t_idle
             idle_cpu = {k: 100 * (cpu1[k] - cpu0[k]) / t_idle for k in cpu1 if k in cpu0}
             cal_before = await asyncio.to_thread(calibrate)
-            lat_level = await interleaved_latency({"same": svc_same, "cross": svc_cross},
-                                                  params.idle_latency_calls, params.latency_warmup // 2,
-                                                  params.latency_block)
+            lat_level = await echo_latency({"same": svc_same, "cross": svc_cross},
+                                           params.idle_latency_calls, params.latency_warmup // 2,
+                                           params.latency_block)
             cal_after = await asyncio.to_thread(calibrate)
             lat_level["ratio_cross_same_p50"] = ratio(lat_level["cross"].get("p50_ms"), lat_level["same"].get("p50_ms"))
             levels_out.append({
@@ -818,16 +520,16 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
         # 4. and 5. again, with every idle client connected
         top_used = levels[-1]
         if params.loaded_kill_repeats:
-            say.step(f"4b. pub/sub killed with {top_used} idle clients per replica x{params.loaded_kill_repeats}")
+            say(f"4b. pub/sub killed with {top_used} idle clients per replica x{params.loaded_kill_repeats}")
             res["pubsub_kill_loaded"] = await pubsub_kill_runs(cluster, svc_cross, params.loaded_kill_repeats)
             res["pubsub_kill_loaded"]["idle_per_replica"] = top_used
         if params.loaded_restart_repeats:
-            say.step(f"5b. Valkey restarted with {top_used} idle clients per replica x{params.loaded_restart_repeats}")
+            say(f"5b. Valkey restarted with {top_used} idle clients per replica x{params.loaded_restart_repeats}")
             res["redis_restart_loaded"] = await redis_restart_runs(cluster, cross, svc_cross, params.loaded_restart_repeats)
             res["redis_restart_loaded"]["idle_per_replica"] = top_used
         res["replica_log_tails"] = {rid: r.log_tail(3000) for rid, r in cluster.replicas.items()}
     finally:
-        say.step("cleaning up")
+        say("cleaning up")
         await cluster.close()
     res["meta"]["calibration_ms_end"] = calibrate()
     res["meta"]["calibration_drift"] = ratio(res["meta"]["calibration_ms_end"], res["meta"]["calibration_ms_start"])
@@ -846,14 +548,6 @@ def _versions() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- report
-
-
-class Reporter:
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def step(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.t0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 def _f(x: float | None, fmt: str = ".2f") -> str:
@@ -877,6 +571,15 @@ def _errs(d: dict[str, Any]) -> str:
 def _cell(lat: dict[str, Any], kind: str, p: str) -> str:
     """One latency figure of an idle level and its ratio against the first level."""
     return f"{_f(lat[kind].get(f'{p}_ms'), '.3f'):>6} {_x(lat[f'ratio_{kind}_{p}_vs_base']):>6}"
+
+
+def _fault_sections(res: dict[str, Any], sections: tuple[tuple[str, str], ...]) -> Iterator[tuple[dict[str, Any], str]]:
+    """(figures, heading) of each fault-injection section that ran, the idle level in the heading."""
+    for key, title in sections:
+        if key in res:
+            d = res[key]
+            extra = f" ({d['idle_per_replica']} idle/replica)" if "idle_per_replica" in d else ""
+            yield d, f"{title}{extra}"
 
 
 def report(res: dict[str, Any]) -> str:
@@ -955,42 +658,36 @@ def report(res: dict[str, Any]) -> str:
             lines.append(f"   RSS per idle connection: A {pc['ra'] / 1024:.1f} KiB, B {pc['rb'] / 1024:.1f} KiB; "
                          f"Valkey {pc['valkey_per_client'] / 1024:.1f} KiB per client; "
                          f"client side {pc['idle_worker_per_client'] / 1024:.1f} KiB")
-    for key, title in (("pubsub_kill", "4. CLIENT KILL TYPE pubsub -> cross-replica call works again"),
-                       ("pubsub_kill_loaded", "4b. same, with idle clients connected")):
-        if key in res:
-            d = res[key]
-            lines.append("")
-            extra = f" ({d['idle_per_replica']} idle/replica)" if "idle_per_replica" in d else ""
-            lines.append(f"{title}{extra}")
-            lines.append(f"   {_spread(d['call_works_again'])}; failed runs {d['failed_runs']}")
-            alls = [r["all_confirmed_s"] for r in d["runs"] if r["all_confirmed_s"] is not None]
-            if alls:
-                lines.append(f"   all subscriptions confirmed again: median {statistics.median(alls):.2f}s, max {max(alls):.2f}s")
-            errs: Counter[str] = Counter()
-            for r in d["runs"]:
-                errs.update(r["errors"])
-            if errs:
-                lines.append(f"   failed poll attempts: {dict(errs)}")
+    for d, heading in _fault_sections(res, (
+            ("pubsub_kill", "4. CLIENT KILL TYPE pubsub -> cross-replica call works again"),
+            ("pubsub_kill_loaded", "4b. same, with idle clients connected"))):
+        lines += ["", heading]
+        lines.append(f"   {_spread(d['call_works_again'])}; failed runs {d['failed_runs']}")
+        alls = [r["all_confirmed_s"] for r in d["runs"] if r["all_confirmed_s"] is not None]
+        if alls:
+            lines.append(f"   all subscriptions confirmed again: median {statistics.median(alls):.2f}s, max {max(alls):.2f}s")
+        errs: Counter[str] = Counter()
+        for r in d["runs"]:
+            errs.update(r["errors"])
+        if errs:
+            lines.append(f"   failed poll attempts: {dict(errs)}")
     if "pubsub_kill" in res:
         lines.append("   (a subscription lost WITHOUT a reconnect is not injectable from outside the")
         lines.append("    process: not measured; the reconciler, every 5 s, is what would repair it)")
-    for key, title in (("redis_restart", "5. Valkey restart (empty) -> calls work again"),
-                       ("redis_restart_loaded", "5b. same, with idle clients connected")):
-        if key in res:
-            d = res[key]
-            lines.append("")
-            extra = f" ({d['idle_per_replica']} idle/replica)" if "idle_per_replica" in d else ""
-            lines.append(f"{title}{extra}, times from the start of the restart")
-            lines.append(f"   Valkey down and back up:       {_spread(d['redis_back_s'])}")
-            lines.append(f"   existing service proxy works:  {_spread(d['existing_proxy_works_again'])}")
-            lines.append(f"   fresh get_service + call works: {_spread(d['fresh_get_service_works_again'])}")
-            lines.append(f"   failed runs {d['failed_runs']}")
-            errs = Counter()
-            for r in d["runs"]:
-                errs.update(r["existing_proxy"]["errors"])
-                errs.update(r["fresh_get_service"]["errors"])
-            if errs:
-                lines.append(f"   failed poll attempts: {dict(errs.most_common(4))}")
+    for d, heading in _fault_sections(res, (
+            ("redis_restart", "5. Valkey restart (empty) -> calls work again"),
+            ("redis_restart_loaded", "5b. same, with idle clients connected"))):
+        lines += ["", f"{heading}, times from the start of the restart"]
+        lines.append(f"   Valkey down and back up:       {_spread(d['redis_back_s'])}")
+        lines.append(f"   existing service proxy works:  {_spread(d['existing_proxy_works_again'])}")
+        lines.append(f"   fresh get_service + call works: {_spread(d['fresh_get_service_works_again'])}")
+        lines.append(f"   failed runs {d['failed_runs']}")
+        errs = Counter()
+        for r in d["runs"]:
+            errs.update(r["existing_proxy"]["errors"])
+            errs.update(r["fresh_get_service"]["errors"])
+        if errs:
+            lines.append(f"   failed poll attempts: {dict(errs.most_common(4))}")
     lines.append("")
     lines.append(f"total {meta.get('total_seconds', 0):.0f}s; raw results in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
     return "\n".join(lines)
@@ -998,21 +695,13 @@ def report(res: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="smaller counts and shorter windows (~90 s)")
-    ap.add_argument("--provider-worker", metavar="URL", help=argparse.SUPPRESS)
-    ap.add_argument("--idle-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="smaller counts and shorter windows (about 50 s)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     import hypha_rpc  # noqa: F401  (it sets its loggers' levels on import: import it first)
 
     for name in ("RPC", "websocket-client", "hypha-rpc"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # expected noise while faults are injected
-    if args.provider_worker:
-        asyncio.run(provider_worker(args.provider_worker))
-        return
-    if args.idle_worker:
-        asyncio.run(idle_worker())
-        return
     mode = "quick" if args.quick else "default"
     res = asyncio.run(run(QUICK if args.quick else DEFAULT, mode))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -391,9 +391,9 @@ async def run(p: Params, kinds: list[str], command: str, mode: str) -> dict[str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one round, smaller counts (~4 min)")
+    ap.add_argument("--quick", action="store_true", help="one round, smaller counts (about 1 min)")
     ap.add_argument("--only", choices=["switchboard", "hypha"], help="run one hub (and the floor)")
-    ap.add_argument("--rounds", type=int, help="rounds per server (default 2, --quick 1)")
+    ap.add_argument("--rounds", type=int, help="rounds per server (default 3, --quick 1)")
     ap.add_argument("--update-readme", action="store_true",
                     help="put the table and chart into README.md's Performance section")
     ap.add_argument("--switchboard-ref", metavar="GIT_REF",
