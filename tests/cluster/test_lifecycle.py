@@ -153,7 +153,7 @@ async def test_a_redis_outage_costs_calls_but_never_the_connections(replicas, cl
     svc = await caller.get_service(f"{ws}/prov:s")
     peers_before = _connections(b)
     redis_server.kill()
-    with pytest.raises(Exception):  # noqa: B017 - any clean failure will do; hanging or crashing will not
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any clean failure will do; hanging or crashing will not
         await asyncio.wait_for(svc.f(), 10)
     await caller.register_service({"id": "mine", "config": {"visibility": "public"}, "g": lambda: 1})
     redis_server.start()

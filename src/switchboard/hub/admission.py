@@ -38,6 +38,7 @@ class Gatekeeper:
         self.registry = registry
         self.counts = counts
         self.clock = clock
+        self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
 
     async def admit(self, hello: Hello, *, workspace_here: Callable[[str], bool]) -> tuple[User, str, bool]:
         """Decide who the client is and which workspace it joins.
@@ -131,7 +132,18 @@ class Gatekeeper:
         try:
             await self.counts.remove(peer.user.id, peer.workspace)
         except BackendError as exc:
-            peer.log.warning("connection count not released: %s", exc)
+            peer.log.warning("connection count not released yet: %s", exc)
+            self.uncounted.append((peer.user.id, peer.workspace))
+
+    async def retry_uncounted(self) -> None:
+        """Release the counts a backend outage kept (the cluster loop calls this)."""
+        pending, self.uncounted = self.uncounted, []
+        for i, (user, workspace) in enumerate(pending):
+            try:
+                await self.counts.remove(user, workspace)
+            except BackendError:
+                self.uncounted.extend(pending[i:])
+                return
 
     def reconnection_token(self, peer: Peer) -> str:
         return self.issuer.issue(

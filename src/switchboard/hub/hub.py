@@ -9,7 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
+
+import shortuuid
 
 from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
@@ -17,7 +22,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError, PermissionDenied, ProtocolError
 from switchboard.hub.admission import Gatekeeper
-from switchboard.hub.auth import ROOT, TokenIssuer, User
+from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User
 from switchboard.hub.inflight import InFlight, chunked_reply_session, is_call, reply_session
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -32,6 +37,20 @@ log = logging.getLogger("switchboard.hub")
 _BUS_CLIENT = "sb:client:"
 _BUS_WORKSPACE = "sb:ws:"
 _BUS_REPLICA = "sb:replica:"
+
+
+@dataclass(frozen=True, slots=True)
+class Acting:
+    """Who the manager's RPC calls on behalf of (an HTTP caller), instead of as itself."""
+
+    address: str
+    workspace: str
+    user: dict[str, Any]
+
+
+# Context-local, not global state: set around one HTTP call, inherited by the
+# tasks the manager's RPC creates to send that call's frames.
+ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
 
 
 class Hub:
@@ -67,6 +86,7 @@ class Hub:
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
         self.inflight = InFlight()
+        self._acting: set[str] = set()  # addresses of HTTP callers with a call under way
         self._background: set[asyncio.Task[Any]] = set()
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
@@ -227,7 +247,10 @@ class Hub:
             env = envelope.decode(data)
             to = env.main.get("to")
             route = envelope.route(to, sender_workspace=peer.workspace, manager_id=self.manager_id)
-            if route.kind == "broadcast" and route.workspace != peer.workspace:
+            if route.kind == "broadcast" and (
+                route.workspace != peer.workspace
+                or not peer.user.can(peer.workspace, Permission.READ_WRITE)
+            ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(
                     f"Permission denied: cannot broadcast into workspace {route.workspace}"
                 )
@@ -342,24 +365,49 @@ class Hub:
         if not isinstance(target, str) or "/" not in target:
             self.log.warning("manager emitted a message without a full target: %r", target)
             return
+        acting = ACTING_AS.get()
+        sender = acting.address if acting else self.manager_address
         frame = envelope.stamp(
             env,
-            sender=self.manager_address,
-            workspace=target.partition("/")[0],
-            user=self.root_wire,
+            sender=sender,
+            workspace=acting.workspace if acting else target.partition("/")[0],
+            user=acting.user if acting else self.root_wire,
             to=target,
         )
         if target == self.manager_address:
             self.manager.receive(frame)
             return
         if is_call(env.main.get("method"), env.session):  # so the client's reply is never refused
-            self.inflight.opened(self.manager_address, env.session, target, self.peers)  # type: ignore[arg-type]
-        await self.deliver(target, frame, session=env.session, caller=self.manager_address)
+            self.inflight.opened(sender, env.session, target, self.peers)  # type: ignore[arg-type]
+        await self.deliver(target, frame, session=env.session, caller=sender)
+
+    @contextlib.asynccontextmanager
+    async def acting_as(self, user: dict[str, Any], workspace: str) -> AsyncIterator[Acting]:
+        """Calls the manager's RPC makes inside this block carry the HTTP caller's identity.
+
+        The caller gets an address of its own for the block's duration, so
+        replies (from any replica) find their way back to the manager's RPC.
+        """
+        acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
+        channel = _BUS_CLIENT + acting.address
+        self._acting.add(acting.address)
+        await self.bus.subscribe(channel, lambda data: self.manager.receive(relay.unwrap(data)[2]))
+        token = ACTING_AS.set(acting)
+        try:
+            yield acting
+        finally:
+            ACTING_AS.reset(token)
+            self._acting.discard(acting.address)
+            self.inflight.forget_peer(acting.address)
+            await self.bus.unsubscribe(channel)
 
     async def deliver(
         self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False
     ) -> bool:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
+        if target in self._acting:  # a reply for an HTTP caller: its calls live in the manager's RPC
+            self.manager.receive(frame)
+            return True
         peer = self.peers.get(target)
         if peer is not None and self.draining and new_call:
             # this replica is going away: the call waits for the client to reappear
@@ -409,7 +457,7 @@ class Hub:
             session=session, target=target, caller=caller,
             message=f"Target peer {target} is not connected",
         )
-        if caller == self.manager_address:
+        if caller == self.manager_address or caller in self._acting:
             self.manager.receive(reject)
         elif (sender := self.peers.get(caller)) is not None:
             sender.send(reject)
@@ -450,6 +498,7 @@ class Hub:
 
     async def repair_registry(self) -> int:
         """Retry what a backend outage left undone; return how many registrations were re-written."""
+        await self.gate.retry_uncounted()
         for ws, cid in list(self.unpurged):
             if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
                 await self.purge(ws, cid, owner=self.replica_id)

@@ -283,7 +283,12 @@ async def call_function(request: Request) -> Response:
             else:
                 raise NotFound(f"{key} not found.")
         if callable(target):
-            target = await asyncio.wait_for(target(**kwargs), timeout)
+            # the provider sees the HTTP caller, not the manager: acting within the
+            # service's workspace if the caller may read it, else within its own
+            ws = info["id"].partition("/")[0]
+            acting_ws = ws if user.can(ws, Permission.READ) else own_ws
+            async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws):
+                target = await asyncio.wait_for(target(**kwargs), timeout)
         return _respond(target, as_msgpack)
 
     return await _guard(request, handler)

@@ -30,7 +30,10 @@ return {total(KEYS[1]), total(KEYS[2])}
 
 _REMOVE = """
 for i = 1, 2 do
-  if redis.call('HINCRBY', KEYS[i], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[i], ARGV[1]) end
+  if redis.call('HINCRBY', KEYS[i], ARGV[1], -1) <= 0 then
+    redis.call('HDEL', KEYS[i], ARGV[1])
+    redis.call('SREM', KEYS[3], KEYS[i])
+  end
 end
 return 1
 """
@@ -60,7 +63,8 @@ class RedisConnectionCounts:
 
     async def remove(self, user: str, workspace: str) -> None:
         try:
-            await self._remove(keys=self._keys(user, workspace), args=[self.replica_id])
+            keys = [*self._keys(user, workspace), self._touched(self.replica_id)]
+            await self._remove(keys=keys, args=[self.replica_id])
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
 
