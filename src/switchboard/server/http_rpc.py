@@ -43,7 +43,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from switchboard.clock import Clock
-from switchboard.errors import AuthError, HandshakeError, ProtocolError
+from switchboard.errors import AuthError, BackendError, HandshakeError, ProtocolError
 from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
@@ -167,6 +167,8 @@ async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
         user, workspace, reconnecting = await hub.admit(hello)
     except HandshakeError as exc:
         raise Refused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
+    except BackendError as exc:
+        raise Refused(503, f"Hub backend unavailable, please retry: {exc}") from None
     transport = StreamTransport(hub.clock)
     peer = Peer(
         workspace=workspace,
@@ -180,6 +182,8 @@ async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
         info = await hub.attach(peer, reconnecting=reconnecting)
     except HandshakeError as exc:
         raise Refused(409, str(exc)) from None
+    except BackendError as exc:  # the client retries a 503 with backoff
+        raise Refused(503, f"Hub backend unavailable, please retry: {exc}") from None
     return peer, info
 
 

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from switchboard.errors import (
     AuthError,
+    BackendError,
     FrameTooLarge,
     NotFound,
     PermissionDenied,
@@ -112,6 +113,8 @@ def _map_exception(exc: BaseException) -> tuple[int, str]:
         return 413, str(exc)
     if isinstance(exc, ProtocolError):
         return 400, f"ValueError: {exc}"
+    if isinstance(exc, BackendError):
+        return 503, f"Hub backend unavailable, please retry: {exc}"
     if isinstance(exc, TimeoutError):
         return 504, "TimeoutError: the service did not answer in time"
     if isinstance(exc, RemoteException):

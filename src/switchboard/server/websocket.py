@@ -9,7 +9,7 @@ import logging
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from switchboard.errors import HandshakeError
+from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.server.state import ServerState
@@ -92,6 +92,14 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         hub.metrics.handshake_failures.inc()
         log.info("handshake refused: %s", exc, extra={"replica": hub.replica_id})
         await _refuse(websocket, str(exc), exc.close_code)
+        return
+    except BackendError as exc:
+        # The shared registry did not answer in time: a retryable refusal (bare
+        # close, no error frame, so the client tries again) rather than a crash.
+        hub.metrics.handshake_failures.inc()
+        log.warning("handshake deferred, backend unavailable: %s", exc, extra={"replica": hub.replica_id})
+        with contextlib.suppress(Exception):
+            await websocket.close(handshake.CLOSE_TRY_AGAIN, "Hub backend unavailable, please retry")
         return
     except WebSocketDisconnect:
         return
