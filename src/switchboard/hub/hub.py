@@ -520,14 +520,15 @@ class Hub:
         A client still waiting for replies keeps its channel until they came.
         """
         self.draining = True
+        cutoff = self.inflight.opened_count  # only calls already under way are waited for
         unsubscribed: set[str] = set()
         deadline = self.clock.monotonic() + timeout
         while True:
             for peer in list(self.peers.values()):
-                if peer.id not in unsubscribed and not self.inflight.pending(peer.id):
+                if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
                     unsubscribed.add(peer.id)
                     await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
-                if peer.id in unsubscribed and not self.inflight.busy(peer.id):
+                if peer.id in unsubscribed and not self.inflight.busy_before(peer.id, cutoff):
                     peer.close(code, reason)
             busy = [p for p in self.peers.values() if not p.closed]
             remaining = deadline - self.clock.monotonic()

@@ -57,6 +57,8 @@ class InFlight:
 
     def __init__(self) -> None:
         self._calls: dict[tuple[str, str], tuple[str, str]] = {}  # (caller, session) -> (caller, callee)
+        self._opened_at: dict[tuple[str, str], int] = {}  # (caller, session) -> opening number
+        self.opened_count = 0  # calls ever opened: a drain waits only for those opened before it
         self._by_peer: dict[str, set[tuple[str, str]]] = {}
         self._pending: dict[str, int] = {}  # open calls per caller
         self._changed = asyncio.Event()
@@ -66,12 +68,15 @@ class InFlight:
         if key not in self._calls:
             self._pending[caller] = self._pending.get(caller, 0) + 1
         self._calls[key] = (caller, callee)
+        self.opened_count += 1
+        self._opened_at[key] = self.opened_count
         for peer in (caller, callee):
             if peer in local:
                 self._by_peer.setdefault(peer, set()).add(key)
 
     def closed(self, caller: str, session: str) -> None:
         pair = self._calls.pop((caller, session), None)
+        self._opened_at.pop((caller, session), None)
         if pair is None:
             return
         self._uncount(caller)
@@ -82,6 +87,7 @@ class InFlight:
     def forget_peer(self, peer: str) -> None:
         for key in self._by_peer.pop(peer, set()):
             pair = self._calls.pop(key, None)
+            self._opened_at.pop(key, None)
             if pair:
                 self._uncount(pair[0])
                 for other in pair:
@@ -108,6 +114,21 @@ class InFlight:
     def pending(self, caller: str) -> int:
         """Calls ``caller`` made that still wait for a reply."""
         return self._pending.get(caller, 0)
+
+    def busy_before(self, peer: str, cutoff: int) -> bool:
+        """Is ``peer`` in a call (either side) opened before call number ``cutoff``?
+
+        A drain waits only for those: a client that keeps calling would
+        otherwise never be idle, and its later calls are retried elsewhere.
+        """
+        return any(self._opened_at.get(key, cutoff + 1) <= cutoff for key in self._by_peer.get(peer, ()))
+
+    def waits_before(self, caller: str, cutoff: int) -> bool:
+        """Does ``caller`` wait for a reply to a call opened before ``cutoff``?"""
+        return any(
+            key[0] == caller and self._opened_at.get(key, cutoff + 1) <= cutoff
+            for key in self._by_peer.get(caller, ())
+        )
 
     def busy(self, peer: str) -> bool:
         return peer in self._by_peer
