@@ -30,7 +30,7 @@ from switchboard.hub.relay import ReplyRoutes
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.services import ServiceQuery
 
 log = logging.getLogger("switchboard.hub")
 
@@ -353,7 +353,7 @@ class Hub:
         method, session = env.main.get("method"), env.session
         if is_call(method, session):
             self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
-        elif self.inflight.waits_on(peer.id) and (
+        elif self.inflight.busy(peer.id) and (
             replied := reply_session(method) or chunked_reply_session(method, env.rest)
         ) is not None:
             self.inflight.closed(peer.id, replied)
@@ -544,9 +544,6 @@ class Hub:
 
     def peer_for(self, address: str) -> Peer | None:
         return self.peers.get(address)
-
-    async def registered(self, query: ServiceQuery) -> list[ServiceInfo]:
-        return await self.registry.find(query)
 
     def __repr__(self) -> str:
         return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"

@@ -133,10 +133,6 @@ class InFlight:
     def busy(self, peer: str) -> bool:
         return peer in self._by_peer
 
-    def waits_on(self, peer: str) -> bool:
-        """Does this peer have any open call (so frames to it may be replies)?"""
-        return peer in self._by_peer
-
     def __len__(self) -> int:
         return len(self._calls)
 

@@ -26,6 +26,7 @@ from switchboard.errors import (
 )
 from switchboard.hub.auth import Permission, child_user
 from switchboard.hub.peer import Peer
+from switchboard.protocol import envelope
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
 from switchboard.protocol.values import plain
@@ -35,13 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.manager")
 
-SYSTEM_EVENTS = frozenset(
-    {
-        "service_added", "service_removed", "service_updated", "client_connected",
-        "client_disconnected", "client_updated", "workspace_loaded", "workspace_deleted",
-        "workspace_changed", "workspace_ready", "workspace_unloaded", "workspace_status_changed",
-    }
-)
 
 
 class _RouterLink:
@@ -366,7 +360,7 @@ class WorkspaceManager:
         """Receive workspace broadcasts of these event types on this connection."""
         peer = self._caller(context)
         for name in _event_names(event_type):
-            if name not in SYSTEM_EVENTS and (name.startswith("ws-") or "/" in name):
+            if name not in envelope.SERVER_EVENT_TYPES and (name.startswith("ws-") or "/" in name):
                 raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
             peer.subscriptions.add(name)
         return True
