@@ -29,6 +29,7 @@ pytestmark = pytest.mark.timeout(30)
 
 A = "ws://a.test/ws"
 B = "ws://b.test/ws"
+C = "ws://c.test/ws"
 DEFAULTS = ReconnectPolicy()
 
 
@@ -230,6 +231,47 @@ async def test_a_going_away_close_skips_the_backoff_even_while_flapping(hub, rec
     assert hub.clock.sleeps == []
 
 
+async def test_a_sibling_that_dies_soon_after_failover_moves_on_at_once(hub, rec):
+    """A is killed, then B a second after we moved to it: C is healthy, so no flap penalty.
+
+    The penalty is for a URL that drops again soon after we came back to it;
+    B had not dropped before in this outage, so trying the next URL must not wait.
+    """
+    t = transport(hub, rec, urls=(A, B, C))
+    await t.open()
+    await restart(hub, A, seconds=float("inf"))
+    await rec.wait(Reconnected)
+    assert t.url == B
+    hub.clock.advance(1)  # well inside the flap window
+    killed = await restart(hub, B, seconds=float("inf"))
+    await rec.wait(Reconnected, after=len(rec.events))
+    assert t.url == C
+    assert hub.dials[-1] == (killed, C)
+    assert hub.clock.sleeps == []
+
+
+async def test_a_url_that_drops_again_soon_after_we_came_back_to_it_backs_off(hub, rec):
+    """A is killed, B a second later (A is back: we return at once), then A again: that is a flap."""
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    await restart(hub, A, seconds=float("inf"))
+    await rec.wait(Reconnected)
+    hub.clock.advance(1)
+    hub.up(A)
+    killed = await restart(hub, B, seconds=float("inf"))
+    await rec.wait(Reconnected, after=len(rec.events))
+    assert hub.dials[-1] == (killed, A)
+    assert hub.clock.sleeps == []
+    hub.clock.advance(1)
+    hub.up(B)
+    killed = await restart(hub, A, seconds=float("inf"))
+    await rec.wait(Reconnected, after=len(rec.events))
+    assert t.url == B
+    [penalty] = hub.clock.sleeps
+    assert penalty > 0
+    assert hub.dials[-1] == (killed + penalty, B)
+
+
 async def test_an_error_frame_is_final(hub, rec):
     t = transport(hub, rec)
     await t.open()
@@ -263,9 +305,13 @@ async def test_a_refusal_on_the_first_connection_is_raised(hub, rec):
     assert t.state is State.FAILED
 
 
-async def test_a_server_that_accepts_then_drops_cannot_loop_forever(hub, rec):
-    """Connections that die within the flap window resume the outage: backoff and deadline go on."""
-    t = transport(hub, rec, policy=ReconnectPolicy(max_wait=30))
+@pytest.mark.parametrize("urls", [(A,), (A, B)])
+async def test_a_server_that_accepts_then_drops_cannot_loop_forever(hub, rec, urls):
+    """Connections that die within the flap window resume the outage: backoff and deadline go on.
+
+    With several URLs too: each may flap once without a penalty, after that every flap backs off.
+    """
+    t = transport(hub, rec, urls=urls, policy=ReconnectPolicy(max_wait=30))
 
     def flap(event: Any) -> None:
         if isinstance(event, Reconnected):

@@ -43,7 +43,10 @@ log = logging.getLogger("switchboard.client")
 
 # A connection that drops sooner than this after becoming ready resumes the
 # outage it ended (same deadline, same backoff step), so a server that
-# accepts and then drops clients cannot keep them in a tight loop forever.
+# accepts and then drops clients cannot keep them in a tight loop forever:
+# once a URL drops again soon after we came back to it, the next attempt
+# backs off. A flap on a URL that had not dropped yet in the outage (a
+# sibling we failed over to) moves on to the next URL at once.
 FLAP_WINDOW = 5.0
 
 
@@ -99,6 +102,7 @@ class Transport:
         self._socket: wire.Socket | None = None
         self._changed = asyncio.Event()
         self._outage: Outage | None = None
+        self._outage_urls: set[str] = set()  # the URLs that dropped during self._outage
         self._ready_at: float | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -225,11 +229,12 @@ class Transport:
                 closed = await reader
                 if self.state is State.CLOSED:
                     return
-                outage = self._outage_after_drop(closed)
+                outage, dropped_again = self._outage_after_drop(closed)
                 self._dropped(closed)
                 going_away = closed.code in GOING_AWAY
-                # a fresh outage tries at once; a resumed one (flapping) backs off unless told to move
-                wait_first = outage.attempts > 0 and not going_away
+                # a fresh outage tries at once, and so does failover from a sibling that flapped;
+                # a URL that flaps again backs off unless told to move
+                wait_first = dropped_again and not going_away
                 while True:
                     start = (self._index + 1) % len(self.urls)
                     sock = await self._connect(outage, start=start, wait_first=wait_first)
@@ -256,14 +261,18 @@ class Transport:
             if not reader.done():
                 reader.cancel()
 
-    def _outage_after_drop(self, closed: SocketClosed) -> Outage:
+    def _outage_after_drop(self, closed: SocketClosed) -> tuple[Outage, bool]:
+        """The outage this drop starts or resumes (a flap), and whether its URL dropped in it before."""
         lived = None if self._ready_at is None else self._clock.monotonic() - self._ready_at
         if self._outage is not None and lived is not None and lived < FLAP_WINDOW:
             if closed.code not in GOING_AWAY:
                 self._outage.failed(closed)  # a flap counts against the budget
-            return self._outage
+            dropped_again = self.url in self._outage_urls
+            self._outage_urls.add(self.url)
+            return self._outage, dropped_again
         self._outage = Outage(self.policy, self._clock, self._rng)
-        return self._outage
+        self._outage_urls = {self.url}
+        return self._outage, False
 
     async def _connect(
         self, outage: Outage, *, start: int, wait_first: bool, first_time: bool = False
