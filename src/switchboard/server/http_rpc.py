@@ -6,7 +6,10 @@ frames (pong, reconnection token, error) become msgpack maps, the only thing
 the client parses here. An idle stream gets ``{"type": "ping"}`` (the client
 skips it) well within the client's read timeout, its ``method_timeout`` (30 s
 by default). The peer lives as long as the response; a new GET for the same
-``workspace/client_id`` (with its reconnection token) supersedes it.
+``workspace/client_id`` (with its reconnection token) supersedes it. A client
+that stops reading fills its bounded send queue and is closed as a slow
+consumer (1008, as on a WebSocket); if its stream is still stuck a grace later,
+it is detached and its connection reset rather than closed (``_drop_connection``).
 
 Who may POST for a peer. The client sends the same credentials on every POST:
 its user token as ``Authorization: Bearer`` (nothing when anonymous), never its
@@ -33,6 +36,7 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import struct
 from typing import Any
 
@@ -129,11 +133,17 @@ class StreamTransport:
             raise
         self.last_sent = self._clock.monotonic()
 
-    async def end(self) -> None:
-        """End the body; a stuck reader instead gets its connection dropped by the server."""
-        if self._send is not None and not self.broken:
-            with contextlib.suppress(Exception):  # includes the timeout
-                await asyncio.wait_for(self._send({"type": "http.response.body", "body": b""}), _WRITER_GRACE)
+    async def end(self) -> bool:
+        """End the body; ``False`` if the reader is stuck: the connection must be dropped instead."""
+        if self._send is None or self.broken:
+            return False
+        try:
+            last = {"type": "http.response.body", "body": b""}
+            await asyncio.wait_for(self._send(last), _WRITER_GRACE)
+        except Exception:  # includes the timeout
+            self.broken = True
+            return False
+        return True
 
 
 # -- GET: the downstream ----------------------------------------------------
@@ -216,7 +226,48 @@ class DownstreamResponse(Response):
         finally:
             self.state.untrack(self.peer)
             await hub.detach(self.peer)
-        await self.transport.end()
+        if not await self.transport.end():
+            await _drop_connection(self.peer, receive)
+
+
+def _server_transport(receive: Receive) -> Any:
+    """The server's socket transport under this response, if it can be found.
+
+    uvicorn's ``receive`` is a method of its request cycle, which holds the
+    asyncio transport. On another server this is ``None``.
+    """
+    transport = getattr(getattr(receive, "__self__", None), "transport", None)
+    return transport if callable(getattr(transport, "abort", None)) else None
+
+
+async def _drop_connection(peer: Peer, receive: Receive) -> None:
+    """Abort the connection of a stream whose reader is stuck: closing it would never finish.
+
+    ASGI can only end a response or leave it unfinished, and either way the
+    server then *closes* its transport, which first flushes the write buffer:
+    a client that stopped reading never lets it, so its socket, the buffer
+    (up to a whole frame) and uvicorn's connection entry would stay for as
+    long as the client likes, and uvicorn's shutdown waits for every
+    connection. So the socket is reset instead (linger 0: the kernel drops
+    what it still holds too); on a server where the transport cannot be
+    found, the response is left unfinished, as before.
+    """
+    transport = _server_transport(receive)
+    if transport is None or (transport.is_closing() and not transport.get_write_buffer_size()):
+        return
+    reason = peer.close_reason
+    peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, reason)
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(Exception):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    # let the server see the connection go before the app returns, or it
+    # reports a response "returned without completing" and closes it again
+    with contextlib.suppress(Exception):  # includes the timeout
+        async with asyncio.timeout(1.0):
+            while (await receive())["type"] != "http.disconnect":
+                pass
 
 
 async def _pump(peer: Peer, receive: Receive, clock: Clock, keepalive: float) -> None:

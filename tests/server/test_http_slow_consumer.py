@@ -1,0 +1,298 @@
+"""A client of the HTTP streaming transport that stops reading costs a bounded amount, and only itself.
+
+The WebSocket version of this is tests/security/test_slow_consumer.py. Here the
+stalled client is a raw ``GET /rpc`` on a bare socket with a tiny receive
+buffer: it reads its connection_info and then never reads again. A flooder
+sends it 256 KiB calls. Steady hypha-rpc clients (one per transport) keep
+calling each other throughout. What must hold:
+
+* the stalled peer is closed with 1008 "Send queue full" and detached in
+  bounded time, although it never reads (nor ends) its stream;
+* what the server holds for it stays bounded: its send queue never passes the
+  limit and its connection's write buffer stays small, as does the RSS;
+* the server closes its TCP connection in bounded time too, while the client
+  still does not read: a stuck stream must not hold a socket (nor the server's
+  shutdown, which waits for every connection) for ever;
+* the flooder's calls to it are answered "not connected" instead of piling up;
+* the steady clients keep working, with low latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import statistics
+import struct
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import h11
+import msgpack
+import psutil
+import pytest
+from hypha_rpc import connect_to_server
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.wait import eventually
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+MiB = 1024 * 1024
+SEND_QUEUE = 2 * MiB
+FRAME = 256 * 1024
+MAX_FLOOD = 400  # 100 MiB at most: 50 × the send queue
+# What the server may hold for the stalled connection outside its send queue:
+# the socket transport's buffer is paused at 64 KiB, plus the frame in flight.
+WRITE_BUFFER_BOUND = 64 * 1024 + 2 * FRAME
+RSS_BOUND = 3 * SEND_QUEUE + 48 * MiB  # the flood is 100 MiB: buffering it all would show
+DROP_WITHIN = 15.0  # seconds from the flood's start to the peer being detached
+
+
+class StalledStream:
+    """``GET /rpc`` on a bare socket: it reads the connection_info frame, then stops reading."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        assert parts.hostname == "127.0.0.1", url  # traffic stays on the loopback
+        self.address = (parts.hostname, parts.port)
+        self.sock = socket.socket()
+        # a small receive window: the server's writes back up after a few KiB
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setblocking(False)
+        self.http = h11.Connection(our_role=h11.CLIENT)
+        self.body = b""
+        # the client's end, as the server sees it, once connected
+        self.local_address: tuple[str, int] = ("", 0)
+
+    async def open(self, client_id: str) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(loop.sock_connect(self.sock, self.address), 5)
+        self.local_address = self.sock.getsockname()[:2]
+        request = h11.Request(
+            method="GET",
+            target=f"/rpc?client_id={client_id}",
+            headers=[
+                ("Host", "{}:{}".format(*self.address)),
+                ("Accept", "application/x-msgpack-stream"),
+            ],
+        )
+        await loop.sock_sendall(
+            self.sock, self.http.send(request) + self.http.send(h11.EndOfMessage())
+        )
+        for _ in range(1000):  # a handful of events in practice
+            event = self.http.next_event()
+            if event is h11.NEED_DATA:
+                data = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), 5)
+                assert data, "the server closed the stream before connection_info"
+                self.http.receive_data(data)
+            elif isinstance(event, h11.Response):
+                assert event.status_code == 200, event
+            elif isinstance(event, h11.Data):
+                self.body += event.data
+                if len(self.body) >= 4:
+                    (length,) = struct.unpack(">I", self.body[:4])
+                    if len(self.body) >= 4 + length:
+                        return msgpack.unpackb(self.body[4 : 4 + length])
+            else:
+                raise AssertionError(f"unexpected {event!r} before connection_info")
+        raise AssertionError("no connection_info")
+
+    async def read_to_end(self, timeout: float) -> tuple[int, str]:
+        """Read again at last: ``(body bytes, how the stream ended)`` once the server is done with it."""
+        loop = asyncio.get_running_loop()
+        received = 0
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            try:
+                data = await asyncio.wait_for(
+                    loop.sock_recv(self.sock, 1 << 20), deadline - loop.time()
+                )
+            except ConnectionResetError:
+                return received, "reset"
+            except TimeoutError:
+                break
+            if not data:
+                return received, "eof"
+            received += len(data)
+        return received, f"still open after {timeout}s"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def call_frame(target: str, n: int, blob: bytes) -> bytes:
+    main = {"type": "method", "to": target, "method": "services.sink.take", "session": f"flood-{n}"}
+    return msgpack.packb(main) + msgpack.packb(
+        {"args": [blob], "with_kwargs": False, "promise": "*", "t": 30}
+    )
+
+
+def server_connection(srv: RunningServer, client: tuple[str, int]) -> Any:
+    """uvicorn's protocol object for the connection from ``client``, or ``None`` once it is gone."""
+    for connection in list(srv.server.server_state.connections):
+        if tuple(getattr(connection, "client", None) or ()) == client:
+            return connection
+    return None
+
+
+async def echo_p50(api: Any, n: int = 15) -> float:
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        assert await api.echo(i) == i
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> None:
+    async with running(settings_for_tests(send_queue_bytes=SEND_QUEUE)) as srv:
+        stalled = StalledStream(srv.url)
+        clients: list[Any] = []
+        background: list[asyncio.Task[None]] = []
+        try:
+            info = await stalled.open("stalled")
+            target = f"{info['workspace']}/stalled"
+            peer = srv.hub.peers[target]
+            connection = server_connection(srv, stalled.local_address)
+            assert connection is not None, (
+                "the stalled stream's connection is not known to the server"
+            )
+
+            steady_http = await connect_to_server(
+                {
+                    "server_url": srv.url,
+                    "client_id": "steady-http",
+                    "transport": "http",
+                    "method_timeout": 20,
+                }
+            )
+            clients.append(steady_http)
+            steady_ws = await connect_to_server(
+                {"server_url": srv.url, "client_id": "steady-ws", "method_timeout": 20}
+            )
+            clients.append(steady_ws)
+            await steady_http.register_service(
+                {"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b}
+            )
+            calc = await steady_ws.get_service(
+                f"{steady_http.config['workspace']}/steady-http:calc"
+            )
+            assert await calc.add(1, 2) == 3
+
+            server = psutil.Process()
+            p50_before = max(await echo_p50(steady_http), await echo_p50(steady_ws))
+            rss_before = server.memory_info().rss
+            peaks = {"rss": rss_before, "queued": 0, "write_buffer": 0}
+
+            def sample() -> None:
+                peaks["rss"] = max(peaks["rss"], server.memory_info().rss)
+                peaks["queued"] = max(peaks["queued"], peer.queued_bytes)
+                live = server_connection(srv, stalled.local_address)
+                if live is not None and live.transport is not None:
+                    peaks["write_buffer"] = max(
+                        peaks["write_buffer"], live.transport.get_write_buffer_size()
+                    )
+
+            async def sampler() -> None:
+                for _ in range(20_000):  # 200 s at most; cancelled long before
+                    sample()
+                    await asyncio.sleep(0.01)
+
+            async with ws_connect(
+                srv.url.replace("http", "ws", 1) + "/ws", max_size=None
+            ) as flooder:
+                await flooder.send(json.dumps({"client_id": "flooder"}))
+                assert json.loads(await flooder.recv())["type"] == "connection_info"
+                rejects: list[str] = []
+
+                async def collect() -> None:
+                    with contextlib.suppress(ConnectionClosed):
+                        async for frame in flooder:
+                            unpacker = msgpack.Unpacker(raw=False)
+                            unpacker.feed(frame)
+                            main, extra = next(unpacker), next(unpacker, None)
+                            if str(main.get("method", "")).endswith(".reject"):
+                                rejects.append(extra["args"][0]["_rvalue"])
+
+                collector = asyncio.create_task(collect())
+                sampling = asyncio.create_task(sampler())
+                background += [collector, sampling]
+                blob = b"\xab" * FRAME
+                started = time.monotonic()
+                sent = 0
+                first_reject: int | None = None
+                during: list[float] = []
+                for n in range(MAX_FLOOD):
+                    await flooder.send(call_frame(target, n, blob))
+                    sent += 1
+                    if n % 40 == 20:
+                        during.append(await echo_p50(steady_http, 3))
+                        during.append(await echo_p50(steady_ws, 3))
+                    if rejects and first_reject is None:
+                        first_reject = sent
+                    if first_reject is not None and sent >= first_reject + 40:
+                        break  # it was dropped, and the flood went on a while
+                await eventually(
+                    lambda: peer.closed, timeout=DROP_WITHIN, what="the stalled peer to be closed"
+                )
+                await eventually(
+                    lambda: target not in srv.hub.peers,
+                    timeout=DROP_WITHIN,
+                    what="the stalled peer to be detached",
+                )
+                detached_after = time.monotonic() - started
+                await eventually(
+                    lambda: rejects, timeout=DROP_WITHIN, what="the flooder's calls to be rejected"
+                )
+                # Still not reading: the server must let go of the socket on its own.
+                closed_after: float | None = None
+                with contextlib.suppress(AssertionError):  # asserted below, after the report
+                    await eventually(
+                        lambda: server_connection(srv, stalled.local_address) is None,
+                        timeout=DROP_WITHIN,
+                        what="the server to close the stalled client's TCP connection",
+                    )
+                    closed_after = time.monotonic() - started
+                sampling.cancel()
+                sample()
+                collector.cancel()
+            p50_after = max(await echo_p50(steady_http), await echo_p50(steady_ws))
+            received, ending = await stalled.read_to_end(timeout=10)  # it reads again, at last
+            growth = peaks["rss"] - rss_before
+            p50_during = statistics.median(during) if during else 0.0
+            socket_closed = "never" if closed_after is None else f"after {closed_after:.1f}s"
+            print(  # noqa: T201 - the measurement (-s shows it)
+                f"\nHTTP slow consumer: sent {sent} × 256 KiB, {len(rejects)} rejected; "
+                f"closed {peer.close_code} {peer.close_reason!r}; detached after {detached_after:.1f}s, "
+                f"socket closed {socket_closed}; the stalled client then read {received} B ({ending}); "
+                f"peaks: queue {peaks['queued'] / MiB:.2f} MiB, write buffer "
+                f"{peaks['write_buffer'] / 1024:.0f} KiB, RSS +{growth / MiB:.1f} MiB; echo p50 "
+                f"{p50_before * 1e3:.1f} ms before, {p50_during * 1e3:.1f} ms during, "
+                f"{p50_after * 1e3:.1f} ms after"
+            )
+            assert closed_after is not None, (
+                "the server still holds the stalled client's connection"
+            )
+            assert peer.close_code == 1008, (peer.close_code, peer.close_reason)
+            assert "Send queue full" in peer.close_reason
+            assert all("is not connected" in r for r in rejects), rejects[:3]
+            assert peaks["queued"] <= SEND_QUEUE
+            assert peaks["write_buffer"] <= WRITE_BUFFER_BOUND, peaks["write_buffer"]
+            assert growth < RSS_BOUND, f"RSS grew by {growth / MiB:.1f} MiB"
+            assert ending in ("eof", "reset"), ending
+            assert p50_after < max(5 * p50_before, 0.05), (p50_before, p50_after)
+            assert p50_during < max(5 * p50_before, 0.25), (p50_before, p50_during)
+            assert await calc.add(2, 3) == 5
+            assert await steady_http.echo("unaffected") == "unaffected"
+        finally:
+            for task in background:
+                task.cancel()
+            stalled.close()
+            for client in reversed(clients):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.disconnect(), 5)
