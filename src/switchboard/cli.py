@@ -24,8 +24,15 @@ def _settings_options(fn: Any) -> Any:
         else:
             ptype = str
         help_text = f"{f.metadata['help']} Why the default: {f.metadata['why']}."
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            fn = click.option(
+                f"{flag}/--no-{flag[2:]}", f.name, default=f.default, envvar=env_name(f.name),
+                show_default=True, show_envvar=True, help=help_text,
+            )(fn)
+            continue
         fn = click.option(
-            "--" + f.name.replace("_", "-"),
+            flag,
             f.name,
             type=ptype,
             default=f.default,

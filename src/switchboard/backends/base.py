@@ -42,6 +42,10 @@ class Registry(Protocol):
 class EventBus(Protocol):
     """Fire-and-forget delivery of bytes to whoever subscribed to a channel."""
 
+    #: Told of a frame ``publish`` counted as received that reached nobody after all
+    #: (the Redis bus's direct links can learn that late); the in-memory bus never does.
+    on_undelivered: Callable[[str, bytes], None] | None
+
     async def start(self) -> bool:
         """Connect; return whether the bus is healthy (it keeps trying if not)."""
         ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from switchboard.backends.base import BusHandler
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
@@ -60,6 +62,7 @@ class MemoryBus:
 
     def __init__(self) -> None:
         self._handlers: dict[str, BusHandler] = {}
+        self.on_undelivered: Callable[[str, bytes], None] | None = None  # publish knows at once
 
     async def start(self) -> bool:
         return True

@@ -223,6 +223,14 @@ class _ClusterCollector:
         yield counter("switchboard_redis_reconnects", "Pub/sub reconnections.", stats.reconnects)
         yield counter("switchboard_reaped_clients", "Clients whose registrations the reaper removed.", c.reaped)
         yield counter("switchboard_reasserted_registrations", "Registrations re-written after Redis lost its data.", c.reasserted)
+        links = stats.links
+        if links is not None:
+            yield counter("switchboard_link_frames_sent", "Frames sent straight to another replica instead of through Redis.", links.direct)
+            yield counter("switchboard_link_frames_received", "Frames another replica sent straight here and a client got.", links.received)
+            yield counter("switchboard_link_frames_returned", "Frames sent back because their client had left this replica.", links.nacked)
+            yield counter("switchboard_link_frames_replayed", "Frames a lost link left unacked, sent again through Redis.", links.replayed)
+            yield counter("switchboard_link_dial_failures", "Links to other replicas that could not be opened.", links.dial_failures)
+            yield counter("switchboard_link_refused", "Incoming links refused for a bad or missing signature.", links.refused)
 
     def describe(self) -> list[Any]:
         return []

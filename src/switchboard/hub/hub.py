@@ -102,6 +102,7 @@ class Hub:
             give_up=lambda target, item: self._undeliverable(target, item.session, item.caller),
         )
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+        bus.on_undelivered = self._on_undelivered
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -431,6 +432,29 @@ class Hub:
             return True
         self._undeliverable(target, session, caller)
         return False
+
+    def _on_undelivered(self, channel: str, data: bytes) -> None:
+        """A frame the bus had counted as delivered reached nobody after all (a direct
+        link sent it back and Redis found no subscriber): the same path as a publish to nobody."""
+        if not channel.startswith(_BUS_CLIENT):
+            return
+        target = channel[len(_BUS_CLIENT):]
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return
+        caller = str(env.main.get("from", ""))
+        self.metrics.publishes_to_nobody.inc()
+        task = asyncio.create_task(self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
+        if self.retry.pending(target) or (self.retry.window > 0 and await self._worth_retrying(target)):
+            self.retry.add(target, item)
+        else:
+            self._undeliverable(target, item.session, item.caller)
 
     async def _worth_retrying(self, target: str) -> bool:
         """Does some replica claim this client, or can we not tell right now?"""

@@ -61,6 +61,7 @@ def build_hub(
     redis = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
+        from switchboard.backends.redis.links import LinkSettings
 
         redis = make_client(settings.redis_url)
         registry = RedisRegistry(redis, replica_id=settings.replica_id)
@@ -69,6 +70,13 @@ def build_hub(
             clock=clock,
             replica_id=settings.replica_id,
             reconcile_interval=settings.subscription_reconcile_interval,
+            links=LinkSettings(
+                secret=settings.jwt_secret,
+                host=settings.link_host or settings.host,
+                port=settings.link_port,
+                advertise=settings.link_advertise,
+                max_frame=settings.max_message_bytes + (64 << 10),  # room for the relay's wrapping
+            ) if settings.links else None,
         )
     counts = None
     if redis is not None:

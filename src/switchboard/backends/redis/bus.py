@@ -6,6 +6,11 @@ live connection (:class:`SubscriptionSet`). Three paths converge ``desired``
 onto ``confirmed``: a repeated :meth:`RedisBus.subscribe`, re-wiring on every
 reconnect (breaker reset first), and a periodic reconciler. A probe published
 to a per-replica channel catches half-open connections that fail silently.
+
+Frames for a client's channel (``unicast_prefix``) carry their sender's link
+address, and once the holding replica has answered with a direct link
+(:mod:`switchboard.backends.redis.links`) they skip Redis; Redis stays the
+fallback and the source of truth.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,9 +35,11 @@ from switchboard.backends.redis.connection import (
     client_name,
     resolve_source,
 )
+from switchboard.backends.redis.links import Links, LinkSettings, LinkStats
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
-from switchboard.errors import BackendError
+from switchboard.errors import BackendError, ProtocolError
+from switchboard.protocol import link as link_wire
 
 logger = logging.getLogger("switchboard.bus")
 
@@ -48,6 +56,7 @@ class BusStats:
     publishes_to_nobody: int = 0
     reconnects: int = 0
     probe_failures: int = 0
+    links: LinkStats | None = None
 
 
 class RedisBus:
@@ -56,6 +65,9 @@ class RedisBus:
     ``source`` is a Redis URL, or a factory of unconnected pub/sub connections
     (then ``publisher`` is required). ``reconcile_interval`` / ``probe_idle``
     of ``None`` disable those loops (tests isolate one mechanism that way).
+    ``links`` enables direct links for channels under ``unicast_prefix``;
+    ``on_undelivered(channel, data)`` hears of a frame a link sent back that
+    Redis then delivered to nobody either (``publish`` had already said 1).
     """
 
     def __init__(
@@ -74,6 +86,8 @@ class RedisBus:
         backoff_max: float = 2.0,
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
+        unicast_prefix: str = "sb:client:",
+        links: LinkSettings | None = None,
     ) -> None:
         self.replica_id = replica_id
         self._clock = clock
@@ -99,9 +113,18 @@ class RedisBus:
         self._probe_seq = 0
         self._down_reason = "not started"
         self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._extra = {"replica": replica_id}
         self._counts = BusStats()
+        self._unicast = unicast_prefix
+        self.on_undelivered: Callable[[str, bytes], None] | None = None
+        self.links: Links | None = None
+        if links is not None:
+            self.links = Links(
+                replica_id=replica_id, clock=clock, settings=links,
+                deliver=self._deliver_direct, on_nack=self._on_nack,
+            )
 
     # -- EventBus -----------------------------------------------------------
 
@@ -109,6 +132,8 @@ class RedisBus:
         """Start the owned tasks; wait up to ``wait`` s for health. Never raises for Redis."""
         if self._tasks or self._closed:
             return self.health[0]
+        if self.links is not None:
+            await self.links.start()
         self.subs.want(self.probe_channel)
         ack = self.acks.expect(b"subscribe", self.probe_channel)
         self._spawn(self._supervise(), "supervisor")
@@ -120,7 +145,15 @@ class RedisBus:
         return self.health[0]
 
     async def publish(self, channel: str, data: bytes) -> int:
-        """PUBLISH; return Redis's receiver count faithfully (0 = nobody)."""
+        """PUBLISH; return Redis's receiver count faithfully (0 = nobody).
+
+        A unicast frame whose channel has a direct link goes there instead and
+        counts 1; if the link sends it back, :meth:`_on_nack` publishes it.
+        """
+        if channel.startswith(self._unicast):
+            if self.links is not None and self.links.send(channel, data):
+                return 1
+            data = link_wire.tag(self.links.origin if self.links else "", data)
         try:
             receivers = int(await self._publisher.publish(channel, data))
         except (RedisError, OSError) as exc:
@@ -166,6 +199,8 @@ class RedisBus:
         """
         handler = self._handlers.get(channel)
         self.subs.drop(channel)
+        if self.links is not None:
+            self.links.forget(channel)
         conn = self._conn
         if conn is None or not conn.is_connected:
             self._forget_handler(channel, handler)
@@ -198,6 +233,8 @@ class RedisBus:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.links is not None:
+            await self.links.close()
         if self._owned_publisher:
             await self._publisher.aclose()
         self.acks.cancel_all()
@@ -223,7 +260,8 @@ class RedisBus:
     @property
     def stats(self) -> BusStats:
         desired, confirmed = len(self.subs.desired), len(self.subs.confirmed)
-        return replace(self._counts, desired=desired, confirmed=confirmed)
+        links = replace(self.links.stats) if self.links is not None else None
+        return replace(self._counts, desired=desired, confirmed=confirmed, links=links)
 
     def is_confirmed(self, channel: str) -> bool:
         return self.subs.is_confirmed(channel)
@@ -268,8 +306,17 @@ class RedisBus:
             handler = self._handlers.get(channel)
             if handler is None:
                 return
+            data = reply[2]
+            if channel.startswith(self._unicast):
+                try:
+                    origin, data = link_wire.untag(data)
+                except ProtocolError as exc:
+                    logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
+                    return
+                if origin and self.links is not None:
+                    self.links.heard(origin, channel)
             try:
-                handler(reply[2])
+                handler(data)
             except Exception:
                 logger.exception("handler for %s failed", channel, extra=self._extra)
         elif kind == b"subscribe":
@@ -280,6 +327,36 @@ class RedisBus:
         elif kind == b"unsubscribe":
             self.subs.on_unsubscribed(channel)
             self.acks.resolve(kind, channel)
+
+    # -- direct links -------------------------------------------------------
+
+    def _deliver_direct(self, channel: str, data: bytes) -> bool:
+        """A frame that came over a link: ours only while we still want the channel."""
+        handler = self._handlers.get(channel) if channel in self.subs.desired else None
+        if handler is None:
+            return False
+        try:
+            handler(data)
+        except Exception:
+            logger.exception("handler for %s failed", channel, extra=self._extra)
+        return True
+
+    def _on_nack(self, channel: str, data: bytes) -> None:
+        if self._closed:
+            return
+        task = asyncio.create_task(self._republish(channel, data), name="switchboard-bus-republish")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _republish(self, channel: str, data: bytes) -> None:
+        """A frame the link's other end no longer wanted: Redis decides who gets it."""
+        try:
+            receivers = await self.publish(channel, data)
+        except BackendError as exc:
+            logger.warning("%s", exc, extra=self._extra)
+            receivers = 0
+        if receivers == 0 and self.on_undelivered is not None:
+            self.on_undelivered(channel, data)
 
     # -- the connection -----------------------------------------------------
 

@@ -1,0 +1,431 @@
+"""Direct links between replicas: a client's frames skip Redis once its replica is known.
+
+Routes are learned from traffic and verified by the receiver, so they need no
+directory to keep consistent:
+
+1. The first frame for a client's channel goes through Redis, tagged with the
+   sender's ``replica@host:port``.
+2. The replica that holds the channel dials the sender (HMAC-signed HELLO
+   with the hub's shared secret) and sends ``HINT channel``.
+3. The sender writes later frames for that channel to the link (``DELIVER``).
+4. A receiver that no longer has the channel (the client left or moved)
+   sends the frame back (``NACK``); the sender forgets the route and
+   publishes that frame through Redis, the source of truth.
+
+A link that breaks, backs up or goes silent only sends traffic back to
+Redis. The sender keeps every frame until the receiver acks it (acks ride
+on the receiver's next write, or follow within ``ACK_DELAY``); frames a
+dead link leaves unacked are published through Redis, so a cut link delays
+them instead of losing them. A frame the receiver handled just before the
+link died can thus arrive twice. Frames may overtake one another only while
+a route changes (Redis path to link, or back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.clock import Clock
+from switchboard.errors import ProtocolError
+from switchboard.protocol import link as wire
+
+logger = logging.getLogger("switchboard.links")
+
+# A link whose unsent bytes exceed this stops taking frames until it drains:
+# they go through Redis instead, so one slow replica never grows our memory.
+WRITE_HIGH_WATER = 16 << 20
+# After a failed dial, frames keep going through Redis for this long before
+# dialling again: a replica whose link port is unreachable costs one attempt
+# per interval, not one per frame.
+REDIAL_AFTER = 5.0
+# Each side writes something at least every HEARTBEAT s; a link silent for
+# DEAD_AFTER s is dropped, so a blackholed link loses at most that much
+# traffic before its frames go through Redis again (as the pub/sub probe does).
+HEARTBEAT = 1.0
+DEAD_AFTER = 3.0
+# A receiver with nothing to send acks after this long: bounds what a sender
+# keeps, while acks of a request/reply exchange ride on the reply for free.
+ACK_DELAY = 0.05
+_MAX_PENDING_HINTS = 10_000  # per replica being dialled; the rest are re-learned from traffic
+PING_FRAME = wire.encode(wire.PING, b"")
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """Where this replica listens for links, what it tells others to dial, and the shared secret."""
+
+    secret: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertise: str = ""  # "host" or "host:port" others dial; empty: ``host``, or this machine's address if that is a wildcard
+    max_frame: int = 64 << 20
+    dial_timeout: float = 2.0
+
+
+@dataclass
+class LinkStats:
+    direct: int = 0  # frames written to a link instead of Redis
+    received: int = 0  # frames that arrived over a link and were delivered here
+    nacked: int = 0  # frames sent back because their channel is no longer here
+    dials: int = 0
+    dial_failures: int = 0
+    refused: int = 0  # connections that failed the HELLO
+    replayed: int = 0  # unacked frames of a lost link sent through Redis
+
+
+def advertised(advertise: str, bind_host: str, port: int) -> str:
+    """``host:port`` other replicas dial: ``advertise`` ("host" or "host:port", IPv6 in
+    brackets), else the bound host, else (a wildcard) this machine's address."""
+    host, sep, given = advertise.rpartition(":")
+    if not (sep and given.isdigit()) or advertise.endswith("]"):
+        host, given = advertise, ""
+    host = host or bind_host
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = socket.gethostbyname(socket.gethostname())
+    return f"{host}:{given or port}"
+
+
+class Link(asyncio.Protocol):
+    """One TCP connection to another replica, usable both ways once authenticated."""
+
+    def __init__(self, owner: Links, *, nonce: str | None = None) -> None:
+        self.owner = owner
+        self.nonce = nonce  # set when we dialled: the WELCOME must be bound to it
+        self.peer: str | None = None  # the other replica's id, once proven
+        self.routes: set[str] = set()  # channels we send through this link
+        self.hinted: set[str] = set()  # channels we told the other side live here
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed = False
+        self.paused = False
+        self.last_rx = self.last_tx = owner.now()
+        self.unacked: deque[tuple[str, bytes]] = deque()  # DELIVERs sent, not yet acked
+        self.unacked_bytes = 0
+        self.handled = 0  # DELIVERs received and handled (delivered or sent back)
+        self._acked_out = 0
+        self._acked_in = 0
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+        self._decoder = wire.Decoder(owner.max_frame)
+        self._out: list[bytes] = []
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        with contextlib.suppress(OSError, AttributeError):
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
+        if self.nonce is not None:
+            self.write(wire.hello(self.owner.secret, self.owner.replica_id, self.owner.wall(), self.nonce))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_rx = self.owner.now()
+        try:
+            for kind, body in self._decoder.feed(data):
+                self.owner.on_frame(self, kind, body)
+                if self.closed:
+                    return
+        except ProtocolError as exc:
+            self.abort(str(exc))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
+        self.owner.on_lost(self)
+
+    # -- writing ---------------------------------------------------------------
+
+    def write(self, frame: bytes) -> None:
+        """Queue ``frame``; everything queued in one event-loop turn goes out in one write."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(frame)
+
+    def handled_one(self) -> None:
+        """One more DELIVER handled: ack it with the next write, or soon."""
+        self.handled += 1
+        if self._ack_timer is None and not self._out:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush)
+
+    def acked(self, count: int) -> None:
+        for _ in range(min(count - self._acked_in, len(self.unacked))):
+            _, data = self.unacked.popleft()
+            self.unacked_bytes -= len(data)
+        self._acked_in = max(self._acked_in, count)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if self.handled > self._acked_out:
+            out.append(wire.ack(self.handled))
+            self._acked_out = self.handled
+        if out and self._transport is not None and not self.closed:
+            self._transport.writelines(out)
+            self.last_tx = self.owner.now()
+
+    def abort(self, reason: str) -> None:
+        logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
+                       extra={"replica": self.owner.replica_id})
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def __repr__(self) -> str:
+        return f"<Link peer={self.peer} routes={len(self.routes)} closed={self.closed}>"
+
+
+class Links:
+    """This replica's link listener, its links, and the routes learned over them.
+
+    ``deliver(channel, data)`` hands a frame to this replica's subscriber and
+    says whether there was one; ``on_nack(channel, data)`` gets a frame the
+    other side refused, for the sender to publish through Redis instead.
+    """
+
+    def __init__(
+        self,
+        *,
+        replica_id: str,
+        settings: LinkSettings,
+        clock: Clock,
+        deliver: Callable[[str, bytes], bool],
+        on_nack: Callable[[str, bytes], None],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if not settings.secret:
+            raise ValueError("links need the hub's shared secret")
+        self.replica_id = replica_id
+        self.secret = settings.secret
+        self.max_frame = settings.max_frame
+        self.wall = wall
+        self.origin = ""  # "replica@host:port", once listening
+        self.stats = LinkStats()
+        self._clock = clock
+        self._deliver = deliver
+        self._on_nack = on_nack
+        self._bind = (settings.host, settings.port)
+        self._advertise = settings.advertise
+        self._dial_timeout = settings.dial_timeout
+        self._server: asyncio.Server | None = None
+        self._links: set[Link] = set()
+        self._to: dict[str, Link] = {}  # replica id -> the link hints to it go over
+        self._routes: dict[str, Link] = {}  # channel -> the link its frames go over
+        self._pending: dict[str, set[str]] = {}  # replica being dialled -> hints to send
+        self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
+        self._dialling: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return self._clock.monotonic()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: self._track(Link(self)), *self._bind)
+        port = self._server.sockets[0].getsockname()[1]
+        self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
+        self._spawn(self._heartbeat_loop(), "heartbeat")
+        logger.info("links listening on %s:%s, advertised as %s", self._bind[0], port, self.origin,
+                    extra={"replica": self.replica_id})
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self._links):
+            link.closed = True
+            if link._transport is not None:
+                link._transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    # -- sending -----------------------------------------------------------------
+
+    def send(self, channel: str, data: bytes) -> bool:
+        """Write ``data`` to the link ``channel`` was hinted on; ``False``: use Redis."""
+        link = self._routes.get(channel)
+        if link is None or link.closed or link.paused or link.unacked_bytes > WRITE_HIGH_WATER:
+            return False
+        link.unacked.append((channel, data))
+        link.unacked_bytes += len(data)
+        link.write(wire.deliver(channel, data))
+        self.stats.direct += 1
+        return True
+
+    @property
+    def route_count(self) -> int:
+        """Channels with a learned route (routes of a lost link are forgotten with it)."""
+        return len(self._routes)
+
+    def route_of(self, channel: str) -> str | None:
+        """The replica ``channel``'s frames go straight to, if any (for tests and status)."""
+        link = self._routes.get(channel)
+        return link.peer if link is not None and not link.closed else None
+
+    # -- learning ----------------------------------------------------------------
+
+    def heard(self, origin: str, channel: str) -> None:
+        """A frame for our ``channel`` came through Redis from ``origin``: offer it a link."""
+        parsed = wire.parse_origin(origin)
+        if parsed is None or parsed[0] == self.replica_id:
+            return
+        replica, host, port = parsed
+        link = self._to.get(replica)
+        if link is not None and not link.closed:
+            if channel not in link.hinted:
+                link.hinted.add(channel)
+                link.write(wire.hint(channel))
+            return
+        pending = self._pending.setdefault(replica, set())
+        if len(pending) < _MAX_PENDING_HINTS:
+            pending.add(channel)
+        if replica not in self._dialling and self.now() >= self._quiet_until.get(replica, 0.0):
+            self._dialling.add(replica)
+            self._spawn(self._dial(replica, host, port), f"dial-{replica}")
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=f"switchboard-link-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await self._clock.sleep(HEARTBEAT / 2)
+            now = self.now()
+            for link in list(self._links):
+                if link.closed:
+                    continue
+                if now - link.last_rx > DEAD_AFTER:
+                    link.abort(f"silent for {now - link.last_rx:.1f} s")
+                elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link._out:
+                    link.write(PING_FRAME)
+
+    def forget(self, channel: str) -> None:
+        """``channel`` left this replica: hint it again if it comes back."""
+        for link in self._to.values():
+            link.hinted.discard(channel)
+        for hints in self._pending.values():
+            hints.discard(channel)
+
+    async def _dial(self, replica: str, host: str, port: int) -> None:
+        self.stats.dials += 1
+        nonce = secrets.token_hex(16)
+        link: Link | None = None
+        try:
+            async with asyncio.timeout(self._dial_timeout):
+                _, link = await asyncio.get_running_loop().create_connection(
+                    lambda: self._track(Link(self, nonce=nonce)), host, port
+                )
+                await link.opened
+            if link.peer != replica:
+                link.abort(f"dialled {replica} at {host}:{port} but {link.peer} answered")
+                raise ConnectionError("wrong replica")
+        except (OSError, TimeoutError, ConnectionError, ProtocolError) as exc:
+            self.stats.dial_failures += 1
+            self._quiet_until[replica] = self.now() + REDIAL_AFTER
+            self._pending.pop(replica, None)
+            if link is not None and not link.closed:
+                link.abort("dial failed")
+            logger.warning("link to %s at %s:%s failed: %r; its frames keep going through Redis",
+                           replica, host, port, exc, extra={"replica": self.replica_id})
+        finally:
+            self._dialling.discard(replica)
+
+    def _track(self, link: Link) -> Link:
+        self._links.add(link)
+        return link
+
+    # -- receiving ---------------------------------------------------------------
+
+    def on_frame(self, link: Link, kind: int, body: bytes) -> None:
+        if link.peer is None:
+            self._authenticate(link, kind, body)
+        elif kind == wire.DELIVER:
+            channel, data = wire.split_channel(body)
+            link.handled_one()
+            if self._deliver(channel, data):
+                self.stats.received += 1
+            else:
+                self.stats.nacked += 1
+                link.hinted.discard(channel)
+                link.write(wire.nack(channel, data))
+        elif kind == wire.HINT:
+            channel = body.decode("utf-8", "replace")
+            old = self._routes.get(channel)
+            if old is not None and old is not link:
+                old.routes.discard(channel)
+            self._routes[channel] = link
+            link.routes.add(channel)
+        elif kind == wire.ACK:
+            link.acked(wire.ack_count(body))
+        elif kind == wire.PING:
+            pass  # its arrival was the point
+        elif kind == wire.NACK:
+            channel, data = wire.split_channel(body)
+            if self._routes.get(channel) is link:
+                del self._routes[channel]
+            link.routes.discard(channel)
+            self._on_nack(channel, data)
+        else:
+            raise ProtocolError(f"unexpected {wire.KINDS[kind]} on an open link")
+
+    def _authenticate(self, link: Link, kind: int, body: bytes) -> None:
+        if link.nonce is None and kind == wire.HELLO:  # we accepted: they prove themselves
+            try:
+                hello = wire.check_hello(self.secret, body, self.wall())
+            except ProtocolError:
+                self.stats.refused += 1
+                raise
+            link.peer = hello.replica
+            link.write(wire.welcome(self.secret, self.replica_id, hello.nonce))
+        elif link.nonce is not None and kind == wire.WELCOME:  # we dialled: they answer
+            link.peer = wire.check_welcome(self.secret, body, link.nonce)
+        else:
+            raise ProtocolError(f"{wire.KINDS.get(kind, kind)} before the link was authenticated")
+        self._to[link.peer] = link
+        if not link.opened.done():
+            link.opened.set_result(None)
+        for channel in self._pending.pop(link.peer, ()):
+            link.hinted.add(channel)
+            link.write(wire.hint(channel))
+
+    def on_lost(self, link: Link) -> None:
+        self._links.discard(link)
+        for channel in link.routes:
+            if self._routes.get(channel) is link:
+                del self._routes[channel]
+        link.routes.clear()
+        if link.peer is not None and self._to.get(link.peer) is link:
+            del self._to[link.peer]
+        if link._ack_timer is not None:
+            link._ack_timer.cancel()
+        unacked, link.unacked, link.unacked_bytes = link.unacked, deque(), 0
+        if unacked:
+            logger.warning("link to %s lost with %d frame(s) unacked: sending them through Redis",
+                           link.peer, len(unacked), extra={"replica": self.replica_id})
+        for channel, data in unacked:
+            self.stats.replayed += 1
+            self._on_nack(channel, data)
+
+    def __repr__(self) -> str:
+        return f"Links({self.origin or 'not listening'}, links={len(self._links)}, routes={len(self._routes)})"

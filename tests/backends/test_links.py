@@ -1,0 +1,231 @@
+"""Direct links between replicas' buses, against a real Valkey and real sockets.
+
+The contract: ``publish`` on a client channel reaches the subscriber whichever
+path it takes, later frames skip Redis once the route is learned, and a route
+that went stale, broke or went silent only sends traffic back through Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from switchboard.backends.redis import RedisBus
+from switchboard.backends.redis import links as links_mod
+from switchboard.backends.redis.links import LinkSettings
+from switchboard.clock import SystemClock
+from switchboard.protocol import link as wire
+from switchboard.testing import FaultProxy, ValkeyServer
+from switchboard.testing.replica import free_port
+
+SECRET = "links-test-secret"
+DEADLINE = 5.0
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"no {what} within {timeout}s")
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def valkey_links() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
+    """Started buses with links on loopback, all closed after the test."""
+    buses: list[RedisBus] = []
+
+    async def make(name: str, **link_options: Any) -> RedisBus:
+        bus = RedisBus(
+            valkey_links.url, clock=SystemClock(), replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
+            backoff_initial=0.02, backoff_max=0.2, op_timeout=0.5,
+            links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
+        )
+        buses.append(bus)
+        assert await bus.start()
+        return bus
+
+    yield make
+    for bus in buses:
+        await bus.close()
+
+
+def channel() -> str:
+    return f"sb:client:ws-{uuid.uuid4().hex[:6]}/c"
+
+
+async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes]) -> None:
+    """Publish once through Redis and wait until the receiver has offered its link."""
+    before = len(got)
+    assert await sender.publish(ch, b"first") == 1
+    await until(lambda: len(got) > before, "first delivery")
+    await until(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
+
+
+async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> None:
+    a, b = await bus_with_links("a"), await bus_with_links("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+
+    await learned(a, b, ch, got)
+    for i in range(50):
+        assert await a.publish(ch, b"%d" % i) == 1
+
+    await until(lambda: len(got) == 51, "all frames")
+    assert got == [b"first"] + [b"%d" % i for i in range(50)]
+    assert a.stats.links.direct == 50
+    assert b.stats.links.received == 50
+
+
+async def test_workspace_and_replica_channels_always_go_through_redis(bus_with_links) -> None:
+    a, b = await bus_with_links("a"), await bus_with_links("b")
+    got: list[bytes] = []
+    await b.subscribe("sb:ws:shared", got.append)
+    for _ in range(3):
+        assert await a.publish("sb:ws:shared", b"event") == 1
+    await until(lambda: len(got) == 3, "broadcasts")
+    assert got == [b"event"] * 3  # untouched: no origin tag on broadcast channels
+    assert a.stats.links.direct == 0
+    assert b.stats.links.dials == 0
+
+
+async def test_a_frame_for_a_client_that_moved_follows_it_through_redis(bus_with_links) -> None:
+    a, b, c = await bus_with_links("a"), await bus_with_links("b"), await bus_with_links("c")
+    ch, on_b, on_c = channel(), [], []
+    await b.subscribe(ch, on_b.append)
+    await learned(a, b, ch, on_b)
+
+    await b.unsubscribe(ch)  # the client left b ...
+    await c.subscribe(ch, on_c.append)  # ... and reconnected to c
+    assert await a.publish(ch, b"after the move") == 1  # the stale link still takes it
+
+    await until(lambda: on_c == [b"after the move"], "delivery on the new replica")
+    assert on_b == [b"first"]
+    assert b.stats.links.nacked == 1
+    await until(lambda: a.links.route_of(ch) == c.replica_id, "the route to the new replica")
+
+
+async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_links) -> None:
+    a, b = await bus_with_links("a"), await bus_with_links("b")
+    ch, got, lost = channel(), [], []
+    a.on_undelivered = lambda channel, data: lost.append((channel, data))
+    await b.subscribe(ch, got.append)
+    await learned(a, b, ch, got)
+
+    await b.unsubscribe(ch)
+    assert await a.publish(ch, b"to nobody") == 1  # counted on the link's word ...
+
+    await until(lambda: lost == [(ch, b"to nobody")], "the undelivered report")  # ... and corrected
+    assert a.links.route_of(ch) is None
+    assert got == [b"first"]
+
+
+async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(bus_with_links) -> None:
+    port = free_port()
+    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
+        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")  # b dials a through the proxy
+        b = await bus_with_links("b")
+        ch, got = channel(), []
+        await b.subscribe(ch, got.append)
+        await learned(a, b, ch, got)
+
+        assert proxy.reset_all() >= 1
+        await until(lambda: a.links.route_count == 0, "the broken route forgotten")
+        assert await a.publish(ch, b"via redis") == 1
+        await until(lambda: got[-1:] == [b"via redis"], "delivery through Redis")
+
+        await until(lambda: a.links.route_of(ch) == b.replica_id, "the route learned again")
+        direct = a.stats.links.direct
+        assert await a.publish(ch, b"direct again") == 1
+        await until(lambda: got[-1:] == [b"direct again"], "delivery over the new link")
+        assert a.stats.links.direct == direct + 1
+
+
+async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(bus_with_links) -> None:
+    port = free_port()
+    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
+        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
+        b = await bus_with_links("b")
+        ch, got = channel(), []
+        await b.subscribe(ch, got.append)
+        await learned(a, b, ch, got)
+
+        proxy.blackhole()  # no FIN, no RST: bytes just stop arriving
+        started = time.monotonic()
+        for i in range(5):
+            assert await a.publish(ch, b"into the void %d" % i) == 1  # the link still takes them
+        await until(lambda: a.links.route_count == 0, "the silent link dropped",
+                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        took = time.monotonic() - started
+        assert links_mod.DEAD_AFTER - 0.1 <= took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
+
+        await until(lambda: len(got) == 6, "the unacked frames, through Redis")
+        assert sorted(got[1:]) == [b"into the void %d" % i for i in range(5)]
+        assert a.stats.links.replayed == 5
+        assert await a.publish(ch, b"after") == 1
+        await until(lambda: got[-1:] == [b"after"], "delivery through Redis")
+
+
+async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> None:
+    a, b = await bus_with_links("a"), await bus_with_links("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+    await learned(a, b, ch, got)
+    for i in range(20):
+        assert await a.publish(ch, b"%d" % i) == 1
+    await until(lambda: len(got) == 21, "all frames")
+    link = a.links._routes[ch]
+    await until(lambda: not link.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
+
+    await b.close()  # the link dies with nothing unacked
+    await until(lambda: a.links.route_count == 0, "the route forgotten")
+    assert a.stats.links.replayed == 0
+
+
+async def test_a_replica_without_the_secret_gets_no_route(bus_with_links) -> None:
+    a = await bus_with_links("a")
+    intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
+    ch, got = channel(), []
+    await intruder.subscribe(ch, got.append)
+    assert await a.publish(ch, b"first") == 1
+    await until(lambda: got == [b"first"], "delivery through Redis")
+
+    await until(lambda: a.links.stats.refused == 1, "the HELLO refused")
+    assert a.links.route_of(ch) is None
+    assert intruder.links.stats.dial_failures == 1
+
+
+async def test_a_forged_connection_cannot_deliver_anything(bus_with_links) -> None:
+    b = await bus_with_links("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+    _, port = b.links.origin.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+    writer.write(wire.deliver(ch, b"forged"))  # no HELLO first
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""  # closed on us
+    writer.close()
+    assert got == []
+
+
+async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_links) -> None:
+    a = await bus_with_links("a", advertise=f"127.0.0.1:{free_port()}")  # nobody listens there
+    b = await bus_with_links("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+    for i in range(20):
+        assert await a.publish(ch, b"%d" % i) == 1
+    await until(lambda: len(got) == 20, "every frame through Redis")
+    await until(lambda: b.links.stats.dial_failures == 1, "the failed dial")
+    assert b.links.stats.dials == 1  # quiet for REDIAL_AFTER, not one dial per frame

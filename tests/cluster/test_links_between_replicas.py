@@ -1,0 +1,105 @@
+"""Replica processes send each other's clients' frames over direct links, and never depend on them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import httpx
+import pytest
+
+from switchboard.testing import FaultProxy
+from switchboard.testing.replica import free_port
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
+
+
+async def counter(replica, name: str) -> float:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{replica.url}/metrics", timeout=5)).text
+    found = re.search(rf'^{name}(?:_total)?{{replica="[^"]+"}} ([0-9.e+]+)$', text, re.M)
+    assert found, f"{name} missing from /metrics"
+    return float(found.group(1))
+
+
+async def provider_and_caller(replicas, clients, a, b):
+    provider = await clients(a.url, client_id="prov")
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "add": lambda x: x + 1})
+    caller = await clients(b.url, client_id="caller", token=await provider.generate_token())
+    return provider, caller, await caller.get_service("prov:svc")
+
+
+async def test_calls_between_replicas_travel_over_the_link_once_it_is_learned(replicas, clients):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    _, _, svc = await provider_and_caller(replicas, clients, a, b)
+    for i in range(30):
+        assert await svc.add(i) == i + 1
+
+    assert await counter(b, "switchboard_link_frames_sent") >= 25  # the calls, B -> A
+    assert await counter(a, "switchboard_link_frames_sent") >= 25  # the replies, A -> B
+    assert await counter(a, "switchboard_link_frames_received") >= 25
+
+
+async def test_a_call_through_a_stale_link_to_a_provider_that_left_fails_fast(replicas, clients):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    provider, caller, svc = await provider_and_caller(replicas, clients, a, b)
+    for i in range(5):
+        assert await svc.add(i) == i + 1
+    ws = provider.config["workspace"]
+    await provider.disconnect()  # A forgets the channel; B's route to it is now stale
+    for _ in range(100):  # bounded: until A has finished cleaning up after it
+        if f"{ws}/prov" not in {c["id"] for c in await caller.list_clients()}:
+            break
+        await asyncio.sleep(0.05)
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(Exception, match="not connected"):
+        await svc.add(1)
+    assert loop.time() - started < 5  # sent back by A, then nobody on Redis: failed, not timed out
+    assert await counter(a, "switchboard_link_frames_returned") >= 1
+
+
+async def test_calls_keep_working_while_the_link_is_cut_and_after(replicas, clients):
+    link_port = free_port()
+    async with FaultProxy("127.0.0.1", link_port, connect_timeout=2.0) as proxy:
+        # the first cross-replica frame is the caller's (B -> A, through Redis): A then
+        # dials B's link, here through the proxy, and both directions share that link
+        a = replicas.start("ra")
+        b = replicas.start("rb", "--link-port", str(link_port), "--link-advertise", f"127.0.0.1:{proxy.port}")
+        _, _, svc = await provider_and_caller(replicas, clients, a, b)
+        for i in range(5):
+            assert await svc.add(i) == i + 1
+        assert await counter(b, "switchboard_link_frames_sent") >= 3
+        assert len(proxy.connections) == 1  # the link really runs through the proxy
+
+        proxy.blackhole()  # silent: no FIN, no RST
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        results = [await asyncio.wait_for(svc.add(i), 10) for i in range(10)]  # each bounded
+        assert results == [i + 1 for i in range(10)]  # none lost: unacked frames went through Redis
+        assert loop.time() - started < 8  # the first call waited out the dead link's 3 s, the rest did not
+        assert await counter(b, "switchboard_link_frames_replayed") >= 1  # the call sent into the void
+
+        proxy.pass_through()
+        proxy.reset_all()
+
+        async def direct_again() -> bool:
+            before = await counter(b, "switchboard_link_frames_sent")
+            assert await svc.add(1) == 2
+            return await counter(b, "switchboard_link_frames_sent") > before
+
+        for _ in range(100):  # bounded: the route is re-learned within a few calls
+            if await direct_again():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("calls never went over the link again")
+
+
+async def test_replicas_with_links_off_still_reach_each_other_through_redis(replicas, clients):
+    a, b = replicas.start("ra", "--no-links"), replicas.start("rb")
+    _, _, svc = await provider_and_caller(replicas, clients, a, b)
+    for i in range(10):
+        assert await svc.add(i) == i + 1
+    assert await counter(b, "switchboard_link_frames_sent") == 0  # B never learned a route from A
