@@ -251,7 +251,9 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         "Ratios are plain quotients of the two medians: below 1 is better for ms, s, µs, KiB and MiB, "
         "above 1 is better for MB/s and calls/s. *same*: caller and provider on replica A; *cross*: "
-        "caller on B, provider on A, through Valkey. The floor is a raw WebSocket relay "
+        "caller on B, provider on A: Hypha and the floor relay through Valkey pub/sub, Switchboard "
+        "sends a client's frames over a direct link between the replicas once the first one (through "
+        "Valkey) has taught it the route. The floor is a raw WebSocket relay "
         "(websockets + redis-py, no RPC decoding) with the same processes, hops and payload sizes; "
         "it does not exist for workload 7. The client CPU rows are the hypha-rpc library's share "
         "(caller and provider processes), the same code for both hubs: where it dominates, "
@@ -468,7 +470,7 @@ def _versions() -> dict[str, str]:
     from importlib.metadata import version
 
     out = {}
-    for pkg in ("switchboard", "hypha_rpc", "redis", "websockets", "uvicorn", "matplotlib"):
+    for pkg in ("switchboard", "hypha_rpc", "redis", "websockets", "uvicorn", "uvloop", "hiredis", "matplotlib"):
         with contextlib.suppress(Exception):
             out[pkg] = version(pkg)
     with contextlib.suppress(Exception):

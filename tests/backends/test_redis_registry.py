@@ -235,10 +235,14 @@ async def test_reassert_after_redis_restarted_empty() -> None:
             assert await r2.check_reset() is False
             assert await r1.check_reset() is False
 
+            assert await r1.lost_data() is False
+
             own.restart()
 
             assert await r1.find(ServiceQuery("*")) == []  # stale pooled socket replaced
-            assert await r1.check_reset() is True
+            assert await r1.lost_data() is True  # so that empty answer proves nothing yet
+            assert await r1.lost_data() is True  # asking does not settle it ...
+            assert await r1.check_reset() is True  # ... noticing the reset does
             assert await r2.check_reset() is True  # a peer sees the same reset
             await r2.register(svc("ws2/b:echo"))  # b reconnected to r2 meanwhile
 
@@ -249,6 +253,7 @@ async def test_reassert_after_redis_restarted_empty() -> None:
             assert await r1.owned_by("r1") == [("ws1", "a")]
             assert await r1.owned_by("r2") == [("ws2", "b")]
             assert await r1.check_reset() is False
+            assert await r1.lost_data() is False
         finally:
             await r1.close()
             await r2.close()

@@ -36,6 +36,11 @@ class Registry(Protocol):
         """Every service matching ``query`` (``query.workspace`` may be ``*``)."""
         ...
 
+    async def lost_data(self) -> bool:
+        """Whether the store lost its contents since this replica last looked (re-assertion due):
+        then an empty :meth:`find` proves nothing."""
+        ...
+
     async def close(self) -> None: ...
 
 

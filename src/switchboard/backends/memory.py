@@ -49,6 +49,9 @@ class MemoryRegistry:
             pools = [self._by_workspace.get(query.workspace, {})]
         return [info for pool in pools for info in pool.values() if matches(info, query)]
 
+    async def lost_data(self) -> bool:
+        return False  # it lives and dies with this process
+
     async def close(self) -> None:
         self._by_workspace.clear()
 

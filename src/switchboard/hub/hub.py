@@ -426,7 +426,7 @@ class Hub:
         elif await self._publish_to_client(target, frame, session, caller):
             self.metrics.messages_routed.inc()
             return True
-        elif self.retry.window > 0 and await self._worth_retrying(target):
+        elif self.retry.window > 0 and await self.worth_retrying(target):
             self.metrics.publishes_to_nobody.inc()
             self.retry.add(target, Undelivered(frame, session, caller))
             return True
@@ -451,16 +451,17 @@ class Hub:
         task.add_done_callback(self._background.discard)
 
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
-        if self.retry.pending(target) or (self.retry.window > 0 and await self._worth_retrying(target)):
+        if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):
             self.retry.add(target, item)
         else:
             self._undeliverable(target, item.session, item.caller)
 
-    async def _worth_retrying(self, target: str) -> bool:
+    async def worth_retrying(self, target: str) -> bool:
         """Does some replica claim this client, or can we not tell right now?"""
         ws, _, cid = target.partition("/")
         try:
-            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in")))
+            # a registry that lost its data (Redis restarted empty) is re-filled within seconds
+            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in"))) or await self.registry.lost_data()
         except BackendError:
             return True  # the registry is unreachable: a retry may well succeed
 

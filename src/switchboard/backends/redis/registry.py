@@ -282,5 +282,12 @@ class RedisRegistry:
         known, self._epoch = self._epoch, current
         return known is not None and current != known
 
+    async def lost_data(self) -> bool:
+        """True if the epoch this replica recorded is gone or replaced (read-only, unlike
+        :meth:`check_reset`): Redis lost its data and re-assertion has not caught up."""
+        if self._epoch is None:
+            return False
+        return await self._call("lost_data", self._r.get(f"{self._p}epoch")) != self._epoch
+
     def __repr__(self) -> str:
         return f"RedisRegistry(replica={self.replica_id!r}, prefix={self._p!r})"
