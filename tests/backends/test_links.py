@@ -22,17 +22,14 @@ from switchboard.clock import SystemClock
 from switchboard.protocol import link as wire
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.replica import free_port
+from switchboard.testing.wait import eventually
 
 SECRET = "links-test-secret"
 DEADLINE = 5.0
 
 
-async def until(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"no {what} within {timeout}s")
-        await asyncio.sleep(0.005)
+def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> Any:
+    return eventually(check, timeout=timeout, what=what, interval=0.005)
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +226,34 @@ async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_lin
     await until(lambda: len(got) == 20, "every frame through Redis")
     await until(lambda: b.links.stats.dial_failures == 1, "the failed dial")
     assert b.links.stats.dials == 1  # quiet for REDIAL_AFTER, not one dial per frame
+
+
+async def test_an_unauthenticated_connection_cannot_announce_a_large_frame(bus_with_links) -> None:
+    b = await bus_with_links("b")
+    _, port = b.links.origin.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+    writer.write((1 << 20).to_bytes(4, "big"))  # "a 1 MiB frame follows": refused before any of it
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""
+    writer.close()
+
+
+async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_links) -> None:
+    b = await bus_with_links("b")
+    _, port = b.links.origin.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
+    hello = wire.hello(SECRET, "slowpoke", time.time(), "n")
+    started = time.monotonic()
+    closed = False
+    for byte in hello[:40]:  # trickled: traffic, but never a whole HELLO
+        writer.write(bytes([byte]))
+        try:
+            closed = await asyncio.wait_for(reader.read(1), 0.25) == b""
+        except TimeoutError:
+            continue
+        if closed:
+            break
+    took = time.monotonic() - started
+    assert closed
+    assert took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
+    writer.close()

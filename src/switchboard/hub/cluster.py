@@ -28,6 +28,7 @@ from switchboard.backends.redis import RedisBus, RedisRegistry
 from switchboard.backends.redis.lease import LeaderElector, LeasePolicy, RedisLease
 from switchboard.backends.redis.reaper import OrphanReaper, ReaperPolicy
 from switchboard.errors import BackendError
+from switchboard.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     import redis.asyncio as aredis
@@ -94,9 +95,7 @@ class Cluster:
 
     async def stop(self) -> None:
         """Leave cleanly: give up the lease and remove only this replica's own keys."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks)
         with contextlib.suppress(RedisError, BackendError, OSError, TimeoutError):
             async with asyncio.timeout(2):
                 await self.elector.resign()

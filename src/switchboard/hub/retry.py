@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from switchboard.clock import Clock
+from switchboard.tasks import cancel_and_wait
 
 log = logging.getLogger("switchboard.hub")
 
@@ -91,6 +92,4 @@ class RetryWindow:
             self._queues.pop(target, None)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))

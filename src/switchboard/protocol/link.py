@@ -26,6 +26,9 @@ from switchboard.errors import ProtocolError
 HELLO, WELCOME, DELIVER, HINT, NACK, PING, ACK = range(1, 8)
 KINDS = {HELLO: "HELLO", WELCOME: "WELCOME", DELIVER: "DELIVER", HINT: "HINT", NACK: "NACK", PING: "PING", ACK: "ACK"}
 
+# Frames before the handshake is done are HELLO/WELCOME only: small, so an
+# unauthenticated connection cannot make a replica buffer much.
+HANDSHAKE_MAX_FRAME = 4096
 # A HELLO older or newer than this (wall clock) is refused: a captured one cannot be replayed later.
 HELLO_MAX_SKEW = 60.0
 
@@ -86,7 +89,7 @@ class Decoder:
 
     def __init__(self, max_frame: int) -> None:
         self._buf = bytearray()
-        self._max = max_frame
+        self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         self._buf += data
@@ -95,8 +98,8 @@ class Decoder:
         buf = self._buf
         while len(buf) - pos >= _HEAD.size:
             size, kind = _HEAD.unpack_from(buf, pos)
-            if size < 1 or size > self._max:
-                raise ProtocolError(f"link frame of {size} bytes (at most {self._max})")
+            if size < 1 or size > self.max_frame:
+                raise ProtocolError(f"link frame of {size} bytes (at most {self.max_frame})")
             end = pos + 4 + size
             if len(buf) < end:
                 break

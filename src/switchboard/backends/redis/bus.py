@@ -40,6 +40,7 @@ from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol import link as link_wire
+from switchboard.tasks import cancel_and_wait
 
 logger = logging.getLogger("switchboard.bus")
 
@@ -230,9 +231,7 @@ class RedisBus:
             return
         self._closed = True
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([*tasks, *self._background])
         if self.links is not None:
             await self.links.close()
         if self._owned_publisher:

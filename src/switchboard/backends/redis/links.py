@@ -37,6 +37,7 @@ from typing import Any
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
+from switchboard.tasks import cancel_and_wait
 
 logger = logging.getLogger("switchboard.links")
 
@@ -114,7 +115,8 @@ class Link(asyncio.Protocol):
         self._acked_in = 0
         self._ack_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
-        self._decoder = wire.Decoder(owner.max_frame)
+        self._decoder = wire.Decoder(wire.HANDSHAKE_MAX_FRAME)  # raised once authenticated
+        self.born = owner.now()
         self._out: list[bytes] = []
 
     # -- asyncio.Protocol ------------------------------------------------------
@@ -146,7 +148,10 @@ class Link(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self.opened.done():
-            self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
+            if self.nonce is None:
+                self.opened.cancel()  # accepted: nobody waits for it to open
+            else:
+                self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
         self.owner.on_lost(self)
 
     # -- writing ---------------------------------------------------------------
@@ -252,9 +257,7 @@ class Links:
             link.closed = True
             if link._transport is not None:
                 link._transport.abort()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
@@ -317,6 +320,8 @@ class Links:
                     continue
                 if now - link.last_rx > DEAD_AFTER:
                     link.abort(f"silent for {now - link.last_rx:.1f} s")
+                elif link.peer is None and now - link.born > DEAD_AFTER:
+                    link.abort(f"no handshake within {DEAD_AFTER:g} s")
                 elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link._out:
                     link.write(PING_FRAME)
 
@@ -402,6 +407,7 @@ class Links:
             link.peer = wire.check_welcome(self.secret, body, link.nonce)
         else:
             raise ProtocolError(f"{wire.KINDS.get(kind, kind)} before the link was authenticated")
+        link._decoder.max_frame = self.max_frame
         self._to[link.peer] = link
         if not link.opened.done():
             link.opened.set_result(None)
