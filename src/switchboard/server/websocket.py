@@ -1,4 +1,16 @@
-"""``GET /ws``: the hypha-rpc WebSocket transport (protocol §2)."""
+"""``GET /ws``: the hypha-rpc WebSocket transport (protocol §2).
+
+A client that stops reading fills its bounded send queue and is closed as a
+slow consumer (1008). If it does not complete the close handshake within
+``CLOSE_GRACE`` it is detached; if what was written to it (the close frame
+included: a client that reads again by then still sees why) has not drained
+``WRITER_GRACE`` after that, its connection is reset rather than closed
+(``_reset_connection``). ASGI can only return, and the server then *closes*
+its transport, which waits for the write buffer to drain first: a client that
+never reads again would keep its socket, the buffers and the server's
+connection entry (and hold up the server's shutdown) for ever. The same goes
+for a client that sends its close frame but reads nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +18,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
+import struct
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
+from switchboard.server.http_rpc import _server_transport
 from switchboard.server.state import ServerState
 
 log = logging.getLogger("switchboard.server")
@@ -21,6 +36,10 @@ _LEGACY_PARAMS = ("client_id", "workspace", "token")
 # Seconds a peer the hub closed has to complete the close handshake before its
 # connection is dropped without it (see ``_serve``).
 CLOSE_GRACE = 2.0
+# Seconds a closed peer's writer and the connection's write buffer have to
+# finish once the peer is detached, before the connection is reset.
+WRITER_GRACE = 5.0
+_DRAIN_POLL = 0.05
 
 
 class WebSocketTransport:
@@ -117,10 +136,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         state.untrack(peer)
         await hub.detach(peer)
         if writer is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(writer, 5)
-            if not writer.done():
-                writer.cancel()
+            await _finish(websocket, peer, writer)
 
 
 async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None]) -> None:
@@ -132,7 +148,8 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: a
     reader waits for a frame that never comes, which would keep the peer (its
     registrations, its connection slot) attached for as long as the socket
     lives. After ``CLOSE_GRACE`` both are stopped and the peer is detached; the
-    writer's clean-up still offers the close frame, bounded.
+    writer's clean-up still offers the close frame, bounded, and a connection
+    still stuck after that is reset (``_finish``).
     """
     reader = asyncio.create_task(_read_loop(websocket, peer, state), name=f"reader {peer.id}")
     closed = asyncio.create_task(peer.wait_closed(), name=f"closed {peer.id}")
@@ -174,3 +191,54 @@ async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState) -> No
             return
         elif message.get("text") is not None:
             hub.handle_text(peer, message["text"])
+
+
+async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) -> None:
+    """Let the writer end and the connection flush, bounded; reset a connection that will not.
+
+    A client that stops reading (and may even have sent its close frame) keeps
+    the writer blocked in a send, or leaves bytes in the write buffer that the
+    server's close would wait on for ever: after ``WRITER_GRACE`` its
+    connection is reset. A client that reads costs no wait here.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WRITER_GRACE
+    await asyncio.wait((writer,), timeout=WRITER_GRACE)
+    transport = _server_transport(getattr(websocket, "_receive", None))
+    if transport is not None:
+        for _ in range(int(WRITER_GRACE / _DRAIN_POLL) + 1):  # bounded by the deadline too
+            if not transport.get_write_buffer_size() or loop.time() >= deadline:
+                break
+            await asyncio.sleep(_DRAIN_POLL)
+        stuck = not writer.done() or transport.get_write_buffer_size()
+        if stuck and _reset_connection(websocket):
+            peer.log.warning(
+                "connection not drained %gs after %r: dropping it", WRITER_GRACE, peer.close_reason
+            )
+            # the reset wakes a writer blocked in a send: it ends at once
+            await asyncio.wait((writer,), timeout=1.0)
+    if not writer.done():
+        writer.cancel()
+        await asyncio.wait((writer,), timeout=1.0)
+    if writer.done() and not writer.cancelled():
+        writer.exception()  # retrieved: a failed send to a departed client is no news
+
+
+def _reset_connection(websocket: WebSocket) -> bool:
+    """Reset the connection under ``websocket`` (linger 0); ``False`` if there is nothing to reset.
+
+    The transport is found through uvicorn's ``receive`` (see
+    :func:`switchboard.server.http_rpc._server_transport`), which Starlette
+    keeps as ``_receive``; on a server where it cannot be found, nothing is
+    done and the server closes the connection as before. A transport already
+    closing with nothing left to write goes away by itself.
+    """
+    transport = _server_transport(getattr(websocket, "_receive", None))
+    if transport is None or (transport.is_closing() and not transport.get_write_buffer_size()):
+        return False
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(Exception):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    return True
