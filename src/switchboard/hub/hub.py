@@ -86,7 +86,7 @@ class Hub:
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
         self.inflight = InFlight()
-        self._acting: set[str] = set()  # addresses of HTTP callers with a call under way
+        self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
         self._background: set[asyncio.Task[Any]] = set()
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
@@ -273,9 +273,9 @@ class Hub:
                 ))
             return
         if route.kind == "manager":
-            if (replied := reply_session(method)) is not None:
+            if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
                 self.inflight.closed(route.target, replied)
-            await self._to_manager(method, frame)
+            await self._to_manager(method, env.rest, frame)
         elif route.kind == "client":
             new_call = is_call(method, env.session)
             if new_call:
@@ -305,9 +305,13 @@ class Hub:
             return f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
         return None
 
-    async def _to_manager(self, method: Any, frame: bytes) -> None:
-        """A reply to a call another replica's manager made goes back to that replica."""
-        session = relay.session_root(method)
+    async def _to_manager(self, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
+        """A reply to a call another replica's manager made goes back to that replica.
+
+        So do the ``message_cache`` calls that carry a reply too large for one
+        frame: only the manager that made the call can put the chunks together.
+        """
+        session = relay.manager_session(method, extra)
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
             self.manager.receive(frame)
@@ -391,14 +395,14 @@ class Hub:
         """
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
         channel = _BUS_CLIENT + acting.address
-        self._acting.add(acting.address)
-        await self.bus.subscribe(channel, lambda data: self.manager.receive(relay.unwrap(data)[2]))
+        self._acting[acting.address] = acting
+        await self.bus.subscribe(channel, lambda data: self._receive_as(acting, relay.unwrap(data)[2]))
         token = ACTING_AS.set(acting)
         try:
             yield acting
         finally:
             ACTING_AS.reset(token)
-            self._acting.discard(acting.address)
+            self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
             await self.bus.unsubscribe(channel)
 
@@ -406,8 +410,8 @@ class Hub:
         self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False
     ) -> bool:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
-        if target in self._acting:  # a reply for an HTTP caller: its calls live in the manager's RPC
-            self.manager.receive(frame)
+        if (acting := self._acting.get(target)) is not None:
+            self._receive_as(acting, frame)
             return True
         peer = self.peers.get(target)
         if peer is not None and self.draining and new_call:
@@ -432,6 +436,28 @@ class Hub:
             return True
         self._undeliverable(target, session, caller)
         return False
+
+    def _receive_as(self, acting: Acting, frame: bytes) -> None:
+        """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.
+
+        The caller's address is an alias of the manager. Besides replies, a
+        provider sends it the ``get_service("<address>:built-in")`` call with
+        which it starts a reply too large for one frame; the RPC answers only
+        calls addressed to its own id, and the provider accepts the answer only
+        from the address it asked. So the frame goes in addressed to the
+        manager, and what the RPC sends in answer leaves from the alias.
+        """
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.info("dropped a frame for %s: %s", acting.address, exc)
+            return
+        env.main["to"] = self.manager_address
+        token = ACTING_AS.set(acting)  # inherited by the tasks the RPC starts to answer
+        try:
+            self.manager.receive(envelope.encode(env.main, env.rest))
+        finally:
+            ACTING_AS.reset(token)
 
     def _on_undelivered(self, channel: str, data: bytes) -> None:
         """A frame the bus had counted as delivered reached nobody after all (a direct
@@ -488,7 +514,7 @@ class Hub:
             sender.send(reject)
 
     async def _publish_to_client(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
-        if session and caller == self.manager_address:
+        if session and (caller == self.manager_address or caller in self._acting):
             frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
         return await self._publish(_BUS_CLIENT + target, frame) > 0
 

@@ -6,14 +6,26 @@ provider's replica, not necessarily on the one whose manager made the call.
 A manager call that crosses to another replica therefore travels wrapped with
 its origin and session; the receiving replica remembers ``session → origin``
 and sends the reply back there. Pure functions here; the table lives in the hub.
+
+A reply larger than one frame does not come as one ``<session>.resolve``:
+hypha-rpc sends it as calls to the receiver's ``message_cache`` service
+(``services.built-in.message_cache.create/set/append/process/remove``), all
+addressed to ``*/<manager_id>`` and keyed by the session being answered (their
+first argument). Those calls must reach the same replica as the reply would.
 """
 
 from __future__ import annotations
+
+import msgpack
 
 from switchboard.errors import ProtocolError
 
 # A msgpack map never starts with 0x00, so one byte tells wrapped from raw.
 _MANAGER_CALL = b"\x00"
+
+MESSAGE_CACHE = "services.built-in.message_cache."
+# a session id is a short uuid, dotted when nested: nothing longer is a key worth routing
+_MAX_KEY = 1024
 
 
 def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
@@ -40,3 +52,41 @@ def session_root(method: object) -> str | None:
         return None
     root = method.partition(".")[0]
     return None if root == "services" or not root else root
+
+
+def chunk_key(method: object, extra: bytes | memoryview) -> str | None:
+    """The key of a ``message_cache`` call (its first argument), else ``None``.
+
+    Only the start of ``extra`` is read: a chunk (up to 256 KiB of bytes that
+    follow the key) is never unpacked.
+    """
+    if not isinstance(method, str) or not method.startswith(MESSAGE_CACHE) or not extra:
+        return None
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(extra), max_str_len=_MAX_KEY)
+    unpacker.feed(extra)
+    try:
+        for _ in range(unpacker.read_map_header()):
+            name = unpacker.unpack()
+            if name != "args":
+                unpacker.skip()
+                continue
+            if unpacker.read_array_header() < 1:
+                return None
+            key = unpacker.unpack()
+            return key if isinstance(key, str) and key else None
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None  # not ours to judge: the manager's RPC rejects it
+    return None
+
+
+def manager_session(method: object, extra: bytes | memoryview) -> str | None:
+    """The caller-side session root a frame to the manager answers, if any.
+
+    ``"abc.resolve"`` → ``"abc"``; a ``message_cache`` call keyed ``"abc"`` (or
+    ``"abc.def"``) → ``"abc"``; anything else (a call of the manager's own
+    services) → ``None``.
+    """
+    key = chunk_key(method, extra)
+    if key is not None:
+        return key.partition(".")[0]
+    return session_root(method)
