@@ -103,3 +103,41 @@ async def test_replicas_with_links_off_still_reach_each_other_through_redis(repl
     for i in range(10):
         assert await svc.add(i) == i + 1
     assert await counter(b, "switchboard_link_frames_sent") == 0  # B never learned a route from A
+
+
+async def test_a_point_to_point_event_never_overtakes_the_broadcast_sent_before_it(replicas, clients):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    sender = await clients(a.url, client_id="sender")
+    receiver = await clients(b.url, client_id="receiver", token=await sender.generate_token())
+    await receiver.register_service({"id": "svc", "config": {"visibility": "public"}, "f": lambda: 1})
+    svc = await sender.get_service("receiver:svc")
+    for _ in range(5):  # calls teach A the link to B for the receiver's frames
+        assert await svc.f() == 1
+    assert await counter(a, "switchboard_link_frames_sent") >= 3
+
+    got: list = []
+    receiver.on("news", lambda event: got.append(event["data"]))
+    await receiver.subscribe(["news"])
+    for i in range(20):
+        await sender.emit({"type": "news", "to": "*", "data": f"broadcast {i}"})  # through Redis
+        await sender.emit({"type": "news", "to": f"{receiver.config['workspace']}/receiver", "data": f"direct {i}"})
+    for _ in range(200):  # bounded wait for all 40
+        if len(got) >= 40:
+            break
+        await asyncio.sleep(0.05)
+    assert got == [f"{kind} {i}" for i in range(20) for kind in ("broadcast", "direct")]
+
+
+async def test_manager_calls_answered_through_another_replica_are_not_left_in_flight(replicas, clients):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    provider = await clients(a.url, client_id="prov")
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "f": lambda: 1})
+    caller = await clients(b.url, client_id="caller", token=await provider.generate_token())
+    for _ in range(10):  # B's manager asks the provider (on A) for its service: replies come back via A
+        svc = await caller.get_service("prov:svc")
+        assert await svc.f() == 1
+    for _ in range(100):  # bounded: the last reply may still be on its way
+        if await counter(b, "switchboard_calls_in_flight") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await counter(b, "switchboard_calls_in_flight") == 0

@@ -17,7 +17,7 @@ class FlakyRoute:
         self.delivered: list[bytes] = []
         self.attempts = 0
 
-    async def publish(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+    async def publish(self, target: str, frame: bytes, session: str | None, caller: str, event: bool) -> bool:
         self.attempts += 1
         if self.clock.monotonic() >= self.heals_at:
             self.delivered.append(frame)

@@ -60,8 +60,12 @@ class EventBus(Protocol):
         """``(healthy, reason)``: readiness reports it."""
         ...
 
-    async def publish(self, channel: str, data: bytes) -> int:
-        """Send ``data``; return how many subscribers received it (0 = nobody)."""
+    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+        """Send ``data``; return how many subscribers received it (0 = nobody).
+
+        ``direct=False`` keeps it on the shared, ordered path even where a
+        faster one exists (the Redis bus's links), behind earlier broadcasts.
+        """
         ...
 
     async def subscribe(self, channel: str, handler: BusHandler) -> None:

@@ -74,7 +74,7 @@ class MemoryBus:
     def health(self) -> tuple[bool, str]:
         return True, "in-process"
 
-    async def publish(self, channel: str, data: bytes) -> int:
+    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
         handler = self._handlers.get(channel)
         if handler is None:
             return 0

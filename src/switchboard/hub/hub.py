@@ -110,7 +110,8 @@ class Hub:
         if not await self.bus.start():
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
         await self.manager.start()
-        await self.bus.subscribe(_BUS_REPLICA + self.replica_id, self.manager.receive)
+        await self.bus.subscribe(_BUS_REPLICA + self.replica_id, self._on_bus_replica)
+        self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         for companion in self.companions:
             await companion.start()
 
@@ -282,7 +283,10 @@ class Hub:
                 self.inflight.opened(peer.id, env.session, route.target, self.peers)  # type: ignore[arg-type]
             elif (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
                 self.inflight.closed(route.target, replied)
-            await self.deliver(route.target, frame, session=env.session, caller=peer.id, new_call=new_call)
+            await self.deliver(
+                route.target, frame, session=env.session, caller=peer.id, new_call=new_call,
+                event=env.type != "method",
+            )
         else:
             if env.type == "method":
                 peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
@@ -317,6 +321,18 @@ class Hub:
             self.manager.receive(frame)
         elif await self._publish(_BUS_REPLICA + origin, frame) == 0:
             self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
+
+    def _on_bus_replica(self, frame: bytes) -> None:
+        """A reply (or a chunk of one) to a call our manager made, via the provider's replica."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.warning("dropped a malformed manager reply: %s", exc)
+            return
+        method = env.main.get("method")
+        if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
+            self.inflight.closed(self.manager_address, replied)
+        self.manager.receive(frame)
 
     def _on_bus_client(self, peer: Peer, data: bytes) -> None:
         """A frame another replica routed to one of our clients."""
@@ -407,9 +423,14 @@ class Hub:
             await self.bus.unsubscribe(channel)
 
     async def deliver(
-        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False
+        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False,
+        event: bool = False,
     ) -> bool:
-        """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it."""
+        """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it.
+
+        An ``event`` (a point-to-point emit) takes the bus's shared path even where a
+        direct link exists, so it cannot overtake a broadcast its sender emitted before it.
+        """
         if (acting := self._acting.get(target)) is not None:
             self._receive_as(acting, frame)
             return True
@@ -418,21 +439,21 @@ class Hub:
             # this replica is going away: the call waits for the client to reappear
             # elsewhere, and is no longer in flight here (the drain must not wait for it)
             self.inflight.closed(caller, session or "")
-            self.retry.add(target, Undelivered(frame, session, caller))
+            self.retry.add(target, Undelivered(frame, session, caller, event))
             return True
         if peer is not None:
             if peer.send(frame):
                 self.metrics.messages_routed.inc()
                 return True
         elif self.retry.pending(target):  # keep order behind frames already waiting
-            self.retry.add(target, Undelivered(frame, session, caller))
+            self.retry.add(target, Undelivered(frame, session, caller, event))
             return True
-        elif await self._publish_to_client(target, frame, session, caller):
+        elif await self._publish_to_client(target, frame, session, caller, event):
             self.metrics.messages_routed.inc()
             return True
         elif self.retry.window > 0 and await self.worth_retrying(target):
             self.metrics.publishes_to_nobody.inc()
-            self.retry.add(target, Undelivered(frame, session, caller))
+            self.retry.add(target, Undelivered(frame, session, caller, event))
             return True
         self._undeliverable(target, session, caller)
         return False
@@ -491,10 +512,10 @@ class Hub:
         except BackendError:
             return True  # the registry is unreachable: a retry may well succeed
 
-    async def _publish(self, channel: str, data: bytes) -> int:
+    async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
         """Publish; a bus failure counts as "nobody received it", never as a crash."""
         try:
-            return await self.bus.publish(channel, data)
+            return await self.bus.publish(channel, data, direct=direct)
         except BackendError as exc:
             self.log.warning("publish failed: %s", exc)
             return 0
@@ -513,10 +534,12 @@ class Hub:
         elif (sender := self.peers.get(caller)) is not None:
             sender.send(reject)
 
-    async def _publish_to_client(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+    async def _publish_to_client(
+        self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
+    ) -> bool:
         if session and (caller == self.manager_address or caller in self._acting):
             frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
-        return await self._publish(_BUS_CLIENT + target, frame) > 0
+        return await self._publish(_BUS_CLIENT + target, frame, direct=not event) > 0
 
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""

@@ -36,6 +36,9 @@ class HubMetrics:
         self.bad_frames = counter("switchboard_rejected_frames", "Frames rejected as malformed or forbidden.")
         self.call_errors = counter("switchboard_call_errors", "Manager and HTTP calls that failed.")
         self.http_calls = counter("switchboard_http_service_calls", "Service calls made over HTTP.")
+        self.calls_in_flight = gauge(
+            "switchboard_calls_in_flight", "Calls routed through this replica still waiting for their reply."
+        )
         self.handshake_failures = counter(
             "switchboard_handshake_failures", "Connections refused during the handshake."
         )

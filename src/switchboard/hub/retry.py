@@ -27,9 +27,10 @@ class Undelivered:
     frame: bytes
     session: str | None
     caller: str
+    event: bool = False  # a point-to-point event: keeps to the bus's shared path
 
 
-Publish = Callable[[str, bytes, "str | None", str], Awaitable[bool]]
+Publish = Callable[[str, bytes, "str | None", str, bool], Awaitable[bool]]
 GiveUp = Callable[[str, Undelivered], None]
 
 
@@ -77,7 +78,7 @@ class RetryWindow:
         try:
             while queue:
                 head = queue[0]
-                if await self._publish(target, head.frame, head.session, head.caller):
+                if await self._publish(target, head.frame, head.session, head.caller, head.event):
                     queue.popleft()
                     self.recovered += 1
                     continue

@@ -145,14 +145,16 @@ class RedisBus:
         await self.acks.wait(b"subscribe", self.probe_channel, ack, wait or 0)
         return self.health[0]
 
-    async def publish(self, channel: str, data: bytes) -> int:
+    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
         """PUBLISH; return Redis's receiver count faithfully (0 = nobody).
 
         A unicast frame whose channel has a direct link goes there instead and
         counts 1; if the link sends it back, :meth:`_on_nack` publishes it.
+        ``direct=False`` publishes through Redis regardless, behind the
+        broadcasts sent before it (an event must not overtake them).
         """
         if channel.startswith(self._unicast):
-            if self.links is not None and self.links.send(channel, data):
+            if direct and self.links is not None and self.links.send(channel, data):
                 return 1
             data = link_wire.tag(self.links.origin if self.links else "", data)
         try:
