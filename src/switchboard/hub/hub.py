@@ -21,8 +21,15 @@ from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError, PermissionDenied, ProtocolError
+from switchboard.hub.across import (
+    CLIENT_CHANNEL,
+    REPLICA_CHANNEL,
+    WORKSPACE_CHANNEL,
+    AcrossReplicas,
+)
 from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User
+from switchboard.hub.drain import Draining
 from switchboard.hub.inflight import InFlight, chunked_reply_session, is_call, reply_session
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -34,9 +41,6 @@ from switchboard.protocol.services import ServiceQuery
 
 log = logging.getLogger("switchboard.hub")
 
-_BUS_CLIENT = "sb:client:"
-_BUS_WORKSPACE = "sb:ws:"
-_BUS_REPLICA = "sb:replica:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ class Acting:
 ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
 
 
-class Hub:
+class Hub(AcrossReplicas, Draining):
     """Every live client of this replica, and the routes between them."""
 
     def __init__(
@@ -110,7 +114,7 @@ class Hub:
         if not await self.bus.start():
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
         await self.manager.start()
-        await self.bus.subscribe(_BUS_REPLICA + self.replica_id, self._on_bus_replica)
+        await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self._on_bus_replica)
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         for companion in self.companions:
             await companion.start()
@@ -160,9 +164,9 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(_BUS_CLIENT + peer.id, lambda data: self._on_bus_client(peer, data))
+        await self.bus.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self._on_bus_client(peer, data))
         if first_in_workspace:
-            await self.bus.subscribe(_BUS_WORKSPACE + peer.workspace, self._on_bus_broadcast)
+            await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self._on_bus_broadcast)
         self.metrics.clients.set(len(self.peers))
         peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
         return {
@@ -203,9 +207,9 @@ class Hub:
         await self.gate.count_out(peer)
         if not current:
             return
-        await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
+        await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
         if workspace_empty:
-            channel = _BUS_WORKSPACE + peer.workspace
+            channel = WORKSPACE_CHANNEL + peer.workspace
             await self.bus.unsubscribe(channel)
             if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
                 await self.bus.subscribe(channel, self._on_bus_broadcast)
@@ -309,76 +313,6 @@ class Hub:
             return f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
         return None
 
-    async def _to_manager(self, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
-        """A reply to a call another replica's manager made goes back to that replica.
-
-        So do the ``message_cache`` calls that carry a reply too large for one
-        frame: only the manager that made the call can put the chunks together.
-        """
-        session = relay.manager_session(method, extra)
-        origin = self.reply_routes.origin_of(session) if session else None
-        if origin is None or origin == self.replica_id:
-            self.manager.receive(frame)
-        elif await self._publish(_BUS_REPLICA + origin, frame) == 0:
-            self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
-
-    def _on_bus_replica(self, frame: bytes) -> None:
-        """A reply (or a chunk of one) to a call our manager made, via the provider's replica."""
-        try:
-            env = envelope.decode(frame)
-        except ProtocolError as exc:
-            self.log.warning("dropped a malformed manager reply: %s", exc)
-            return
-        method = env.main.get("method")
-        if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
-            self.inflight.closed(self.manager_address, replied)
-        self.manager.receive(frame)
-
-    def _on_bus_client(self, peer: Peer, data: bytes) -> None:
-        """A frame another replica routed to one of our clients."""
-        try:
-            origin, session, frame = relay.unwrap(data)
-        except ProtocolError as exc:
-            self.log.warning("dropped a relayed frame for %s: %s", peer.id, exc)
-            return
-        if origin is not None and session is not None:
-            self.reply_routes.remember(session, origin)
-        if peer.closed:
-            self._bounce(peer.id, frame)
-            return
-        self._track_relayed(peer, frame)
-        peer.send(frame)
-
-    def _bounce(self, target: str, frame: bytes) -> None:
-        """A call that reached this replica as its client left: fail the caller now, not at its timeout."""
-        try:
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return
-        caller = env.main.get("from")
-        if env.session and isinstance(caller, str) and "/" in caller:
-            reject = envelope.reject_frame(
-                session=env.session, target=target, caller=caller,
-                message=f"Target peer {target} is not connected",
-            )
-            task = asyncio.create_task(self.deliver(caller, reject, session=None, caller=target))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    def _track_relayed(self, peer: Peer, frame: bytes) -> None:
-        """Calls into (and replies to) our clients from other replicas count as in flight too."""
-        try:
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return
-        method, session = env.main.get("method"), env.session
-        if is_call(method, session):
-            self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
-        elif self.inflight.busy(peer.id) and (
-            replied := reply_session(method) or chunked_reply_session(method, env.rest)
-        ) is not None:
-            self.inflight.closed(peer.id, replied)
-
     async def route_from_manager(self, data: bytes) -> None:
         """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
         env = envelope.decode(data)
@@ -410,7 +344,7 @@ class Hub:
         replies (from any replica) find their way back to the manager's RPC.
         """
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
-        channel = _BUS_CLIENT + acting.address
+        channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
         await self.bus.subscribe(channel, lambda data: self._receive_as(acting, relay.unwrap(data)[2]))
         token = ACTING_AS.set(acting)
@@ -480,139 +414,20 @@ class Hub:
         finally:
             ACTING_AS.reset(token)
 
-    def _on_undelivered(self, channel: str, data: bytes) -> None:
-        """A frame the bus had counted as delivered reached nobody after all (a direct
-        link sent it back and Redis found no subscriber): the same path as a publish to nobody."""
-        if not channel.startswith(_BUS_CLIENT):
-            return
-        target = channel[len(_BUS_CLIENT):]
-        try:
-            _, _, frame = relay.unwrap(data)
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return
-        caller = str(env.main.get("from", ""))
-        self.metrics.publishes_to_nobody.inc()
-        task = asyncio.create_task(self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
-        if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):
-            self.retry.add(target, item)
-        else:
-            self._undeliverable(target, item.session, item.caller)
-
-    async def worth_retrying(self, target: str) -> bool:
-        """Does some replica claim this client, or can we not tell right now?"""
-        ws, _, cid = target.partition("/")
-        try:
-            # a registry that lost its data (Redis restarted empty) is re-filled within seconds
-            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in"))) or await self.registry.lost_data()
-        except BackendError:
-            return True  # the registry is unreachable: a retry may well succeed
-
-    async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
-        """Publish; a bus failure counts as "nobody received it", never as a crash."""
-        try:
-            return await self.bus.publish(channel, data, direct=direct)
-        except BackendError as exc:
-            self.log.warning("publish failed: %s", exc)
-            return 0
-
-    def _undeliverable(self, target: str, session: str | None, caller: str) -> None:
-        self.metrics.undeliverable.inc()
-        if not session:
-            return  # fire-and-forget: dropping is right, a reject here would start a storm
-        self.inflight.closed(caller, session)
-        reject = envelope.reject_frame(
-            session=session, target=target, caller=caller,
-            message=f"Target peer {target} is not connected",
-        )
-        if caller == self.manager_address or caller in self._acting:
-            self.manager.receive(reject)
-        elif (sender := self.peers.get(caller)) is not None:
-            sender.send(reject)
-
-    async def _publish_to_client(
-        self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
-    ) -> bool:
-        if session and (caller == self.manager_address or caller in self._acting):
-            frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
-        return await self._publish(_BUS_CLIENT + target, frame, direct=not event) > 0
-
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
         self._broadcast_local(workspace, event_type, frame)
-        await self._publish(_BUS_WORKSPACE + workspace, self.replica_id.encode() + b"\n" + frame)
+        await self._publish(WORKSPACE_CHANNEL + workspace, self.replica_id.encode() + b"\n" + frame)
 
     def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None:
         for peer in self._by_workspace.get(workspace, ()):
             if event_type in peer.subscriptions:
                 peer.send(frame)
 
-    def _on_bus_broadcast(self, data: bytes) -> None:
-        origin, _, frame = data.partition(b"\n")
-        if origin == self.replica_id.encode():
-            return
-        try:
-            env = envelope.decode(frame)
-        except ProtocolError as exc:
-            self.log.warning("dropped a malformed broadcast from %r: %s", origin, exc)
-            return
-        workspace = str(env.main.get("to", "")).partition("/")[0]
-        if env.main.get("to") == "*":
-            workspace = str(env.main.get("ws", ""))
-        self._broadcast_local(workspace, env.type, frame)
-
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
         await self.broadcast(workspace, event_type, frame)
-
-    async def repair_registry(self) -> int:
-        """Retry what a backend outage left undone; return how many registrations were re-written."""
-        await self.gate.retry_uncounted()
-        for ws, cid in list(self.unpurged):
-            if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
-                await self.purge(ws, cid, owner=self.replica_id)
-            self.unpurged.discard((ws, cid))
-        if not self.registry_dirty:
-            return 0
-        self.registry_dirty = False
-        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
-        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
-
-    # -- draining ----------------------------------------------------------------
-
-    async def drain(self, timeout: float, *, code: int, reason: str) -> None:
-        """Stop taking new calls, let calls in flight finish, then tell every client to move.
-
-        A client's channel is unsubscribed as soon as it waits for no reply:
-        new calls from other replicas then wait in their senders' retry windows
-        until the client has reconnected to a sibling, instead of landing here.
-        A client still waiting for replies keeps its channel until they came.
-        """
-        self.draining = True
-        cutoff = self.inflight.opened_count  # only calls already under way are waited for
-        unsubscribed: set[str] = set()
-        deadline = self.clock.monotonic() + timeout
-        while True:
-            for peer in list(self.peers.values()):
-                if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
-                    unsubscribed.add(peer.id)
-                    await self.bus.unsubscribe(_BUS_CLIENT + peer.id)
-                if peer.id in unsubscribed and not self.inflight.busy_before(peer.id, cutoff):
-                    peer.close(code, reason)
-            busy = [p for p in self.peers.values() if not p.closed]
-            remaining = deadline - self.clock.monotonic()
-            if not busy or remaining <= 0:
-                break
-            self.log.info("draining: %d clients have %d calls in flight", len(busy), len(self.inflight))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.inflight.changed(), min(remaining, 0.5))
-        for peer in list(self.peers.values()):
-            peer.close(code, reason)
 
     # -- queries used by the manager and HTTP layer --------------------------
 

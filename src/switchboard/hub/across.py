@@ -1,0 +1,221 @@
+"""Frames to and from other replicas: the hub's side of the event bus.
+
+Part of :class:`~switchboard.hub.hub.Hub` (a mixin, kept apart so that each
+file reads in one sitting): publishing to a client on another replica and
+failing its caller fast when nobody holds it, taking in what other replicas
+route here, and repairing what a backend outage left undone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from switchboard.errors import BackendError, ProtocolError
+from switchboard.hub.inflight import chunked_reply_session, is_call, reply_session
+from switchboard.hub.retry import Undelivered
+from switchboard.protocol import envelope, relay
+from switchboard.protocol.services import ServiceQuery
+
+if TYPE_CHECKING:
+    from switchboard.backends.base import EventBus, Registry
+    from switchboard.hub.admission import Gatekeeper
+    from switchboard.hub.inflight import InFlight
+    from switchboard.hub.manager import WorkspaceManager
+    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.peer import Peer
+    from switchboard.hub.relay import ReplyRoutes
+    from switchboard.hub.retry import RetryWindow
+
+CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the replica holding the client listens
+WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
+REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
+
+
+class AcrossReplicas:
+    """The cross-replica half of the hub; the attributes below are the hub's own."""
+
+    replica_id: str
+    manager_address: str
+    bus: EventBus
+    registry: Registry
+    gate: Gatekeeper
+    peers: dict[str, Peer]
+    manager: WorkspaceManager
+    reply_routes: ReplyRoutes
+    inflight: InFlight
+    retry: RetryWindow
+    metrics: HubMetrics
+    log: logging.LoggerAdapter[logging.Logger]
+    unpurged: set[tuple[str, str]]
+    registry_dirty: bool
+    _acting: dict[str, Any]
+    _background: set[asyncio.Task[Any]]
+
+    if TYPE_CHECKING:  # the hub's own methods, used here
+
+        async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str,
+                          new_call: bool = False, event: bool = False) -> bool: ...
+
+        async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
+
+        def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None: ...
+
+    async def _to_manager(self, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
+        """A reply to a call another replica's manager made goes back to that replica.
+
+        So do the ``message_cache`` calls that carry a reply too large for one
+        frame: only the manager that made the call can put the chunks together.
+        """
+        session = relay.manager_session(method, extra)
+        origin = self.reply_routes.origin_of(session) if session else None
+        if origin is None or origin == self.replica_id:
+            self.manager.receive(frame)
+        elif await self._publish(REPLICA_CHANNEL + origin, frame) == 0:
+            self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
+
+    def _on_bus_replica(self, frame: bytes) -> None:
+        """A reply (or a chunk of one) to a call our manager made, via the provider's replica."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.warning("dropped a malformed manager reply: %s", exc)
+            return
+        method = env.main.get("method")
+        if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
+            self.inflight.closed(self.manager_address, replied)
+        self.manager.receive(frame)
+
+    def _on_bus_client(self, peer: Peer, data: bytes) -> None:
+        """A frame another replica routed to one of our clients."""
+        try:
+            origin, session, frame = relay.unwrap(data)
+        except ProtocolError as exc:
+            self.log.warning("dropped a relayed frame for %s: %s", peer.id, exc)
+            return
+        if origin is not None and session is not None:
+            self.reply_routes.remember(session, origin)
+        if peer.closed:
+            self._bounce(peer.id, frame)
+            return
+        self._track_relayed(peer, frame)
+        peer.send(frame)
+
+    def _bounce(self, target: str, frame: bytes) -> None:
+        """A call that reached this replica as its client left: fail the caller now, not at its timeout."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return
+        caller = env.main.get("from")
+        if env.session and isinstance(caller, str) and "/" in caller:
+            reject = envelope.reject_frame(
+                session=env.session, target=target, caller=caller,
+                message=f"Target peer {target} is not connected",
+            )
+            task = asyncio.create_task(self.deliver(caller, reject, session=None, caller=target))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    def _track_relayed(self, peer: Peer, frame: bytes) -> None:
+        """Calls into (and replies to) our clients from other replicas count as in flight too."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return
+        method, session = env.main.get("method"), env.session
+        if is_call(method, session):
+            self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
+        elif self.inflight.busy(peer.id) and (
+            replied := reply_session(method) or chunked_reply_session(method, env.rest)
+        ) is not None:
+            self.inflight.closed(peer.id, replied)
+
+    def _on_undelivered(self, channel: str, data: bytes) -> None:
+        """A frame the bus had counted as delivered reached nobody after all (a direct
+        link sent it back and Redis found no subscriber): the same path as a publish to nobody."""
+        if not channel.startswith(CLIENT_CHANNEL):
+            return
+        target = channel[len(CLIENT_CHANNEL):]
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return
+        caller = str(env.main.get("from", ""))
+        self.metrics.publishes_to_nobody.inc()
+        task = asyncio.create_task(self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
+        if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):
+            self.retry.add(target, item)
+        else:
+            self._undeliverable(target, item.session, item.caller)
+
+    async def worth_retrying(self, target: str) -> bool:
+        """Does some replica claim this client, or can we not tell right now?"""
+        ws, _, cid = target.partition("/")
+        try:
+            # a registry that lost its data (Redis restarted empty) is re-filled within seconds
+            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in"))) or await self.registry.lost_data()
+        except BackendError:
+            return True  # the registry is unreachable: a retry may well succeed
+
+    async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+        """Publish; a bus failure counts as "nobody received it", never as a crash."""
+        try:
+            return await self.bus.publish(channel, data, direct=direct)
+        except BackendError as exc:
+            self.log.warning("publish failed: %s", exc)
+            return 0
+
+    def _undeliverable(self, target: str, session: str | None, caller: str) -> None:
+        self.metrics.undeliverable.inc()
+        if not session:
+            return  # fire-and-forget: dropping is right, a reject here would start a storm
+        self.inflight.closed(caller, session)
+        reject = envelope.reject_frame(
+            session=session, target=target, caller=caller,
+            message=f"Target peer {target} is not connected",
+        )
+        if caller == self.manager_address or caller in self._acting:
+            self.manager.receive(reject)
+        elif (sender := self.peers.get(caller)) is not None:
+            sender.send(reject)
+
+    async def _publish_to_client(
+        self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
+    ) -> bool:
+        if session and (caller == self.manager_address or caller in self._acting):
+            frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
+        return await self._publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+
+    def _on_bus_broadcast(self, data: bytes) -> None:
+        origin, _, frame = data.partition(b"\n")
+        if origin == self.replica_id.encode():
+            return
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.warning("dropped a malformed broadcast from %r: %s", origin, exc)
+            return
+        workspace = str(env.main.get("to", "")).partition("/")[0]
+        if env.main.get("to") == "*":
+            workspace = str(env.main.get("ws", ""))
+        self._broadcast_local(workspace, env.type, frame)
+
+    async def repair_registry(self) -> int:
+        """Retry what a backend outage left undone; return how many registrations were re-written."""
+        await self.gate.retry_uncounted()
+        for ws, cid in list(self.unpurged):
+            if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
+                await self.purge(ws, cid, owner=self.replica_id)
+            self.unpurged.discard((ws, cid))
+        if not self.registry_dirty:
+            return 0
+        self.registry_dirty = False
+        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
+        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
