@@ -112,12 +112,6 @@ async def test_an_http_call_returns_a_large_result_of_a_large_service_on_any_rep
         assert response.json() == "y" * n
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, not fixed here: while acting for an HTTP caller the manager's RPC "
-    "addresses the callbacks it encodes itself (the promise of get_service('<provider>:built-in'), "
-    "which starts sending a large argument) to '<workspace>/<manager_id>', a client nobody serves",
-)
 async def test_an_http_call_with_a_large_argument(replicas, clients):
     a = replicas.start("ra", "--call-timeout", "5")
     provider = await provider_on(a, clients, "docs")

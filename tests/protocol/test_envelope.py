@@ -208,6 +208,9 @@ class TestRoute:
             pytest.param(
                 "*/manager-old", Route("client", "*/manager-old", "*"), id="stale-manager"
             ),
+            pytest.param(
+                "ws2/manager-X", Route("manager", "ws2/manager-X", "ws2"), id="manager-named-in-a-workspace"
+            ),
             pytest.param("ws1/*", Route("broadcast", "ws1/*", "ws1"), id="ws-star-own"),
             pytest.param("ws2/*", Route("broadcast", "ws2/*", "ws2"), id="ws-star-other"),
         ],

@@ -212,6 +212,18 @@ async def test_a_client_id_with_a_slash_colon_or_too_long_is_refused(server, con
     await assert_hub_unharmed(server, connect)
 
 
+async def test_the_managers_client_id_is_reserved(server, connect):
+    manager_id = server.hub.manager_id
+    async with raw_socket(server) as ws:
+        await ws.send(first_frame(manager_id))
+        error, code, _ = await refusal(ws)
+    assert error["message"] == (
+        f"Failed to establish connection: client_id {manager_id!r} is reserved for the hub's manager"
+    )
+    assert code == 1001
+    await assert_hub_unharmed(server, connect)
+
+
 async def test_no_first_frame_within_the_handshake_timeout_is_refused_with_1008(connect):
     async with running(make_settings(handshake_timeout=0.3)) as server:
         loop = asyncio.get_running_loop()

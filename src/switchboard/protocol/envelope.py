@@ -140,6 +140,8 @@ def route(to: str | None, *, sender_workspace: str, manager_id: str) -> Route:
         return Route("manager" if cid == manager_id else "client", to, "*")
     if cid == "*":
         return Route("broadcast", to, ws)
+    if cid == manager_id:  # the manager serves every workspace (its callbacks name one)
+        return Route("manager", to, ws)
     return Route("client", to, ws)
 
 
