@@ -1,0 +1,133 @@
+"""One direct link to another replica: a TCP connection carrying link frames both ways.
+
+Writes made in one event-loop turn go out together; DELIVERs stay in
+``unacked`` until the other side's cumulative ACK, which rides on its next
+write or follows within ``ACK_DELAY``. Routing, dialling and the handshake
+live in :mod:`switchboard.backends.redis.links`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import deque
+from typing import TYPE_CHECKING
+
+from switchboard.errors import ProtocolError
+from switchboard.protocol import link as wire
+
+if TYPE_CHECKING:
+    from switchboard.backends.redis.links import Links
+
+logger = logging.getLogger("switchboard.links")
+
+# A link whose unsent bytes exceed this stops taking frames until it drains:
+# they go through Redis instead, so one slow replica never grows our memory.
+WRITE_HIGH_WATER = 16 << 20
+# A receiver with nothing to send acks after this long: bounds what a sender
+# keeps, while acks of a request/reply exchange ride on the reply for free.
+ACK_DELAY = 0.05
+
+
+class Link(asyncio.Protocol):
+    """One TCP connection to another replica, usable both ways once authenticated."""
+
+    def __init__(self, owner: Links, *, nonce: str | None = None) -> None:
+        self.owner = owner
+        self.nonce = nonce  # set when we dialled: the WELCOME must be bound to it
+        self.peer: str | None = None  # the other replica's id, once proven
+        self.routes: set[str] = set()  # channels we send through this link
+        self.hinted: set[str] = set()  # channels we told the other side live here
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed = False
+        self.paused = False
+        self.last_rx = self.last_tx = owner.now()
+        self.unacked: deque[tuple[str, bytes]] = deque()  # DELIVERs sent, not yet acked
+        self.unacked_bytes = 0
+        self.handled = 0  # DELIVERs received and handled (delivered or sent back)
+        self._acked_out = 0
+        self._acked_in = 0
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+        self._decoder = wire.Decoder(wire.HANDSHAKE_MAX_FRAME)  # raised once authenticated
+        self.born = owner.now()
+        self._out: list[bytes] = []
+
+    # -- asyncio.Protocol ------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        with contextlib.suppress(OSError, AttributeError):
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
+        if self.nonce is not None:
+            self.write(wire.hello(self.owner.secret, self.owner.replica_id, self.owner.wall(), self.nonce))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_rx = self.owner.now()
+        try:
+            for kind, body in self._decoder.feed(data):
+                self.owner.on_frame(self, kind, body)
+                if self.closed:
+                    return
+        except ProtocolError as exc:
+            self.abort(str(exc))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.opened.done():
+            if self.nonce is None:
+                self.opened.cancel()  # accepted: nobody waits for it to open
+            else:
+                self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
+        self.owner.on_lost(self)
+
+    # -- writing ---------------------------------------------------------------
+
+    def write(self, frame: bytes) -> None:
+        """Queue ``frame``; everything queued in one event-loop turn goes out in one write."""
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(frame)
+
+    def handled_one(self) -> None:
+        """One more DELIVER handled: ack it with the next write, or soon."""
+        self.handled += 1
+        if self._ack_timer is None and not self._out:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush)
+
+    def acked(self, count: int) -> None:
+        for _ in range(min(count - self._acked_in, len(self.unacked))):
+            _, data = self.unacked.popleft()
+            self.unacked_bytes -= len(data)
+        self._acked_in = max(self._acked_in, count)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        if self.handled > self._acked_out:
+            out.append(wire.ack(self.handled))
+            self._acked_out = self.handled
+        if out and self._transport is not None and not self.closed:
+            self._transport.writelines(out)
+            self.last_tx = self.owner.now()
+
+    def abort(self, reason: str) -> None:
+        logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
+                       extra={"replica": self.owner.replica_id})
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def __repr__(self) -> str:
+        return f"<Link peer={self.peer} routes={len(self.routes)} closed={self.closed}>"
