@@ -21,22 +21,20 @@ import json
 import re
 import socket
 import statistics
-import time
 from typing import Any
 
 import httpx
-import msgpack
 import psutil
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 from websockets.client import ClientProtocol
-from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from switchboard.testing.replica import ReplicaProcess
+from switchboard.testing.stalled import collect_rejects, echo_p50, flood_call
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -104,20 +102,6 @@ def gauge(text: str, name: str) -> float:
     return float(match.group(1))
 
 
-async def echo_p50(api: Any, n: int = 25) -> float:
-    samples = []
-    for i in range(n):
-        started = time.perf_counter()
-        assert await api.echo(i) == i
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
-
-
-def call_frame(target: str, n: int, blob: bytes) -> bytes:
-    main = {"type": "method", "to": target, "method": "services.sink.take", "session": f"flood-{n}"}
-    return msgpack.packb(main) + msgpack.packb({"args": [blob], "with_kwargs": False, "promise": "*", "t": 30})
-
-
 async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_elses_latency() -> None:
     replica = ReplicaProcess(replica_id="slow-consumer", args=["--send-queue-bytes", str(SEND_QUEUE)])
     replica.start()
@@ -139,14 +123,6 @@ async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_e
 
             rejects: list[str] = []
 
-            async def collect() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    async for frame in flooder:
-                        unpacker = msgpack.Unpacker(raw=False)
-                        unpacker.feed(frame)
-                        main, extra = next(unpacker), next(unpacker, None)
-                        if str(main.get("method", "")).endswith(".reject"):
-                            rejects.append(extra["args"][0]["_rvalue"])
 
             async def sample_rss() -> None:
                 nonlocal peak
@@ -154,13 +130,13 @@ async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_e
                     peak = max(peak, server.memory_info().rss)
                     await asyncio.sleep(0.01)
 
-            collector = asyncio.create_task(collect())
+            collector = asyncio.create_task(collect_rejects(flooder, rejects))
             sampler = asyncio.create_task(sample_rss())
             blob = b"\xab" * FRAME
             sent = 0
             during: list[float] = []
             for n in range(400):  # 100 MiB at most: 25 × the send queue
-                await flooder.send(call_frame(target, n, blob))
+                await flooder.send(flood_call(target, n, blob))
                 sent += 1
                 if n % 40 == 20:
                     during.append(await echo_p50(steady, 3))

@@ -35,9 +35,15 @@ import psutil
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
 
-from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.hub import running, settings_for_tests
+from switchboard.testing.stalled import (
+    collect_rejects,
+    echo_p50,
+    flood_call,
+    read_until_closed,
+    uvicorn_connection,
+)
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -104,49 +110,10 @@ class StalledStream:
 
     async def read_to_end(self, timeout: float) -> tuple[int, str]:
         """Read again at last: ``(body bytes, how the stream ended)`` once the server is done with it."""
-        loop = asyncio.get_running_loop()
-        received = 0
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            try:
-                data = await asyncio.wait_for(
-                    loop.sock_recv(self.sock, 1 << 20), deadline - loop.time()
-                )
-            except ConnectionResetError:
-                return received, "reset"
-            except TimeoutError:
-                break
-            if not data:
-                return received, "eof"
-            received += len(data)
-        return received, f"still open after {timeout}s"
+        return await read_until_closed(self.sock, timeout)
 
     def close(self) -> None:
         self.sock.close()
-
-
-def call_frame(target: str, n: int, blob: bytes) -> bytes:
-    main = {"type": "method", "to": target, "method": "services.sink.take", "session": f"flood-{n}"}
-    return msgpack.packb(main) + msgpack.packb(
-        {"args": [blob], "with_kwargs": False, "promise": "*", "t": 30}
-    )
-
-
-def server_connection(srv: RunningServer, client: tuple[str, int]) -> Any:
-    """uvicorn's protocol object for the connection from ``client``, or ``None`` once it is gone."""
-    for connection in list(srv.server.server_state.connections):
-        if tuple(getattr(connection, "client", None) or ()) == client:
-            return connection
-    return None
-
-
-async def echo_p50(api: Any, n: int = 15) -> float:
-    samples = []
-    for i in range(n):
-        started = time.perf_counter()
-        assert await api.echo(i) == i
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
 
 
 async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> None:
@@ -158,7 +125,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             info = await stalled.open("stalled")
             target = f"{info['workspace']}/stalled"
             peer = srv.hub.peers[target]
-            connection = server_connection(srv, stalled.local_address)
+            connection = uvicorn_connection(srv, stalled.local_address)
             assert connection is not None, (
                 "the stalled stream's connection is not known to the server"
             )
@@ -192,7 +159,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             def sample() -> None:
                 peaks["rss"] = max(peaks["rss"], server.memory_info().rss)
                 peaks["queued"] = max(peaks["queued"], peer.queued_bytes)
-                live = server_connection(srv, stalled.local_address)
+                live = uvicorn_connection(srv, stalled.local_address)
                 if live is not None and live.transport is not None:
                     peaks["write_buffer"] = max(
                         peaks["write_buffer"], live.transport.get_write_buffer_size()
@@ -210,16 +177,8 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 assert json.loads(await flooder.recv())["type"] == "connection_info"
                 rejects: list[str] = []
 
-                async def collect() -> None:
-                    with contextlib.suppress(ConnectionClosed):
-                        async for frame in flooder:
-                            unpacker = msgpack.Unpacker(raw=False)
-                            unpacker.feed(frame)
-                            main, extra = next(unpacker), next(unpacker, None)
-                            if str(main.get("method", "")).endswith(".reject"):
-                                rejects.append(extra["args"][0]["_rvalue"])
 
-                collector = asyncio.create_task(collect())
+                collector = asyncio.create_task(collect_rejects(flooder, rejects))
                 sampling = asyncio.create_task(sampler())
                 background += [collector, sampling]
                 blob = b"\xab" * FRAME
@@ -228,7 +187,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 first_reject: int | None = None
                 during: list[float] = []
                 for n in range(MAX_FLOOD):
-                    await flooder.send(call_frame(target, n, blob))
+                    await flooder.send(flood_call(target, n, blob))
                     sent += 1
                     if n % 40 == 20:
                         during.append(await echo_p50(steady_http, 3))
@@ -253,7 +212,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 closed_after: float | None = None
                 with contextlib.suppress(AssertionError):  # asserted below, after the report
                     await eventually(
-                        lambda: server_connection(srv, stalled.local_address) is None,
+                        lambda: uvicorn_connection(srv, stalled.local_address) is None,
                         timeout=DROP_WITHIN,
                         what="the server to close the stalled client's TCP connection",
                     )

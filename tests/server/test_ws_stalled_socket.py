@@ -37,18 +37,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgpack
 import psutil
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 from websockets.client import ClientProtocol
-from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.stalled import (
+    collect_rejects,
+    flood_call,
+    read_until_closed,
+    uvicorn_connection,
+)
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -107,22 +111,7 @@ class StalledWebSocket:
 
     async def read_to_end(self, timeout: float) -> tuple[int, str]:
         """Read again at last: ``(bytes read, how the connection ended)``."""
-        loop = asyncio.get_running_loop()
-        received = 0
-        deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            try:
-                data = await asyncio.wait_for(
-                    loop.sock_recv(self.sock, 1 << 20), deadline - loop.time()
-                )
-            except ConnectionResetError:
-                return received, "reset"
-            except TimeoutError:
-                break
-            if not data:
-                return received, "eof"
-            received += len(data)
-        return received, f"still open after {timeout}s"
+        return await read_until_closed(self.sock, timeout)
 
     async def send_close(self) -> None:
         """Say goodbye (a close frame), still without reading anything."""
@@ -131,21 +120,6 @@ class StalledWebSocket:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def call_frame(target: str, n: int, blob: bytes) -> bytes:
-    main = {"type": "method", "to": target, "method": "services.sink.take", "session": f"flood-{n}"}
-    return msgpack.packb(main) + msgpack.packb(
-        {"args": [blob], "with_kwargs": False, "promise": "*", "t": 30}
-    )
-
-
-def uvicorn_connection(srv: RunningServer, client: tuple[str, int]) -> Any:
-    """uvicorn's protocol object for the connection from ``client``, or ``None`` once it is gone."""
-    for connection in list(srv.server.server_state.connections):
-        if tuple(getattr(connection, "client", None) or ()) == client:
-            return connection
-    return None
 
 
 def server_socket_open(server_port: int, client: tuple[str, int]) -> bool:
@@ -296,23 +270,14 @@ async def _exercise(
             rejects: list[str] = []
             report["rejects"] = rejects
 
-            async def collect() -> None:
-                with contextlib.suppress(ConnectionClosed):
-                    for _ in range(10 * MAX_FLOOD):  # at most one answer per call; cancelled first
-                        frame = await flooder.recv()
-                        unpacker = msgpack.Unpacker(raw=False)
-                        unpacker.feed(frame)
-                        main, extra = next(unpacker), next(unpacker, None)
-                        if str(main.get("method", "")).endswith(".reject"):
-                            rejects.append(extra["args"][0]["_rvalue"])
 
-            background += [asyncio.create_task(collect()), asyncio.create_task(sampler())]
+            background += [asyncio.create_task(collect_rejects(flooder, rejects)), asyncio.create_task(sampler())]
             blob = b"\xab" * FRAME
             started = time.monotonic()
             sent = 0
             first_reject: int | None = None
             for n in range(MAX_FLOOD):
-                await asyncio.wait_for(flooder.send(call_frame(target, n, blob)), 10)
+                await asyncio.wait_for(flooder.send(flood_call(target, n, blob)), 10)
                 sent += 1
                 if n % 40 == 20:
                     assert await steady_http.echo(n) == n
@@ -388,7 +353,7 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
             # Fill the kernel's buffers, stopping as soon as the server has to buffer
             # bytes itself: well short of the send queue limit, so the hub keeps it.
             for n in range(MAX_FLOOD):
-                await asyncio.wait_for(flooder.send(call_frame(target, n, blob)), 10)
+                await asyncio.wait_for(flooder.send(flood_call(target, n, blob)), 10)
                 sent += 1
                 with contextlib.suppress(AssertionError):
                     await eventually(

@@ -1,0 +1,68 @@
+"""Helpers for tests of clients that stop reading: the flood, the server's side, the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import statistics
+import time
+from typing import Any
+
+import msgpack
+
+
+def flood_call(target: str, n: int, blob: bytes) -> bytes:
+    """A raw call frame carrying ``blob`` to ``target``'s ``sink.take`` (session ``flood-<n>``)."""
+    main = {"type": "method", "to": target, "method": "services.sink.take", "session": f"flood-{n}"}
+    return msgpack.packb(main) + msgpack.packb({"args": [blob], "with_kwargs": False, "promise": "*", "t": 30})
+
+
+def uvicorn_connection(server: Any, client: tuple[str, int]) -> Any:
+    """uvicorn's protocol object for the connection from ``client``, or ``None`` once it is gone."""
+    for connection in list(server.server.server_state.connections):
+        if tuple(getattr(connection, "client", None) or ()) == client:
+            return connection
+    return None
+
+
+async def read_until_closed(sock: socket.socket, timeout: float) -> tuple[int, str]:
+    """Read again at last: ``(bytes read, how the connection ended)`` — "reset", "eof" or still open."""
+    loop = asyncio.get_running_loop()
+    received = 0
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            data = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), deadline - loop.time())
+        except ConnectionResetError:
+            return received, "reset"
+        except TimeoutError:
+            break
+        if not data:
+            return received, "eof"
+        received += len(data)
+    return received, f"still open after {timeout}s"
+
+
+async def echo_p50(api: Any, n: int = 15) -> float:
+    """Median seconds of ``n`` calls to ``api.echo``: what a bystander client feels."""
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        assert await api.echo(i) == i
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+async def collect_rejects(flooder: Any, into: list[str], bound: int = 100_000) -> None:
+    """Append the message of each ``.reject`` the flooder gets, until its connection closes
+    (at most ``bound`` frames)."""
+    from websockets.exceptions import ConnectionClosed
+
+    with contextlib.suppress(ConnectionClosed):
+        for _ in range(bound):
+            unpacker = msgpack.Unpacker(raw=False)
+            unpacker.feed(await flooder.recv())
+            main, extra = next(unpacker), next(unpacker, None)
+            if str(main.get("method", "")).endswith(".reject"):
+                into.append(extra["args"][0]["_rvalue"])
