@@ -78,6 +78,7 @@ class Cluster:
         self._tasks: list[asyncio.Task[None]] = []
         self.reaped = 0
         self.reasserted = 0
+        self._stopping = False
         self.log = logging.LoggerAdapter(log, {"replica": hub.replica_id})
         hub.metrics.registry.register(_ClusterCollector(self))
 
@@ -95,6 +96,7 @@ class Cluster:
 
     async def stop(self) -> None:
         """Leave cleanly: give up the lease and remove only this replica's own keys."""
+        self._stopping = True
         await cancel_and_wait(self._tasks)
         with contextlib.suppress(RedisError, BackendError, OSError, TimeoutError):
             async with asyncio.timeout(2):
@@ -106,7 +108,7 @@ class Cluster:
     # -- presence and recovery ---------------------------------------------
 
     async def _presence_loop(self) -> None:
-        while True:
+        while not self._stopping:  # also ends the loop if redis-py swallowed its cancel
             await self.hub.clock.sleep(PRESENCE_INTERVAL)
             try:
                 await self._write_presence()

@@ -365,7 +365,7 @@ class RedisBus:
         """Connect, re-wire, read until the connection dies; back off (capped) and repeat."""
         attempt = 0
         first = True
-        while True:
+        while not self._closed:  # also ends a loop whose cancel redis-py swallowed
             conn = self._factory()
             try:
                 async with asyncio.timeout(self._op_timeout * 2):
@@ -420,7 +420,7 @@ class RedisBus:
 
     async def _read_loop(self, conn: AbstractConnection) -> None:
         """The only reader of the pub/sub connection; a handler error never ends it."""
-        while True:
+        while not self._closed:  # also ends a loop whose cancel redis-py swallowed
             try:
                 reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
             except ResponseError as exc:  # e.g. a SUBSCRIBE refused: stays unconfirmed
@@ -452,7 +452,7 @@ class RedisBus:
         return len(todo)
 
     async def _reconcile_loop(self, interval: float) -> None:
-        while True:
+        while not self._closed:  # also ends a loop whose cancel redis-py swallowed
             await self._clock.sleep(interval)
             try:
                 await self.reconcile_once()
@@ -460,7 +460,7 @@ class RedisBus:
                 logger.exception("reconcile failed", extra=self._extra)
 
     async def _probe_loop(self, idle: float) -> None:
-        while True:
+        while not self._closed:  # also ends a loop whose cancel redis-py swallowed
             await self._clock.sleep(min(idle / 2, 1.0))
             conn = self._conn
             if conn is None or self._clock.monotonic() - self._last_rx < idle:
