@@ -116,6 +116,9 @@ class Hub(AcrossReplicas, Draining):
         await self.manager.start()
         await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self._on_bus_replica)
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
+        # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
+        # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
+        self.metrics.services.set_function(lambda: sum(len(p.services) for p in self.peers.values()))
         for companion in self.companions:
             await companion.start()
 
@@ -230,8 +233,6 @@ class Hub(AcrossReplicas, Draining):
             if not info["id"].endswith(":built-in"):
                 await self.emit_event(workspace, "service_removed", info)
         await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
-        if owner in (None, self.replica_id):
-            self.metrics.services.dec(len(removed))
         return len(removed)
 
     # -- routing -------------------------------------------------------------

@@ -242,8 +242,6 @@ class WorkspaceManager:
         if peer.closed or self.hub.peer_for(peer.id) is not peer:
             await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
             return None
-        if previous is None:
-            self.hub.metrics.services.inc()
         ws = peer.workspace
         if info["id"].endswith(":built-in"):
             event = "client_updated" if previous else "client_connected"
@@ -270,7 +268,6 @@ class WorkspaceManager:
         peer.services.pop(sid, None)
         if removed is None:
             raise NotFound(f"Service not found: {service_id}")
-        self.hub.metrics.services.dec()
         if sid.endswith(":built-in"):
             await self.hub.emit_event(ws, "client_disconnected", {"id": cid, "workspace": ws})
         else:
