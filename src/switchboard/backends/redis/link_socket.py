@@ -43,7 +43,7 @@ class Link(asyncio.Protocol):
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed = False
         self.paused = False
-        self.last_rx = self.last_tx = owner.now()
+        self.born = self.last_rx = self.last_tx = owner.now()
         self.unacked: deque[tuple[str, bytes]] = deque()  # DELIVERs sent, not yet acked
         self.unacked_bytes = 0
         self.handled = 0  # DELIVERs received and handled (delivered or sent back)
@@ -52,7 +52,6 @@ class Link(asyncio.Protocol):
         self._ack_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
         self._decoder = wire.Decoder(wire.HANDSHAKE_MAX_FRAME)  # raised once authenticated
-        self.born = owner.now()
         self._out: list[bytes] = []
 
     # -- asyncio.Protocol ------------------------------------------------------
@@ -90,7 +89,26 @@ class Link(asyncio.Protocol):
                 self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
         self.owner.on_lost(self)
 
+    def authenticated(self, peer: str, max_frame: int) -> None:
+        """The other side proved it is ``peer``: full-size frames from now on."""
+        self.peer = peer
+        self._decoder.max_frame = max_frame
+        if not self.opened.done():
+            self.opened.set_result(None)
+
+    def take_unacked(self) -> deque[tuple[str, bytes]]:
+        """What a lost link sent but never had acked (for the sender to publish elsewhere)."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+        unacked, self.unacked, self.unacked_bytes = self.unacked, deque(), 0
+        return unacked
+
     # -- writing ---------------------------------------------------------------
+
+    @property
+    def writing(self) -> bool:
+        """Frames are queued for the end of this event-loop turn."""
+        return bool(self._out)
 
     def write(self, frame: bytes) -> None:
         """Queue ``frame``; everything queued in one event-loop turn goes out in one write."""
@@ -122,9 +140,11 @@ class Link(asyncio.Protocol):
             self._transport.writelines(out)
             self.last_tx = self.owner.now()
 
-    def abort(self, reason: str) -> None:
-        logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
-                       extra={"replica": self.owner.replica_id})
+    def abort(self, reason: str | None = None) -> None:
+        """Reset the connection; ``reason`` is logged (none on a clean shutdown)."""
+        if reason is not None:
+            logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
+                           extra={"replica": self.owner.replica_id})
         self.closed = True
         if self._transport is not None:
             self._transport.abort()

@@ -29,7 +29,6 @@ import logging
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -147,9 +146,7 @@ class Links:
         if self._server is not None:
             self._server.close()
         for link in list(self._links):
-            link.closed = True
-            if link._transport is not None:
-                link._transport.abort()
+            link.abort()
         await cancel_and_wait(list(self._tasks))
         if self._server is not None:
             with contextlib.suppress(Exception):
@@ -215,7 +212,7 @@ class Links:
                     link.abort(f"silent for {now - link.last_rx:.1f} s")
                 elif link.peer is None and now - link.born > DEAD_AFTER:
                     link.abort(f"no handshake within {DEAD_AFTER:g} s")
-                elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link._out:
+                elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link.writing:
                     link.write(PING_FRAME)
 
     def forget(self, channel: str) -> None:
@@ -294,16 +291,14 @@ class Links:
             except ProtocolError:
                 self.stats.refused += 1
                 raise
-            link.peer = hello.replica
+            link.authenticated(hello.replica, self.max_frame)
             link.write(wire.welcome(self.secret, self.replica_id, hello.nonce))
         elif link.nonce is not None and kind == wire.WELCOME:  # we dialled: they answer
-            link.peer = wire.check_welcome(self.secret, body, link.nonce)
+            link.authenticated(wire.check_welcome(self.secret, body, link.nonce), self.max_frame)
         else:
             raise ProtocolError(f"{wire.KINDS.get(kind, kind)} before the link was authenticated")
-        link._decoder.max_frame = self.max_frame
+        assert link.peer is not None
         self._to[link.peer] = link
-        if not link.opened.done():
-            link.opened.set_result(None)
         for channel in self._pending.pop(link.peer, ()):
             link.hinted.add(channel)
             link.write(wire.hint(channel))
@@ -316,9 +311,7 @@ class Links:
         link.routes.clear()
         if link.peer is not None and self._to.get(link.peer) is link:
             del self._to[link.peer]
-        if link._ack_timer is not None:
-            link._ack_timer.cancel()
-        unacked, link.unacked, link.unacked_bytes = link.unacked, deque(), 0
+        unacked = link.take_unacked()
         if unacked:
             logger.warning("link to %s lost with %d frame(s) unacked: sending them through Redis",
                            link.peer, len(unacked), extra={"replica": self.replica_id})
