@@ -1,4 +1,4 @@
-"""Stopping background tasks for sure, even ones that swallow a cancellation.
+"""Background tasks: kept while they run, and stopped for sure, even ones that swallow a cancellation.
 
 redis-py's asyncio client can swallow a ``CancelledError`` that arrives in
 the middle of a command (seen with redis 8.1: about two cancels in three
@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 log = logging.getLogger("switchboard.tasks")
 
 RECANCEL_EVERY = 0.05
+
+
+def spawn(into: set[asyncio.Task[Any]], coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+    """Start ``coro`` as a task kept in ``into`` while it runs (the loop holds tasks only weakly),
+    so that whoever owns ``into`` can stop them all with :func:`cancel_and_wait`."""
+    task = asyncio.create_task(coro, name=name)
+    into.add(task)
+    task.add_done_callback(into.discard)
+    return task
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], timeout: float = 2.0) -> set[asyncio.Task[Any]]:

@@ -17,6 +17,7 @@ from switchboard.hub.inflight import chunked_reply_session, is_call, reply_sessi
 from switchboard.hub.retry import Undelivered
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.services import ServiceQuery
+from switchboard.tasks import spawn
 
 if TYPE_CHECKING:
     from switchboard.backends.base import EventBus, Registry
@@ -114,9 +115,7 @@ class AcrossReplicas:
                 session=env.session, target=target, caller=caller,
                 message=f"Target peer {target} is not connected",
             )
-            task = asyncio.create_task(self.deliver(caller, reject, session=None, caller=target))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            spawn(self._background, self.deliver(caller, reject, session=None, caller=target))
 
     def _track_relayed(self, peer: Peer, frame: bytes) -> None:
         """Calls into (and replies to) our clients from other replicas count as in flight too."""
@@ -145,9 +144,7 @@ class AcrossReplicas:
             return
         caller = str(env.main.get("from", ""))
         self.metrics.publishes_to_nobody.inc()
-        task = asyncio.create_task(self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        spawn(self._background, self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
 
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
         if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):

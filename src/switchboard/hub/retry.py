@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from switchboard.clock import Clock
-from switchboard.tasks import cancel_and_wait
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger("switchboard.hub")
 
@@ -65,9 +65,7 @@ class RetryWindow:
         queue = self._queues.get(target)
         if queue is None:
             queue = self._queues[target] = deque()
-            task = asyncio.create_task(self._drain(target, queue), name=f"retry {target}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            spawn(self._tasks, self._drain(target, queue), f"retry {target}")
         if len(queue) >= self._max:
             self._give_up(target, item)
             return

@@ -40,7 +40,7 @@ from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol import link as link_wire
-from switchboard.tasks import cancel_and_wait
+from switchboard.tasks import cancel_and_wait, spawn
 
 logger = logging.getLogger("switchboard.bus")
 
@@ -316,10 +316,7 @@ class RedisBus:
                     return
                 if origin and self.links is not None:
                     self.links.heard(origin, channel)
-            try:
-                handler(data)
-            except Exception:
-                logger.exception("handler for %s failed", channel, extra=self._extra)
+            self._run(handler, channel, data)
         elif kind == b"subscribe":
             if self.subs.on_confirmed(channel):
                 self._wired_on_conn = True
@@ -336,18 +333,20 @@ class RedisBus:
         handler = self._handlers.get(channel) if channel in self.subs.desired else None
         if handler is None:
             return False
+        self._run(handler, channel, data)
+        return True
+
+    def _run(self, handler: BusHandler, channel: str, data: bytes) -> None:
+        """Call a subscriber, whichever path the frame came by; its bug is logged, never raised."""
         try:
             handler(data)
         except Exception:
             logger.exception("handler for %s failed", channel, extra=self._extra)
-        return True
 
     def _on_nack(self, channel: str, data: bytes) -> None:
         if self._closed:
             return
-        task = asyncio.create_task(self._republish(channel, data), name="switchboard-bus-republish")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        spawn(self._background, self._republish(channel, data), "switchboard-bus-republish")
 
     async def _republish(self, channel: str, data: bytes) -> None:
         """A frame the link's other end no longer wanted: Redis decides who gets it."""

@@ -31,13 +31,12 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from switchboard.backends.redis.link_socket import WRITE_HIGH_WATER, Link
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
-from switchboard.tasks import cancel_and_wait
+from switchboard.tasks import cancel_and_wait, spawn
 
 logger = logging.getLogger("switchboard.links")
 
@@ -138,7 +137,7 @@ class Links:
         self._server = await loop.create_server(lambda: self._track(Link(self)), *self._bind)
         port = self._server.sockets[0].getsockname()[1]
         self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
-        self._spawn(self._heartbeat_loop(), "heartbeat")
+        spawn(self._tasks, self._heartbeat_loop(), "switchboard-link-heartbeat")
         logger.info("links listening on %s:%s, advertised as %s", self._bind[0], port, self.origin,
                     extra={"replica": self.replica_id})
 
@@ -194,12 +193,7 @@ class Links:
             pending.add(channel)
         if replica not in self._dialling and self.now() >= self._quiet_until.get(replica, 0.0):
             self._dialling.add(replica)
-            self._spawn(self._dial(replica, host, port), f"dial-{replica}")
-
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=f"switchboard-link-{name}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            spawn(self._tasks, self._dial(replica, host, port), f"switchboard-link-dial-{replica}")
 
     async def _heartbeat_loop(self) -> None:
         while True:
