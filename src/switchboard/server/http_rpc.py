@@ -36,7 +36,6 @@ import hmac
 import json
 import logging
 import secrets
-import socket
 import struct
 from typing import Any
 
@@ -52,6 +51,7 @@ from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 from switchboard.protocol import envelope, handshake
+from switchboard.server.reset import reset
 from switchboard.server.state import ServerState
 
 log = logging.getLogger("switchboard.http_rpc")
@@ -230,38 +230,11 @@ class DownstreamResponse(Response):
             await _drop_connection(self.peer, receive)
 
 
-def _server_transport(receive: Receive) -> Any:
-    """The server's socket transport under this response, if it can be found.
-
-    uvicorn's ``receive`` is a method of its request cycle, which holds the
-    asyncio transport. On another server this is ``None``.
-    """
-    transport = getattr(getattr(receive, "__self__", None), "transport", None)
-    return transport if callable(getattr(transport, "abort", None)) else None
-
-
 async def _drop_connection(peer: Peer, receive: Receive) -> None:
-    """Abort the connection of a stream whose reader is stuck: closing it would never finish.
-
-    ASGI can only end a response or leave it unfinished, and either way the
-    server then *closes* its transport, which first flushes the write buffer:
-    a client that stopped reading never lets it, so its socket, the buffer
-    (up to a whole frame) and uvicorn's connection entry would stay for as
-    long as the client likes, and uvicorn's shutdown waits for every
-    connection. So the socket is reset instead (linger 0: the kernel drops
-    what it still holds too); on a server where the transport cannot be
-    found, the response is left unfinished, as before.
-    """
-    transport = _server_transport(receive)
-    if transport is None or (transport.is_closing() and not transport.get_write_buffer_size()):
+    """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.reset`)."""
+    if not reset(receive):
         return
-    reason = peer.close_reason
-    peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, reason)
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(Exception):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
+    peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, peer.close_reason)
     # let the server see the connection go before the app returns, or it
     # reports a response "returned without completing" and closes it again
     with contextlib.suppress(Exception):  # includes the timeout

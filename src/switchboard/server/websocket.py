@@ -5,7 +5,7 @@ slow consumer (1008). If it does not complete the close handshake within
 ``CLOSE_GRACE`` it is detached; if what was written to it (the close frame
 included: a client that reads again by then still sees why) has not drained
 ``WRITER_GRACE`` after that, its connection is reset rather than closed
-(``_reset_connection``). ASGI can only return, and the server then *closes*
+(:mod:`switchboard.server.reset`). ASGI can only return, and the server then *closes*
 its transport, which waits for the write buffer to drain first: a client that
 never reads again would keep its socket, the buffers and the server's
 connection entry (and hold up the server's shutdown) for ever. The same goes
@@ -18,15 +18,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
-import struct
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
-from switchboard.server.http_rpc import _server_transport
+from switchboard.server.reset import reset, server_transport
 from switchboard.server.state import ServerState
 
 log = logging.getLogger("switchboard.server")
@@ -207,14 +205,14 @@ async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WRITER_GRACE
     await asyncio.wait((writer,), timeout=WRITER_GRACE)
-    transport = _server_transport(getattr(websocket, "_receive", None))
+    transport = server_transport(websocket._receive)  # Starlette keeps uvicorn's receive there
     if transport is not None:
         for _ in range(int(WRITER_GRACE / _DRAIN_POLL) + 1):  # bounded by the deadline too
             if not transport.get_write_buffer_size() or loop.time() >= deadline:
                 break
             await asyncio.sleep(_DRAIN_POLL)
         stuck = not writer.done() or transport.get_write_buffer_size()
-        if stuck and _reset_connection(websocket):
+        if stuck and reset(websocket._receive):
             peer.log.warning(
                 "connection not drained %gs after %r: dropping it", WRITER_GRACE, peer.close_reason
             )
@@ -225,23 +223,3 @@ async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) 
         await asyncio.wait((writer,), timeout=1.0)
     if writer.done() and not writer.cancelled():
         writer.exception()  # retrieved: a failed send to a departed client is no news
-
-
-def _reset_connection(websocket: WebSocket) -> bool:
-    """Reset the connection under ``websocket`` (linger 0); ``False`` if there is nothing to reset.
-
-    The transport is found through uvicorn's ``receive`` (see
-    :func:`switchboard.server.http_rpc._server_transport`), which Starlette
-    keeps as ``_receive``; on a server where it cannot be found, nothing is
-    done and the server closes the connection as before. A transport already
-    closing with nothing left to write goes away by itself.
-    """
-    transport = _server_transport(getattr(websocket, "_receive", None))
-    if transport is None or (transport.is_closing() and not transport.get_write_buffer_size()):
-        return False
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(Exception):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
-    return True
