@@ -7,6 +7,7 @@ import asyncio
 from switchboard.backends.redis import make_client
 from switchboard.tasks import cancel_and_wait
 from switchboard.testing import ValkeyServer
+from switchboard.testing.wait import eventually
 
 
 async def test_a_loop_that_swallows_a_cancel_is_cancelled_again_until_it_stops() -> None:
@@ -55,13 +56,16 @@ async def test_loops_doing_redis_commands_stop_though_redis_py_may_swallow_the_c
     with ValkeyServer() as valkey:
         client = make_client(valkey.url)
         try:
-            async def publisher_loop() -> None:
+            published = [0] * 10
+
+            async def publisher_loop(i: int) -> None:
                 for _ in range(3_000):
                     await client.publish("nobody", "x")
+                    published[i] += 1
                     await asyncio.sleep(0.001)
 
-            tasks = [asyncio.create_task(publisher_loop()) for _ in range(10)]
-            await asyncio.sleep(0.05)
+            tasks = [asyncio.create_task(publisher_loop(i)) for i in range(10)]
+            await eventually(lambda: all(published), timeout=5, what="every loop under way")
             assert await cancel_and_wait(tasks, timeout=5.0) == set()
             assert all(t.done() for t in tasks)
         finally:

@@ -10,6 +10,7 @@ import pytest
 
 from switchboard.testing import FaultProxy
 from switchboard.testing.replica import free_port
+from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
 
@@ -47,10 +48,10 @@ async def test_a_call_through_a_stale_link_to_a_provider_that_left_fails_fast(re
         assert await svc.add(i) == i + 1
     ws = provider.config["workspace"]
     await provider.disconnect()  # A forgets the channel; B's route to it is now stale
-    for _ in range(100):  # bounded: until A has finished cleaning up after it
-        if f"{ws}/prov" not in {c["id"] for c in await caller.list_clients()}:
-            break
-        await asyncio.sleep(0.05)
+    async def cleaned_up() -> bool:  # A has finished cleaning up after it
+        return f"{ws}/prov" not in {c["id"] for c in await caller.list_clients()}
+
+    await eventually(cleaned_up, timeout=5, what="the provider gone from the listing")
 
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -89,12 +90,8 @@ async def test_calls_keep_working_while_the_link_is_cut_and_after(replicas, clie
             assert await svc.add(1) == 2
             return await counter(b, "switchboard_link_frames_sent") > before
 
-        for _ in range(100):  # bounded: the route is re-learned within a few calls
-            if await direct_again():
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("calls never went over the link again")
+        # the route is re-learned within a few calls
+        await eventually(direct_again, timeout=5, what="calls over the link again")
 
 
 async def test_replicas_with_links_off_still_reach_each_other_through_redis(replicas, clients):
@@ -121,10 +118,7 @@ async def test_a_point_to_point_event_never_overtakes_the_broadcast_sent_before_
     for i in range(20):
         await sender.emit({"type": "news", "to": "*", "data": f"broadcast {i}"})  # through Redis
         await sender.emit({"type": "news", "to": f"{receiver.config['workspace']}/receiver", "data": f"direct {i}"})
-    for _ in range(200):  # bounded wait for all 40
-        if len(got) >= 40:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(got) >= 40, timeout=10, what="all 40 events")
     assert got == [f"{kind} {i}" for i in range(20) for kind in ("broadcast", "direct")]
 
 
@@ -136,8 +130,7 @@ async def test_manager_calls_answered_through_another_replica_are_not_left_in_fl
     for _ in range(10):  # B's manager asks the provider (on A) for its service: replies come back via A
         svc = await caller.get_service("prov:svc")
         assert await svc.f() == 1
-    for _ in range(100):  # bounded: the last reply may still be on its way
-        if await counter(b, "switchboard_calls_in_flight") == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert await counter(b, "switchboard_calls_in_flight") == 0
+    async def nothing_in_flight() -> bool:  # the last reply may still be on its way
+        return await counter(b, "switchboard_calls_in_flight") == 0
+
+    await eventually(nothing_in_flight, timeout=5, what="no call left in flight on B")
