@@ -38,6 +38,12 @@ from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.stalled import (
+    FRAME,
+    MAX_FLOOD,
+    RSS_BOUND,
+    SEND_QUEUE,
+    WRITE_BUFFER_BOUND,
+    MiB,
     collect_rejects,
     echo_p50,
     flood_call,
@@ -48,14 +54,6 @@ from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
-MiB = 1024 * 1024
-SEND_QUEUE = 2 * MiB
-FRAME = 256 * 1024
-MAX_FLOOD = 400  # 100 MiB at most: 50 × the send queue
-# What the server may hold for the stalled connection outside its send queue:
-# the socket transport's buffer is paused at 64 KiB, plus the frame in flight.
-WRITE_BUFFER_BOUND = 64 * 1024 + 2 * FRAME
-RSS_BOUND = 3 * SEND_QUEUE + 48 * MiB  # the flood is 100 MiB: buffering it all would show
 DROP_WITHIN = 15.0  # seconds from the flood's start to the peer being detached
 
 

@@ -48,6 +48,12 @@ from websockets.uri import parse_uri
 
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.stalled import (
+    FRAME,
+    MAX_FLOOD,
+    RSS_BOUND,
+    SEND_QUEUE,
+    WRITE_BUFFER_BOUND,
+    MiB,
     collect_rejects,
     flood_call,
     read_until_closed,
@@ -57,14 +63,6 @@ from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
-MiB = 1024 * 1024
-SEND_QUEUE = 2 * MiB
-FRAME = 256 * 1024
-MAX_FLOOD = 400  # 100 MiB at most: 50 × the send queue
-# What the server may hold for the stalled connection outside its send queue:
-# the transport pauses the writer at 64 KiB, plus the frame in flight.
-WRITE_BUFFER_BOUND = 64 * 1024 + 2 * FRAME
-RSS_BOUND = 3 * SEND_QUEUE + 48 * MiB  # the flood is up to 100 MiB: buffering it would show
 DROP_WITHIN = 15.0  # seconds for the stalled peer to be closed, then detached
 RELEASE_WITHIN = 10.0  # seconds from the detach to the server letting go of the socket
 SHUTDOWN_WITHIN = 6.0  # seconds for the server to stop afterwards (``running`` gives up at 10)

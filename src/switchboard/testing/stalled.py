@@ -11,6 +11,16 @@ from typing import Any
 
 import msgpack
 
+# One stalled-client scenario for the HTTP-stream and WebSocket tests: a 2 MiB
+# send queue flooded with 256 KiB calls, and what the server may hold besides.
+MiB = 1024 * 1024
+SEND_QUEUE = 2 * MiB
+FRAME = 256 * 1024
+MAX_FLOOD = 400  # 100 MiB at most: 50 × the send queue
+# outside its send queue: the transport pauses the writer at 64 KiB, plus the frame in flight
+WRITE_BUFFER_BOUND = 64 * 1024 + 2 * FRAME
+RSS_BOUND = 3 * SEND_QUEUE + 48 * MiB  # the flood is up to 100 MiB: buffering it would show
+
 
 def flood_call(target: str, n: int, blob: bytes) -> bytes:
     """A raw call frame carrying ``blob`` to ``target``'s ``sink.take`` (session ``flood-<n>``)."""
