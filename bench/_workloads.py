@@ -326,7 +326,7 @@ def make_servers(kind: str, redis_url: str) -> list[ServerProc]:
 
             cmd = ReplicaProcess(replica_id=f"sb-{name}", redis_url=redis_url, jwt_secret=JWT_SECRET,
                                  port=ports[i], public_url=f"http://127.0.0.1:{ports[0]}",
-                                 args=["--log-level", "WARNING"]).command()
+                                 args=["--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING")]).command()
             env = dict(SWITCHBOARD_ENV)
             if os.environ.get("BENCH_SWITCHBOARD_SRC"):  # --switchboard-ref: that revision's src/
                 env["PYTHONPATH"] = os.environ["BENCH_SWITCHBOARD_SRC"]

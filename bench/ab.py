@@ -1,0 +1,131 @@
+#!/usr/bin/env python
+"""Two revisions of Switchboard side by side: is a change to the hot path faster?
+
+    python bench/ab.py [--base GIT_REF] [--blocks N] [--block-size N]
+
+A quick ``compare.py`` run per revision is too noisy on a shared machine to show a
+10 % change: runs minutes apart see different foreign load. Here both revisions run
+at once, each as two replicas sharing their own Valkey, with a provider on replica A
+and a caller on replica B, and the caller's sequential 32 B echo calls alternate
+between the two in blocks, so that a burst of foreign load hits both alike. Prints
+p50/p90 of each and the ratio new / base (below 1: the working tree is faster),
+overall and as the median of the per-block ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import pct, raise_fd_limit, say  # noqa: E402
+from _workloads import CALL_TIMEOUT, SMALL, RpcSide, make_servers  # noqa: E402
+from compare import checkout_src  # noqa: E402
+
+
+class Pair:
+    """Two replicas of one revision (``src`` on PYTHONPATH, or the installed package) with
+    their own Valkey, a provider on A and an echo caller on B."""
+
+    def __init__(self, name: str, src: str | None, work: Path) -> None:
+        self.name = name
+        self.src = src
+        self.work = work / name
+        self.valkey: Any = None
+        self.servers: list[Any] = []
+        self.side: RpcSide | None = None
+        self.echo: Any = None
+
+    async def start(self) -> None:
+        from switchboard.testing import ValkeyServer
+
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.valkey = ValkeyServer()
+        await asyncio.to_thread(self.valkey.start)
+        old = os.environ.pop("BENCH_SWITCHBOARD_SRC", None)
+        if self.src:
+            os.environ["BENCH_SWITCHBOARD_SRC"] = self.src
+        try:
+            self.servers = make_servers("switchboard", self.valkey.url)
+        finally:
+            os.environ.pop("BENCH_SWITCHBOARD_SRC", None)
+            if old is not None:
+                os.environ["BENCH_SWITCHBOARD_SRC"] = old
+        for s in self.servers:
+            await asyncio.to_thread(s.start)
+            await asyncio.to_thread(s.wait_ready)
+        self.side = RpcSide(self.servers, self.work)
+        await self.side.setup()
+        self.echo = (await self.side.endpoint(1, f"ab-{self.name}")).echo
+
+    async def stop(self) -> None:
+        if self.side is not None:
+            await asyncio.wait_for(self.side.close(), 30)
+        for s in self.servers:
+            await asyncio.to_thread(s.kill)
+        if self.valkey is not None:
+            await asyncio.to_thread(self.valkey.stop)
+
+
+async def block(echo: Any, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        result = await asyncio.wait_for(echo(SMALL), CALL_TIMEOUT)
+        out.append(time.perf_counter() - t)
+        if result != SMALL:
+            raise RuntimeError("wrong echo result")
+    return out
+
+
+async def run(args: argparse.Namespace) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-ab-"))
+    pairs = [Pair("new", None, work), Pair("base", checkout_src(args.base), work)]
+    try:
+        for p in pairs:
+            await p.start()
+        for p in pairs:
+            await block(p.echo, 200)  # warm-up: routes learnt, links dialled
+        samples: dict[str, list[float]] = {p.name: [] for p in pairs}
+        ratios = []
+        for i in range(args.blocks):
+            order = pairs if i % 2 == 0 else pairs[::-1]
+            got = {p.name: await block(p.echo, args.block_size) for p in order}
+            for name, values in got.items():
+                samples[name] += values
+            ratios.append(statistics.median(got["new"]) / statistics.median(got["base"]))
+        for name, values in samples.items():
+            values.sort()
+            say(f"{name:>4}: p50 {pct(values, 50) * 1e3:.3f} ms  p90 {pct(values, 90) * 1e3:.3f} ms"
+                f"  ({len(values)} calls)")
+        new, base = sorted(samples["new"]), sorted(samples["base"])
+        say(f"new/base p50 x{pct(new, 50) / pct(base, 50):.3f}, p90 x{pct(new, 90) / pct(base, 90):.3f}; "
+            f"median of {len(ratios)} block ratios x{statistics.median(ratios):.3f}"
+            f" (range {min(ratios):.3f}-{max(ratios):.3f})")
+    finally:
+        for p in pairs:
+            await p.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default="HEAD", metavar="GIT_REF", help="the revision to compare against")
+    parser.add_argument("--blocks", type=int, default=20, help="blocks per revision (default 20)")
+    parser.add_argument("--block-size", type=int, default=250, help="calls per block (default 250)")
+    args = parser.parse_args()
+    if args.blocks < 1 or args.block_size < 10:
+        parser.error("--blocks must be at least 1 and --block-size at least 10")
+    raise_fd_limit()
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
