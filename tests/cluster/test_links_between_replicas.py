@@ -134,3 +134,18 @@ async def test_manager_calls_answered_through_another_replica_are_not_left_in_fl
         return await counter(b, "switchboard_calls_in_flight") == 0
 
     await eventually(nothing_in_flight, timeout=5, what="no call left in flight on B")
+
+
+@pytest.mark.parametrize("links", ["--links", "--no-links"])
+async def test_calls_start_in_the_order_the_caller_sent_them(replicas, clients, links):
+    """Through Redis every frame waits for its PUBLISH: the caller's next ones queue behind it."""
+    a, b = replicas.start("ra", links), replicas.start("rb", links)
+    started: list[int] = []
+    provider = await clients(a.url, client_id="prov")
+    await provider.register_service(
+        {"id": "svc", "config": {"visibility": "public"}, "note": lambda i: started.append(i)}
+    )
+    caller = await clients(b.url, client_id="caller", token=await provider.generate_token())
+    svc = await caller.get_service("prov:svc")
+    await asyncio.gather(*(svc.note(i) for i in range(200)))  # sent back to back, in this order
+    assert started == list(range(200))

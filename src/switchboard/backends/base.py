@@ -68,6 +68,11 @@ class EventBus(Protocol):
         """
         ...
 
+    def try_direct(self, channel: str, data: bytes) -> bool:
+        """Send ``data`` at once by a faster path than :meth:`publish`, if there is one
+        that takes it now (the Redis bus's links); ``False``: publish it."""
+        ...
+
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
         """Call ``handler(data)`` for every message on ``channel``."""
         ...

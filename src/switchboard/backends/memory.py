@@ -81,6 +81,9 @@ class MemoryBus:
         handler(data)
         return 1
 
+    def try_direct(self, channel: str, data: bytes) -> bool:
+        return False  # one process: publishing is already as direct as it gets
+
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
         self._handlers[channel] = handler
 

@@ -183,11 +183,20 @@ class AcrossReplicas:
         elif (sender := self.peers.get(caller)) is not None:
             sender.send(reject)
 
+    def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
+        """A call the manager makes travels with its origin, for the reply to find the way back."""
+        if session and (caller == self.manager_address or caller in self._acting):
+            return relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
+        return frame
+
+    def _send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+        """Over a direct link to the client's replica, if one is known and takes it now."""
+        return self.bus.try_direct(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
+
     async def _publish_to_client(
         self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
     ) -> bool:
-        if session and (caller == self.manager_address or caller in self._acting):
-            frame = relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
+        frame = self._for_client(frame, session, caller)
         return await self._publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
 
     def _on_bus_broadcast(self, data: bytes) -> None:

@@ -20,7 +20,7 @@ from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import BackendError, HandshakeError, PermissionDenied, ProtocolError
+from switchboard.errors import BackendError, HandshakeError, ProtocolError
 from switchboard.hub.across import (
     CLIENT_CHANNEL,
     REPLICA_CHANNEL,
@@ -28,14 +28,15 @@ from switchboard.hub.across import (
     AcrossReplicas,
 )
 from switchboard.hub.admission import Gatekeeper
-from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User
+from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.drain import Draining
-from switchboard.hub.inflight import InFlight, chunked_reply_session, is_call, reply_session
+from switchboard.hub.inflight import InFlight, is_call
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
-from switchboard.hub.retry import RetryWindow, Undelivered
-from switchboard.protocol import envelope, handshake, relay
+from switchboard.hub.retry import RetryWindow
+from switchboard.hub.routing import Routing
+from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
 from switchboard.protocol.services import ServiceQuery
 
@@ -57,7 +58,7 @@ class Acting:
 ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
 
 
-class Hub(AcrossReplicas, Draining):
+class Hub(Routing, AcrossReplicas, Draining):
     """Every live client of this replica, and the routes between them."""
 
     def __init__(
@@ -235,84 +236,7 @@ class Hub(AcrossReplicas, Draining):
         await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
         return len(removed)
 
-    # -- routing -------------------------------------------------------------
-
-    def handle_text(self, peer: Peer, text: str) -> None:
-        kind = handshake.parse_control(text)
-        if kind == "ping":
-            peer.send(handshake.PONG)
-        elif kind == "refresh_token":
-            peer.send(handshake.reconnection_token_text(self.reconnection_token(peer)))
-        else:
-            peer.log.debug("ignored unknown text frame (%d chars)", len(text))
-
-    async def handle_binary(self, peer: Peer, data: bytes) -> None:
-        """Route one binary frame from ``peer``; a bad frame gets an error, never a crash."""
-        self.metrics.messages_in.inc()
-        self.metrics.bytes_in.inc(len(data))
-        try:
-            env = envelope.decode(data)
-            to = env.main.get("to")
-            route = envelope.route(to, sender_workspace=peer.workspace, manager_id=self.manager_id)
-            if route.kind == "broadcast" and (
-                route.workspace != peer.workspace
-                or not peer.user.can(peer.workspace, Permission.READ_WRITE)
-            ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
-                raise PermissionDenied(
-                    f"Permission denied: cannot broadcast into workspace {route.workspace}"
-                )
-            frame = envelope.stamp(
-                env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target
-            )
-        except (ProtocolError, PermissionDenied) as exc:
-            self.metrics.bad_frames.inc()
-            peer.log.info("rejected frame: %s", exc)
-            peer.send(handshake.error_text(f"Invalid message: {exc}"))
-            return
-        method = env.main.get("method")
-        refusal = self._over_limit(peer, method, env.session, route.target)
-        if refusal:
-            self.metrics.rate_limited.inc()
-            if env.session:
-                peer.send(envelope.reject_frame(
-                    session=env.session, target=route.target, caller=peer.id, message=refusal
-                ))
-            return
-        if route.kind == "manager":
-            if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
-                self.inflight.closed(route.target, replied)
-            await self._to_manager(method, env.rest, frame)
-        elif route.kind == "client":
-            new_call = is_call(method, env.session)
-            if new_call:
-                self.inflight.opened(peer.id, env.session, route.target, self.peers)  # type: ignore[arg-type]
-            elif (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
-                self.inflight.closed(route.target, replied)
-            await self.deliver(
-                route.target, frame, session=env.session, caller=peer.id, new_call=new_call,
-                event=env.type != "method",
-            )
-        else:
-            if env.type == "method":
-                peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
-                return
-            await self.broadcast(route.workspace, env.type, frame)
-
-    def _over_limit(self, peer: Peer, method: Any, session: str | None, target: str) -> str | None:
-        """Why this frame is refused (rate or pending-call limit), or ``None``.
-
-        A reply that answers a call still open is never refused: dropping it
-        would punish the caller, who did nothing wrong, with a timeout.
-        """
-        s = self.settings
-        if peer.rate is not None and not peer.rate.take():
-            replied = reply_session(method)
-            if replied is not None and self.inflight.is_open(target, replied):
-                return None
-            return f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
-        if is_call(method, session) and self.inflight.pending(peer.id) >= s.max_pending_calls:
-            return f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
-        return None
+    # -- routing (the clients' own frames: switchboard.hub.routing) -----------
 
     async def route_from_manager(self, data: bytes) -> None:
         """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
@@ -356,42 +280,6 @@ class Hub(AcrossReplicas, Draining):
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
             await self.bus.unsubscribe(channel)
-
-    async def deliver(
-        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False,
-        event: bool = False,
-    ) -> bool:
-        """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it.
-
-        An ``event`` (a point-to-point emit) takes the bus's shared path even where a
-        direct link exists, so it cannot overtake a broadcast its sender emitted before it.
-        """
-        if (acting := self._acting.get(target)) is not None:
-            self._receive_as(acting, frame)
-            return True
-        peer = self.peers.get(target)
-        if peer is not None and self.draining and new_call:
-            # this replica is going away: the call waits for the client to reappear
-            # elsewhere, and is no longer in flight here (the drain must not wait for it)
-            self.inflight.closed(caller, session or "")
-            self.retry.add(target, Undelivered(frame, session, caller, event))
-            return True
-        if peer is not None:
-            if peer.send(frame):
-                self.metrics.messages_routed.inc()
-                return True
-        elif self.retry.pending(target):  # keep order behind frames already waiting
-            self.retry.add(target, Undelivered(frame, session, caller, event))
-            return True
-        elif await self._publish_to_client(target, frame, session, caller, event):
-            self.metrics.messages_routed.inc()
-            return True
-        elif self.retry.window > 0 and await self.worth_retrying(target):
-            self.metrics.publishes_to_nobody.inc()
-            self.retry.add(target, Undelivered(frame, session, caller, event))
-            return True
-        self._undeliverable(target, session, caller)
-        return False
 
     def _receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

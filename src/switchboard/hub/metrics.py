@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 
 class HubMetrics:
@@ -20,9 +23,8 @@ class HubMetrics:
 
         self.clients = gauge("switchboard_connected_clients", "Clients connected to this replica.")
         self.services = gauge("switchboard_registered_services", "Services registered through this replica.")
-        self.messages_in = counter("switchboard_messages_received", "Binary frames received from clients.")
-        self.bytes_in = counter("switchboard_received_bytes", "Bytes of binary frames received from clients.")
-        self.messages_routed = counter("switchboard_messages_routed", "Frames delivered to a client.")
+        self.frames = FrameCounts()
+        self.registry.register(_FrameCountsCollector(self.frames, replica_id))
         self.undeliverable = counter(
             "switchboard_undeliverable_messages", "Frames whose target had no live connection."
         )
@@ -45,3 +47,38 @@ class HubMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class FrameCounts:
+    """Counters bumped for every frame: plain integers, read at scrape time.
+
+    A ``prometheus_client`` counter takes a lock on each increment, and these
+    are bumped several times per routed frame by one event loop only.
+    """
+
+    __slots__ = ("received", "received_bytes", "routed")
+
+    def __init__(self) -> None:
+        self.received = 0  # binary frames received from clients
+        self.received_bytes = 0
+        self.routed = 0  # frames delivered to a client (here, or handed to another replica)
+
+
+class _FrameCountsCollector:
+    def __init__(self, counts: FrameCounts, replica_id: str) -> None:
+        self.counts = counts
+        self.replica_id = replica_id
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        c = self.counts
+        for name, doc, value in (
+            ("switchboard_messages_received", "Binary frames received from clients.", c.received),
+            ("switchboard_received_bytes", "Bytes of binary frames received from clients.", c.received_bytes),
+            ("switchboard_messages_routed", "Frames delivered to a client.", c.routed),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["replica"])
+            family.add_metric([self.replica_id], value)
+            yield family
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return []

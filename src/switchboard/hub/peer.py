@@ -17,6 +17,10 @@ log = logging.getLogger("switchboard.peer")
 class Transport(Protocol):
     """The I/O a peer needs: the server layer implements it per transport."""
 
+    def try_send(self, frame: bytes | str) -> bool:
+        """Write ``frame`` now if the connection takes it without waiting; ``False``: it did not."""
+        ...
+
     async def send_bytes(self, data: bytes) -> None: ...
 
     async def send_text(self, text: str) -> None: ...
@@ -27,10 +31,13 @@ class Transport(Protocol):
 class Peer:
     """A client of the hub: identity, event subscriptions and a bounded send queue.
 
-    Routing never awaits the client's socket: frames go into the queue and one
-    writer task drains it. A client that stops reading fills its queue, and
-    when the queued bytes pass ``max_queue_bytes`` it is disconnected so that
-    it cannot grow the server's memory or slow anyone else.
+    Routing never awaits the client's socket. A frame goes straight to the
+    connection when nothing waits before it and the connection takes it at
+    once (no task switch on the hot path); otherwise it goes into the queue,
+    which one writer task drains in order. A client that stops reading makes
+    its connection refuse, fills its queue, and when the queued bytes pass
+    ``max_queue_bytes`` it is disconnected so that it cannot grow the server's
+    memory or slow anyone else.
     """
 
     def __init__(
@@ -60,6 +67,10 @@ class Peer:
         self._queued_bytes = 0
         self._wakeup = asyncio.Event()
         self._closed = asyncio.Event()
+        # Frames queue until the writer runs: the server writes connection_info
+        # first, and a frame routed here before that must not overtake it.
+        self._writer_running = False
+        self._writing = False  # the writer holds a frame it took from the queue
         self.close_code: int | None = None
         self.close_reason = ""
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
@@ -83,6 +94,8 @@ class Peer:
             )
             self.close(1008, "Send queue full: client is not reading fast enough")
             return False
+        if self._writer_running and not self._queue and not self._writing and self.transport.try_send(frame):
+            return True
         self._queue.append(frame)
         self._queued_bytes += size
         self._wakeup.set()
@@ -98,6 +111,7 @@ class Peer:
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""
+        self._writer_running = True
         try:
             while True:
                 await self._wakeup.wait()
@@ -105,10 +119,12 @@ class Peer:
                 while self._queue and not self._closed.is_set():
                     frame = self._queue.popleft()
                     self._queued_bytes -= len(frame)
+                    self._writing = True
                     if isinstance(frame, str):
                         await self.transport.send_text(frame)
                     else:
                         await self.transport.send_bytes(frame)
+                    self._writing = False
                 if self._closed.is_set():
                     break
         finally:

@@ -106,6 +106,10 @@ class StreamTransport:
     def bind(self, send: Send) -> None:
         self._send = send
 
+    def try_send(self, frame: bytes | str) -> bool:
+        """Always ``False``: ASGI can only write a response body by awaiting."""
+        return False
+
     async def send_bytes(self, data: bytes) -> None:
         await self.send_frame(data)
 

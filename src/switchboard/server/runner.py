@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.server.app import build_hub, create_app
+from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger("switchboard.server")
 
@@ -56,7 +57,7 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         app,
         host=settings.host,
         port=settings.port,
-        ws="websockets-sansio",
+        ws=HubWebSocketProtocol,  # uvicorn's websockets-sansio, with synchronous paths for routing
         ws_max_size=settings.max_message_bytes,
         # No permessage-deflate: compressing every frame cost 80% of a replica's
         # CPU on 64 KiB payloads (bench/compare.py), for bandwidth a hub's

@@ -18,14 +18,17 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
+from switchboard.server.inbox import Inbox
 from switchboard.server.reset import reset, server_transport
 from switchboard.server.state import ServerState
+from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger("switchboard.server")
 
@@ -37,6 +40,10 @@ CLOSE_GRACE = 2.0
 # Seconds a closed peer's writer and the connection's write buffer have to
 # finish once the peer is detached, before the connection is reset.
 WRITER_GRACE = 5.0
+# Seconds the frames a client sent before it left have to be routed (a publish
+# through Redis takes milliseconds; one stuck on an outage is abandoned, as
+# the frames of any lost connection are).
+FINISH_GRACE = 2.0
 _DRAIN_POLL = 0.05
 
 
@@ -45,6 +52,10 @@ class WebSocketTransport:
 
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
+        self._proto = hub_protocol(websocket)
+
+    def try_send(self, frame: bytes | str) -> bool:
+        return self._proto is not None and self._proto.send_now(frame)
 
     async def send_bytes(self, data: bytes) -> None:
         await self._ws.send_bytes(data)
@@ -54,6 +65,12 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         await self._ws.close(code, close_reason(reason))
+
+
+def hub_protocol(websocket: WebSocket) -> HubWebSocketProtocol | None:
+    """The connection's uvicorn protocol, if it is ours (with the synchronous paths)."""
+    proto = getattr(websocket._receive, "__self__", None)  # Starlette keeps uvicorn's receive there
+    return proto if isinstance(proto, HubWebSocketProtocol) else None
 
 
 def close_reason(text: str) -> str:
@@ -124,23 +141,48 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     except WebSocketDisconnect:
         return
     writer: asyncio.Task[None] | None = None
+    inbox = _inbox(websocket, peer, state)
     state.track(peer)
     try:
         # The peer is attached from here on: a client that vanishes before
         # reading connection_info must still be detached, not leaked.
         await websocket.send_text(json.dumps(info))
         writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
-        await _serve(websocket, peer, state, writer)
+        await _serve(websocket, peer, state, writer, inbox)
     except WebSocketDisconnect:
         pass  # the client left before connection_info reached it: clean up below
     finally:
         state.untrack(peer)
+        if inbox is not None:
+            await inbox.close(FINISH_GRACE)
         await hub.detach(peer)
         if writer is not None:
             await _finish(websocket, peer, writer)
 
 
-async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None]) -> None:
+def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
+    """Where the client's messages go once read, if uvicorn runs our protocol (else: ASGI's queue)."""
+    proto = hub_protocol(websocket)
+    if proto is None:
+        return None
+    hub = state.hub
+
+    def handle(message: bytes | str) -> Awaitable[None] | None:
+        if isinstance(message, str):
+            hub.handle_text(peer, message)
+            return None
+        return hub.route_binary(peer, message)
+
+    def failed(exc: BaseException) -> None:
+        peer.log.error("routing a frame failed: %r", exc, exc_info=exc)
+        peer.close(1011, "Internal error")
+
+    return Inbox(handle, pause=proto.pause_reading, resume=proto.resume_reading, on_error=failed)
+
+
+async def _serve(
+    websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None], inbox: Inbox | None
+) -> None:
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
@@ -152,7 +194,7 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: a
     writer's clean-up still offers the close frame, bounded, and a connection
     still stuck after that is reset (``_finish``).
     """
-    reader = asyncio.create_task(_read_loop(websocket, peer, state), name=f"reader {peer.id}")
+    reader = asyncio.create_task(_read_loop(websocket, peer, state, inbox), name=f"reader {peer.id}")
     closed = asyncio.create_task(peer.wait_closed(), name=f"closed {peer.id}")
     try:
         await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
@@ -173,25 +215,34 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, writer: a
         raise exc
 
 
-async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState) -> None:
+async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
     """Feed frames to the hub in order until either side closes.
 
-    When the hub closes a peer (slow consumer, superseded), its writer closes
-    the socket, and ``receive`` then returns the disconnect: one loop, no
-    extra future per frame on the hot path.
+    With an ``inbox``, messages go to it as soon as the ones already queued
+    for ASGI are handled, and only the disconnect comes through here. When the
+    hub closes a peer (slow consumer, superseded), its writer closes the
+    socket, and ``receive`` then returns the disconnect: one loop, no extra
+    future per frame on the hot path.
     """
     hub = state.hub
     receive = websocket.receive
-    while not peer.closed:
-        message = await receive()
-        data = message.get("bytes")
-        if data is not None:
-            await hub.handle_binary(peer, data)
-        elif message["type"] == "websocket.disconnect":
-            peer.close(message.get("code", 1000), "client closed")
-            return
-        elif message.get("text") is not None:
-            hub.handle_text(peer, message["text"])
+    proto = hub_protocol(websocket) if inbox is not None else None
+    try:
+        while not peer.closed:
+            if proto is not None and inbox is not None and proto.on_message is None:
+                proto.hand_messages_to(inbox)
+            message = await receive()
+            data = message.get("bytes")
+            if data is not None:
+                await hub.handle_binary(peer, data)
+            elif message["type"] == "websocket.disconnect":
+                peer.close(message.get("code", 1000), "client closed")
+                return
+            elif message.get("text") is not None:
+                hub.handle_text(peer, message["text"])
+    finally:
+        if proto is not None:
+            proto.on_message = None
 
 
 async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) -> None:

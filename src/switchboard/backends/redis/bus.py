@@ -154,7 +154,7 @@ class RedisBus:
         broadcasts sent before it (an event must not overtake them).
         """
         if channel.startswith(self._unicast):
-            if direct and self.links is not None and self.links.send(channel, data):
+            if direct and self.try_direct(channel, data):
                 return 1
             data = link_wire.tag(self.links.origin if self.links else "", data)
         try:
@@ -164,6 +164,10 @@ class RedisBus:
         if receivers == 0:
             self._counts.publishes_to_nobody += 1
         return receivers
+
+    def try_direct(self, channel: str, data: bytes) -> bool:
+        """A unicast frame whose channel has a direct link goes there; ``False``: publish it."""
+        return self.links is not None and channel.startswith(self._unicast) and self.links.send(channel, data)
 
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
         """Desire ``channel`` and try to wire it now, waiting (bounded) for Redis's confirmation.

@@ -1,6 +1,8 @@
 """One direct link to another replica: a TCP connection carrying link frames both ways.
 
-Writes made in one event-loop turn go out together; DELIVERs stay in
+The first write of an event-loop turn goes out at once (a lone request pays
+no wait) and the rest of the turn's writes go out together at its end (a busy
+link pays one system call per turn, not per frame). DELIVERs stay in
 ``unacked`` until the other side's cumulative ACK, which rides on its next
 write or follows within ``ACK_DELAY``. Routing, dialling and the handshake
 live in :mod:`switchboard.backends.redis.links`.
@@ -40,7 +42,8 @@ class Link(asyncio.Protocol):
         self.peer: str | None = None  # the other replica's id, once proven
         self.routes: set[str] = set()  # channels we send through this link
         self.hinted: set[str] = set()  # channels we told the other side live here
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = self._loop.create_future()
         self.closed = False
         self.paused = False
         self.born = self.last_rx = self.last_tx = owner.now()
@@ -53,6 +56,7 @@ class Link(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._decoder = wire.Decoder(wire.HANDSHAKE_MAX_FRAME)  # raised once authenticated
         self._out: list[bytes] = []
+        self._in_turn = False  # this event-loop turn has written already: batch the rest
 
     # -- asyncio.Protocol ------------------------------------------------------
 
@@ -111,16 +115,23 @@ class Link(asyncio.Protocol):
         return bool(self._out)
 
     def write(self, frame: bytes) -> None:
-        """Queue ``frame``; everything queued in one event-loop turn goes out in one write."""
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
+        """Send ``frame``: at once if it is the turn's first, else with the rest at the turn's end."""
         self._out.append(frame)
+        if not self._in_turn:
+            self._in_turn = True
+            self._loop.call_soon(self._end_turn)
+            self._flush()
+
+    def _end_turn(self) -> None:
+        self._in_turn = False
+        if self._out:
+            self._flush()
 
     def handled_one(self) -> None:
         """One more DELIVER handled: ack it with the next write, or soon."""
         self.handled += 1
         if self._ack_timer is None and not self._out:
-            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush)
+            self._ack_timer = self._loop.call_later(ACK_DELAY, self._flush)
 
     def acked(self, count: int) -> None:
         for _ in range(min(count - self._acked_in, len(self.unacked))):
@@ -137,7 +148,10 @@ class Link(asyncio.Protocol):
             out.append(wire.ack(self.handled))
             self._acked_out = self.handled
         if out and self._transport is not None and not self.closed:
-            self._transport.writelines(out)
+            if len(out) == 1:
+                self._transport.write(out[0])
+            else:
+                self._transport.writelines(out)
             self.last_tx = self.owner.now()
 
     def abort(self, reason: str | None = None) -> None:

@@ -1,0 +1,102 @@
+"""Frames reach a client in the order they were routed, whether written at once or queued."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from switchboard.hub.auth import new_anonymous_user
+from switchboard.hub.peer import Peer
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Connection:
+    """A client's connection as the peer sees it: it takes frames at once unless ``paused``."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes | str] = []
+        self.paused = False
+        self.direct = 0  # frames that went out without the writer task
+        self._resumed = asyncio.Event()
+
+    def try_send(self, frame: bytes | str) -> bool:
+        if self.paused:
+            return False
+        self.written.append(frame)
+        self.direct += 1
+        return True
+
+    async def send_bytes(self, data: bytes) -> None:
+        while self.paused:
+            self._resumed.clear()
+            await self._resumed.wait()
+        self.written.append(data)
+
+    async def send_text(self, text: str) -> None:
+        await self.send_bytes(text)  # type: ignore[arg-type]
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
+
+    def resume(self) -> None:
+        self.paused = False
+        self._resumed.set()
+
+
+def make_peer(conn: Connection) -> Peer:
+    return Peer(workspace="ws", client_id="c", user=new_anonymous_user(), transport=conn, max_queue_bytes=1 << 20)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_frames_go_out_at_once_while_nothing_waits() -> None:
+    conn = Connection()
+    peer = make_peer(conn)
+    writer = asyncio.create_task(peer.run_writer())
+    await settle()
+    peer.send(b"one")
+    assert conn.written == [b"one"]  # before any task switch
+    assert conn.direct == 1
+    peer.close()
+    await writer
+
+
+async def test_nothing_is_written_before_the_writer_runs() -> None:
+    """The server writes connection_info itself before it starts the writer: a frame routed to
+    the client in between (a call retried to a client that just reconnected) must wait."""
+    conn = Connection()
+    peer = make_peer(conn)
+    peer.send(b"routed during the handshake")
+    assert conn.written == []
+    await conn.send_text("connection_info")
+    writer = asyncio.create_task(peer.run_writer())
+    await settle()
+    assert conn.written == ["connection_info", b"routed during the handshake"]
+    peer.close()
+    await writer
+
+
+async def test_a_frame_never_overtakes_one_the_writer_holds() -> None:
+    conn = Connection()
+    peer = make_peer(conn)
+    writer = asyncio.create_task(peer.run_writer())
+    await settle()
+    conn.paused = True  # the client stopped reading for a moment
+    peer.send(b"1")
+    await settle()  # the writer took "1" (the queue is empty) and waits to write it
+    conn.paused = False  # writable again, but the writer has not run yet
+    peer.send(b"2")  # must not go straight out ahead of "1"
+    peer.send(b"3")
+    conn.resume()
+    await settle()
+    assert conn.written == [b"1", b"2", b"3"]
+    peer.send(b"4")
+    assert conn.written[-1] == b"4"
+    assert conn.direct == 1  # nothing waits any more: at once again
+    peer.close()
+    await writer

@@ -1,0 +1,132 @@
+"""A client's messages are handled the moment they arrive, and never out of order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from switchboard.server.inbox import Inbox
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Recorder:
+    """The handler and the reading switch an inbox drives, recording what it was told."""
+
+    def __init__(self) -> None:
+        self.handled: list[Any] = []
+        self.later: dict[Any, asyncio.Future[None]] = {}  # message -> what its handling waits for
+        self.fail_on: set[Any] = set()
+        self.reading = True
+        self.pauses = 0
+        self.errors: list[BaseException] = []
+
+    def handle(self, message: Any) -> Any:
+        if message in self.fail_on:
+            raise RuntimeError(f"bug while handling {message!r}")
+        self.handled.append(message)
+        if message in self.later:
+            return self._finish(message)
+        return None
+
+    async def _finish(self, message: Any) -> None:
+        await self.later[message]
+        self.handled.append(f"{message} done")
+
+    def pause(self) -> None:
+        self.reading = False
+        self.pauses += 1
+
+    def resume(self) -> None:
+        self.reading = True
+
+    def inbox(self) -> Inbox:
+        return Inbox(self.handle, pause=self.pause, resume=self.resume, on_error=self.errors.append)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_a_message_that_needs_no_waiting_is_handled_before_the_call_returns() -> None:
+    r = Recorder()
+    inbox = r.inbox()
+    inbox(b"one")
+    inbox("two")
+    assert r.handled == [b"one", "two"]
+    assert r.reading
+    assert inbox.waiting == 0
+
+
+async def test_messages_behind_one_that_waits_are_handled_after_it_in_order() -> None:
+    r = Recorder()
+    r.later[b"slow"] = asyncio.get_running_loop().create_future()
+    inbox = r.inbox()
+    inbox(b"slow")
+    inbox(b"fast 1")
+    inbox(b"fast 2")
+    await settle()
+    assert r.handled == [b"slow"]  # the others wait their turn, however quick they would be
+    assert not r.reading
+    assert r.pauses == 1
+    r.later[b"slow"].set_result(None)
+    await settle()
+    assert r.handled == [b"slow", "b'slow' done", b"fast 1", b"fast 2"]
+    assert r.reading
+    assert inbox.waiting == 0
+    inbox(b"fast 3")  # with nothing waiting, handled at once again
+    assert r.handled[-1] == b"fast 3"
+
+
+async def test_a_message_queued_behind_one_that_waits_may_wait_in_turn() -> None:
+    r = Recorder()
+    loop = asyncio.get_running_loop()
+    r.later[b"a"], r.later[b"b"] = loop.create_future(), loop.create_future()
+    inbox = r.inbox()
+    for m in (b"a", b"b", b"c"):
+        inbox(m)
+    r.later[b"a"].set_result(None)
+    await settle()
+    assert r.handled == [b"a", "b'a' done", b"b"]
+    assert not r.reading
+    r.later[b"b"].set_result(None)
+    await settle()
+    assert r.handled == [b"a", "b'a' done", b"b", "b'b' done", b"c"]
+    assert r.reading
+
+
+async def test_a_bug_in_handling_is_reported_and_never_raised_into_the_reader() -> None:
+    r = Recorder()
+    r.fail_on.add(b"bad")
+    inbox = r.inbox()
+    inbox(b"bad")  # does not raise: the read callback must survive
+    inbox(b"good")
+    assert [str(e) for e in r.errors] == ["bug while handling b'bad'"]
+    assert r.handled == [b"good"]
+
+
+async def test_closing_gives_up_on_what_still_waits_after_the_grace() -> None:
+    r = Recorder()
+    r.later[b"slow"] = asyncio.get_running_loop().create_future()  # never resolved: Redis is away
+    inbox = r.inbox()
+    inbox(b"slow")
+    inbox(b"queued")
+    await asyncio.wait_for(inbox.close(grace=0.05), 2)
+    assert inbox.waiting == 0
+    assert r.handled == [b"slow"]  # the slow one never finished, so nothing behind it ran
+    inbox(b"after closing")
+    assert r.handled == [b"slow"]  # the client is being detached: nothing more is routed
+
+
+async def test_what_the_client_sent_before_it_left_is_still_handled_within_the_grace() -> None:
+    r = Recorder()
+    r.later[b"slow"] = asyncio.get_running_loop().create_future()
+    inbox = r.inbox()
+    inbox(b"slow")
+    inbox(b"sent just before leaving")
+    asyncio.get_running_loop().call_later(0.05, r.later[b"slow"].set_result, None)
+    await inbox.close(grace=5)
+    assert r.handled == [b"slow", "b'slow' done", b"sent just before leaving"]
