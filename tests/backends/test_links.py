@@ -257,3 +257,30 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     assert closed
     assert took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
     writer.close()
+
+
+async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
+    """The hub knows a call arrived once its reply came back: replaying it would run it twice."""
+    port = free_port()
+    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
+        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
+        b = await bus_with_links("b")
+        ch, got = channel(), []
+        await b.subscribe(ch, got.append)
+        await learned(a, b, ch, got)
+        asked: list[bytes] = []
+
+        def replay_wanted(channel_: str, data: bytes) -> bool:
+            asked.append(data)
+            return data != b"answered"
+
+        a.replay_wanted = replay_wanted
+        proxy.blackhole()
+        assert await a.publish(ch, b"answered") == 1
+        assert await a.publish(ch, b"unanswered") == 1
+        await until(lambda: a.links.route_count == 0, "the silent link dropped",
+                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        await until(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
+        assert sorted(asked) == [b"answered", b"unanswered"]
+        assert got == [b"first", b"unanswered"]
+        assert (a.stats.links.replayed, a.stats.links.not_replayed) == (1, 1)

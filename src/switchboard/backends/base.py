@@ -50,6 +50,10 @@ class EventBus(Protocol):
     #: Told of a frame ``publish`` counted as received that reached nobody after all
     #: (the Redis bus's direct links can learn that late); the in-memory bus never does.
     on_undelivered: Callable[[str, bytes], None] | None
+    #: Asked before a frame that may or may not have arrived (a lost link's unacked
+    #: frame) is sent again: ``False`` when it is known to have arrived. The
+    #: in-memory bus never asks.
+    replay_wanted: Callable[[str, bytes], bool] | None
 
     async def start(self) -> bool:
         """Connect; return whether the bus is healthy (it keeps trying if not)."""

@@ -66,6 +66,7 @@ class MemoryBus:
     def __init__(self) -> None:
         self._handlers: dict[str, BusHandler] = {}
         self.on_undelivered: Callable[[str, bytes], None] | None = None  # publish knows at once
+        self.replay_wanted: Callable[[str, bytes], bool] | None = None  # nothing is ever sent twice
 
     async def start(self) -> bool:
         return True

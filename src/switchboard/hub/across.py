@@ -146,6 +146,27 @@ class AcrossReplicas:
         self.metrics.publishes_to_nobody.inc()
         spawn(self._background, self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
 
+    def _replay_wanted(self, channel: str, data: bytes) -> bool:
+        """A call whose reply already came back was delivered: sent again, it would run twice.
+
+        A lost link's unacked frames are published again, and a receiver that
+        handled one just before the loss (its ack still on the way) gets it a
+        second time: harmless for a reply (the caller has forgotten the
+        session), not for a call. Calls our clients (or our manager) made are
+        in flight until their reply passes through here.
+        """
+        if not channel.startswith(CLIENT_CHANNEL):
+            return True
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return True
+        session = env.session
+        if not is_call(env.main.get("method"), session):
+            return True
+        return self.inflight.is_open(str(env.main.get("from")), session)  # type: ignore[arg-type]
+
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
         if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):
             self.retry.add(target, item)

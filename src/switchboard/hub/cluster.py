@@ -230,6 +230,7 @@ class _ClusterCollector:
             yield counter("switchboard_link_frames_received", "Frames another replica sent straight here and a client got.", links.received)
             yield counter("switchboard_link_frames_returned", "Frames sent back because their client had left this replica.", links.nacked)
             yield counter("switchboard_link_frames_replayed", "Frames a lost link left unacked, sent again through Redis.", links.replayed)
+            yield counter("switchboard_link_frames_not_replayed", "Unacked frames of a lost link not sent again: calls whose reply had come back.", links.not_replayed)
             yield counter("switchboard_link_dial_failures", "Links to other replicas that could not be opened.", links.dial_failures)
             yield counter("switchboard_link_refused", "Incoming links refused for a bad or missing signature.", links.refused)
 

@@ -108,6 +108,7 @@ class Hub(Routing, AcrossReplicas, Draining):
         )
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         bus.on_undelivered = self._on_undelivered
+        bus.replay_wanted = self._replay_wanted
 
     # -- lifecycle -----------------------------------------------------------
 

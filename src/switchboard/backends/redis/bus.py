@@ -68,7 +68,9 @@ class RedisBus:
     of ``None`` disable those loops (tests isolate one mechanism that way).
     ``links`` enables direct links for channels under ``unicast_prefix``;
     ``on_undelivered(channel, data)`` hears of a frame a link sent back that
-    Redis then delivered to nobody either (``publish`` had already said 1).
+    Redis then delivered to nobody either (``publish`` had already said 1);
+    ``replay_wanted(channel, data)`` is asked before an unacked frame of a lost
+    link is published again (``False``: it is known to have arrived).
     """
 
     def __init__(
@@ -120,11 +122,13 @@ class RedisBus:
         self._counts = BusStats()
         self._unicast = unicast_prefix
         self.on_undelivered: Callable[[str, bytes], None] | None = None
+        self.replay_wanted: Callable[[str, bytes], bool] | None = None
         self.links: Links | None = None
         if links is not None:
             self.links = Links(
                 replica_id=replica_id, clock=clock, settings=links,
                 deliver=self._deliver_direct, on_nack=self._on_nack,
+                on_replay=lambda channel, data: self.replay_wanted is None or self.replay_wanted(channel, data),
             )
 
     # -- EventBus -----------------------------------------------------------

@@ -74,6 +74,7 @@ class LinkStats:
     dial_failures: int = 0
     refused: int = 0  # connections that failed the HELLO
     replayed: int = 0  # unacked frames of a lost link sent through Redis
+    not_replayed: int = 0  # unacked frames of a lost link known to have arrived (answered)
 
 
 def advertised(advertise: str, bind_host: str, port: int) -> str:
@@ -104,6 +105,7 @@ class Links:
         clock: Clock,
         deliver: Callable[[str, bytes], bool],
         on_nack: Callable[[str, bytes], None],
+        on_replay: Callable[[str, bytes], bool] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         if not settings.secret:
@@ -117,6 +119,7 @@ class Links:
         self._clock = clock
         self._deliver = deliver
         self._on_nack = on_nack
+        self._on_replay = on_replay
         self._bind = (settings.host, settings.port)
         self._advertise = settings.advertise
         self._dial_timeout = settings.dial_timeout
@@ -310,6 +313,9 @@ class Links:
             logger.warning("link to %s lost with %d frame(s) unacked: sending them through Redis",
                            link.peer, len(unacked), extra={"replica": self.replica_id})
         for channel, data in unacked:
+            if self._on_replay is not None and not self._on_replay(channel, data):
+                self.stats.not_replayed += 1
+                continue
             self.stats.replayed += 1
             self._on_nack(channel, data)
 
