@@ -8,6 +8,7 @@ that went stale, broke or went silent only sends traffic back through Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -70,6 +71,19 @@ async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes
     await until(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
 
 
+@contextlib.asynccontextmanager
+async def linked_through_proxy(bus_with_links) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
+    """Bus ``a`` has learned the route to ``b``'s channel over a link ``b`` dialled through a proxy."""
+    port = free_port()
+    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
+        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
+        b = await bus_with_links("b")
+        ch, got = channel(), []
+        await b.subscribe(ch, got.append)
+        await learned(a, b, ch, got)
+        yield proxy, a, b, ch, got
+
+
 async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> None:
     a, b = await bus_with_links("a"), await bus_with_links("b")
     ch, got = channel(), []
@@ -129,13 +143,7 @@ async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_li
 
 
 async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(bus_with_links) -> None:
-    port = free_port()
-    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
-        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")  # b dials a through the proxy
-        b = await bus_with_links("b")
-        ch, got = channel(), []
-        await b.subscribe(ch, got.append)
-        await learned(a, b, ch, got)
+    async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
 
         assert proxy.reset_all() >= 1
         await until(lambda: a.links.route_count == 0, "the broken route forgotten")
@@ -150,13 +158,7 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
 
 
 async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(bus_with_links) -> None:
-    port = free_port()
-    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
-        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
-        b = await bus_with_links("b")
-        ch, got = channel(), []
-        await b.subscribe(ch, got.append)
-        await learned(a, b, ch, got)
+    async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
 
         proxy.blackhole()  # no FIN, no RST: bytes just stop arriving
         started = time.monotonic()
@@ -261,13 +263,7 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
 
 async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
     """The hub knows a call arrived once its reply came back: replaying it would run it twice."""
-    port = free_port()
-    async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
-        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
-        b = await bus_with_links("b")
-        ch, got = channel(), []
-        await b.subscribe(ch, got.append)
-        await learned(a, b, ch, got)
+    async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
         asked: list[bytes] = []
 
         def replay_wanted(channel_: str, data: bytes) -> bool:

@@ -45,6 +45,14 @@ class Recorder:
     def inbox(self) -> Inbox:
         return Inbox(self.handle, pause=self.pause, resume=self.resume, on_error=self.errors.append)
 
+    def inbox_waiting_on(self, first: bytes, *then: bytes) -> Inbox:
+        """An inbox whose ``first`` message waits for ``self.later[first]``, with ``then`` behind it."""
+        self.later[first] = asyncio.get_running_loop().create_future()
+        inbox = self.inbox()
+        for message in (first, *then):
+            inbox(message)
+        return inbox
+
 
 async def settle() -> None:
     for _ in range(5):
@@ -63,11 +71,7 @@ async def test_a_message_that_needs_no_waiting_is_handled_before_the_call_return
 
 async def test_messages_behind_one_that_waits_are_handled_after_it_in_order() -> None:
     r = Recorder()
-    r.later[b"slow"] = asyncio.get_running_loop().create_future()
-    inbox = r.inbox()
-    inbox(b"slow")
-    inbox(b"fast 1")
-    inbox(b"fast 2")
+    inbox = r.inbox_waiting_on(b"slow", b"fast 1", b"fast 2")
     await settle()
     assert r.handled == [b"slow"]  # the others wait their turn, however quick they would be
     assert not r.reading
@@ -110,10 +114,7 @@ async def test_a_bug_in_handling_is_reported_and_never_raised_into_the_reader() 
 
 async def test_closing_gives_up_on_what_still_waits_after_the_grace() -> None:
     r = Recorder()
-    r.later[b"slow"] = asyncio.get_running_loop().create_future()  # never resolved: Redis is away
-    inbox = r.inbox()
-    inbox(b"slow")
-    inbox(b"queued")
+    inbox = r.inbox_waiting_on(b"slow", b"queued")  # never resolved: Redis is away
     await asyncio.wait_for(inbox.close(grace=0.05), 2)
     assert inbox.waiting == 0
     assert r.handled == [b"slow"]  # the slow one never finished, so nothing behind it ran
@@ -123,10 +124,7 @@ async def test_closing_gives_up_on_what_still_waits_after_the_grace() -> None:
 
 async def test_what_the_client_sent_before_it_left_is_still_handled_within_the_grace() -> None:
     r = Recorder()
-    r.later[b"slow"] = asyncio.get_running_loop().create_future()
-    inbox = r.inbox()
-    inbox(b"slow")
-    inbox(b"sent just before leaving")
+    inbox = r.inbox_waiting_on(b"slow", b"sent just before leaving")
     asyncio.get_running_loop().call_later(0.05, r.later[b"slow"].set_result, None)
     await inbox.close(grace=5)
     assert r.handled == [b"slow", "b'slow' done", b"sent just before leaving"]
