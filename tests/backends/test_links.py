@@ -71,25 +71,26 @@ async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes
     await until(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
 
 
+async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, str, list[bytes]]:
+    """Bus ``a`` has learned the route to a channel ``b`` holds; ``got`` is what ``b`` received."""
+    a = await bus_with_links("a", **a_options)
+    b = await bus_with_links("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+    await learned(a, b, ch, got)
+    return a, b, ch, got
+
+
 @contextlib.asynccontextmanager
 async def linked_through_proxy(bus_with_links) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
-    """Bus ``a`` has learned the route to ``b``'s channel over a link ``b`` dialled through a proxy."""
+    """As :func:`linked`, over a link ``b`` dialled through a proxy."""
     port = free_port()
     async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
-        a = await bus_with_links("a", port=port, advertise=f"127.0.0.1:{proxy.port}")
-        b = await bus_with_links("b")
-        ch, got = channel(), []
-        await b.subscribe(ch, got.append)
-        await learned(a, b, ch, got)
-        yield proxy, a, b, ch, got
+        yield proxy, *await linked(bus_with_links, port=port, advertise=f"127.0.0.1:{proxy.port}")
 
 
 async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> None:
-    a, b = await bus_with_links("a"), await bus_with_links("b")
-    ch, got = channel(), []
-    await b.subscribe(ch, got.append)
-
-    await learned(a, b, ch, got)
+    a, b, ch, got = await linked(bus_with_links)
     for i in range(50):
         assert await a.publish(ch, b"%d" % i) == 1
 
@@ -177,10 +178,7 @@ async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_de
 
 
 async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> None:
-    a, b = await bus_with_links("a"), await bus_with_links("b")
-    ch, got = channel(), []
-    await b.subscribe(ch, got.append)
-    await learned(a, b, ch, got)
+    a, b, ch, got = await linked(bus_with_links)
     for i in range(20):
         assert await a.publish(ch, b"%d" % i) == 1
     await until(lambda: len(got) == 21, "all frames")
