@@ -31,7 +31,6 @@ from urllib.parse import urlsplit
 
 import h11
 import msgpack
-import psutil
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
@@ -44,6 +43,7 @@ from switchboard.testing.stalled import (
     SEND_QUEUE,
     WRITE_BUFFER_BOUND,
     MiB,
+    Peaks,
     collect_rejects,
     echo_p50,
     flood_call,
@@ -149,24 +149,8 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             )
             assert await calc.add(1, 2) == 3
 
-            server = psutil.Process()
             p50_before = max(await echo_p50(steady_http), await echo_p50(steady_ws))
-            rss_before = server.memory_info().rss
-            peaks = {"rss": rss_before, "queued": 0, "write_buffer": 0}
-
-            def sample() -> None:
-                peaks["rss"] = max(peaks["rss"], server.memory_info().rss)
-                peaks["queued"] = max(peaks["queued"], peer.queued_bytes)
-                live = uvicorn_connection(srv, stalled.local_address)
-                if live is not None and live.transport is not None:
-                    peaks["write_buffer"] = max(
-                        peaks["write_buffer"], live.transport.get_write_buffer_size()
-                    )
-
-            async def sampler() -> None:
-                for _ in range(20_000):  # 200 s at most; cancelled long before
-                    sample()
-                    await asyncio.sleep(0.01)
+            peaks = Peaks(srv, peer, stalled.local_address)
 
             async with ws_connect(
                 srv.url.replace("http", "ws", 1) + "/ws", max_size=None
@@ -177,7 +161,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
 
 
                 collector = asyncio.create_task(collect_rejects(flooder, rejects))
-                sampling = asyncio.create_task(sampler())
+                sampling = asyncio.create_task(peaks.run())
                 background += [collector, sampling]
                 blob = b"\xab" * FRAME
                 started = time.monotonic()
@@ -216,19 +200,19 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                     )
                     closed_after = time.monotonic() - started
                 sampling.cancel()
-                sample()
+                peaks.sample()
                 collector.cancel()
             p50_after = max(await echo_p50(steady_http), await echo_p50(steady_ws))
             received, ending = await stalled.read_to_end(timeout=10)  # it reads again, at last
-            growth = peaks["rss"] - rss_before
+            growth = peaks.rss_growth
             p50_during = statistics.median(during) if during else 0.0
             socket_closed = "never" if closed_after is None else f"after {closed_after:.1f}s"
             print(  # noqa: T201 - the measurement (-s shows it)
                 f"\nHTTP slow consumer: sent {sent} × 256 KiB, {len(rejects)} rejected; "
                 f"closed {peer.close_code} {peer.close_reason!r}; detached after {detached_after:.1f}s, "
                 f"socket closed {socket_closed}; the stalled client then read {received} B ({ending}); "
-                f"peaks: queue {peaks['queued'] / MiB:.2f} MiB, write buffer "
-                f"{peaks['write_buffer'] / 1024:.0f} KiB, RSS +{growth / MiB:.1f} MiB; echo p50 "
+                f"peaks: queue {peaks.values['queued'] / MiB:.2f} MiB, write buffer "
+                f"{peaks.values['write_buffer'] / 1024:.0f} KiB, RSS +{growth / MiB:.1f} MiB; echo p50 "
                 f"{p50_before * 1e3:.1f} ms before, {p50_during * 1e3:.1f} ms during, "
                 f"{p50_after * 1e3:.1f} ms after"
             )
@@ -238,8 +222,8 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             assert peer.close_code == 1008, (peer.close_code, peer.close_reason)
             assert "Send queue full" in peer.close_reason
             assert all("is not connected" in r for r in rejects), rejects[:3]
-            assert peaks["queued"] <= SEND_QUEUE
-            assert peaks["write_buffer"] <= WRITE_BUFFER_BOUND, peaks["write_buffer"]
+            assert peaks.values["queued"] <= SEND_QUEUE
+            assert peaks.values["write_buffer"] <= WRITE_BUFFER_BOUND, peaks.values["write_buffer"]
             assert growth < RSS_BOUND, f"RSS grew by {growth / MiB:.1f} MiB"
             assert ending in ("eof", "reset"), ending
             assert p50_after < max(5 * p50_before, 0.05), (p50_before, p50_after)

@@ -54,6 +54,7 @@ from switchboard.testing.stalled import (
     SEND_QUEUE,
     WRITE_BUFFER_BOUND,
     MiB,
+    Peaks,
     collect_rejects,
     flood_call,
     read_until_closed,
@@ -241,24 +242,8 @@ async def _exercise(
         calc = await steady_http.get_service(f"{steady_ws.config['workspace']}/steady-ws:calc")
         assert await calc.add(1, 2) == 3
 
-        process = psutil.Process()
-        rss_before = process.memory_info().rss
-        peaks = {"rss": rss_before, "queued": 0, "write_buffer": 0}
-        report["peaks"] = peaks
-
-        def sample() -> None:
-            peaks["rss"] = max(peaks["rss"], process.memory_info().rss)
-            peaks["queued"] = max(peaks["queued"], peer.queued_bytes)
-            live = uvicorn_connection(srv, stalled.local_address)
-            if live is not None and live.transport is not None:
-                peaks["write_buffer"] = max(
-                    peaks["write_buffer"], live.transport.get_write_buffer_size()
-                )
-
-        async def sampler() -> None:
-            for _ in range(20_000):  # 200 s at most; cancelled long before
-                sample()
-                await asyncio.sleep(0.01)
+        peaks = Peaks(srv, peer, stalled.local_address)
+        report["peaks"] = peaks.values
 
         async with ws_connect(srv.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder:
             await flooder.send(json.dumps({"client_id": "flooder"}))
@@ -269,7 +254,7 @@ async def _exercise(
             report["rejects"] = rejects
 
 
-            background += [asyncio.create_task(collect_rejects(flooder, rejects)), asyncio.create_task(sampler())]
+            background += [asyncio.create_task(collect_rejects(flooder, rejects)), asyncio.create_task(peaks.run())]
             blob = b"\xab" * FRAME
             started = time.monotonic()
             sent = 0
@@ -311,8 +296,8 @@ async def _exercise(
                 report["released_after"] = time.monotonic() - detached
             for task in background:
                 task.cancel()
-            sample()
-        report["rss_growth"] = peaks["rss"] - rss_before
+            peaks.sample()
+        report["rss_growth"] = peaks.rss_growth
         # the others never noticed
         assert await calc.add(2, 3) == 5
         assert await steady_ws.echo("unaffected") == "unaffected"

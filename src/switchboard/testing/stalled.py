@@ -76,3 +76,37 @@ async def collect_rejects(flooder: Any, into: list[str], bound: int = 100_000) -
             main, extra = next(unpacker), next(unpacker, None)
             if str(main.get("method", "")).endswith(".reject"):
                 into.append(extra["args"][0]["_rvalue"])
+
+
+class Peaks:
+    """The most this process (the server runs in it) held while a client was stalled:
+    its RSS, the peer's send queue and the stalled connection's write buffer.
+
+    :meth:`run` samples every 10 ms until cancelled; call :meth:`sample` once
+    more at the end so that the last moment counts too.
+    """
+
+    def __init__(self, server: Any, peer: Any, client: tuple[str, int]) -> None:
+        import psutil  # a test dependency, like the rest of this module's users
+
+        self._process = psutil.Process()
+        self._server, self._peer, self._client = server, peer, client
+        self.rss_before = self._process.memory_info().rss
+        self.values = {"rss": self.rss_before, "queued": 0, "write_buffer": 0}
+
+    @property
+    def rss_growth(self) -> int:
+        return self.values["rss"] - self.rss_before
+
+    def sample(self) -> None:
+        v = self.values
+        v["rss"] = max(v["rss"], self._process.memory_info().rss)
+        v["queued"] = max(v["queued"], self._peer.queued_bytes)
+        live = uvicorn_connection(self._server, self._client)
+        if live is not None and live.transport is not None:
+            v["write_buffer"] = max(v["write_buffer"], live.transport.get_write_buffer_size())
+
+    async def run(self) -> None:
+        for _ in range(20_000):  # 200 s at most; cancelled long before
+            self.sample()
+            await asyncio.sleep(0.01)  # the sampling period, not a wait for anything
