@@ -156,6 +156,13 @@ async def serve_then_time_shutdown(
     return time.monotonic() - shutdown_started, ""
 
 
+def assert_let_go(released: float | None, shutdown_took: float | None, shutdown_failure: str, who: str) -> None:
+    """The server released ``who``'s connection, and its shutdown was not held up by it."""
+    assert released is not None, f"the server still holds the {who}'s TCP connection"
+    assert shutdown_took is not None, f"server shutdown with a {who} connected: {shutdown_failure}"
+    assert shutdown_took < SHUTDOWN_WITHIN, shutdown_took
+
+
 def server_port(srv: RunningServer) -> int:
     port = urlsplit(srv.url).port
     assert port is not None, srv.url
@@ -191,11 +198,7 @@ async def test_a_stalled_websocket_is_dropped_and_its_socket_released_in_bounded
         f"{report['peaks']['queued'] / MiB:.2f} MiB, write buffer {report['peaks']['write_buffer'] / 1024:.0f} KiB, "
         f"RSS +{report['rss_growth'] / MiB:.1f} MiB"
     )
-    assert released is not None, "the server still holds the stalled client's TCP connection"
-    assert shutdown_took is not None, (
-        f"server shutdown with a stalled client connected: {shutdown_failure}"
-    )
-    assert shutdown_took < SHUTDOWN_WITHIN, shutdown_took
+    assert_let_go(released, shutdown_took, shutdown_failure, "stalled client")
     assert peer.close_code == 1008, (peer.close_code, peer.close_reason)
     assert "Send queue full" in peer.close_reason
     assert all("is not connected" in r for r in report["rejects"]), report["rejects"][:3]
@@ -380,8 +383,4 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
         f"socket released {'never' if released is None else f'{released:.1f}s after the detach'}; "
         f"shutdown {shutdown_failure if shutdown_took is None else f'took {shutdown_took:.1f}s'}"
     )
-    assert released is not None, "the server still holds the half-closed client's TCP connection"
-    assert shutdown_took is not None, (
-        f"server shutdown with a half-closed client connected: {shutdown_failure}"
-    )
-    assert shutdown_took < SHUTDOWN_WITHIN, shutdown_took
+    assert_let_go(released, shutdown_took, shutdown_failure, "half-closed client")
