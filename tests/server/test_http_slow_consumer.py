@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 import h11
 import msgpack
 import pytest
-from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.testing.hub import running, settings_for_tests
@@ -44,6 +43,7 @@ from switchboard.testing.stalled import (
     WRITE_BUFFER_BOUND,
     MiB,
     Peaks,
+    bystanders,
     collect_rejects,
     echo_p50,
     flood_call,
@@ -128,26 +128,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 "the stalled stream's connection is not known to the server"
             )
 
-            steady_http = await connect_to_server(
-                {
-                    "server_url": srv.url,
-                    "client_id": "steady-http",
-                    "transport": "http",
-                    "method_timeout": 20,
-                }
-            )
-            clients.append(steady_http)
-            steady_ws = await connect_to_server(
-                {"server_url": srv.url, "client_id": "steady-ws", "method_timeout": 20}
-            )
-            clients.append(steady_ws)
-            await steady_http.register_service(
-                {"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b}
-            )
-            calc = await steady_ws.get_service(
-                f"{steady_http.config['workspace']}/steady-http:calc"
-            )
-            assert await calc.add(1, 2) == 3
+            steady_ws, steady_http, calc = await bystanders(srv.url, clients, provider="http")
 
             p50_before = max(await echo_p50(steady_http), await echo_p50(steady_ws))
             peaks = Peaks(srv, peer, stalled.local_address)

@@ -39,7 +39,6 @@ from urllib.parse import urlsplit
 
 import psutil
 import pytest
-from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
@@ -55,6 +54,7 @@ from switchboard.testing.stalled import (
     WRITE_BUFFER_BOUND,
     MiB,
     Peaks,
+    bystanders,
     collect_rejects,
     flood_call,
     read_until_closed,
@@ -226,24 +226,7 @@ async def _exercise(
         )
         assert server_socket_open(port, stalled.local_address)
 
-        steady_ws = await connect_to_server(
-            {"server_url": srv.url, "client_id": "steady-ws", "method_timeout": 20}
-        )
-        clients.append(steady_ws)
-        steady_http = await connect_to_server(
-            {
-                "server_url": srv.url,
-                "client_id": "steady-http",
-                "transport": "http",
-                "method_timeout": 20,
-            }
-        )
-        clients.append(steady_http)
-        await steady_ws.register_service(
-            {"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b}
-        )
-        calc = await steady_http.get_service(f"{steady_ws.config['workspace']}/steady-ws:calc")
-        assert await calc.add(1, 2) == 3
+        steady_ws, steady_http, calc = await bystanders(srv.url, clients, provider="ws")
 
         peaks = Peaks(srv, peer, stalled.local_address)
         report["peaks"] = peaks.values

@@ -110,3 +110,28 @@ class Peaks:
         for _ in range(20_000):  # 200 s at most; cancelled long before
             self.sample()
             await asyncio.sleep(0.01)  # the sampling period, not a wait for anything
+
+
+async def bystanders(url: str, into: list[Any], *, provider: str) -> tuple[Any, Any, Any]:
+    """``(steady_ws, steady_http, calc)``: a WebSocket and an HTTP-streaming hypha-rpc client
+    (appended to ``into`` for closing) that must not notice a stalled client. The one named by
+    ``provider`` ("ws" or "http") connects first and offers ``calc.add``; ``calc`` is the
+    other's proxy of it, checked once."""
+    from hypha_rpc import connect_to_server
+
+    configs = {
+        "ws": {"server_url": url, "client_id": "steady-ws", "method_timeout": 20},
+        "http": {"server_url": url, "client_id": "steady-http", "transport": "http", "method_timeout": 20},
+    }
+    other = "http" if provider == "ws" else "ws"
+    connected = {}
+    for name in (provider, other):
+        connected[name] = await connect_to_server(configs[name])
+        into.append(connected[name])
+    offering = connected[provider]
+    await offering.register_service(
+        {"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b}
+    )
+    calc = await connected[other].get_service(f"{offering.config['workspace']}/steady-{provider}:calc")
+    assert await calc.add(1, 2) == 3
+    return connected["ws"], connected["http"], calc
