@@ -17,6 +17,7 @@ from typing import Any
 import shortuuid
 
 from switchboard.errors import ConfigError
+from switchboard.protocol import ids
 
 ENV_PREFIX = "SWITCHBOARD_"
 
@@ -87,6 +88,24 @@ class Settings:
         "Services one client may register.",
         "1000, as Hypha: far above real use, low enough to stop a runaway loop",
         minimum=1,
+    )
+    max_service_bytes: int = setting(
+        2 * 1024 * 1024,
+        "Largest service info one registration may store (as JSON), in bytes.",
+        "2 MiB: twice a service with 1 MiB of docs, yet 30 bloated registrations cannot take hundreds of MiB",
+        minimum=1024,
+    )
+    max_registration_bytes: int = setting(
+        8 * 1024 * 1024,
+        "Bytes of service infos one client may have registered at once; freed when it leaves.",
+        "8 MiB: a thousand ordinary services (a few KiB each) fit; one client cannot fill the registry",
+        minimum=1024,
+    )
+    max_upload_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Bytes of chunked messages (above 256 KiB) one client may have the hub hold at once; freed when it leaves.",
+        "32 MiB: two of the largest single frames; the hub holds a chunked message only for the manager or while pieces arrive out of order",
+        minimum=1024 * 1024,
     )
     max_connections_per_user: int = setting(
         1000,
@@ -194,8 +213,8 @@ class Settings:
             raise ConfigError(f"{env_name(which)}={getattr(self, which)}: must be at most 65535")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{env_name('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
-        if not self.server_id or any(c in self.server_id for c in "/:@ "):
-            raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: must be non-empty, without '/', ':', '@' or spaces")
+        if not ids.is_id(f"manager-{self.server_id}"):
+            raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
         if self.redis_url and not self.jwt_secret:
@@ -211,6 +230,8 @@ class Settings:
             )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())
+        if not ids.is_id(self.replica_id):
+            raise ConfigError(f"{env_name('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
             raise ConfigError(f"{env_name('public_url')}={self.public_url!r}: must start with http:// or https://")
 

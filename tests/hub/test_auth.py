@@ -362,7 +362,7 @@ class TestRejected:
             pytest.param({"iss": "https://amun.ai/"}, "invalid token", id="issuer"),
             pytest.param({"exp": None}, "invalid token", id="no-exp"),
             pytest.param({"sub": None}, "invalid token", id="no-sub"),
-            pytest.param({"scope": "ws:w#superuser"}, "bad permission in scope", id="bad-perm"),
+            pytest.param({"scope": "ws:w#superuser"}, "bad scope entry", id="bad-perm"),
             pytest.param(
                 {"https://amun.ai/roles": "admin"}, "roles must be a list", id="roles-str"
             ),

@@ -442,9 +442,20 @@ async def test_frames_the_manager_cannot_parse_are_dropped_and_it_keeps_answerin
         await ws.send(msgpack.packb({**echo, "session": "s1"}) + b"\xc1\xc1")  # extra not msgpack
         await ws.send(rpc_frame({**echo, "session": "s2"}, [1, 2]))  # extra not a map
         await ws.send(rpc_frame({**echo, "session": "s3"}, {"args": ["still here"], "promise": "*", "t": 5}))
-        replies = []
+        replies, errors = [], []
         while not any(m["method"].endswith((".resolve", ".reject")) for m, _ in replies):
-            replies.append(await recv_binary(ws))
+            frame = await asyncio.wait_for(ws.recv(), 5)
+            if isinstance(frame, str):
+                errors.append(json.loads(frame)["message"])
+            else:
+                unpacker = msgpack.Unpacker(raw=False)
+                unpacker.feed(frame)
+                parts = list(unpacker)
+                replies.append((parts[0], parts[1] if len(parts) > 1 else None))
+    # the two payloads that are no msgpack map are refused at the hub's edge, with a reason
+    assert len(errors) == 2, errors
+    assert errors[0].startswith("Invalid message: message payload is not valid msgpack"), errors
+    assert errors[1] == "Invalid message: each part of a message must be a msgpack map", errors
     assert all(m["method"].startswith("s3.") for m, _ in replies), "nothing answers the bad frames"
     main, extra = replies[-1]
     assert main["method"] == "s3.resolve"

@@ -63,7 +63,7 @@ class AcrossReplicas:
 
         def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None: ...
 
-    async def _to_manager(self, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
+    async def _to_manager(self, peer: Peer, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
         """A reply to a call another replica's manager made goes back to that replica.
 
         So do the ``message_cache`` calls that carry a reply too large for one
@@ -72,7 +72,7 @@ class AcrossReplicas:
         session = relay.manager_session(method, extra)
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
-            self.manager.receive(frame)
+            self.manager.receive(frame, peer)
         elif await self._publish(REPLICA_CHANNEL + origin, frame) == 0:
             self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
 

@@ -17,6 +17,7 @@ import shortuuid
 
 from switchboard.clock import Clock
 from switchboard.errors import AuthError
+from switchboard.protocol import ids
 
 ISSUER = "https://switchboard.invalid/"
 AUDIENCE = "switchboard"
@@ -142,24 +143,25 @@ class TokenIssuer:
         client_id: str | None = None,
     ) -> str:
         now = self.clock.time()
-        scope = [f"ws:{ws}#{p.code}" for ws, p in user.grants.items() if ws != workspace]
-        scope.append(f"ws:{workspace}#{permission.code}")
-        if client_id:
-            scope.append(f"cid:{client_id}")
-        scope.append(f"wid:{workspace}")
-        claims = {
-            "iss": ISSUER,
-            "aud": AUDIENCE,
-            "sub": user.id,
-            "iat": int(now),
-            "exp": int(now + expires_in),
-            "scope": " ".join(scope),
-            "gty": "client-credentials",
-            _ROLES: list(user.roles),
-            _EMAIL: user.email,
-            _PARENT: user.parent,
-        }
-        return jwt.encode(claims, self.secret, algorithm="HS256")
+        return jwt.encode(
+            {
+                "iss": ISSUER,
+                "aud": AUDIENCE,
+                "sub": ids.check_id(user.id, "user id"),
+                "iat": int(now),
+                "exp": int(now + expires_in),
+                "scope": format_scope(
+                    grants=user.grants, workspace=workspace, permission=permission,
+                    client_id=client_id,
+                ),
+                "gty": "client-credentials",
+                _ROLES: list(user.roles),
+                _EMAIL: user.email,
+                _PARENT: user.parent,
+            },
+            self.secret,
+            algorithm="HS256",
+        )
 
     def verify(self, token: str) -> User:
         """Decode a token into the user it stands for, or raise :class:`AuthError`."""
@@ -185,33 +187,77 @@ class TokenIssuer:
         return _user_from_claims(claims)
 
 
-def _user_from_claims(claims: dict[str, Any]) -> User:
+def format_scope(
+    *, grants: dict[str, Permission], workspace: str, permission: Permission, client_id: str | None
+) -> str:
+    """The ``scope`` claim, built from checked values (protocol §6.4).
+
+    Every workspace and client id must follow the id grammar: the claim is
+    split on spaces and ``#`` again when it is read, so a value holding either
+    would add a grant nobody gave.
+    """
+    entries = [(ws, p) for ws, p in grants.items() if ws != workspace] + [(workspace, permission)]
+    parts = [f"ws:{_grant_key(ws)}#{p.code}" for ws, p in entries if p.code]
+    if client_id:
+        parts.append(f"cid:{ids.check_id(client_id, 'client id')}")
+    parts.append(f"wid:{ids.check_id(workspace, 'workspace')}")
+    return " ".join(parts)
+
+
+def _grant_key(workspace: str) -> str:
+    # "*" (every workspace) is only ever in the grants of the hub's own root user
+    return workspace if workspace == "*" else ids.check_id(workspace, "workspace")
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a token's ``scope`` claim grants, parsed strictly."""
+
+    grants: dict[str, Permission]
+    client_id: str | None
+    workspace: str | None
+
+
+_CODES = {"r": Permission.READ, "rw": Permission.READ_WRITE, "a": Permission.ADMIN}
+
+
+def parse_scope(text: object) -> Scope:
+    """Read a ``scope`` claim; anything but ``ws:<id>#<r|rw|a>``, ``cid:<id>`` and
+    ``wid:<id>`` (each id in the grammar, ``cid`` and ``wid`` at most once) is refused."""
+    if not isinstance(text, str):
+        raise AuthError("invalid token: scope must be a string")
     grants: dict[str, Permission] = {}
-    client_id = None
-    wid = None
-    for part in str(claims.get("scope", "")).split():
-        if part.startswith("ws:") and "#" in part:
-            ws, _, perm = part[3:].rpartition("#")
-            try:
-                grants[ws] = max(grants.get(ws, Permission.NONE), Permission.parse(perm))
-            except ValueError:
-                raise AuthError(f"invalid token: bad permission in scope {part!r}") from None
-        elif part.startswith("cid:"):
-            client_id = part[4:]
-        elif part.startswith("wid:"):
-            wid = part[4:]
+    single: dict[str, str] = {}
+    for part in text.split(" "):
+        kind, colon, value = part.partition(":")
+        if kind == "ws" and colon:
+            ws, hash_, code = value.rpartition("#")
+            if hash_ and (ws == "*" or ids.is_id(ws)) and code in _CODES:
+                grants[ws] = max(grants.get(ws, Permission.NONE), _CODES[code])
+                continue
+        elif kind in ("cid", "wid") and colon and ids.is_id(value) and kind not in single:
+            single[kind] = value
+            continue
+        raise AuthError(f"invalid token: bad scope entry {part[:80]!r}")
+    return Scope(grants, single.get("cid"), single.get("wid"))
+
+
+def _user_from_claims(claims: dict[str, Any]) -> User:
+    scope = parse_scope(claims.get("scope", ""))
+    if not ids.is_id(claims["sub"]):
+        raise AuthError("invalid token: bad subject")
     roles = claims.get(_ROLES) or []
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
         raise AuthError("invalid token: roles must be a list of strings")
     return User(
-        id=str(claims["sub"]),
+        id=claims["sub"],
         roles=tuple(roles),
-        grants=grants,
+        grants=scope.grants,
         email=claims.get(_EMAIL),
         parent=claims.get(_PARENT),
         expires_at=float(claims["exp"]),
-        client_id=client_id,
-        current_workspace=wid,
+        client_id=scope.client_id,
+        current_workspace=scope.workspace,
     )
 
 

@@ -199,6 +199,7 @@ class Hub(Routing, AcrossReplicas, Draining):
         """
         peer.close(1000, "")
         self.inflight.forget_peer(peer.id)
+        self.manager.door.forget(peer.id)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
@@ -254,6 +255,7 @@ class Hub(Routing, AcrossReplicas, Draining):
             workspace=acting.workspace if acting else target.partition("/")[0],
             user=acting.user if acting else self.root_wire,
             to=target,
+            trusted=True,
         )
         if target == self.manager_address:
             self.manager.receive(frame)

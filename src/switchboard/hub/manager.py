@@ -9,6 +9,8 @@ caller is a local :class:`~switchboard.hub.peer.Peer` whose user we know.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -25,17 +27,27 @@ from switchboard.errors import (
     ProtocolError,
 )
 from switchboard.hub.auth import Permission, child_user
+from switchboard.hub.manager_door import CALLER, ManagerDoor
 from switchboard.hub.peer import Peer
-from switchboard.protocol import envelope
+from switchboard.hub.uploads import Uploads
+from switchboard.protocol import envelope, ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
 from switchboard.protocol.values import plain
+from switchboard.tasks import spawn
 
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
 
 log = logging.getLogger("switchboard.manager")
 
+# Chunked messages to the manager: a client sends one at a time (its
+# registration, or its answer to our get_service); 64 covers bursts of them.
+MAX_OPEN_UPLOADS = 64
+# A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
+MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
+# hypha-rpc sends a message's pieces back to back: a minute of silence is an abandoned upload.
+UPLOAD_IDLE_TIMEOUT = 60.0
 
 
 class _RouterLink:
@@ -70,6 +82,16 @@ class WorkspaceManager:
         self.hub = hub
         self.link = _RouterLink(hub)
         self.rpc: RPC | None = None
+        self._sending: set[asyncio.Task[Any]] = set()  # answers the door sends
+        s = hub.settings
+        self.door = ManagerDoor(
+            handler=lambda: self.link.handler,
+            send=lambda frame: spawn(self._sending, hub.route_from_manager(frame)),
+            uploads=Uploads(
+                clock=hub.clock, keep=True, max_bytes=s.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+            ),
+        )
 
     async def start(self) -> None:
         hub = self.hub
@@ -88,14 +110,13 @@ class WorkspaceManager:
             self.rpc.close()
             self.rpc = None
 
-    def receive(self, frame: bytes) -> None:
-        """Hand a frame addressed to the manager to its RPC."""
-        if self.link.handler is None:
-            return
-        try:
-            self.link.handler(frame)
-        except Exception as exc:  # a bad frame must not take the router down
-            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
+    def receive(self, frame: bytes, caller: Peer | None = None) -> None:
+        """Hand a frame addressed to the manager to its RPC, through the door's checks.
+
+        ``caller`` is the local client that sent it; the manager's services
+        act for that client alone (``None``: a provider's reply, or our own).
+        """
+        self.door.receive(frame, caller)
 
     def _service(self) -> dict[str, Any]:
         s = self.hub.settings
@@ -138,15 +159,31 @@ class WorkspaceManager:
     # -- helpers -------------------------------------------------------------
 
     def _caller(self, context: dict[str, Any] | None) -> Peer:
-        address = (context or {}).get("from")
-        peer = self.hub.peer_for(address) if isinstance(address, str) else None
-        if peer is None:
-            raise PermissionDenied(f"Unknown caller {address!r}: not connected to this replica")
+        """The connection that sent the call; never who the message says it is from."""
+        peer = CALLER.get()
+        if peer is None or peer.closed:
+            raise PermissionDenied("Permission denied: the manager serves only calls of connected clients")
         return peer
 
     def _require(self, peer: Peer, workspace: str, need: Permission) -> None:
         if not peer.user.can(workspace, need):
             raise PermissionDenied(f"Permission denied for workspace {workspace}")
+
+    def _check_size(self, peer: Peer, info: ServiceInfo) -> None:
+        """Bound what one client's registrations hold (they live in the registry until it leaves)."""
+        s = self.hub.settings
+        size = len(json.dumps(info, separators=(",", ":"), default=repr))
+        if size > s.max_service_bytes:
+            raise LimitExceeded(
+                f"Service info too large: {size} bytes, at most {s.max_service_bytes} (--max-service-bytes)"
+            )
+        total = sum(peer.service_bytes.values()) - peer.service_bytes.get(info["id"], 0) + size
+        if total > s.max_registration_bytes:
+            raise LimitExceeded(
+                f"Registrations too large: this client's services would hold {total} bytes, "
+                f"at most {s.max_registration_bytes} (--max-registration-bytes)"
+            )
+        peer.service_bytes[info["id"]] = size
 
     async def answers_ping(self, address: str, timeout: float = 2.0) -> bool:
         try:
@@ -230,6 +267,7 @@ class WorkspaceManager:
         limit = self.hub.settings.max_services_per_client
         if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
             raise LimitExceeded(f"Too many services: a client may register at most {limit}")
+        self._check_size(peer, info)
         peer.services[info["id"]] = info
         try:
             previous = await self.hub.registry.register(info)
@@ -266,6 +304,7 @@ class WorkspaceManager:
             raise PermissionDenied(f"Permission denied: {service_id} is not a service of {peer.id}")
         removed = await self.hub.registry.unregister(sid)
         peer.services.pop(sid, None)
+        peer.service_bytes.pop(sid, None)
         if removed is None:
             raise NotFound(f"Service not found: {service_id}")
         if sid.endswith(":built-in"):
@@ -331,20 +370,28 @@ class WorkspaceManager:
         config = plain(config) or {}
         if not isinstance(config, dict):
             raise ProtocolError("generate_token expects a config object")
-        ws = config.get("workspace") or peer.workspace
+        ws = ids.check_id(config.get("workspace") or peer.workspace, "workspace")
         if not peer.user.can(ws, Permission.ADMIN):
             raise PermissionDenied("Only admin can generate token.")
+        client_id = config.get("client_id")
+        if client_id is not None:
+            ids.check_id(client_id, "client id")
+        permission_name = config.get("permission") or "read_write"
+        if not isinstance(permission_name, str):
+            raise ProtocolError("permission must be one of read, read_write or admin")
         try:
-            permission = Permission.parse(config.get("permission") or "read_write")
+            permission = Permission.parse(permission_name)
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
         expires_in = config.get("expires_in") or 3600
-        if not isinstance(expires_in, int | float) or expires_in <= 0:
-            raise ProtocolError("expires_in must be a positive number of seconds")
+        if (
+            not isinstance(expires_in, int | float) or isinstance(expires_in, bool)
+            or not 0 < expires_in <= MAX_TOKEN_LIFETIME
+        ):
+            raise ProtocolError(f"expires_in must be a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
         user = child_user(peer.user, workspace=ws, permission=permission)
         return self.hub.issuer.issue(
-            user, workspace=ws, permission=permission, expires_in=float(expires_in),
-            client_id=config.get("client_id"),
+            user, workspace=ws, permission=permission, expires_in=float(expires_in), client_id=client_id,
         )
 
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from switchboard.hub.auth import User
+from switchboard.hub.uploads import Uploads
 from switchboard.hub.limits import TokenBucket
 
 log = logging.getLogger("switchboard.peer")
@@ -60,6 +61,8 @@ class Peer:
         # what this client announced, kept here so a replica can re-assert it
         # when the shared registry comes back empty
         self.services: dict[str, dict[str, Any]] = {}
+        self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
+        self.uploads: Uploads | None = None  # chunked messages on their way to this client, once one comes
         self.rate: TokenBucket | None = None  # set by the hub when it admits the peer
         self.counted = False  # whether the hub-wide connection counts include this peer
         self.max_queue_bytes = max_queue_bytes

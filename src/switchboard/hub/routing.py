@@ -49,7 +49,7 @@ class Routing:
 
         async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None: ...
 
-        async def _to_manager(self, method: Any, extra: bytes | memoryview, frame: bytes) -> None: ...
+        async def _to_manager(self, peer: Peer, method: Any, extra: bytes | memoryview, frame: bytes) -> None: ...
 
         def _send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool: ...
 
@@ -117,7 +117,7 @@ class Routing:
         if route.kind == "manager":
             if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
                 self.inflight.closed(route.target, replied)
-            return self._to_manager(method, env.rest, frame)
+            return self._to_manager(peer, method, env.rest, frame)
         if route.kind == "client":
             new_call = is_call(method, env.session)
             if new_call:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgpack
 
 from switchboard.errors import ProtocolError
+from switchboard.protocol import ids, payload
 
 # Deep nesting is legal msgpack but no honest routing header needs it; the C
 # unpacker recurses, so a hostile header could otherwise cost stack and time.
@@ -92,16 +93,27 @@ def encode(main: dict[str, Any], rest: bytes | memoryview = b"") -> bytes:
     return head + rest if rest else head
 
 
-def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], to: str) -> bytes:
-    """Overwrite the trusted fields the client may have forged and re-pack.
+def stamp(
+    env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], to: str, trusted: bool = False
+) -> bytes:
+    """The message as every receiver will read it, with the identity the hub gives it.
 
-    ``from``, ``ws`` and ``user`` drive reply addressing and the callee's
-    permission checks, so they always come from the server, never the sender;
-    a server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
+    This is the trust boundary. ``from``, ``ws`` and ``user`` drive reply
+    addressing and the callee's permission checks, so they always come from
+    the server, never the sender. hypha-rpc lets the payload override the
+    header (``main.update(extra)``) and takes a ``ctx`` it finds as the
+    callee's context, so a client's frame may carry neither a ``ctx`` nor,
+    in its payload, any key the hub owns (:mod:`switchboard.protocol.payload`).
+    A server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
+    ``trusted`` frames (the manager's own) skip the payload check.
     """
     main = env.main
-    if main["type"] in SERVER_EVENT_TYPES:
-        raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
+    if not trusted:
+        if main["type"] in SERVER_EVENT_TYPES:
+            raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
+        if "ctx" in main:
+            raise ProtocolError("a message may not set 'ctx': the hub sets who sent a message")
+        payload.check_extra(env.rest)
     main["from"] = sender
     main["ws"] = workspace
     main["user"] = user
@@ -128,12 +140,14 @@ def route(to: str | None, *, sender_workspace: str, manager_id: str) -> Route:
     if to == "*":
         return Route("broadcast", f"{sender_workspace}/*", sender_workspace)
     if "/" not in to:
-        if ":" in to:
-            raise ProtocolError(f"invalid target {to!r}: client ids contain no ':'")
+        if not ids.is_id(to):
+            raise ProtocolError(f"invalid target {to[:140]!r}: client ids are {ids.GRAMMAR}")
         return Route("client", f"{sender_workspace}/{to}", sender_workspace)
     ws, _, cid = to.partition("/")
     if not ws or not cid or "/" in cid:
-        raise ProtocolError(f"invalid target {to!r}: expected '<workspace>/<client_id>'")
+        raise ProtocolError(f"invalid target {to[:140]!r}: expected '<workspace>/<client_id>'")
+    if not (ws == "*" or ids.is_id(ws)) or not (cid == "*" or ids.is_id(cid)):
+        raise ProtocolError(f"invalid target {to[:140]!r}: ids are {ids.GRAMMAR}")
     if ws == "*":
         # "*/<old manager id>" (a client that kept a stale id) is simply a
         # client nobody serves: it fails fast like any vanished target.

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import HandshakeError
+from switchboard.protocol import ids
 
 # WebSocket close codes used during the handshake, as the reference uses them.
 CLOSE_POLICY = 1008  # bad or missing auth payload, bad token
@@ -15,8 +15,6 @@ CLOSE_UNSUPPORTED = 1003  # first frame is not JSON
 CLOSE_GOING_AWAY = 1001  # refused by policy after auth (workspace, duplicate id)
 CLOSE_TRY_AGAIN = 1013  # overloaded or draining: retry later
 
-_ID = re.compile(r"^[A-Za-z0-9_\-|.]{1,128}$")
-_WORKSPACE = re.compile(r"^[A-Za-z0-9_\-|.]{1,128}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +52,14 @@ def parse_hello(text: str | bytes) -> Hello:
         raise HandshakeError(
             "Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY
         )
-    if not _ID.fullmatch(client_id):
+    if not ids.is_id(client_id):
         raise HandshakeError(
             f"Failed to establish connection: invalid client_id {client_id[:64]!r} "
             "(letters, digits, '_', '-', '|', '.'; at most 128)",
             CLOSE_GOING_AWAY,
         )
     workspace = _optional_str(data, "workspace")
-    if workspace is not None and not _WORKSPACE.fullmatch(workspace):
+    if workspace is not None and not ids.is_id(workspace):
         raise HandshakeError(
             f"Failed to establish connection: invalid workspace name {workspace[:64]!r}",
             CLOSE_GOING_AWAY,

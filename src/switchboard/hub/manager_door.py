@@ -1,0 +1,168 @@
+"""What reaches the manager's RPC, and on whose behalf.
+
+The manager is a hypha-rpc peer inside the hub that acts with the root user,
+so it must act for nobody but the client that called it:
+
+* **The caller is the connection.** The hub hands each frame in with the
+  :class:`~switchboard.hub.peer.Peer` that sent it and the door puts it in
+  :data:`CALLER` for the manager's methods (the tasks the RPC starts for a
+  frame inherit it). Nothing the message says about its sender counts.
+* **The manager answers only its caller.** A call's promise names where the
+  result goes (``resolve``, ``reject``, ``heartbeat``); the RPC calls those
+  functions as itself. A promise that names anyone but the sender would make
+  the manager call a third client's protected functions, so it is refused.
+* **Chunked messages are put together here.** A message too large for one
+  frame arrives as ``message_cache`` calls; hypha-rpc would keep their
+  pieces in one store shared by every sender, unbounded. The door keeps them
+  per sender in :class:`~switchboard.hub.uploads.Uploads`, bounded and freed
+  when the sender leaves, answers those calls itself, and hands the whole
+  message to the RPC as one frame that passes every check above.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+import msgpack
+
+from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.peer import Peer
+from switchboard.hub.uploads import Uploads
+from switchboard.protocol import envelope
+from switchboard.protocol.chunks import cache_op, parse_cache_call
+
+log = logging.getLogger(__name__)
+
+# The local client whose frame the manager is handling (None: a reply from a
+# provider, or the manager's own traffic; the manager's services refuse those).
+CALLER: ContextVar[Peer | None] = ContextVar("switchboard_manager_caller", default=None)
+
+_REFUSED = (ProtocolError, PermissionDenied, LimitExceeded)
+
+
+def foreign_targets(promise: Any, sender: str) -> list[str]:
+    """The callback targets in ``promise`` other than ``sender`` (hypha-rpc's ``_rtarget``).
+
+    A bare target is relative to the sender's workspace, as hypha-rpc reads it.
+    ``"*"`` is the promise hypha-rpc expands from the (stamped) sender itself.
+    """
+    if promise is None or promise == "*":
+        return []
+    workspace = sender.partition("/")[0]
+    found: list[str] = []
+    stack = [promise]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            target = item.get("_rtarget")
+            if target is not None and target != sender and f"{workspace}/{target}" != sender:
+                found.append(str(target)[:140])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+class ManagerDoor:
+    """Checks and carries frames into the manager's RPC (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        handler: Callable[[], Callable[[bytes], None] | None],
+        send: Callable[[bytes], None],
+        uploads: Uploads,
+    ) -> None:
+        self._handler = handler  # the RPC's message handler, once it runs
+        self._send = send  # a frame from the manager to a client, stamped and routed
+        self.uploads = uploads
+
+    def receive(self, frame: bytes, caller: Peer | None = None) -> None:
+        """Hand a frame addressed to the manager to its RPC, if it may go there."""
+        handler = self._handler()
+        if handler is None:
+            return
+        try:
+            env = envelope.decode(frame)
+            extra = _payload(env.rest)
+        except ProtocolError as exc:
+            log.info("manager dropped a frame: %s", exc)
+            return
+        sender = str(env.main.get("from", ""))
+        op = cache_op(env.main.get("method"))
+        try:
+            if op is not None:
+                frame = self._cache_call(env, extra, op, sender)
+                if not frame:
+                    return
+                env = envelope.decode(frame)
+                extra = _payload(env.rest)
+            foreign = foreign_targets(extra.get("promise"), sender)
+            if foreign:
+                raise PermissionDenied(
+                    f"Permission denied: the manager answers only its caller {sender}, "
+                    f"not {', '.join(foreign)}"
+                )
+        except _REFUSED as exc:
+            log.info("refused a frame from %s to the manager: %s", sender, exc)
+            self._answer(env, sender, error=str(exc))
+            return
+        token = CALLER.set(caller)
+        try:
+            handler(frame)
+        except Exception as exc:  # a bad frame must not take the router down
+            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
+        finally:
+            CALLER.reset(token)
+
+    def forget(self, sender: str) -> None:
+        """A client left: the pieces of its unfinished messages go."""
+        self.uploads.forget(sender)
+
+    def _cache_call(self, env: envelope.Envelope, extra: dict[str, Any], op: str, sender: str) -> bytes:
+        """Do one ``message_cache`` call; return the whole message once ``process`` completes it."""
+        call = parse_cache_call(op, extra)
+        whole = b""
+        if call.op == "create":
+            self.uploads.create(sender, call.key, overwrite=call.overwrite)
+        elif call.op in ("append", "set"):
+            self.uploads.add(sender, call.key, call.index, call.data)
+        elif call.op == "remove":
+            self.uploads.remove(sender, call.key)
+        else:
+            assembled = envelope.decode(self.uploads.finish(sender, call.key) or b"")
+            main = env.main  # the process call's header, as the hub stamped it
+            whole = envelope.stamp(
+                assembled, sender=main["from"], workspace=main.get("ws", ""),
+                user=main.get("user") or {}, to=main["to"],
+            )
+        self._answer(env, sender)
+        return whole
+
+    def _answer(self, env: envelope.Envelope, sender: str, *, error: str | None = None) -> None:
+        """Resolve (or reject, with ``error``) the call ``env`` made, if it waits for an answer."""
+        session = env.session
+        if not session or "/" not in sender:
+            return
+        if error is None:
+            self._send(envelope.encode(
+                {"type": "method", "to": sender, "method": f"{session}.resolve"},
+                msgpack.packb({"args": [None]}, use_bin_type=True),
+            ))
+            return
+        self._send(envelope.reject_frame(session=session, target="", caller=sender, message=error))
+
+
+def _payload(rest: bytes | memoryview) -> dict[str, Any]:
+    if not rest:
+        return {}
+    try:
+        extra = msgpack.unpackb(rest, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(extra, dict):
+        raise ProtocolError("each part of a message must be a msgpack map")
+    return extra

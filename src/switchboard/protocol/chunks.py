@@ -1,0 +1,73 @@
+"""hypha-rpc's ``message_cache`` calls, which carry a message too large for one frame.
+
+``services.built-in.message_cache.<op>`` with the arguments hypha-rpc sends:
+``create(key, heartbeat[, overwrite])``, ``append(key, data, heartbeat)``,
+``set(key, index, data, heartbeat)``, ``process(key, heartbeat)`` and
+``remove(key)`` (keyword arguments are accepted as well). Pure functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.errors import ProtocolError
+
+MESSAGE_CACHE = "services.built-in.message_cache."
+OPS = ("create", "append", "set", "process", "remove")
+_PARAMS = {
+    "create": ("key", "heartbeat", "overwrite"),
+    "append": ("key", "data", "heartbeat"),
+    "set": ("key", "index", "data", "heartbeat"),
+    "process": ("key", "heartbeat"),
+    "remove": ("key",),
+}
+MAX_KEY = 1024  # keys are session ids or short uuids
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCall:
+    """One ``message_cache`` call, its arguments checked."""
+
+    op: str
+    key: str
+    index: int | None = None
+    data: bytes = b""
+    overwrite: bool = False
+
+
+def cache_op(method: object) -> str | None:
+    """``"append"`` for ``services.built-in.message_cache.append``, else ``None``."""
+    if isinstance(method, str) and method.startswith(MESSAGE_CACHE):
+        op = method[len(MESSAGE_CACHE):]
+        return op if op in OPS else None
+    return None
+
+
+def parse_cache_call(op: str, extra: dict[str, Any]) -> CacheCall:
+    """The call's arguments from its decoded payload, or a :class:`ProtocolError`."""
+    args = extra.get("args") or []
+    if not isinstance(args, list):
+        raise ProtocolError("message_cache call: 'args' must be a list")
+    args = list(args)
+    kwargs: dict[str, Any] = {}
+    if extra.get("with_kwargs") and args and isinstance(args[-1], dict):
+        kwargs = args.pop()
+    params = _PARAMS[op]
+    if len(args) > len(params):
+        raise ProtocolError(f"message_cache.{op} takes at most {len(params)} arguments")
+    values = dict(zip(params, args, strict=False))
+    for name, value in kwargs.items():
+        if name not in params or name in values:
+            raise ProtocolError(f"message_cache.{op}: unexpected argument {name!r}")
+        values[name] = value
+    key = values.get("key")
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise ProtocolError(f"message_cache.{op}: key must be a string of 1 to {MAX_KEY} characters")
+    index = values.get("index")
+    if op == "set" and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
+        raise ProtocolError("message_cache.set: index must be a non-negative integer")
+    data = values.get("data", b"")
+    if op in ("append", "set") and not isinstance(data, bytes):
+        raise ProtocolError(f"message_cache.{op}: data must be bytes")
+    return CacheCall(op, key, index, data, bool(values.get("overwrite")))

@@ -1,0 +1,226 @@
+"""What a client may put in a message's payload, checked without decoding it.
+
+hypha-rpc reads a message as ``main.update(extra)``: every key of the second
+msgpack object (the payload) replaces the key of the same name in the
+header, and a ``ctx`` it finds becomes the callee's context. The hub stamps
+the header, so the payload must not hold any key the hub owns
+(:data:`RESERVED`); otherwise a client could name any sender it likes to the
+callee. The payload may hold megabytes, so it is walked, not decoded: the
+top-level keys are read and every value is skipped by its length, with no
+copy of payload bytes.
+
+:class:`Scanner` is fed bytes in order (one frame, or the chunks of a
+message too large for one frame, which hypha-rpc assembles on the receiving
+side) and reports what it found; :func:`check_extra` is the one-frame case.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from switchboard.errors import ProtocolError
+
+# Keys of the header the hub sets or decides on (identity, routing, the call's kind).
+# In the payload they would override, on the receiving side, what the hub stamped.
+RESERVED = frozenset({"type", "from", "to", "ws", "user", "ctx", "session", "method"})
+_RESERVED_BYTES = frozenset(k.encode() for k in RESERVED)
+_LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES)
+
+MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest message
+# The walk is plain Python: past this many values in one frame the rest of the
+# check runs in msgpack's C unpacker, so a frame of a million tiny values costs
+# milliseconds, not seconds.
+WALK_BUDGET = 4096
+# A payload this small is decoded whole in C (about 1 µs): cheaper than any walk.
+SMALL_PAYLOAD = 2048
+
+_LEAF, _STR, _EXT, _ARRAY, _MAP, _BAD = range(6)
+
+
+def _table() -> list[tuple[int, int, int, int]]:
+    """For each first byte: (kind, header bytes before a length, length-field bytes, fixed n)."""
+    t: list[tuple[int, int, int, int]] = [(_BAD, 0, 0, 0)] * 256
+    for b in range(0x00, 0x80):
+        t[b] = (_LEAF, 1, 0, 0)
+    for b in range(0xE0, 0x100):
+        t[b] = (_LEAF, 1, 0, 0)
+    for b in range(0x80, 0x90):
+        t[b] = (_MAP, 1, 0, b & 0x0F)
+    for b in range(0x90, 0xA0):
+        t[b] = (_ARRAY, 1, 0, b & 0x0F)
+    for b in range(0xA0, 0xC0):
+        t[b] = (_STR, 1, 0, b & 0x1F)
+    for b in (0xC0, 0xC2, 0xC3):
+        t[b] = (_LEAF, 1, 0, 0)
+    for b, size in ((0xCA, 5), (0xCB, 9), (0xCC, 2), (0xCD, 3), (0xCE, 5), (0xCF, 9),
+                    (0xD0, 2), (0xD1, 3), (0xD2, 5), (0xD3, 9),
+                    (0xD4, 3), (0xD5, 4), (0xD6, 6), (0xD7, 10), (0xD8, 18)):
+        t[b] = (_LEAF, size, 0, 0)
+    for b, n in ((0xC4, 1), (0xC5, 2), (0xC6, 4), (0xD9, 1), (0xDA, 2), (0xDB, 4)):
+        t[b] = (_STR, 1, n, 0)  # bin and str: skipped alike
+    for b, n in ((0xC7, 1), (0xC8, 2), (0xC9, 4)):
+        t[b] = (_EXT, 1, n, 0)  # the type byte follows the length
+    for b, n in ((0xDC, 2), (0xDD, 4)):
+        t[b] = (_ARRAY, 1, n, 0)
+    for b, n in ((0xDE, 2), (0xDF, 4)):
+        t[b] = (_MAP, 1, n, 0)
+    return t
+
+
+_TABLE = _table()
+
+
+class Scanner:
+    """Walks msgpack objects fed in order and collects the reserved keys of one of them.
+
+    ``objects`` says how many top-level maps the stream may hold (the last
+    may be missing), and ``payload`` which of them is checked. Nothing is
+    kept but a small header that straddles two feeds.
+    """
+
+    def __init__(self, *, objects: int, payload: int) -> None:
+        self.objects = objects
+        self.payload = payload
+        self.found: set[str] = set()  # reserved keys seen at the payload's top level
+        self.values = 0  # values walked so far
+        self._obj = 0  # index of the top-level object being walked (or next)
+        self._stack: list[int] = []  # items left in each open container
+        self._skip = 0  # bytes of a str/bin/ext body still to pass
+        self._carry = b""  # the start of an item the last feed cut off
+
+    @property
+    def complete(self) -> bool:
+        """Between objects, with at least every object before the payload seen whole."""
+        return not self._stack and not self._skip and not self._carry and self._obj >= self.payload
+
+    def feed(self, data: bytes | memoryview, budget: int | None = None) -> bool:
+        """Walk ``data``; ``False`` if ``budget`` values were walked before its end."""
+        if self._carry:
+            data = self._carry + bytes(data)
+            self._carry = b""
+        end = len(data)
+        pos = min(self._skip, end)
+        self._skip -= pos
+        stack = self._stack
+        table = _TABLE
+        walked = 0
+        while pos < end:
+            if budget is not None and walked >= budget:
+                self._carry = bytes(data[pos:])
+                self.values += walked
+                return False
+            kind, head, lsize, n = table[data[pos]]
+            start = pos
+            if lsize:
+                if pos + head + lsize > end:
+                    self._carry = bytes(data[pos:])
+                    break
+                n = int.from_bytes(data[pos + head : pos + head + lsize], "big")
+            pos += head + lsize
+            walked += 1
+            if not stack:  # a top-level object starts
+                if self._obj >= self.objects:
+                    raise ProtocolError("unexpected data after the message's payload")
+                if kind != _MAP:
+                    raise ProtocolError("each part of a message must be a msgpack map")
+                if n:
+                    stack.append(2 * n)
+                else:
+                    self._obj += 1
+                continue
+            is_key = len(stack) == 1 and self._obj == self.payload and not stack[0] & 1
+            stack[-1] -= 1
+            if kind == _LEAF:
+                if pos > end:
+                    self._carry = bytes(data[start:])
+                    stack[-1] += 1
+                    walked -= 1
+                    break
+            elif kind == _STR or kind == _EXT:
+                if kind == _EXT:
+                    pos += 1
+                if is_key and kind == _STR and n <= _LONGEST_KEY:
+                    if pos + n > end:  # a short key cut in two: walk it again next time
+                        self._carry = bytes(data[start:])
+                        stack[-1] += 1
+                        walked -= 1
+                        break
+                    key = bytes(data[pos : pos + n])
+                    if key in _RESERVED_BYTES:
+                        self.found.add(key.decode())
+                pos += n
+                if pos > end:
+                    self._skip = pos - end
+                    pos = end
+            elif kind == _ARRAY or kind == _MAP:
+                if kind == _MAP:
+                    n *= 2
+                if n:
+                    if len(stack) >= MAX_DEPTH:
+                        raise ProtocolError(f"message payload nested deeper than {MAX_DEPTH}")
+                    stack.append(n)
+                    continue
+            else:
+                raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
+            while stack and not stack[-1]:
+                stack.pop()
+            if not stack:
+                self._obj += 1
+        self.values += walked
+        return True
+
+
+def check_extra(rest: bytes | memoryview) -> None:
+    """Refuse a frame's payload unless it is at most one map free of :data:`RESERVED` keys."""
+    if not rest:
+        return
+    if len(rest) <= SMALL_PAYLOAD:
+        found = _keys_of_small(rest)
+    else:
+        found = _keys_of_large(rest)
+    if found:
+        raise ProtocolError(
+            f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
+        )
+
+
+def _keys_of_small(rest: bytes | memoryview) -> set[str]:
+    try:
+        extra = msgpack.unpackb(rest, strict_map_key=False)
+    except msgpack.ExtraData:
+        raise ProtocolError("unexpected data after the message's payload") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if type(extra) is not dict:
+        raise ProtocolError("each part of a message must be a msgpack map")
+    return RESERVED.intersection(extra)
+
+
+def _keys_of_large(rest: bytes | memoryview) -> set[str]:
+    scanner = Scanner(objects=1, payload=0)
+    if scanner.feed(rest, WALK_BUDGET):
+        if not scanner.complete:
+            raise ProtocolError("message payload is truncated")
+        return scanner.found
+    return _keys_with_c_unpacker(rest)
+
+
+def _keys_with_c_unpacker(rest: bytes | memoryview) -> set[str]:
+    """:func:`check_extra` for payloads of many small values: the same rules, at C speed."""
+    unpacker = msgpack.Unpacker(max_buffer_size=len(rest), strict_map_key=False)
+    unpacker.feed(rest)
+    try:
+        n = unpacker.read_map_header()
+        found = set()
+        for _ in range(n):
+            key = unpacker.unpack()
+            if isinstance(key, str) and key in RESERVED:
+                found.add(key)
+            unpacker.skip()
+    except msgpack.OutOfData:
+        raise ProtocolError("message payload is truncated") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if unpacker.tell() != len(rest):
+        raise ProtocolError("unexpected data after the message's payload")
+    return found
