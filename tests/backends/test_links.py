@@ -46,8 +46,12 @@ async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[.
 
     async def make(name: str, **link_options: Any) -> RedisBus:
         bus = RedisBus(
-            valkey_links.url, clock=SystemClock(), replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
-            backoff_initial=0.02, backoff_max=0.2, op_timeout=0.5,
+            valkey_links.url,
+            clock=SystemClock(),
+            replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
+            backoff_initial=0.02,
+            backoff_max=0.2,
+            op_timeout=0.5,
             links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
         )
         buses.append(bus)
@@ -82,7 +86,9 @@ async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, 
 
 
 @contextlib.asynccontextmanager
-async def linked_through_proxy(bus_with_links) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
+async def linked_through_proxy(
+    bus_with_links,
+) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
     """As :func:`linked`, over a link ``b`` dialled through a proxy."""
     port = free_port()
     async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
@@ -143,9 +149,10 @@ async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_li
     assert got == [b"first"]
 
 
-async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(bus_with_links) -> None:
+async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(
+    bus_with_links,
+) -> None:
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
-
         assert proxy.reset_all() >= 1
         await until(lambda: a.links.route_count == 0, "the broken route forgotten")
         assert await a.publish(ch, b"via redis") == 1
@@ -158,15 +165,19 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
         assert a.stats.links.direct == direct + 1
 
 
-async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(bus_with_links) -> None:
+async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(
+    bus_with_links,
+) -> None:
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
-
         proxy.blackhole()  # no FIN, no RST: bytes just stop arriving
         started = time.monotonic()
         for i in range(5):
             assert await a.publish(ch, b"into the void %d" % i) == 1  # the link still takes them
-        await until(lambda: a.links.route_count == 0, "the silent link dropped",
-                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        await until(
+            lambda: a.links.route_count == 0,
+            "the silent link dropped",
+            timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
+        )
         took = time.monotonic() - started
         assert links_mod.DEAD_AFTER - 0.1 <= took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
 
@@ -183,7 +194,9 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
         assert await a.publish(ch, b"%d" % i) == 1
     await until(lambda: len(got) == 21, "all frames")
     link = a.links._routes[ch]
-    await until(lambda: not link.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
+    await until(
+        lambda: not link.unacked, "the delayed ack", timeout=1.0
+    )  # nothing travels back: ACK_DELAY
 
     await b.close()  # the link dies with nothing unacked
     await until(lambda: a.links.route_count == 0, "the route forgotten")
@@ -272,8 +285,11 @@ async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with
         proxy.blackhole()
         assert await a.publish(ch, b"answered") == 1
         assert await a.publish(ch, b"unanswered") == 1
-        await until(lambda: a.links.route_count == 0, "the silent link dropped",
-                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        await until(
+            lambda: a.links.route_count == 0,
+            "the silent link dropped",
+            timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
+        )
         await until(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
         assert sorted(asked) == [b"answered", b"unanswered"]
         assert got == [b"first", b"unanswered"]

@@ -13,7 +13,11 @@ SECRET = "s3cret"
 
 
 def test_frames_survive_any_split_of_the_byte_stream() -> None:
-    stream = link.deliver("sb:client:ws/a", b"x" * 1000) + link.hint("sb:client:ws/b") + link.nack("c", b"")
+    stream = (
+        link.deliver("sb:client:ws/a", b"x" * 1000)
+        + link.hint("sb:client:ws/b")
+        + link.nack("c", b"")
+    )
     for cut in range(1, len(stream)):
         decoder = link.Decoder(max_frame=4096)
         frames = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
@@ -66,7 +70,9 @@ def test_a_hello_signed_with_another_secret_is_refused() -> None:
 
 
 def test_a_hello_whose_replica_was_changed_is_refused() -> None:
-    hello = body_of(link.hello(SECRET, "replica-a", 1000.0, "n1")).replace(b"replica-a", b"replica-b")
+    hello = body_of(link.hello(SECRET, "replica-a", 1000.0, "n1")).replace(
+        b"replica-a", b"replica-b"
+    )
     with pytest.raises(ProtocolError, match="not signed"):
         link.check_hello(SECRET, hello, now=1000.0)
 
@@ -77,7 +83,10 @@ def test_an_old_hello_cannot_be_replayed() -> None:
         link.check_hello(SECRET, hello, now=1000.0 + link.HELLO_MAX_SKEW + 1)
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b"[]", b'{"replica": "a"}', b'{"replica":"a","ts":"x","nonce":"n","mac":"m"}'])
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"{", b"[]", b'{"replica": "a"}', b'{"replica":"a","ts":"x","nonce":"n","mac":"m"}'],
+)
 def test_a_malformed_hello_is_refused_with_a_clear_error(body: bytes) -> None:
     with pytest.raises(ProtocolError, match="malformed link HELLO"):
         link.check_hello(SECRET, body, now=0.0)
@@ -94,7 +103,10 @@ def test_the_welcome_is_bound_to_the_dialler_nonce() -> None:
 
 
 def test_tag_and_untag_round_trip_even_without_an_origin() -> None:
-    assert link.untag(link.tag("r1@10.0.0.1:4000", b"\x81frame")) == ("r1@10.0.0.1:4000", b"\x81frame")
+    assert link.untag(link.tag("r1@10.0.0.1:4000", b"\x81frame")) == (
+        "r1@10.0.0.1:4000",
+        b"\x81frame",
+    )
     assert link.untag(link.tag("", b"\x81frame")) == ("", b"\x81frame")
 
 

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from switchboard.errors import ProtocolError
 
 HELLO, WELCOME, DELIVER, HINT, NACK, PING, ACK = range(1, 8)
-KINDS = {HELLO: "HELLO", WELCOME: "WELCOME", DELIVER: "DELIVER", HINT: "HINT", NACK: "NACK", PING: "PING", ACK: "ACK"}
+KINDS = {
+    HELLO: "HELLO",
+    WELCOME: "WELCOME",
+    DELIVER: "DELIVER",
+    HINT: "HINT",
+    NACK: "NACK",
+    PING: "PING",
+    ACK: "ACK",
+}
 
 # Frames before the handshake is done are HELLO/WELCOME only: small, so an
 # unauthenticated connection cannot make a replica buffer much.
@@ -68,7 +76,9 @@ def _channel_frame(kind: int, channel: str, data: bytes) -> bytes:
     name = channel.encode()
     if len(name) > 0xFFFF:
         raise ProtocolError(f"channel name too long for a link frame ({len(name)} bytes)")
-    return b"".join((_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data))
+    return b"".join(
+        (_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data)
+    )
 
 
 def split_channel(body: bytes) -> tuple[str, bytes]:
@@ -131,7 +141,9 @@ def _mac(secret: str, *parts: str) -> str:
 def hello(secret: str, replica: str, ts: float, nonce: str) -> bytes:
     """The first frame of the replica that dials: its id, signed with the shared secret."""
     mac = _mac(secret, "hello", replica, repr(ts), nonce)
-    return encode(HELLO, json.dumps({"replica": replica, "ts": ts, "nonce": nonce, "mac": mac}).encode())
+    return encode(
+        HELLO, json.dumps({"replica": replica, "ts": ts, "nonce": nonce, "mac": mac}).encode()
+    )
 
 
 def check_hello(secret: str, body: bytes, now: float) -> Hello:
@@ -150,7 +162,10 @@ def check_hello(secret: str, body: bytes, now: float) -> Hello:
 
 def welcome(secret: str, replica: str, nonce: str) -> bytes:
     """The answer: the accepting replica's id, bound to the dialler's nonce."""
-    return encode(WELCOME, json.dumps({"replica": replica, "mac": _mac(secret, "welcome", replica, nonce)}).encode())
+    return encode(
+        WELCOME,
+        json.dumps({"replica": replica, "mac": _mac(secret, "welcome", replica, nonce)}).encode(),
+    )
 
 
 def check_welcome(secret: str, body: bytes, nonce: str) -> str:

@@ -66,7 +66,9 @@ class Link(asyncio.Protocol):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
         if self.nonce is not None:
-            self.write(wire.hello(self.owner.secret, self.owner.replica_id, self.owner.wall(), self.nonce))
+            self.write(
+                wire.hello(self.owner.secret, self.owner.replica_id, self.owner.wall(), self.nonce)
+            )
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = self.owner.now()
@@ -157,8 +159,12 @@ class Link(asyncio.Protocol):
     def abort(self, reason: str | None = None) -> None:
         """Reset the connection; ``reason`` is logged (none on a clean shutdown)."""
         if reason is not None:
-            logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
-                           extra={"replica": self.owner.replica_id})
+            logger.warning(
+                "link to %s dropped: %s",
+                self.peer or "unauthenticated peer",
+                reason,
+                extra={"replica": self.owner.replica_id},
+            )
         self.closed = True
         if self._transport is not None:
             self._transport.abort()

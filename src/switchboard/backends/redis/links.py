@@ -141,8 +141,13 @@ class Links:
         port = self._server.sockets[0].getsockname()[1]
         self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
         spawn(self._tasks, self._heartbeat_loop(), "switchboard-link-heartbeat")
-        logger.info("links listening on %s:%s, advertised as %s", self._bind[0], port, self.origin,
-                    extra={"replica": self.replica_id})
+        logger.info(
+            "links listening on %s:%s, advertised as %s",
+            self._bind[0],
+            port,
+            self.origin,
+            extra={"replica": self.replica_id},
+        )
 
     async def close(self) -> None:
         if self._server is not None:
@@ -238,8 +243,14 @@ class Links:
             self._pending.pop(replica, None)
             if link is not None and not link.closed:
                 link.abort("dial failed")
-            logger.warning("link to %s at %s:%s failed: %r; its frames keep going through Redis",
-                           replica, host, port, exc, extra={"replica": self.replica_id})
+            logger.warning(
+                "link to %s at %s:%s failed: %r; its frames keep going through Redis",
+                replica,
+                host,
+                port,
+                exc,
+                extra={"replica": self.replica_id},
+            )
         finally:
             self._dialling.discard(replica)
 
@@ -310,8 +321,12 @@ class Links:
             del self._to[link.peer]
         unacked = link.take_unacked()
         if unacked:
-            logger.warning("link to %s lost with %d frame(s) unacked: sending them through Redis",
-                           link.peer, len(unacked), extra={"replica": self.replica_id})
+            logger.warning(
+                "link to %s lost with %d frame(s) unacked: sending them through Redis",
+                link.peer,
+                len(unacked),
+                extra={"replica": self.replica_id},
+            )
         for channel, data in unacked:
             if self._on_replay is not None and not self._on_replay(channel, data):
                 self.stats.not_replayed += 1
