@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -93,6 +94,12 @@ async def linked_through_proxy(
     port = free_port()
     async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
         yield proxy, *await linked(bus_with_links, port=port, advertise=f"127.0.0.1:{proxy.port}")
+
+
+async def kinds_until_closed(reader: asyncio.StreamReader) -> list[int]:
+    """The kinds of the frames a link listener sent before it closed the connection."""
+    data = await asyncio.wait_for(reader.read(), DEADLINE)  # read() reads to EOF
+    return [kind for kind, _ in wire.Decoder(1 << 20).feed(data)]
 
 
 async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> None:
@@ -203,7 +210,8 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
     assert a.stats.links.replayed == 0
 
 
-async def test_a_replica_without_the_secret_gets_no_route(bus_with_links) -> None:
+async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog) -> None:
+    caplog.set_level(logging.WARNING, "switchboard.links")
     a = await bus_with_links("a")
     intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
     ch, got = channel(), []
@@ -213,7 +221,14 @@ async def test_a_replica_without_the_secret_gets_no_route(bus_with_links) -> Non
 
     await until(lambda: a.links.stats.refused == 1, "the HELLO refused")
     assert a.links.route_of(ch) is None
-    assert intruder.links.stats.dial_failures == 1
+    await until(lambda: intruder.links.stats.dial_failures == 1, "the intruder's dial failed")
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "switchboard.links" and r.levelno >= logging.WARNING
+    ]
+    assert len(said) == 2, said  # once by each side
+    assert sum("handshake refused" in line for line in said) == 1
 
 
 async def test_a_forged_connection_cannot_deliver_anything(bus_with_links) -> None:
@@ -224,9 +239,10 @@ async def test_a_forged_connection_cannot_deliver_anything(bus_with_links) -> No
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
     writer.write(wire.deliver(ch, b"forged"))  # no HELLO first
     await writer.drain()
-    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""  # closed on us
+    assert await kinds_until_closed(reader) == [wire.CHALLENGE]  # and then closed on us
     writer.close()
     assert got == []
+    assert b.links.stats.refused == 1
 
 
 async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_links) -> None:
@@ -247,7 +263,7 @@ async def test_an_unauthenticated_connection_cannot_announce_a_large_frame(bus_w
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
     writer.write((1 << 20).to_bytes(4, "big"))  # "a 1 MiB frame follows": refused before any of it
     await writer.drain()
-    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""
+    assert await kinds_until_closed(reader) == [wire.CHALLENGE]
     writer.close()
 
 
@@ -255,7 +271,11 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
-    hello = wire.hello(SECRET, "slowpoke", time.time(), "n")
+    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(
+        await reader.readexactly(5 + wire.NONCE_SIZE)
+    )[0]
+    assert kind == wire.CHALLENGE
+    hello = wire.hello(wire.link_key(SECRET), nonce, "slowpoke", b.replica_id, bytes(32))
     started = time.monotonic()
     closed = False
     for byte in hello[:40]:  # trickled: traffic, but never a whole HELLO
@@ -270,6 +290,7 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     assert closed
     assert took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
     writer.close()
+    assert b.links.stats.refused == 1
 
 
 async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
