@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -46,8 +47,12 @@ async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[.
 
     async def make(name: str, **link_options: Any) -> RedisBus:
         bus = RedisBus(
-            valkey_links.url, clock=SystemClock(), replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
-            backoff_initial=0.02, backoff_max=0.2, op_timeout=0.5,
+            valkey_links.url,
+            clock=SystemClock(),
+            replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
+            backoff_initial=0.02,
+            backoff_max=0.2,
+            op_timeout=0.5,
             links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
         )
         buses.append(bus)
@@ -82,11 +87,19 @@ async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, 
 
 
 @contextlib.asynccontextmanager
-async def linked_through_proxy(bus_with_links) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
+async def linked_through_proxy(
+    bus_with_links,
+) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
     """As :func:`linked`, over a link ``b`` dialled through a proxy."""
     port = free_port()
     async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
         yield proxy, *await linked(bus_with_links, port=port, advertise=f"127.0.0.1:{proxy.port}")
+
+
+async def kinds_until_closed(reader: asyncio.StreamReader) -> list[int]:
+    """The kinds of the frames a link listener sent before it closed the connection."""
+    data = await asyncio.wait_for(reader.read(), DEADLINE)  # read() reads to EOF
+    return [kind for kind, _ in wire.Decoder(1 << 20).feed(data)]
 
 
 async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> None:
@@ -143,9 +156,10 @@ async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_li
     assert got == [b"first"]
 
 
-async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(bus_with_links) -> None:
+async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again(
+    bus_with_links,
+) -> None:
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
-
         assert proxy.reset_all() >= 1
         await until(lambda: a.links.route_count == 0, "the broken route forgotten")
         assert await a.publish(ch, b"via redis") == 1
@@ -158,15 +172,19 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
         assert a.stats.links.direct == direct + 1
 
 
-async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(bus_with_links) -> None:
+async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(
+    bus_with_links,
+) -> None:
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
-
         proxy.blackhole()  # no FIN, no RST: bytes just stop arriving
         started = time.monotonic()
         for i in range(5):
             assert await a.publish(ch, b"into the void %d" % i) == 1  # the link still takes them
-        await until(lambda: a.links.route_count == 0, "the silent link dropped",
-                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        await until(
+            lambda: a.links.route_count == 0,
+            "the silent link dropped",
+            timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
+        )
         took = time.monotonic() - started
         assert links_mod.DEAD_AFTER - 0.1 <= took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
 
@@ -183,14 +201,17 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
         assert await a.publish(ch, b"%d" % i) == 1
     await until(lambda: len(got) == 21, "all frames")
     link = a.links._routes[ch]
-    await until(lambda: not link.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
+    await until(
+        lambda: not link.unacked, "the delayed ack", timeout=1.0
+    )  # nothing travels back: ACK_DELAY
 
     await b.close()  # the link dies with nothing unacked
     await until(lambda: a.links.route_count == 0, "the route forgotten")
     assert a.stats.links.replayed == 0
 
 
-async def test_a_replica_without_the_secret_gets_no_route(bus_with_links) -> None:
+async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog) -> None:
+    caplog.set_level(logging.WARNING, "switchboard.links")
     a = await bus_with_links("a")
     intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
     ch, got = channel(), []
@@ -200,7 +221,14 @@ async def test_a_replica_without_the_secret_gets_no_route(bus_with_links) -> Non
 
     await until(lambda: a.links.stats.refused == 1, "the HELLO refused")
     assert a.links.route_of(ch) is None
-    assert intruder.links.stats.dial_failures == 1
+    await until(lambda: intruder.links.stats.dial_failures == 1, "the intruder's dial failed")
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "switchboard.links" and r.levelno >= logging.WARNING
+    ]
+    assert len(said) == 2, said  # once by each side
+    assert sum("handshake refused" in line for line in said) == 1
 
 
 async def test_a_forged_connection_cannot_deliver_anything(bus_with_links) -> None:
@@ -211,9 +239,10 @@ async def test_a_forged_connection_cannot_deliver_anything(bus_with_links) -> No
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
     writer.write(wire.deliver(ch, b"forged"))  # no HELLO first
     await writer.drain()
-    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""  # closed on us
+    assert await kinds_until_closed(reader) == [wire.CHALLENGE]  # and then closed on us
     writer.close()
     assert got == []
+    assert b.links.stats.refused == 1
 
 
 async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_links) -> None:
@@ -234,7 +263,7 @@ async def test_an_unauthenticated_connection_cannot_announce_a_large_frame(bus_w
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
     writer.write((1 << 20).to_bytes(4, "big"))  # "a 1 MiB frame follows": refused before any of it
     await writer.drain()
-    assert await asyncio.wait_for(reader.read(100), DEADLINE) == b""
+    assert await kinds_until_closed(reader) == [wire.CHALLENGE]
     writer.close()
 
 
@@ -242,7 +271,11 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
-    hello = wire.hello(SECRET, "slowpoke", time.time(), "n")
+    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(
+        await reader.readexactly(5 + wire.NONCE_SIZE)
+    )[0]
+    assert kind == wire.CHALLENGE
+    hello = wire.hello(wire.link_key(SECRET), nonce, "slowpoke", b.replica_id, bytes(32))
     started = time.monotonic()
     closed = False
     for byte in hello[:40]:  # trickled: traffic, but never a whole HELLO
@@ -257,6 +290,7 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     assert closed
     assert took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
     writer.close()
+    assert b.links.stats.refused == 1
 
 
 async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
@@ -272,8 +306,11 @@ async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with
         proxy.blackhole()
         assert await a.publish(ch, b"answered") == 1
         assert await a.publish(ch, b"unanswered") == 1
-        await until(lambda: a.links.route_count == 0, "the silent link dropped",
-                    timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT)
+        await until(
+            lambda: a.links.route_count == 0,
+            "the silent link dropped",
+            timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
+        )
         await until(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
         assert sorted(asked) == [b"answered", b"unanswered"]
         assert got == [b"first", b"unanswered"]

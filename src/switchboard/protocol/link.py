@@ -15,22 +15,26 @@ Wire: ``u32 length | u8 kind | body``; the length counts kind and body.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import json
 import struct
-from dataclasses import dataclass
 
 from switchboard.errors import ProtocolError
 
-HELLO, WELCOME, DELIVER, HINT, NACK, PING, ACK = range(1, 8)
-KINDS = {HELLO: "HELLO", WELCOME: "WELCOME", DELIVER: "DELIVER", HINT: "HINT", NACK: "NACK", PING: "PING", ACK: "ACK"}
+HELLO, WELCOME, DELIVER, HINT, NACK, PING, ACK, CHALLENGE = range(1, 9)
+KINDS = {
+    HELLO: "HELLO",
+    WELCOME: "WELCOME",
+    DELIVER: "DELIVER",
+    HINT: "HINT",
+    NACK: "NACK",
+    PING: "PING",
+    ACK: "ACK",
+    CHALLENGE: "CHALLENGE",
+}
 
-# Frames before the handshake is done are HELLO/WELCOME only: small, so an
-# unauthenticated connection cannot make a replica buffer much.
+# Frames before the handshake is done are CHALLENGE/HELLO/WELCOME only: small,
+# so an unauthenticated connection cannot make a replica buffer much.
 HANDSHAKE_MAX_FRAME = 4096
-# A HELLO older or newer than this (wall clock) is refused: a captured one cannot be replayed later.
-HELLO_MAX_SKEW = 60.0
 
 _HEAD = struct.Struct(">IB")
 _CHAN = struct.Struct(">H")
@@ -68,7 +72,9 @@ def _channel_frame(kind: int, channel: str, data: bytes) -> bytes:
     name = channel.encode()
     if len(name) > 0xFFFF:
         raise ProtocolError(f"channel name too long for a link frame ({len(name)} bytes)")
-    return b"".join((_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data))
+    return b"".join(
+        (_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data)
+    )
 
 
 def split_channel(body: bytes) -> tuple[str, bytes]:
@@ -113,55 +119,155 @@ class Decoder:
 
 
 # -- proving who is on the other end ------------------------------------------
+#
+# The listener speaks first: CHALLENGE carries a fresh random nonce. The
+# dialler answers HELLO: its id, a nonce of its own, and an HMAC over the
+# transcript (both nonces, both ids). The listener answers WELCOME: an HMAC
+# over the same transcript under another label. So a HELLO is good for the
+# one connection whose challenge it answers, at the one replica it names, and
+# the WELCOME shows the dialler that the listener holds the key too. The key
+# is derived from the hub's secret, so link MACs never use the JWT key itself.
+
+KEY_INFO = b"switchboard link v2"
+NONCE_SIZE = 32
+_MAC_SIZE = 32
+_LEN = struct.Struct(">I")
 
 
-@dataclass(frozen=True)
-class Hello:
-    replica: str
-    ts: float
-    nonce: str
-    mac: str
+def hkdf_sha256(ikm: bytes, info: bytes, length: int = 32, salt: bytes = b"") -> bytes:
+    """HKDF-SHA256 (RFC 5869): a key for one purpose out of a secret shared with others."""
+    if not 0 < length <= 255 * 32:
+        raise ValueError("HKDF-SHA256 gives 1 to 8160 bytes")
+    prk = hmac.digest(salt or bytes(32), ikm, "sha256")
+    okm, block = b"", b""
+    for counter in range(1, -(-length // 32) + 1):
+        block = hmac.digest(prk, block + info + bytes((counter,)), "sha256")
+        okm += block
+    return okm[:length]
 
 
-def _mac(secret: str, *parts: str) -> str:
-    msg = "|".join(("switchboard-link", *parts)).encode()
-    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+def link_key(secret: str) -> bytes:
+    """The key links sign with, derived from the hub's shared secret."""
+    return hkdf_sha256(secret.encode(), KEY_INFO)
 
 
-def hello(secret: str, replica: str, ts: float, nonce: str) -> bytes:
-    """The first frame of the replica that dials: its id, signed with the shared secret."""
-    mac = _mac(secret, "hello", replica, repr(ts), nonce)
-    return encode(HELLO, json.dumps({"replica": replica, "ts": ts, "nonce": nonce, "mac": mac}).encode())
+def _mac(
+    key: bytes,
+    role: bytes,
+    listener_nonce: bytes,
+    dialler: str,
+    listener: str,
+    dialler_nonce: bytes,
+) -> bytes:
+    parts = (KEY_INFO, role, listener_nonce, dialler.encode(), listener.encode(), dialler_nonce)
+    # length-prefixed, so no two different transcripts are the same bytes
+    return hmac.digest(key, b"".join(_LEN.pack(len(p)) + p for p in parts), "sha256")
 
 
-def check_hello(secret: str, body: bytes, now: float) -> Hello:
-    """The dialling replica's id, or :class:`ProtocolError` if it does not hold the secret."""
+def challenge(nonce: bytes) -> bytes:
+    """The listener's first frame: the nonce the dialler's HELLO must answer."""
+    if len(nonce) != NONCE_SIZE:
+        raise ValueError(f"a link nonce is {NONCE_SIZE} bytes")
+    return encode(CHALLENGE, nonce)
+
+
+def hello(
+    key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes
+) -> bytes:
+    """The dialler's answer: its id and nonce, signed over the whole transcript."""
+    mac = _mac(key, b"hello", listener_nonce, dialler, listener, dialler_nonce)
+    return encode(HELLO, dialler_nonce + mac + dialler.encode())
+
+
+def check_hello(key: bytes, body: bytes, listener: str, listener_nonce: bytes) -> tuple[str, bytes]:
+    """``(dialler id, dialler nonce)``, or :class:`ProtocolError` unless it answers this challenge."""
+    nonce, mac, name = (
+        body[:NONCE_SIZE],
+        body[NONCE_SIZE : NONCE_SIZE + _MAC_SIZE],
+        body[NONCE_SIZE + _MAC_SIZE :],
+    )
     try:
-        raw = json.loads(body)
-        h = Hello(str(raw["replica"]), float(raw["ts"]), str(raw["nonce"]), str(raw["mac"]))
-    except (ValueError, KeyError, TypeError):
-        raise ProtocolError("malformed link HELLO") from None
-    if abs(now - h.ts) > HELLO_MAX_SKEW:
-        raise ProtocolError(f"link HELLO is {now - h.ts:+.0f} s off this replica's clock")
-    if not hmac.compare_digest(h.mac, _mac(secret, "hello", h.replica, repr(h.ts), h.nonce)):
-        raise ProtocolError("link HELLO not signed with this hub's secret")
-    return h
+        dialler = name.decode()
+    except UnicodeDecodeError:
+        dialler = ""
+    if not dialler:
+        raise ProtocolError("malformed link HELLO")
+    if not hmac.compare_digest(mac, _mac(key, b"hello", listener_nonce, dialler, listener, nonce)):
+        raise ProtocolError(
+            "link HELLO does not answer this connection's challenge with this hub's key"
+        )
+    return dialler, nonce
 
 
-def welcome(secret: str, replica: str, nonce: str) -> bytes:
-    """The answer: the accepting replica's id, bound to the dialler's nonce."""
-    return encode(WELCOME, json.dumps({"replica": replica, "mac": _mac(secret, "welcome", replica, nonce)}).encode())
+def welcome(
+    key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes
+) -> bytes:
+    """The listener's proof, over the same transcript: it holds the key too."""
+    return encode(WELCOME, _mac(key, b"welcome", listener_nonce, dialler, listener, dialler_nonce))
 
 
-def check_welcome(secret: str, body: bytes, nonce: str) -> str:
-    try:
-        raw = json.loads(body)
-        replica, mac = str(raw["replica"]), str(raw["mac"])
-    except (ValueError, KeyError, TypeError):
-        raise ProtocolError("malformed link WELCOME") from None
-    if not hmac.compare_digest(mac, _mac(secret, "welcome", replica, nonce)):
-        raise ProtocolError("link WELCOME not signed with this hub's secret")
-    return replica
+def check_welcome(
+    key: bytes,
+    body: bytes,
+    listener_nonce: bytes,
+    dialler: str,
+    listener: str,
+    dialler_nonce: bytes,
+) -> None:
+    if not hmac.compare_digest(
+        body, _mac(key, b"welcome", listener_nonce, dialler, listener, dialler_nonce)
+    ):
+        raise ProtocolError(
+            f"link WELCOME not signed by {listener} with this hub's key for this dial"
+        )
+
+
+def _early(kind: int) -> ProtocolError:
+    return ProtocolError(f"{KINDS.get(kind, kind)} before the link was authenticated")
+
+
+class Accept:
+    """The listener's side of one handshake: its challenge, then the one HELLO that answers it."""
+
+    def __init__(self, key: bytes, replica: str, nonce: bytes) -> None:
+        self.first = challenge(nonce)  # sent as soon as the connection is made
+        self._key, self._replica, self._nonce = key, replica, nonce
+        self._spent = False
+
+    def step(self, kind: int, body: bytes) -> tuple[bytes, str | None]:
+        """``(frame to send, the dialler's id once proven)``; :class:`ProtocolError` refuses."""
+        if kind != HELLO or self._spent:
+            raise _early(kind)
+        self._spent = True  # one try per challenge
+        dialler, nonce = check_hello(self._key, body, self._replica, self._nonce)
+        return welcome(self._key, self._nonce, dialler, self._replica, nonce), dialler
+
+
+class Dial:
+    """The dialler's side: answer ``listener``'s challenge (the route named it), check its WELCOME."""
+
+    def __init__(self, key: bytes, replica: str, listener: str, nonce: bytes) -> None:
+        self.first = b""  # the listener speaks first
+        self._key, self._replica, self._listener, self._nonce = key, replica, listener, nonce
+        self._challenge: bytes | None = None
+        self._done = False
+
+    def step(self, kind: int, body: bytes) -> tuple[bytes, str | None]:
+        """``(frame to send, the listener's id once proven)``; :class:`ProtocolError` refuses."""
+        if self._done:
+            raise _early(kind)
+        if kind == CHALLENGE and self._challenge is None:
+            if len(body) != NONCE_SIZE:
+                raise ProtocolError("malformed link CHALLENGE")
+            self._challenge = body
+            return hello(self._key, body, self._replica, self._listener, self._nonce), None
+        if kind == WELCOME and self._challenge is not None:
+            self._done = True
+            check_welcome(
+                self._key, body, self._challenge, self._replica, self._listener, self._nonce
+            )
+            return b"", self._listener
+        raise _early(kind)
 
 
 # -- the origin tag on Redis messages -------------------------------------------

@@ -36,9 +36,11 @@ ACK_DELAY = 0.05
 class Link(asyncio.Protocol):
     """One TCP connection to another replica, usable both ways once authenticated."""
 
-    def __init__(self, owner: Links, *, nonce: str | None = None) -> None:
+    def __init__(self, owner: Links, handshake: wire.Accept | wire.Dial) -> None:
         self.owner = owner
-        self.nonce = nonce  # set when we dialled: the WELCOME must be bound to it
+        self.handshake = handshake  # pure: this class only carries its frames
+        self.dialled = isinstance(handshake, wire.Dial)
+        self.reason: str | None = None  # why we aborted it, for the dial waiting on it
         self.peer: str | None = None  # the other replica's id, once proven
         self.routes: set[str] = set()  # channels we send through this link
         self.hinted: set[str] = set()  # channels we told the other side live here
@@ -65,8 +67,8 @@ class Link(asyncio.Protocol):
         with contextlib.suppress(OSError, AttributeError):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)  # type: ignore[union-attr]
-        if self.nonce is not None:
-            self.write(wire.hello(self.owner.secret, self.owner.replica_id, self.owner.wall(), self.nonce))
+        if self.handshake.first:
+            self.write(self.handshake.first)
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = self.owner.now()
@@ -76,7 +78,10 @@ class Link(asyncio.Protocol):
                 if self.closed:
                     return
         except ProtocolError as exc:
-            self.abort(str(exc))
+            if self.peer is None:
+                self.owner.refuse(self, str(exc))
+            else:
+                self.abort(str(exc))
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -87,10 +92,11 @@ class Link(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self.opened.done():
-            if self.nonce is None:
+            if not self.dialled:
                 self.opened.cancel()  # accepted: nobody waits for it to open
             else:
-                self.opened.set_exception(ConnectionError(f"link closed before it opened: {exc!r}"))
+                why = self.reason or repr(exc)
+                self.opened.set_exception(ConnectionError(f"link closed before it opened: {why}"))
         self.owner.on_lost(self)
 
     def authenticated(self, peer: str, max_frame: int) -> None:
@@ -155,10 +161,17 @@ class Link(asyncio.Protocol):
             self.last_tx = self.owner.now()
 
     def abort(self, reason: str | None = None) -> None:
-        """Reset the connection; ``reason`` is logged (none on a clean shutdown)."""
+        """Reset the connection; ``reason`` is logged once (none on a clean shutdown): here,
+        or by the dial waiting for it to open."""
         if reason is not None:
-            logger.warning("link to %s dropped: %s", self.peer or "unauthenticated peer", reason,
-                           extra={"replica": self.owner.replica_id})
+            self.reason = reason
+            if self.peer is not None or not self.dialled:
+                logger.warning(
+                    "link to %s dropped: %s",
+                    self.peer or "unauthenticated peer",
+                    reason,
+                    extra={"replica": self.owner.replica_id},
+                )
         self.closed = True
         if self._transport is not None:
             self._transport.abort()

@@ -5,8 +5,10 @@ directory to keep consistent:
 
 1. The first frame for a client's channel goes through Redis, tagged with the
    sender's ``replica@host:port``.
-2. The replica that holds the channel dials the sender (HMAC-signed HELLO
-   with the hub's shared secret) and sends ``HINT channel``.
+2. The replica that holds the channel dials the sender, answers its
+   challenge (``protocol/link.py``: a HELLO good for that one connection to
+   that one replica, a WELCOME back; both prove they hold a key derived from
+   the hub's shared secret) and sends ``HINT channel``.
 3. The sender writes later frames for that channel to the link (``DELIVER``).
 4. A receiver that no longer has the channel (the client left or moved)
    sends the frame back (``NACK``); the sender forgets the route and
@@ -28,7 +30,6 @@ import contextlib
 import logging
 import secrets
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -72,7 +73,7 @@ class LinkStats:
     nacked: int = 0  # frames sent back because their channel is no longer here
     dials: int = 0
     dial_failures: int = 0
-    refused: int = 0  # connections that failed the HELLO
+    refused: int = 0  # accepted connections that failed the handshake (or never finished it)
     replayed: int = 0  # unacked frames of a lost link sent through Redis
     not_replayed: int = 0  # unacked frames of a lost link known to have arrived (answered)
 
@@ -106,14 +107,12 @@ class Links:
         deliver: Callable[[str, bytes], bool],
         on_nack: Callable[[str, bytes], None],
         on_replay: Callable[[str, bytes], bool] | None = None,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         if not settings.secret:
             raise ValueError("links need the hub's shared secret")
         self.replica_id = replica_id
-        self.secret = settings.secret
+        self._key = wire.link_key(settings.secret)
         self.max_frame = settings.max_frame
-        self.wall = wall
         self.origin = ""  # "replica@host:port", once listening
         self.stats = LinkStats()
         self._clock = clock
@@ -137,12 +136,19 @@ class Links:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: self._track(Link(self)), *self._bind)
+        self._server = await loop.create_server(
+            lambda: self._track(Link(self, self._accept())), *self._bind
+        )
         port = self._server.sockets[0].getsockname()[1]
         self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
         spawn(self._tasks, self._heartbeat_loop(), "switchboard-link-heartbeat")
-        logger.info("links listening on %s:%s, advertised as %s", self._bind[0], port, self.origin,
-                    extra={"replica": self.replica_id})
+        logger.info(
+            "links listening on %s:%s, advertised as %s",
+            self._bind[0],
+            port,
+            self.origin,
+            extra={"replica": self.replica_id},
+        )
 
     async def close(self) -> None:
         if self._server is not None:
@@ -205,10 +211,10 @@ class Links:
             for link in list(self._links):
                 if link.closed:
                     continue
-                if now - link.last_rx > DEAD_AFTER:
+                if link.peer is None and now - link.born > DEAD_AFTER:
+                    self.refuse(link, f"no handshake within {DEAD_AFTER:g} s")
+                elif now - link.last_rx > DEAD_AFTER:
                     link.abort(f"silent for {now - link.last_rx:.1f} s")
-                elif link.peer is None and now - link.born > DEAD_AFTER:
-                    link.abort(f"no handshake within {DEAD_AFTER:g} s")
                 elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link.writing:
                     link.write(PING_FRAME)
 
@@ -221,27 +227,37 @@ class Links:
 
     async def _dial(self, replica: str, host: str, port: int) -> None:
         self.stats.dials += 1
-        nonce = secrets.token_hex(16)
+        # the route named ``replica``: only it can answer a HELLO bound to its id
+        handshake = wire.Dial(
+            self._key, self.replica_id, replica, secrets.token_bytes(wire.NONCE_SIZE)
+        )
         link: Link | None = None
         try:
             async with asyncio.timeout(self._dial_timeout):
                 _, link = await asyncio.get_running_loop().create_connection(
-                    lambda: self._track(Link(self, nonce=nonce)), host, port
+                    lambda: self._track(Link(self, handshake)), host, port
                 )
                 await link.opened
-            if link.peer != replica:
-                link.abort(f"dialled {replica} at {host}:{port} but {link.peer} answered")
-                raise ConnectionError("wrong replica")
         except (OSError, TimeoutError, ConnectionError, ProtocolError) as exc:
             self.stats.dial_failures += 1
             self._quiet_until[replica] = self.now() + REDIAL_AFTER
             self._pending.pop(replica, None)
             if link is not None and not link.closed:
                 link.abort("dial failed")
-            logger.warning("link to %s at %s:%s failed: %r; its frames keep going through Redis",
-                           replica, host, port, exc, extra={"replica": self.replica_id})
+            logger.warning(
+                "link to %s at %s:%s failed: %r; its frames keep going through Redis",
+                replica,
+                host,
+                port,
+                exc,
+                extra={"replica": self.replica_id},
+            )
         finally:
             self._dialling.discard(replica)
+
+    def _accept(self) -> wire.Accept:
+        """A fresh challenge for each connection: a HELLO recorded on another one answers nothing."""
+        return wire.Accept(self._key, self.replica_id, secrets.token_bytes(wire.NONCE_SIZE))
 
     def _track(self, link: Link) -> Link:
         self._links.add(link)
@@ -282,23 +298,23 @@ class Links:
             raise ProtocolError(f"unexpected {wire.KINDS[kind]} on an open link")
 
     def _authenticate(self, link: Link, kind: int, body: bytes) -> None:
-        if link.nonce is None and kind == wire.HELLO:  # we accepted: they prove themselves
-            try:
-                hello = wire.check_hello(self.secret, body, self.wall())
-            except ProtocolError:
-                self.stats.refused += 1
-                raise
-            link.authenticated(hello.replica, self.max_frame)
-            link.write(wire.welcome(self.secret, self.replica_id, hello.nonce))
-        elif link.nonce is not None and kind == wire.WELCOME:  # we dialled: they answer
-            link.authenticated(wire.check_welcome(self.secret, body, link.nonce), self.max_frame)
-        else:
-            raise ProtocolError(f"{wire.KINDS.get(kind, kind)} before the link was authenticated")
-        assert link.peer is not None
-        self._to[link.peer] = link
-        for channel in self._pending.pop(link.peer, ()):
+        reply, peer = link.handshake.step(kind, body)  # ProtocolError: refused
+        if reply:
+            link.write(reply)
+        if peer is None:
+            return
+        link.authenticated(peer, self.max_frame)
+        self._to[peer] = link
+        for channel in self._pending.pop(peer, ()):
             link.hinted.add(channel)
             link.write(wire.hint(channel))
+
+    def refuse(self, link: Link, reason: str) -> None:
+        """``link`` failed its handshake: close it alone, and log it once (a dial that waits
+        on it logs and counts it as a failed dial; an accepted one counts as ``refused``)."""
+        if not link.dialled:
+            self.stats.refused += 1
+        link.abort(f"handshake refused: {reason}")
 
     def on_lost(self, link: Link) -> None:
         self._links.discard(link)
@@ -310,8 +326,12 @@ class Links:
             del self._to[link.peer]
         unacked = link.take_unacked()
         if unacked:
-            logger.warning("link to %s lost with %d frame(s) unacked: sending them through Redis",
-                           link.peer, len(unacked), extra={"replica": self.replica_id})
+            logger.warning(
+                "link to %s lost with %d frame(s) unacked: sending them through Redis",
+                link.peer,
+                len(unacked),
+                extra={"replica": self.replica_id},
+            )
         for channel, data in unacked:
             if self._on_replay is not None and not self._on_replay(channel, data):
                 self.stats.not_replayed += 1
