@@ -188,16 +188,44 @@ def check_frame(frame: bytes) -> str:
     except ProtocolError:
         return "unroutable"
     assert route.kind in ("manager", "client", "broadcast")
+    clean = payload_as_the_receiver_reads_it(rest)
     try:
         stamped = envelope.stamp(env, sender=f"{WS}/c", workspace=WS, user=USER, to=route.target)
     except ProtocolError:
-        assert env.type in envelope.SERVER_EVENT_TYPES, "stamp refuses only server event types"
+        assert (
+            env.type in envelope.SERVER_EVENT_TYPES or "ctx" in env.main or clean is None
+        ), "stamp refuses only server event types, a forged ctx and payloads that would override the header"
         return "reserved"
+    assert clean is not None, "a payload that overrides the stamped header was let through"
     again = envelope.decode(stamped)
     assert {k: again.main[k] for k in TRUSTED} == {"from": f"{WS}/c", "ws": WS, "user": USER, "to": route.target}
+    seen = {**again.main, **clean}  # what hypha-rpc's receiver makes of it: main.update(extra)
+    assert "ctx" not in seen
+    assert {k: seen[k] for k in TRUSTED} == {"from": f"{WS}/c", "ws": WS, "user": USER, "to": route.target}
     assert pack({k: v for k, v in again.main.items() if k not in TRUSTED}) == kept
     assert bytes(again.rest) == rest, "the payload is forwarded byte for byte"
     return "routed"
+
+
+def payload_as_the_receiver_reads_it(rest: bytes) -> dict[str, Any] | None:
+    """The second object as hypha-rpc merges it, or ``None`` if it must not pass the hub.
+
+    An independent oracle: msgpack's own unpacker, no code of ours. Absent is
+    an empty map; anything but one map without a header key is refused.
+    """
+    if not rest:
+        return {}
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(rest))
+    unpacker.feed(rest)
+    try:
+        extra = unpacker.unpack()
+    except Exception:
+        return None
+    if unpacker.tell() != len(rest) or not isinstance(extra, dict):
+        return None  # more than one object, or not a map (hypha-rpc would merge a list of pairs)
+    if set(extra) & {"type", "from", "to", "ws", "user", "ctx", "session", "method"}:
+        return None
+    return extra
 
 
 def check_hello(text: str | bytes) -> str:

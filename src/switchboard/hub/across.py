@@ -16,6 +16,7 @@ from switchboard.errors import BackendError, ProtocolError
 from switchboard.hub.inflight import chunked_reply_session, is_call, reply_session
 from switchboard.hub.retry import Undelivered
 from switchboard.protocol import envelope, relay
+from switchboard.protocol.chunks import cache_op
 from switchboard.protocol.services import ServiceQuery
 from switchboard.tasks import spawn
 
@@ -63,6 +64,8 @@ class AcrossReplicas:
 
         def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None: ...
 
+        def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None: ...
+
     async def _to_manager(self, peer: Peer, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
         """A reply to a call another replica's manager made goes back to that replica.
 
@@ -100,7 +103,8 @@ class AcrossReplicas:
         if peer.closed:
             self._bounce(peer.id, frame)
             return
-        self._track_relayed(peer, frame)
+        if not self._track_relayed(peer, frame):
+            return
         peer.send(frame)
 
     def _bounce(self, target: str, frame: bytes) -> None:
@@ -117,19 +121,32 @@ class AcrossReplicas:
             )
             spawn(self._background, self.deliver(caller, reject, session=None, caller=target))
 
-    def _track_relayed(self, peer: Peer, frame: bytes) -> None:
-        """Calls into (and replies to) our clients from other replicas count as in flight too."""
+    def _track_relayed(self, peer: Peer, frame: bytes) -> bool:
+        """Calls into (and replies to) our clients from other replicas count as in flight too.
+
+        ``False`` if the frame may not reach the client: a piece of a chunked
+        message that the client's uploads refuse (its caller is told why).
+        """
         try:
             env = envelope.decode(frame)
         except ProtocolError:
-            return
+            return True
         method, session = env.main.get("method"), env.session
+        caller = env.main.get("from")
+        if (op := cache_op(method)) is not None and isinstance(caller, str):
+            refusal = self.upload_refusal(peer, caller, op, env.rest)
+            if refusal is not None:
+                if session and "/" in caller:
+                    reject = envelope.reject_frame(session=session, target=peer.id, caller=caller, message=refusal)
+                    spawn(self._background, self.deliver(caller, reject, session=None, caller=peer.id))
+                return False
         if is_call(method, session):
             self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
         elif self.inflight.busy(peer.id) and (
             replied := reply_session(method) or chunked_reply_session(method, env.rest)
         ) is not None:
             self.inflight.closed(peer.id, replied)
+        return True
 
     def _on_undelivered(self, channel: str, data: bytes) -> None:
         """A frame the bus had counted as delivered reached nobody after all (a direct

@@ -20,7 +20,7 @@ from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import BackendError, HandshakeError, ProtocolError
+from switchboard.errors import BackendError, HandshakeError, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.across import (
     CLIENT_CHANNEL,
     REPLICA_CHANNEL,
@@ -32,11 +32,14 @@ from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.drain import Draining
 from switchboard.hub.inflight import InFlight, is_call
 from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.manager_door import payload_map
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.routing import Routing
+from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, relay
+from switchboard.protocol.chunks import parse_cache_call
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
 from switchboard.protocol.services import ServiceQuery
 
@@ -320,6 +323,38 @@ class Hub(Routing, AcrossReplicas, Draining):
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
         await self.broadcast(workspace, event_type, frame)
+
+    # -- chunked messages on their way to a client here ----------------------
+
+    def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None:
+        """Why a ``message_cache`` call for ``receiver`` may not reach it, or ``None``.
+
+        hypha-rpc joins the pieces of a large message on the receiving side
+        and reads their payload over the header the hub stamped, so the hub
+        walks them here, where every piece for this client passes, whichever
+        replica it came from (:mod:`switchboard.hub.uploads`).
+        """
+        if receiver.uploads is None:
+            receiver.uploads = Uploads(
+                clock=self.clock, keep=False, max_bytes=self.settings.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+            )
+        uploads = receiver.uploads
+        try:
+            call = parse_cache_call(op, payload_map(rest))
+            if call.op == "create":
+                uploads.create(sender, call.key, overwrite=call.overwrite)
+            elif call.op in ("append", "set"):
+                uploads.add(sender, call.key, call.index, call.data)
+            elif call.op == "remove":
+                uploads.remove(sender, call.key)
+            else:
+                uploads.finish(sender, call.key)
+        except (ProtocolError, PermissionDenied, LimitExceeded) as exc:
+            self.metrics.bad_frames.inc()
+            receiver.log.info("refused a chunk from %s: %s", sender, exc)
+            return str(exc)
+        return None
 
     # -- queries used by the manager and HTTP layer --------------------------
 

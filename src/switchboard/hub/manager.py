@@ -29,7 +29,7 @@ from switchboard.errors import (
 from switchboard.hub.auth import Permission, child_user
 from switchboard.hub.manager_door import CALLER, ManagerDoor
 from switchboard.hub.peer import Peer
-from switchboard.hub.uploads import Uploads
+from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
@@ -41,13 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("switchboard.manager")
 
-# Chunked messages to the manager: a client sends one at a time (its
-# registration, or its answer to our get_service); 64 covers bursts of them.
-MAX_OPEN_UPLOADS = 64
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
-# hypha-rpc sends a message's pieces back to back: a minute of silence is an abandoned upload.
-UPLOAD_IDLE_TIMEOUT = 60.0
 
 
 class _RouterLink:

@@ -87,19 +87,20 @@ class ManagerDoor:
             return
         try:
             env = envelope.decode(frame)
-            extra = _payload(env.rest)
+            extra = payload_map(env.rest)
         except ProtocolError as exc:
             log.info("manager dropped a frame: %s", exc)
             return
         sender = str(env.main.get("from", ""))
         op = cache_op(env.main.get("method"))
+        message: bytes | dict[str, Any] = frame
         try:
             if op is not None:
-                frame = self._cache_call(env, extra, op, sender)
-                if not frame:
+                whole = self._cache_call(env, extra, op, sender)
+                if whole is None:
                     return
-                env = envelope.decode(frame)
-                extra = _payload(env.rest)
+                message = whole
+                extra = whole
             foreign = foreign_targets(extra.get("promise"), sender)
             if foreign:
                 raise PermissionDenied(
@@ -112,7 +113,7 @@ class ManagerDoor:
             return
         token = CALLER.set(caller)
         try:
-            handler(frame)
+            handler(message)
         except Exception as exc:  # a bad frame must not take the router down
             log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
         finally:
@@ -122,10 +123,18 @@ class ManagerDoor:
         """A client left: the pieces of its unfinished messages go."""
         self.uploads.forget(sender)
 
-    def _cache_call(self, env: envelope.Envelope, extra: dict[str, Any], op: str, sender: str) -> bytes:
-        """Do one ``message_cache`` call; return the whole message once ``process`` completes it."""
+    def _cache_call(
+        self, env: envelope.Envelope, extra: dict[str, Any], op: str, sender: str
+    ) -> dict[str, Any] | None:
+        """Do one ``message_cache`` call; once ``process`` completes a message, return it.
+
+        The whole message goes to the RPC already decoded, as hypha-rpc reads
+        one (header, stamped with the ``process`` call's identity, then the
+        checked payload over it): a frame of megabytes would overflow the
+        RPC's buffer for single frames.
+        """
         call = parse_cache_call(op, extra)
-        whole = b""
+        whole = None
         if call.op == "create":
             self.uploads.create(sender, call.key, overwrite=call.overwrite)
         elif call.op in ("append", "set"):
@@ -135,10 +144,13 @@ class ManagerDoor:
         else:
             assembled = envelope.decode(self.uploads.finish(sender, call.key) or b"")
             main = env.main  # the process call's header, as the hub stamped it
-            whole = envelope.stamp(
+            envelope.stamp(
                 assembled, sender=main["from"], workspace=main.get("ws", ""),
                 user=main.get("user") or {}, to=main["to"],
             )
+            whole = dict(assembled.main)
+            whole["ctx"] = dict(assembled.main)
+            whole.update(payload_map(assembled.rest))
         self._answer(env, sender)
         return whole
 
@@ -156,7 +168,8 @@ class ManagerDoor:
         self._send(envelope.reject_frame(session=session, target="", caller=sender, message=error))
 
 
-def _payload(rest: bytes | memoryview) -> dict[str, Any]:
+def payload_map(rest: bytes | memoryview) -> dict[str, Any]:
+    """A frame's second object, decoded (for the few frames whose arguments the hub acts on)."""
     if not rest:
         return {}
     try:

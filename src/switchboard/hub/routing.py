@@ -19,6 +19,7 @@ from switchboard.hub.auth import Permission
 from switchboard.hub.inflight import chunked_reply_session, is_call, reply_session
 from switchboard.hub.retry import Undelivered
 from switchboard.protocol import envelope, handshake
+from switchboard.protocol.chunks import cache_op
 
 if TYPE_CHECKING:
     from switchboard.config import Settings
@@ -60,6 +61,8 @@ class Routing:
         async def worth_retrying(self, target: str) -> bool: ...
 
         def _undeliverable(self, target: str, session: str | None, caller: str) -> None: ...
+
+        def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None: ...
 
     def handle_text(self, peer: Peer, text: str) -> None:
         kind = handshake.parse_control(text)
@@ -119,6 +122,11 @@ class Routing:
                 self.inflight.closed(route.target, replied)
             return self._to_manager(peer, method, env.rest, frame)
         if route.kind == "client":
+            if (op := cache_op(method)) is not None and (receiver := self.peers.get(route.target)):
+                refusal = self.upload_refusal(receiver, peer.id, op, env.rest)
+                if refusal is not None:
+                    self._refuse(peer, env.session, route.target, refusal)
+                    return None
             new_call = is_call(method, env.session)
             if new_call:
                 self.inflight.opened(peer.id, env.session, route.target, self.peers)  # type: ignore[arg-type]
@@ -134,6 +142,13 @@ class Routing:
             peer.send(handshake.error_text("Invalid message: cannot broadcast a method call"))
             return None
         return self.broadcast(route.workspace, env.type, frame)
+
+    def _refuse(self, peer: Peer, session: str | None, target: str, message: str) -> None:
+        """A frame the hub will not deliver: its call fails now, with the reason."""
+        if session:
+            peer.send(envelope.reject_frame(session=session, target=target, caller=peer.id, message=message))
+        else:
+            peer.send(handshake.error_text(f"Invalid message: {message}"))
 
     def _over_limit(self, peer: Peer, method: Any, session: str | None, target: str) -> str | None:
         """Why this frame is refused (rate or pending-call limit), or ``None``.

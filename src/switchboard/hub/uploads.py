@@ -27,6 +27,11 @@ from switchboard.protocol.payload import Scanner
 # Walking is plain Python; a message of more values than this is refused rather
 # than cost the replica seconds of CPU (honest large payloads are bytes or arrays).
 MAX_VALUES = 2_000_000
+# hypha-rpc sends one large message at a time per call or reply; 64 open from one
+# sender to one receiver covers bursts of concurrent ones.
+MAX_OPEN_UPLOADS = 64
+# hypha-rpc sends a message's pieces back to back: a minute of silence is an abandoned upload.
+UPLOAD_IDLE_TIMEOUT = 60.0
 
 
 @dataclass(eq=False)
