@@ -126,7 +126,7 @@ class Settings:
     )
     max_messages_per_second: float = setting(
         1000.0,
-        "Average frames per second one client may send (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
+        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
         "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )

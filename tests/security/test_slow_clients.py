@@ -7,13 +7,18 @@ attacks it over real sockets, and checks both sides:
   get ``408`` and are closed within ``--header-timeout`` (also on a kept-alive
   connection), an endless header gets ``431``, and past
   ``--max-incomplete-heads-per-address`` the longest-waiting ones are closed;
-  an honest HTTP client and a hypha-rpc client keep working throughout.
+  an honest HTTP client and a hypha-rpc client keep working throughout;
+* a flood of ``refresh_token`` text frames takes from the client's rate bucket:
+  at most burst + rate × time answers, "Rate limit exceeded" for the rest, all
+  with the token the connection already had; the flooder stays connected and
+  another client's calls still work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 from hypha_rpc import connect_to_server
+from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.server import http_protocol
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
@@ -202,3 +208,32 @@ async def test_past_the_per_address_bound_the_longest_waiting_heads_are_closed(
             data.startswith(b"HTTP/1.1 408 ") and after is not None for data, after in evicted
         )
         assert kept == [(b"", None)] * bound
+
+
+REFRESH = json.dumps({"type": "refresh_token"})
+
+
+async def test_a_refresh_token_flood_is_rate_limited_and_gets_no_new_tokens() -> None:
+    rate, burst, flood = 50, 100, 2000
+    settings = settings_for_tests(max_messages_per_second=rate, message_burst=burst)
+    async with running(settings) as server, bystander(server.url) as client:
+        url = server.url.replace("http", "ws", 1) + "/ws"
+        async with ws_connect(url, max_size=None) as flooder:
+            await flooder.send(json.dumps({"client_id": "flooder"}))
+            info = json.loads(await flooder.recv())
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            for _ in range(flood):
+                await flooder.send(REFRESH)
+            replies = [json.loads(await asyncio.wait_for(flooder.recv(), 5)) for _ in range(flood)]
+            window = loop.time() - started
+            assert await client.echo("during") == "during"
+            assert f"{info['workspace']}/flooder" in server.hub.peers  # refused, not disconnected
+            tokens = [r["reconnection_token"] for r in replies if r["type"] == "reconnection_token"]
+            errors = [r["message"] for r in replies if r["type"] == "error"]
+        assert len(tokens) + len(errors) == flood
+        assert len(tokens) <= burst + rate * window + 1, (len(tokens), window)
+        assert errors
+        assert all(e.startswith("Rate limit exceeded") for e in errors)
+        assert set(tokens) == {info["reconnection_token"]}  # reused, not signed again per request
+        assert await client.echo("after") == "after"
