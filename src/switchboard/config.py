@@ -100,6 +100,12 @@ class Settings:
         "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses together can hold",
         minimum=1,
     )
+    frame_timeout: float = setting(
+        20.0,
+        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented message); then closed with 1008 and the partial message dropped.",
+        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out after 20 s: its pong cannot overtake the frame)",
+        minimum=0.1,
+    )
     reconnection_token_lifetime: float = setting(
         172800.0,
         "Seconds a reconnection token stays valid.",

@@ -11,7 +11,10 @@ attacks it over real sockets, and checks both sides:
 * a flood of ``refresh_token`` text frames takes from the client's rate bucket:
   at most burst + rate × time answers, "Rate limit exceeded" for the rest, all
   with the token the connection already had; the flooder stays connected and
-  another client's calls still work.
+  another client's calls still work;
+* WebSocket frames announced at 14 MiB and then stalled (or trickled) are
+  closed with 1008 within ``--frame-timeout``, and the memory they held is
+  released (traced allocations back near where they started).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import asyncio
 import contextlib
 import json
 import socket
+import struct
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +32,9 @@ import httpx
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
+from websockets.client import ClientProtocol
+from websockets.frames import Frame
+from websockets.uri import parse_uri
 
 from switchboard.server import http_protocol
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
@@ -36,6 +44,7 @@ pytestmark = pytest.mark.timeout(60)
 
 MiB = 1024 * 1024
 HEADER_TIMEOUT = 1.0
+FRAME_TIMEOUT = 1.0
 SLACK = 1.5  # what a loaded 2-core machine may add to a timer before the close is seen
 
 
@@ -236,4 +245,110 @@ async def test_a_refresh_token_flood_is_rate_limited_and_gets_no_new_tokens() ->
         assert errors
         assert all(e.startswith("Rate limit exceeded") for e in errors)
         assert set(tokens) == {info["reconnection_token"]}  # reused, not signed again per request
+        assert await client.echo("after") == "after"
+
+
+class RawWebSocket:
+    """A hypha-rpc client on a bare socket, to send frames the way no library would."""
+
+    def __init__(self, url: str) -> None:
+        self.uri = parse_uri(url.replace("http", "ws", 1) + "/ws")
+        self.proto = ClientProtocol(self.uri, max_size=None)
+        self.sock = socket.socket()
+        self.sock.setblocking(False)
+
+    async def send(self, data: bytes) -> None:
+        await asyncio.get_running_loop().sock_sendall(self.sock, data)
+
+    async def handshake(self, client_id: str) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(self.sock, (self.uri.host, self.uri.port))
+        self.proto.send_request(self.proto.connect())
+        await self.send(b"".join(self.proto.data_to_send()))
+        response = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), 5)
+        self.proto.receive_data(response)  # the 101
+        self.proto.events_received()
+        self.proto.send_text(json.dumps({"client_id": client_id}).encode())
+        await self.send(b"".join(self.proto.data_to_send()))
+        self.proto.receive_data(await asyncio.wait_for(loop.sock_recv(self.sock, 65536), 5))
+        return json.loads(
+            next(e for e in self.proto.events_received() if isinstance(e, Frame)).data
+        )
+
+    async def close_frame(self, timeout: float) -> tuple[int | None, str, float]:
+        """The close code and reason the server sent, and the loop's time when they came."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            data = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), deadline - loop.time())
+            if data:
+                self.proto.receive_data(data)
+            else:
+                self.proto.receive_eof()
+            close = self.proto.close_rcvd
+            if close is not None or not data:
+                return (close.code if close else None), (close.reason if close else ""), loop.time()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def frame_header(length: int) -> bytes:
+    """A masked binary frame's header (mask 0: the payload goes as it is)."""
+    return bytes([0x82, 0x80 | 127]) + struct.pack("!Q", length) + b"\0\0\0\0"
+
+
+async def test_stalled_partial_frames_are_closed_in_time_and_their_memory_is_freed() -> None:
+    announced, sent = 14 * MiB, 4 * MiB
+    part = bytes(sent)  # allocated before tracing: the server's copies are what is counted
+    async with (
+        running(settings_for_tests(frame_timeout=FRAME_TIMEOUT)) as server,
+        bystander(server.url) as client,
+    ):
+        stallers = [RawWebSocket(server.url) for _ in range(4)]
+        trickler = RawWebSocket(server.url)
+        tracemalloc.start()
+        try:
+            for n, ws in enumerate([*stallers, trickler]):
+                await ws.handshake(f"staller-{n}")
+            assert len(server.hub.peers) == 6
+            before = tracemalloc.get_traced_memory()[0]
+            started = asyncio.get_running_loop().time()
+            for ws in stallers:
+                await ws.send(frame_header(announced) + part)  # 4 of 14 MiB, then nothing
+
+            async def trickle() -> None:  # 1 KiB every 0.1 s: never done, never silent
+                await trickler.send(frame_header(announced))
+                for _ in range(100):
+                    with contextlib.suppress(OSError):
+                        await trickler.send(bytes(1024))
+                    await asyncio.sleep(0.1)
+
+            trickling = asyncio.create_task(trickle())
+            await eventually(
+                lambda: tracemalloc.get_traced_memory()[0] - before > 3 * sent,
+                timeout=5,
+                what="the server to hold the partial frames",
+            )
+            closes = await asyncio.gather(
+                *(ws.close_frame(FRAME_TIMEOUT + SLACK + 3) for ws in stallers)
+            )
+            trickled = await trickler.close_frame(FRAME_TIMEOUT + SLACK + 3)
+            trickling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await trickling
+            await eventually(
+                lambda: len(server.hub.peers) == 1 and open_connections(server) == 1,
+                timeout=5,
+                what="the stalled clients to be detached (the bystander's connection left)",
+            )
+            held_after = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+            for ws in [*stallers, trickler]:
+                ws.close()
+        for code, reason, at in [*closes, trickled]:
+            assert (code, reason) == (1008, f"Message not completed within {FRAME_TIMEOUT:g}s")
+            assert at - started < FRAME_TIMEOUT + SLACK, at - started
+        assert held_after < sent, f"{held_after / MiB:.1f} MiB still held after the close"
         assert await client.echo("after") == "after"

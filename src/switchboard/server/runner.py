@@ -65,7 +65,9 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
             per_address=settings.max_incomplete_heads_per_address,
             overall=settings.max_incomplete_heads,
         ),
-        ws=HubWebSocketProtocol,  # uvicorn's websockets-sansio, with synchronous paths for routing
+        # uvicorn's websockets-sansio, with synchronous paths for routing and a bound on
+        # how long a client may take to finish a message
+        ws=HubWebSocketProtocol.configured(frame_timeout=settings.frame_timeout),
         ws_max_size=settings.max_message_bytes,
         # No permessage-deflate: compressing every frame cost 80% of a replica's
         # CPU on 64 KiB payloads (bench/compare.py), for bandwidth a hub's
