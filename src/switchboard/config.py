@@ -77,6 +77,36 @@ class Settings:
         "5 s, as Hypha: a real client sends it at once, a stuck one holds no slot for long",
         minimum=0.1,
     )
+    header_timeout: float = setting(
+        10.0,
+        "Seconds an HTTP connection has to send a complete request head (request line and headers), from its start or from the first byte of a later request; then 408 and closed.",
+        "10 s: a real client sends its head in one packet, so this costs it nothing, and a slowloris connection holds its socket for seconds instead of minutes",
+        minimum=0.1,
+    )
+    max_head_bytes: int = setting(
+        64 * 1024,
+        "Largest HTTP request head (request line and headers) accepted, in bytes; a larger one gets 431 and is closed.",
+        "64 KiB: four times h11's default and twice nginx's (4 × 8 KiB), room for any real token or cookie; httptools alone would buffer an endless header",
+        minimum=1024,
+    )
+    max_incomplete_heads_per_address: int = setting(
+        32,
+        "HTTP connections from one address that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
+        "32: an honest client's head follows its connect within a round trip, so a burst of them is never turned away, while one address cannot hold hundreds of half-open requests; raise it behind a proxy that opens idle connections ahead of requests",
+        minimum=1,
+    )
+    max_incomplete_heads: int = setting(
+        1024,
+        "HTTP connections from all addresses that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
+        "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses together can hold",
+        minimum=1,
+    )
+    frame_timeout: float = setting(
+        20.0,
+        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented message); then closed with 1008 and the partial message dropped.",
+        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out after 20 s: its pong cannot overtake the frame)",
+        minimum=0.1,
+    )
     reconnection_token_lifetime: float = setting(
         172800.0,
         "Seconds a reconnection token stays valid.",
@@ -121,7 +151,7 @@ class Settings:
     )
     max_messages_per_second: float = setting(
         1000.0,
-        "Average frames per second one client may send (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
+        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
         "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )

@@ -76,4 +76,5 @@ async def test_calls_work_on_either_protocol(hub_url: str) -> None:
 
 
 def test_the_hub_serves_websockets_with_its_own_protocol() -> None:
-    assert runner.uvicorn_config(object(), settings_for_tests()).ws is HubWebSocketProtocol  # type: ignore[arg-type]
+    config = runner.uvicorn_config(object(), settings_for_tests())  # type: ignore[arg-type]
+    assert issubclass(config.ws, HubWebSocketProtocol)

@@ -45,6 +45,11 @@ from switchboard.protocol.services import ServiceQuery
 
 log = logging.getLogger("switchboard.hub")
 
+# Seconds a connection's last reconnection token is handed out again instead of a
+# new one (at most a tenth of the token's lifetime, so a reused token has nearly all
+# of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
+TOKEN_REUSE = 60.0
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +197,14 @@ class Hub(Routing, AcrossReplicas, Draining):
         }
 
     def reconnection_token(self, peer: Peer) -> str:
-        return self.gate.reconnection_token(peer)
+        """A token that resumes ``peer``'s identity, signed afresh at most every
+        :data:`TOKEN_REUSE` seconds per connection: a ``refresh_token`` flood gets
+        the last one again, costing no signature each."""
+        now = self.clock.monotonic()
+        reuse = min(TOKEN_REUSE, self.settings.reconnection_token_lifetime / 10)
+        if peer.token is None or now - peer.token_signed_at >= reuse:
+            peer.token, peer.token_signed_at = self.gate.reconnection_token(peer), now
+        return peer.token
 
     async def detach(self, peer: Peer) -> None:
         """Forget a closed connection, unless a newer one of the same client replaced it.

@@ -65,6 +65,10 @@ class Peer:
         self.uploads: Uploads | None = None  # chunked messages on their way to this client, once one comes
         self.rate: TokenBucket | None = None  # set by the hub when it admits the peer
         self.counted = False  # whether the hub-wide connection counts include this peer
+        # the last reconnection token signed for this connection, reused for a while
+        # (Hub.reconnection_token), and when it was signed (the hub's clock)
+        self.token: str | None = None
+        self.token_signed_at = 0.0
         self.max_queue_bytes = max_queue_bytes
         self._queue: deque[bytes | str] = deque()
         self._queued_bytes = 0

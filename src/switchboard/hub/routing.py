@@ -65,6 +65,16 @@ class Routing:
         def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None: ...
 
     def handle_text(self, peer: Peer, text: str) -> None:
+        """Answer a text control frame. Each takes from the client's rate bucket, as a
+        binary frame does: over the limit it gets an error frame instead of an answer
+        (and ``refresh_token`` reuses a recent token, see ``Hub.reconnection_token``)."""
+        if peer.rate is not None and not peer.rate.take():
+            self.metrics.rate_limited.inc()
+            s = self.settings
+            peer.send(handshake.error_text(
+                f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+            ))
+            return
         kind = handshake.parse_control(text)
         if kind == "ping":
             peer.send(handshake.PONG)

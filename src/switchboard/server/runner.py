@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.server.app import build_hub, create_app
+from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger("switchboard.server")
@@ -57,7 +58,16 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         app,
         host=settings.host,
         port=settings.port,
-        ws=HubWebSocketProtocol,  # uvicorn's websockets-sansio, with synchronous paths for routing
+        # uvicorn's httptools, with bounds on slow request heads (slowloris)
+        http=HubHttpProtocol.configured(
+            header_timeout=settings.header_timeout,
+            max_head_bytes=settings.max_head_bytes,
+            per_address=settings.max_incomplete_heads_per_address,
+            overall=settings.max_incomplete_heads,
+        ),
+        # uvicorn's websockets-sansio, with synchronous paths for routing and a bound on
+        # how long a client may take to finish a message
+        ws=HubWebSocketProtocol.configured(frame_timeout=settings.frame_timeout),
         ws_max_size=settings.max_message_bytes,
         # No permessage-deflate: compressing every frame cost 80% of a replica's
         # CPU on 64 KiB payloads (bench/compare.py), for bandwidth a hub's

@@ -10,17 +10,35 @@ is handed to it in the event-loop callback that parsed it, and
 :meth:`send_now` writes a frame without awaiting when nothing holds it back.
 The handshake, the close and the disconnect still go through ASGI.
 
+A client also gets ``frame_timeout`` seconds to finish each message it
+starts (a frame partly received, or a fragmented message): one that stalls
+inside a frame would otherwise keep it in memory until the keepalive notices
+(up to 40 s), and one sent as fragments could trickle for ever, answering
+pings between them. Past the bound the connection is failed with 1008, which drops what was
+buffered. Whether a message is under way is read from the frame headers
+(:mod:`switchboard.server.frame_scan`); time the server spends not reading
+(its own backpressure) does not count against the client.
+
 uvicorn is pinned (pyproject.toml); this relies on its protocol's parts
 ``frames``/``curr_msg_data_type`` (the message being assembled), ``conn`` (the
-``websockets`` sans-I/O connection) and ``writable``/``read_paused``.
+``websockets`` sans-I/O connection), ``queue`` (ASGI's), ``loop``,
+``handshake_initiated``/``close_sent`` and ``writable``/``read_paused``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
+from typing import ClassVar
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
+from websockets.frames import CloseCode
+
+from switchboard.server.frame_scan import FrameScanner
+
+log = logging.getLogger("switchboard.server")
 
 MessageHandler = Callable[[bytes | str], None]
 
@@ -30,6 +48,63 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
 
     #: Takes every complete message from now on, instead of the ASGI queue; must not raise.
     on_message: MessageHandler | None = None
+    #: Seconds a client has to finish a message it started; ``None``: no bound (see :meth:`configured`).
+    frame_timeout: ClassVar[float | None] = None
+    _scanner: FrameScanner | None = None
+    _message_since: float | None = None  # when the message under way began, by the loop's clock
+    _message_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def configured(cls, *, frame_timeout: float) -> type[HubWebSocketProtocol]:
+        """A subclass that bounds the time a client may take to finish a message."""
+        return type(cls.__name__, (cls,), {"frame_timeout": frame_timeout})
+
+    def data_received(self, data: bytes) -> None:
+        scanner = self._scanner
+        if scanner is None:
+            super().data_received(data)  # the opening handshake's request, in one piece from uvicorn
+            if self.handshake_initiated and self.frame_timeout is not None:
+                self._scanner = FrameScanner()
+            return
+        was_busy, ended = scanner.busy, scanner.messages
+        scanner.feed(data)
+        super().data_received(data)
+        if not scanner.busy:
+            self._message_since = None
+        elif not was_busy or scanner.messages != ended:  # a new message began in this read
+            self._message_since = self.loop.time()
+            if self._message_timer is None and (timeout := self.frame_timeout) is not None:
+                self._message_timer = self.loop.call_later(timeout, self._message_overdue)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._message_timer is not None:
+            self._message_timer.cancel()
+            self._message_timer = None
+        super().connection_lost(exc)
+
+    def _message_overdue(self) -> None:
+        """The timer: fail the connection if the message under way is late, else wait on."""
+        self._message_timer = None
+        since, timeout = self._message_since, self.frame_timeout
+        if since is None or timeout is None or self.close_sent or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.read_paused:  # the server is not reading: the client is not the one holding it up
+            since = self._message_since = now
+        if (left := since + timeout - now) > 0:
+            self._message_timer = self.loop.call_later(left, self._message_overdue)
+            return
+        reason = f"Message not completed within {timeout:g}s"
+        log.info("closing WebSocket from %s: %s", self.client, reason)
+        self.frames = []  # the fragments uvicorn holds; the connection drops its own buffer
+        self.conn.fail(CloseCode.POLICY_VIOLATION, reason)
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self.queue.put_nowait({"type": "websocket.disconnect", "code": 1008, "reason": reason})
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()  # a client that is not reading would hold the close up
+        else:
+            self.transport.close()
 
     def hand_messages_to(self, handler: MessageHandler) -> bool:
         """Give messages to ``handler`` from now on, unless some wait in ASGI's queue:
@@ -85,3 +160,5 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
         if self.read_paused and not self.transport.is_closing():
             self.read_paused = False
             self.transport.resume_reading()
+            if self._message_since is not None:  # the time spent paused was the server's
+                self._message_since = self.loop.time()
