@@ -9,7 +9,7 @@ from typing import Any
 import jwt
 import pytest
 
-from switchboard.errors import AuthError
+from switchboard.errors import AuthError, ProtocolError
 from switchboard.hub.auth import (
     AUDIENCE,
     ISSUER,
@@ -19,6 +19,7 @@ from switchboard.hub.auth import (
     User,
     child_user,
     new_anonymous_user,
+    parse_scope,
     user_workspace,
 )
 from switchboard.testing.clock import FakeClock
@@ -383,3 +384,32 @@ class TestRejected:
     def test_not_a_jwt(self, issuer: TokenIssuer, token: Any) -> None:
         with pytest.raises(AuthError):
             issuer.verify(token)
+
+
+class TestScopeIsBuiltFromCheckedValues:
+    """A scope is split on spaces and '#' when read: no value may carry either in."""
+
+    @pytest.mark.parametrize(
+        "field", [{"client_id": "x ws:*#a"}, {"workspace": "w ws:*#a"}, {"client_id": "x#a"}, {"workspace": "*"}]
+    )
+    def test_a_value_outside_the_id_grammar_is_refused(self, issuer: TokenIssuer, field: dict) -> None:
+        args = {"workspace": "ws-team", "client_id": None, **field}
+        with pytest.raises(ProtocolError, match="invalid"):
+            issuer.issue(ALICE, permission=Permission.READ, expires_in=60, **args)
+
+    @pytest.mark.parametrize(
+        "scope",
+        ["ws:*#a ws:w#r wid:w x", "ws:w#r  wid:w", "ws:w x#a wid:w", "cid:a cid:b wid:w", "ws:w#r wid:w wid:v",
+         "ws:#a wid:w", "cid:a:b wid:w", "ws:w w#a wid:w"],
+    )
+    def test_a_scope_with_anything_unexpected_is_refused(self, scope: str) -> None:
+        with pytest.raises(AuthError, match="bad scope entry"):
+            parse_scope(scope)
+
+    def test_the_scope_reads_back_what_was_granted(self, issuer: TokenIssuer) -> None:
+        token = issuer.issue(ALICE, workspace="ws-work", permission=Permission.READ, expires_in=60, client_id="cA")
+
+        user = issuer.verify(token)
+
+        assert user.grants == {**ALICE.grants, "ws-work": Permission.READ}
+        assert (user.client_id, user.current_workspace) == ("cA", "ws-work")

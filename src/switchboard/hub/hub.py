@@ -20,7 +20,13 @@ from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import BackendError, HandshakeError, LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.errors import (
+    BackendError,
+    HandshakeError,
+    LimitExceeded,
+    PermissionDenied,
+    ProtocolError,
+)
 from switchboard.hub.across import (
     CLIENT_CHANNEL,
     REPLICA_CHANNEL,
@@ -31,8 +37,8 @@ from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.drain import Draining
 from switchboard.hub.inflight import InFlight, is_call
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.manager_door import payload_map
+from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
 from switchboard.hub.retry import RetryWindow

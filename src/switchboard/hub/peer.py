@@ -9,8 +9,8 @@ from collections import deque
 from typing import Any, Protocol
 
 from switchboard.hub.auth import User
-from switchboard.hub.uploads import Uploads
 from switchboard.hub.limits import TokenBucket
+from switchboard.hub.uploads import Uploads
 
 log = logging.getLogger("switchboard.peer")
 

@@ -136,7 +136,7 @@ class Scanner:
                     stack[-1] += 1
                     walked -= 1
                     break
-            elif kind == _STR or kind == _EXT:
+            elif kind in (_STR, _EXT):
                 if kind == _EXT:
                     pos += 1
                 if is_key and kind == _STR and n <= _LONGEST_KEY:
@@ -152,7 +152,7 @@ class Scanner:
                 if pos > end:
                     self._skip = pos - end
                     pos = end
-            elif kind == _ARRAY or kind == _MAP:
+            elif kind in (_ARRAY, _MAP):
                 if kind == _MAP:
                     n *= 2
                 if n:
@@ -174,10 +174,7 @@ def check_extra(rest: bytes | memoryview) -> None:
     """Refuse a frame's payload unless it is at most one map free of :data:`RESERVED` keys."""
     if not rest:
         return
-    if len(rest) <= SMALL_PAYLOAD:
-        found = _keys_of_small(rest)
-    else:
-        found = _keys_of_large(rest)
+    found = _keys_of_small(rest) if len(rest) <= SMALL_PAYLOAD else _keys_of_large(rest)
     if found:
         raise ProtocolError(
             f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
