@@ -11,9 +11,9 @@ import msgpack
 import pytest
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.manager_door import foreign_targets
 from switchboard.hub.uploads import Uploads
 from switchboard.protocol.chunks import parse_cache_call
+from switchboard.protocol.payload import foreign_targets
 from switchboard.testing import FakeClock
 
 ALICE, MALLORY = "W/alice", "X/mallory"
@@ -29,8 +29,12 @@ def pieces(data: bytes, n: int) -> list[bytes]:
     return [data[i : i + step] for i in range(0, len(data), step)]
 
 
-def uploads(clock: FakeClock | None = None, *, keep: bool = False, max_bytes: int = 1 << 20) -> Uploads:
-    return Uploads(clock=clock or FakeClock(), keep=keep, max_bytes=max_bytes, max_uploads=4, idle_timeout=60)
+def uploads(
+    clock: FakeClock | None = None, *, keep: bool = False, max_bytes: int = 1 << 20
+) -> Uploads:
+    return Uploads(
+        clock=clock or FakeClock(), keep=keep, max_bytes=max_bytes, max_uploads=4, idle_timeout=60
+    )
 
 
 class TestOneSender:
@@ -168,8 +172,14 @@ class TestCacheCalls:
 
     @pytest.mark.parametrize(
         ("op", "args"),
-        [("set", ["k", -1, b"x"]), ("set", ["k", True, b"x"]), ("append", ["k", "text"]),
-         ("create", [""]), ("create", [["k"]]), ("remove", ["k", 1])],
+        [
+            ("set", ["k", -1, b"x"]),
+            ("set", ["k", True, b"x"]),
+            ("append", ["k", "text"]),
+            ("create", [""]),
+            ("create", [["k"]]),
+            ("remove", ["k", 1]),
+        ],
     )
     def test_bad_arguments_are_refused(self, op: str, args: list) -> None:
         with pytest.raises(ProtocolError):
@@ -177,14 +187,25 @@ class TestCacheCalls:
 
 
 class TestPromiseTargets:
-    @pytest.mark.parametrize("promise", [None, "*", {"resolve": {"_rtype": "method", "_rtarget": "W/alice"}},
-                                         {"reject": {"_rtarget": "alice"}, "interval": 5}])
+    @pytest.mark.parametrize(
+        "promise",
+        [
+            None,
+            "*",
+            {"resolve": {"_rtype": "method", "_rtarget": "W/alice"}},
+            {"reject": {"_rtarget": "alice"}, "interval": 5},
+        ],
+    )
     def test_a_promise_to_the_sender_is_fine(self, promise: object) -> None:
         assert foreign_targets(promise, "W/alice") == []
 
-    @pytest.mark.parametrize("target", ["W/provider", "provider", "X/alice", "W/alice ", ["W/alice"]])
+    @pytest.mark.parametrize(
+        "target", ["W/provider", "provider", "X/alice", "W/alice ", ["W/alice"]]
+    )
     def test_a_promise_to_anyone_else_is_named(self, target: object) -> None:
-        promise = {"resolve": {"_rtype": "method", "_rtarget": "W/alice"},
-                   "reject": {"_rtype": "method", "_rtarget": target, "_rmethod": "services.prot.act"}}
+        promise = {
+            "resolve": {"_rtype": "method", "_rtarget": "W/alice"},
+            "reject": {"_rtype": "method", "_rtarget": target, "_rmethod": "services.prot.act"},
+        }
 
         assert foreign_targets(promise, "W/alice")

@@ -191,7 +191,7 @@ def check_frame(frame: bytes) -> str:
     clean = payload_as_the_receiver_reads_it(rest)
     try:
         stamped = envelope.stamp(env, sender=f"{WS}/c", workspace=WS, user=USER, to=route.target)
-    except ProtocolError:
+    except (ProtocolError, PermissionDenied):
         assert (
             env.type in envelope.SERVER_EVENT_TYPES or "ctx" in env.main or clean is None
         ), "stamp refuses only server event types, a forged ctx and payloads that would override the header"
@@ -225,7 +225,24 @@ def payload_as_the_receiver_reads_it(rest: bytes) -> dict[str, Any] | None:
         return None  # more than one object, or not a map (hypha-rpc would merge a list of pairs)
     if set(extra) & {"type", "from", "to", "ws", "user", "ctx", "session", "method"}:
         return None
+    promise = extra.get("promise")
+    if promise not in (None, "*") and any(
+        t not in (f"{WS}/c", "c") for t in callback_targets(promise)
+    ):
+        return None  # the callee would answer (call) someone else than the caller
     return extra
+
+
+def callback_targets(value: Any) -> list[Any]:
+    """Every ``_rtarget`` in a decoded value, and a marker for anything not plain data."""
+    if isinstance(value, dict):
+        own = [value["_rtarget"]] if "_rtarget" in value else []
+        return own + [t for v in value.values() for t in callback_targets(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in callback_targets(v)]
+    if value is None or isinstance(value, str | int | float | bool | bytes):
+        return []
+    return [f"<{type(value).__name__}>"]
 
 
 def check_hello(text: str | bytes) -> str:

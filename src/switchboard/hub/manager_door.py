@@ -33,6 +33,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import Uploads
 from switchboard.protocol import envelope
 from switchboard.protocol.chunks import cache_op, parse_cache_call
+from switchboard.protocol.payload import check_promise
 
 log = logging.getLogger(__name__)
 
@@ -41,29 +42,6 @@ log = logging.getLogger(__name__)
 CALLER: ContextVar[Peer | None] = ContextVar("switchboard_manager_caller", default=None)
 
 _REFUSED = (ProtocolError, PermissionDenied, LimitExceeded)
-
-
-def foreign_targets(promise: Any, sender: str) -> list[str]:
-    """The callback targets in ``promise`` other than ``sender`` (hypha-rpc's ``_rtarget``).
-
-    A bare target is relative to the sender's workspace, as hypha-rpc reads it.
-    ``"*"`` is the promise hypha-rpc expands from the (stamped) sender itself.
-    """
-    if promise is None or promise == "*":
-        return []
-    workspace = sender.partition("/")[0]
-    found: list[str] = []
-    stack = [promise]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            target = item.get("_rtarget")
-            if target is not None and target != sender and f"{workspace}/{target}" != sender:
-                found.append(str(target)[:140])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
 
 
 class ManagerDoor:
@@ -101,12 +79,7 @@ class ManagerDoor:
                     return
                 message = whole
                 extra = whole
-            foreign = foreign_targets(extra.get("promise"), sender)
-            if foreign:
-                raise PermissionDenied(
-                    f"Permission denied: the manager answers only its caller {sender}, "
-                    f"not {', '.join(foreign)}"
-                )
+            check_promise(extra.get("promise"), sender)
         except _REFUSED as exc:
             log.info("refused a frame from %s to the manager: %s", sender, exc)
             self._answer(env, sender, error=str(exc))
@@ -115,7 +88,9 @@ class ManagerDoor:
         try:
             handler(message)
         except Exception as exc:  # a bad frame must not take the router down
-            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
+            log.info(
+                "manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc
+            )
         finally:
             CALLER.reset(token)
 
@@ -145,8 +120,11 @@ class ManagerDoor:
             assembled = envelope.decode(self.uploads.finish(sender, call.key) or b"")
             main = env.main  # the process call's header, as the hub stamped it
             envelope.stamp(
-                assembled, sender=main["from"], workspace=main.get("ws", ""),
-                user=main.get("user") or {}, to=main["to"],
+                assembled,
+                sender=main["from"],
+                workspace=main.get("ws", ""),
+                user=main.get("user") or {},
+                to=main["to"],
             )
             whole = dict(assembled.main)
             whole["ctx"] = dict(assembled.main)
@@ -160,10 +138,12 @@ class ManagerDoor:
         if not session or "/" not in sender:
             return
         if error is None:
-            self._send(envelope.encode(
-                {"type": "method", "to": sender, "method": f"{session}.resolve"},
-                msgpack.packb({"args": [None]}, use_bin_type=True),
-            ))
+            self._send(
+                envelope.encode(
+                    {"type": "method", "to": sender, "method": f"{session}.resolve"},
+                    msgpack.packb({"args": [None]}, use_bin_type=True),
+                )
+            )
             return
         self._send(envelope.reject_frame(session=session, target="", caller=sender, message=error))
 
@@ -175,7 +155,9 @@ def payload_map(rest: bytes | memoryview) -> dict[str, Any]:
     try:
         extra = msgpack.unpackb(rest, strict_map_key=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        raise ProtocolError(
+            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
+        ) from None
     if not isinstance(extra, dict):
         raise ProtocolError("each part of a message must be a msgpack map")
     return extra

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.protocol.payload import Scanner
+from switchboard.protocol.payload import Scanner, check_keys, check_promise, decode_promise
 
 # Walking is plain Python; a message of more values than this is refused rather
 # than cost the replica seconds of CPU (honest large payloads are bytes or arrays).
@@ -114,11 +114,8 @@ class Uploads:
         scanner = upload.scanner
         if upload.ahead or not scanner.complete:
             raise ProtocolError(f"Message {key!r} is incomplete: pieces are missing")
-        if scanner.found:
-            raise ProtocolError(
-                f"the payload may not set {', '.join(sorted(scanner.found))}: "
-                "the hub sets who sent a message"
-            )
+        check_keys(scanner.found)
+        check_promise(decode_promise(scanner.promise), sender)
         return b"".join(upload.kept) if self.keep else None
 
     def remove(self, sender: str, key: str) -> None:

@@ -103,7 +103,8 @@ def stamp(
     the server, never the sender. hypha-rpc lets the payload override the
     header (``main.update(extra)``) and takes a ``ctx`` it finds as the
     callee's context, so a client's frame may carry neither a ``ctx`` nor,
-    in its payload, any key the hub owns (:mod:`switchboard.protocol.payload`).
+    in its payload, any key the hub owns, nor a promise that sends the answer to
+    anyone but the sender (:mod:`switchboard.protocol.payload`).
     A server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
     ``trusted`` frames (the manager's own) skip the payload check.
     """
@@ -113,7 +114,7 @@ def stamp(
             raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
         if "ctx" in main:
             raise ProtocolError("a message may not set 'ctx': the hub sets who sent a message")
-        payload.check_extra(env.rest)
+        payload.check_extra(env.rest, sender=sender)
     main["from"] = sender
     main["ws"] = workspace
     main["user"] = user

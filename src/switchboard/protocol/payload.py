@@ -16,9 +16,11 @@ side) and reports what it found; :func:`check_extra` is the one-frame case.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgpack
 
-from switchboard.errors import ProtocolError
+from switchboard.errors import PermissionDenied, ProtocolError
 
 # Keys of the header the hub sets or decides on (identity, routing, the call's kind).
 # In the payload they would override, on the receiving side, what the hub stamped.
@@ -33,6 +35,9 @@ MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest m
 WALK_BUDGET = 4096
 # A payload this small is decoded whole in C (about 1 µs): cheaper than any walk.
 SMALL_PAYLOAD = 2048
+
+# A promise names where the answer goes: three small callback maps. More is no promise.
+MAX_PROMISE = 64 * 1024
 
 _LEAF, _STR, _EXT, _ARRAY, _MAP, _BAD = range(6)
 
@@ -52,9 +57,23 @@ def _table() -> list[tuple[int, int, int, int]]:
         t[b] = (_STR, 1, 0, b & 0x1F)
     for b in (0xC0, 0xC2, 0xC3):
         t[b] = (_LEAF, 1, 0, 0)
-    for b, size in ((0xCA, 5), (0xCB, 9), (0xCC, 2), (0xCD, 3), (0xCE, 5), (0xCF, 9),
-                    (0xD0, 2), (0xD1, 3), (0xD2, 5), (0xD3, 9),
-                    (0xD4, 3), (0xD5, 4), (0xD6, 6), (0xD7, 10), (0xD8, 18)):
+    for b, size in (
+        (0xCA, 5),
+        (0xCB, 9),
+        (0xCC, 2),
+        (0xCD, 3),
+        (0xCE, 5),
+        (0xCF, 9),
+        (0xD0, 2),
+        (0xD1, 3),
+        (0xD2, 5),
+        (0xD3, 9),
+        (0xD4, 3),
+        (0xD5, 4),
+        (0xD6, 6),
+        (0xD7, 10),
+        (0xD8, 18),
+    ):
         t[b] = (_LEAF, size, 0, 0)
     for b, n in ((0xC4, 1), (0xC5, 2), (0xC6, 4), (0xD9, 1), (0xDA, 2), (0xDB, 4)):
         t[b] = (_STR, 1, n, 0)  # bin and str: skipped alike
@@ -74,19 +93,24 @@ class Scanner:
     """Walks msgpack objects fed in order and collects the reserved keys of one of them.
 
     ``objects`` says how many top-level maps the stream may hold (the last
-    may be missing), and ``payload`` which of them is checked. Nothing is
-    kept but a small header that straddles two feeds.
+    may be missing), and ``payload`` which of them is checked. The bytes of
+    the payload's ``promise`` (where the callee sends its answer) are kept,
+    up to :data:`MAX_PROMISE`, for :func:`foreign_targets`; otherwise nothing
+    is kept but a small header that straddles two feeds.
     """
 
     def __init__(self, *, objects: int, payload: int) -> None:
         self.objects = objects
         self.payload = payload
         self.found: set[str] = set()  # reserved keys seen at the payload's top level
+        self.promise: bytes | None = None  # the payload's promise, once walked whole
         self.values = 0  # values walked so far
         self._obj = 0  # index of the top-level object being walked (or next)
         self._stack: list[int] = []  # items left in each open container
         self._skip = 0  # bytes of a str/bin/ext body still to pass
         self._carry = b""  # the start of an item the last feed cut off
+        self._promise_next = False  # the next value is the promise
+        self._capture: bytearray | None = None  # the promise's bytes so far
 
     @property
     def complete(self) -> bool:
@@ -104,21 +128,21 @@ class Scanner:
         stack = self._stack
         table = _TABLE
         walked = 0
+        cap_from = 0 if self._capture is not None else -1
+        if cap_from >= 0 and not self._skip and self._promise_done():
+            cap_from = self._end_capture(data, cap_from, pos)
         while pos < end:
             if budget is not None and walked >= budget:
-                self._carry = bytes(data[pos:])
-                self.values += walked
-                return False
+                return self._stop(data, pos, cap_from, walked, done=False)
             kind, head, lsize, n = table[data[pos]]
             start = pos
             if lsize:
                 if pos + head + lsize > end:
-                    self._carry = bytes(data[pos:])
-                    break
+                    return self._stop(data, pos, cap_from, walked)
                 n = int.from_bytes(data[pos + head : pos + head + lsize], "big")
             pos += head + lsize
-            walked += 1
             if not stack:  # a top-level object starts
+                walked += 1
                 if self._obj >= self.objects:
                     raise ProtocolError("unexpected data after the message's payload")
                 if kind != _MAP:
@@ -129,95 +153,189 @@ class Scanner:
                     self._obj += 1
                 continue
             is_key = len(stack) == 1 and self._obj == self.payload and not stack[0] & 1
-            stack[-1] -= 1
+            promise_key = False
             if kind == _LEAF:
                 if pos > end:
-                    self._carry = bytes(data[start:])
-                    stack[-1] += 1
-                    walked -= 1
-                    break
+                    return self._stop(data, start, cap_from, walked)
             elif kind in (_STR, _EXT):
                 if kind == _EXT:
                     pos += 1
                 if is_key and kind == _STR and n <= _LONGEST_KEY:
                     if pos + n > end:  # a short key cut in two: walk it again next time
-                        self._carry = bytes(data[start:])
-                        stack[-1] += 1
-                        walked -= 1
-                        break
+                        return self._stop(data, start, cap_from, walked)
                     key = bytes(data[pos : pos + n])
                     if key in _RESERVED_BYTES:
                         self.found.add(key.decode())
+                    promise_key = key == b"promise"
                 pos += n
                 if pos > end:
                     self._skip = pos - end
                     pos = end
-            elif kind in (_ARRAY, _MAP):
-                if kind == _MAP:
-                    n *= 2
-                if n:
-                    if len(stack) >= MAX_DEPTH:
-                        raise ProtocolError(f"message payload nested deeper than {MAX_DEPTH}")
-                    stack.append(n)
-                    continue
-            else:
-                raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
+            elif kind != _ARRAY and kind != _MAP:
+                raise ProtocolError(
+                    f"message payload is not valid msgpack (byte 0x{data[start]:02x})"
+                )
+            walked += 1
+            if is_key:
+                self._promise_next = promise_key
+            elif self._promise_next and len(stack) == 1:
+                self._promise_next = False
+                self._capture = bytearray()
+                cap_from = start
+            stack[-1] -= 1
+            if (kind in (_ARRAY, _MAP)) and n:
+                if len(stack) >= MAX_DEPTH:
+                    raise ProtocolError(f"message payload nested deeper than {MAX_DEPTH}")
+                stack.append(2 * n if kind == _MAP else n)
+                continue
             while stack and not stack[-1]:
                 stack.pop()
             if not stack:
                 self._obj += 1
+            if cap_from >= 0 and not self._skip and self._promise_done():
+                cap_from = self._end_capture(data, cap_from, pos)
+        return self._stop(data, end, cap_from, walked)
+
+    def _promise_done(self) -> bool:
+        """The promise's value has been walked (the payload map is back at its top level)."""
+        return len(self._stack) <= 1 and (not self._stack or not self._stack[0] & 1)
+
+    def _end_capture(self, data: bytes | memoryview, cap_from: int, pos: int) -> int:
+        assert self._capture is not None
+        self._capture += data[cap_from:pos]
+        self._check_capture()
+        self.promise = bytes(self._capture)
+        self._capture = None
+        return -1
+
+    def _check_capture(self) -> None:
+        if self._capture is not None and len(self._capture) > MAX_PROMISE:
+            raise ProtocolError(f"a message's promise may take at most {MAX_PROMISE} bytes")
+
+    def _stop(
+        self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True
+    ) -> bool:
+        """End this feed at ``pos``: keep what follows for the next, and the promise so far."""
+        if pos < len(data):
+            self._carry = bytes(data[pos:])
+        if cap_from >= 0 and self._capture is not None:
+            self._capture += data[cap_from:pos]
+            self._check_capture()
         self.values += walked
-        return True
+        return done
 
 
-def check_extra(rest: bytes | memoryview) -> None:
-    """Refuse a frame's payload unless it is at most one map free of :data:`RESERVED` keys."""
+def check_extra(rest: bytes | memoryview, *, sender: str) -> None:
+    """Refuse a frame's payload unless it is one map free of :data:`RESERVED` keys whose
+    promise, if any, sends the answer to ``sender`` only."""
     if not rest:
         return
-    found = _keys_of_small(rest) if len(rest) <= SMALL_PAYLOAD else _keys_of_large(rest)
+    found, promise = _keys_of_small(rest) if len(rest) <= SMALL_PAYLOAD else _keys_of_large(rest)
+    check_keys(found)
+    check_promise(promise, sender)
+
+
+def check_keys(found: set[str]) -> None:
     if found:
         raise ProtocolError(
             f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
         )
 
 
-def _keys_of_small(rest: bytes | memoryview) -> set[str]:
+def check_promise(promise: Any, sender: str) -> None:
+    foreign = foreign_targets(promise, sender)
+    if foreign:
+        raise PermissionDenied(
+            f"Permission denied: a call's promise may send its answer only to its caller {sender}, "
+            f"not {', '.join(foreign)}"
+        )
+
+
+def foreign_targets(promise: Any, sender: str) -> list[str]:
+    """The callback targets in a promise other than ``sender`` (hypha-rpc's ``_rtarget``).
+
+    The callee calls these functions as itself when it answers; a promise
+    naming anyone but the caller would make it call a third party's
+    functions, protected ones included, on the caller's behalf. A bare
+    target is relative to the sender's workspace, as hypha-rpc reads it;
+    ``"*"`` is the promise hypha-rpc expands from the (stamped) sender itself.
+    """
+    if promise is None or promise == "*":
+        return []
+    workspace = sender.partition("/")[0]
+    found: list[str] = []
+    stack = [promise]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            target = item.get("_rtarget")
+            if target is not None and target != sender and f"{workspace}/{target}" != sender:
+                found.append(str(target)[:140])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif not isinstance(item, str | int | float | bool | bytes) and item is not None:
+            found.append(type(item).__name__)
+    return found
+
+
+def decode_promise(raw: bytes | None) -> Any:
+    """The promise bytes a :class:`Scanner` kept, decoded."""
+    if raw is None:
+        return None
+    try:
+        return msgpack.unpackb(raw, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(
+            f"message promise is not valid msgpack ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
     try:
         extra = msgpack.unpackb(rest, strict_map_key=False)
     except msgpack.ExtraData:
         raise ProtocolError("unexpected data after the message's payload") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        raise ProtocolError(
+            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
+        ) from None
     if type(extra) is not dict:
         raise ProtocolError("each part of a message must be a msgpack map")
-    return RESERVED.intersection(extra)
+    return RESERVED.intersection(extra), extra.get("promise")
 
 
-def _keys_of_large(rest: bytes | memoryview) -> set[str]:
+def _keys_of_large(rest: bytes | memoryview) -> tuple[set[str], Any]:
     scanner = Scanner(objects=1, payload=0)
     if scanner.feed(rest, WALK_BUDGET):
         if not scanner.complete:
             raise ProtocolError("message payload is truncated")
-        return scanner.found
+        return scanner.found, decode_promise(scanner.promise)
     return _keys_with_c_unpacker(rest)
 
 
-def _keys_with_c_unpacker(rest: bytes | memoryview) -> set[str]:
+def _keys_with_c_unpacker(rest: bytes | memoryview) -> tuple[set[str], Any]:
     """:func:`check_extra` for payloads of many small values: the same rules, at C speed."""
     unpacker = msgpack.Unpacker(max_buffer_size=len(rest), strict_map_key=False)
     unpacker.feed(rest)
+    promise = None
     try:
         n = unpacker.read_map_header()
         found = set()
         for _ in range(n):
             key = unpacker.unpack()
+            if key == "promise":
+                promise = unpacker.unpack()
+                continue
             if isinstance(key, str) and key in RESERVED:
                 found.add(key)
             unpacker.skip()
     except msgpack.OutOfData:
         raise ProtocolError("message payload is truncated") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        raise ProtocolError(
+            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
+        ) from None
     if unpacker.tell() != len(rest):
         raise ProtocolError("unexpected data after the message's payload")
-    return found
+    return found, promise
