@@ -262,19 +262,45 @@ def foreign_targets(promise: Any, sender: str) -> list[str]:
     """
     if promise is None or promise == "*":
         return []
-    workspace = sender.partition("/")[0]
+    client_id = sender.partition("/")[2]
+    if type(promise) is dict:  # hypha-rpc's shape: {resolve, reject, heartbeat: callback, interval}
+        found: list[str] = []
+        for value in promise.values():
+            if type(value) is not dict:
+                if type(value) is list or not _plain(value):
+                    break  # not hypha-rpc's shape: walk it all
+                continue
+            target = value.get("_rtarget")
+            if target is not None and target != sender and target != client_id:
+                found.append(str(target)[:140])
+            for field in value.values():
+                if type(field) is dict or type(field) is list:
+                    break
+            else:
+                continue
+            break  # nested deeper than a callback: walk it all
+        else:
+            return found
+    return _walk_targets(promise, sender, client_id)
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool | bytes)
+
+
+def _walk_targets(promise: Any, sender: str, client_id: str) -> list[str]:
     found: list[str] = []
     stack = [promise]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             target = item.get("_rtarget")
-            if target is not None and target != sender and f"{workspace}/{target}" != sender:
+            if target is not None and target != sender and target != client_id:
                 found.append(str(target)[:140])
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-        elif not isinstance(item, str | int | float | bool | bytes) and item is not None:
+        elif not _plain(item):
             found.append(type(item).__name__)
     return found
 
