@@ -343,7 +343,7 @@ class WorkspaceManager:
     async def list_clients(self, workspace: Any = None, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Every client of a workspace (those that registered their built-in service)."""
         peer = self._caller(context)
-        ws = workspace or peer.workspace
+        ws = ids.check_id(workspace or peer.workspace, "workspace")
         self._require(peer, ws, Permission.READ)
         found = await self.hub.registry.find(ServiceQuery(ws, "*", "built-in"))
         return [{"id": i["id"].rpartition(":")[0], "user": i["config"].get("created_by")} for i in found]
@@ -351,7 +351,12 @@ class WorkspaceManager:
     async def ping(self, client_id: Any, timeout: float = 5, context: dict[str, Any] | None = None) -> str:
         """``"pong"`` if the client answers, else a string saying why not (never raises)."""
         peer = self._caller(context)
-        target = client_id if "/" in str(client_id) else f"{peer.workspace}/{client_id}"
+        if not isinstance(client_id, str):
+            return f"Failed to ping client {client_id!r}: client_id must be a string"
+        ws, slash, cid = client_id.rpartition("/")
+        if not ids.is_id(cid) or (slash and not ids.is_id(ws)):
+            return f"Failed to ping client {client_id[:140]!r}: ids are {ids.GRAMMAR}"
+        target = client_id if slash else f"{peer.workspace}/{client_id}"
         try:
             assert self.rpc is not None
             await self.rpc.ping(target, float(timeout))
@@ -413,7 +418,7 @@ class WorkspaceManager:
     async def get_workspace_info(self, workspace: Any = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """What this hub knows of a workspace."""
         peer = self._caller(context)
-        ws = workspace or peer.workspace
+        ws = ids.check_id(workspace or peer.workspace, "workspace")
         self._require(peer, ws, Permission.READ)
         return {
             "type": "workspace", "id": ws, "name": ws, "description": "", "persistent": False,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import PermissionDenied, ProtocolError
+from switchboard.protocol import ids
 
 ServiceInfo = dict[str, Any]
 
@@ -31,15 +32,20 @@ def full_id(workspace: str, client_id: str, service_id: str) -> str:
 
 
 def split_full_id(full: str) -> tuple[str, str, str]:
-    """``ws/cid:svc[@app]`` → ``(ws, cid, svc)``; ids hold no '/', ':' or '@' (§5.1)."""
+    """``ws/cid:svc[@app]`` → ``(ws, cid, svc)``, each in the id grammar (§5.1)."""
     ws, slash, rest = full.partition("/")
     cid, colon, svc = rest.partition(":")
     svc = svc.partition("@")[0]
-    if not (slash and colon and ws and cid and svc) or any(
-        c in part for part in (cid, svc) for c in "/:@"
-    ):
-        raise ProtocolError(f"invalid service id {full!r}: expected '<workspace>/<client>:<service>'")
+    if not (slash and colon) or not ((ws == "*" or ids.is_id(ws)) and ids.is_id(cid) and ids.is_id(svc)):
+        raise ProtocolError(
+            f"invalid service id {full[:200]!r}: expected '<workspace>/<client>:<service>', ids of {ids.GRAMMAR}"
+        )
     return ws, cid, svc
+
+
+def _part(value: str, what: str) -> str:
+    """A part of a service query: ``*`` (any) or an id."""
+    return value if value == "*" else ids.check_id(value, what)
 
 
 def parse_query(text: str, default_workspace: str) -> ServiceQuery:
@@ -61,8 +67,10 @@ def parse_query(text: str, default_workspace: str) -> ServiceQuery:
         cid, _, text = text.partition(":")
         cid = cid or "*"
     if not text or ":" in text:
-        raise ProtocolError(f"invalid service id {original!r}: no service name")
-    return ServiceQuery(ws, cid, text, app)
+        raise ProtocolError(f"invalid service id {original[:200]!r}: no service name")
+    return ServiceQuery(
+        _part(ws, "workspace"), _part(cid, "client id"), _part(text, "service id"), _part(app, "app id")
+    )
 
 
 def matches(info: ServiceInfo, query: ServiceQuery) -> bool:
@@ -133,8 +141,11 @@ def prepare_registration(
     else:
         svc = raw_id.rpartition(":")[2] if ":" in raw_id else raw_id
     svc = svc.partition("@")[0]
-    if not svc or any(c in svc for c in "/:@"):
-        raise ProtocolError(f"invalid service id {raw_id!r}")
+    if not ids.is_id(svc):
+        raise ProtocolError(f"invalid service id {raw_id[:200]!r}: service names are {ids.GRAMMAR}")
+    app_id = info.get("app_id") or "*"
+    if app_id != "*" and not ids.is_id(app_id):
+        raise ProtocolError(f"invalid app_id {str(app_id)[:64]!r}: use {ids.GRAMMAR}")
     config = info.get("config")
     if config is None:
         config = {}
@@ -156,7 +167,7 @@ def prepare_registration(
     info.setdefault("type", "generic")
     info.setdefault("description", None)
     info.setdefault("docs", None)
-    info["app_id"] = info.get("app_id") or "*"
+    info["app_id"] = app_id
     return info
 
 
@@ -169,18 +180,24 @@ def list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]
         return ServiceQuery(workspace), {}
     if isinstance(query, str):
         if "/" not in query and ":" not in query:
-            return ServiceQuery(query), {}
+            return ServiceQuery(_part(query, "workspace")), {}
         q = parse_query(query, workspace)
         return q, ({"visibility": "public"} if q.workspace == "*" else {})
     if isinstance(query, dict):
         unknown = set(query) - _LIST_KEYS
         if unknown:
             raise ProtocolError(f"Unknown list_services keys: {', '.join(sorted(unknown))}")
-        q = ServiceQuery(
+        parts = (
             query.get("workspace") or workspace,
             query.get("client_id") or "*",
             query.get("service_id") or query.get("id") or "*",
             query.get("app_id") or "*",
+        )
+        if not all(isinstance(p, str) for p in parts):
+            raise ProtocolError("list_services query values must be strings")
+        q = ServiceQuery(
+            _part(parts[0], "workspace"), _part(parts[1], "client id"),
+            _part(parts[2], "service id"), _part(parts[3], "app id"),
         )
         filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
         return q, filters
