@@ -26,7 +26,7 @@ from switchboard.errors import PermissionDenied, ProtocolError
 # In the payload they would override, on the receiving side, what the hub stamped.
 RESERVED = frozenset({"type", "from", "to", "ws", "user", "ctx", "session", "method"})
 _RESERVED_BYTES = frozenset(k.encode() for k in RESERVED)
-_LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES)
+_LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES | {b"promise"})
 
 MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest message
 # The walk is plain Python: past this many values in one frame the rest of the
@@ -216,7 +216,7 @@ class Scanner:
         self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True
     ) -> bool:
         """End this feed at ``pos``: keep what follows for the next, and the promise so far."""
-        if pos < len(data):
+        if done and pos < len(data):  # out of budget, the walk ends here: nothing to keep
             self._carry = bytes(data[pos:])
         if cap_from >= 0 and self._capture is not None:
             self._capture += data[cap_from:pos]
