@@ -5,19 +5,33 @@
     FUZZ_EXAMPLES=2000 python bench/fuzz.py   # fewer
     FUZZ_ONLY=decode,http python bench/fuzz.py
 
+    FUZZ_ONLY=outsider-provider,outsider-manager,outsider-http FUZZ_TRUST_HUBS=single,cluster python bench/fuzz.py
+
 Properties: ``decode`` (envelope.decode → route → stamp), ``hello``
 (handshake.parse_hello), ``control`` (handshake.parse_control), ``query``
 (services.parse_query), ``registration`` (services.prepare_registration),
 ``http`` (the HTTP call endpoint of a live in-process hub) and ``websocket``
-(raw frames against that hub). The strategies and checks are imported from the
-test module, so CI and this run fuzz exactly the same things. For each property
-it prints the examples run, how they ended (e.g. ``refused``, ``routed``, HTTP
-statuses), the time taken and PASS or the falsifying example; it exits 1 if any
-property failed, and a live hub must end serving and with no leaked peers.
+(raw frames against that hub), from tests/security/test_fuzz.py; and the
+outsider of tests/security/test_trust_boundary.py: ``outsider-provider`` and
+``outsider-manager`` (frames smuggling identity fields, ``ctx``, promise
+targets and odd ``to`` ids, to W's provider and to the manager) and
+``outsider-http`` (junk paths and bearer tokens at W's services), each example
+followed by that module's invariant (nothing of W ran or returned, no token for
+W, W's services unchanged). They run against the hubs ``FUZZ_TRUST_HUBS`` names
+(``single``, an in-process hub, by default; ``cluster``: two replica processes
+on one Valkey); ``TRUST_OPEN_HOLES=1`` also sends the frames of the open hole
+that test module pins (they fail the invariant until it is fixed).
+
+The strategies and checks are imported from the test modules, so CI and this
+run fuzz exactly the same things. For each property it prints the examples
+run, how they ended (e.g. ``refused``, ``routed``, HTTP statuses), the time
+taken and PASS or the falsifying example; it exits 1 if any property failed,
+and a live hub must end serving and with no leaked peers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import importlib.util
 import os
@@ -31,17 +45,28 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("security_fuzz", ROOT / "tests" / "security" / "test_fuzz.py")
-assert _spec is not None
-assert _spec.loader is not None
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
+
+
+def _load(name: str, filename: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "security" / filename)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+fuzz = _load("security_fuzz", "test_fuzz.py")
+trust = _load("security_trust_boundary", "test_trust_boundary.py")
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "20000"))
 ONLY = {name for name in os.environ.get("FUZZ_ONLY", "").split(",") if name}
+OUTSIDER = {"outsider-provider", "outsider-manager", "outsider-http"}
+TRUST_HUBS = [kind for kind in os.environ.get("FUZZ_TRUST_HUBS", "single").split(",") if kind]
 
 
-def run(name: str, strategy: Any, check: Callable[[Any], Any]) -> bool:
+def run(name: str, strategy: Any, check: Callable[[Any], Any], label: str | None = None) -> bool:
     if ONLY and name not in ONLY:
         return True
     outcomes: collections.Counter[str] = collections.Counter()
@@ -61,7 +86,7 @@ def run(name: str, strategy: Any, check: Callable[[Any], Any]) -> bool:
     elapsed = time.monotonic() - started
     total = sum(outcomes.values())
     tally = ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
-    print(f"{name:<13} {total:>7} examples in {elapsed:7.1f}s ({total / elapsed:7.0f}/s)  {verdict.splitlines()[0]}  [{tally}]",
+    print(f"{label or name:<26} {total:>7} examples in {elapsed:7.1f}s ({total / elapsed:7.0f}/s)  {verdict.splitlines()[0]}  [{tally}]",
           flush=True)
     if verdict != "PASS":
         print(verdict, flush=True)
@@ -96,8 +121,40 @@ def main() -> int:
         except AssertionError as exc:
             print(f"live hub afterwards: FAIL {exc}", flush=True)
             ok = False
+    if not ONLY or ONLY & OUTSIDER:
+        ok = outsider() and ok
     print("all properties held" if ok else "SOME PROPERTY FAILED", flush=True)
     return 0 if ok else 1
+
+
+def outsider() -> bool:
+    """The outsider properties against each hub of FUZZ_TRUST_HUBS.
+
+    The clients live on this event loop; hypothesis runs in a worker thread and
+    hands each example's check to the loop, as the test module does.
+    """
+
+    async def each_hub() -> bool:
+        loop = asyncio.get_running_loop()
+        ok = True
+        for kind in TRUST_HUBS:
+            async with trust.open_scenario(kind) as sc:
+                for name, strategy, check in trust.outsider_properties(sc):
+
+                    def bridged(case: Any, check: Any = check) -> str:
+                        return asyncio.run_coroutine_threadsafe(check(case), loop).result(120)
+
+                    held = await asyncio.to_thread(run, name, strategy, bridged, f"{name}@{kind}")
+                    ok = held and ok
+                await sc.assert_bystander_served()
+            print(f"{kind} hub afterwards: the bystander is still served", flush=True)
+        return ok
+
+    try:
+        return asyncio.run(each_hub())
+    except AssertionError as exc:
+        print(f"outsider: FAIL {exc}", flush=True)
+        return False
 
 
 if __name__ == "__main__":
