@@ -19,8 +19,7 @@ targets and odd ``to`` ids, to W's provider and to the manager) and
 followed by that module's invariant (nothing of W ran or returned, no token for
 W, W's services unchanged). They run against the hubs ``FUZZ_TRUST_HUBS`` names
 (``single``, an in-process hub, by default; ``cluster``: two replica processes
-on one Valkey); ``TRUST_OPEN_HOLES=1`` also sends the frames of the open hole
-that test module pins (they fail the invariant until it is fixed).
+on one Valkey).
 
 The strategies and checks are imported from the test modules, so CI and this
 run fuzz exactly the same things. For each property it prints the examples

@@ -24,11 +24,10 @@ processes sharing one real Valkey (``cluster``): the provider on replica A;
 the attacker, the owner and the bystander on B (the owner on B, so the manager
 the attacker talks to has a W admin at hand to impersonate).
 
-The per-hole tests (``test_hole<N>_...``) fail on the code before the fix
-(609ade2) and pass after it. ``test_a_chunked_message_to_a_client_...`` covers
-a variant whose fix is still under way; ``test_open_hole_...`` pins a hole this
-suite found and nobody fixed yet (``xfail(strict=True)``, as the authorization
-matrix marks its known bugs).
+The per-hole tests (``test_hole<N>_...``, and ``test_a_chunked_message_to_a_client_...``
+for hole 2 through a message in pieces) fail on the code before the fix (609ade2)
+and pass after it. ``test_hole4_a_client_answers_only_its_caller_too`` is a hole
+this suite found in the first fix (the promise rule held only for the manager).
 
 The property-based outsider (``test_outsider_...``) sends arbitrary identity
 fields in either object of a frame or in ``ctx``, arbitrary promise targets and
@@ -75,7 +74,6 @@ from switchboard.clock import SystemClock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
 from switchboard.hub.auth import Permission, TokenIssuer
-from switchboard.protocol import envelope
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess
@@ -98,12 +96,6 @@ LIMITS = {
 }
 
 SCALE = float(os.environ.get("FUZZ_EXAMPLES_CI", "1"))
-# Include the frames of the open hole (a client's callbacks aimed at a third client) in the
-# property runs; off by default, since test_open_hole_... pins that hole already.
-WITH_OPEN_HOLES = os.environ.get("TRUST_OPEN_HOLES") == "1"
-# A message chunked to a client is checked by its receiver's replica once main's fix lands
-# (test_a_chunked_message_to_a_client_...); until then the properties send none.
-CHUNKED_TO_CLIENTS_FIXED = False
 
 
 def hub_settings() -> Settings:
@@ -884,19 +876,12 @@ ONLY_ITS_CALLER = re.compile(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open hole found by this suite: the hub checks the promise targets of calls to the manager only; "
-        "a client's hypha-rpc calls whatever its caller's promise names, as itself"
-    ),
-)
-async def test_open_hole_a_client_answers_only_its_caller_too(sc: Scenario) -> None:
+async def test_hole4_a_client_answers_only_its_caller_too(sc: Scenario) -> None:
     """Attack: a call to the provider's public ``pub.ping`` (or its built-in ``ping``, or even the
     refused ``prot.act``) whose promise names ``services.prot.act`` at ``W/provider``. The provider's
     hypha-rpc answers by calling that function as itself, from inside W, so ``act`` runs for an
-    outsider. The invariant says it must not: the hub should refuse such a frame as it does for
-    the manager (hole 4)."""
+    outsider. The hub refuses such a frame as it does for the manager: a promise may send the
+    answer only to the caller."""
     before = await sc.baseline()
     act = callback(sc.provider_id, "services.prot.act")
     async with sc.attacker() as atk:
@@ -1402,46 +1387,6 @@ def case_frame(case: dict[str, Any], names: dict[str, Any]) -> bytes:
     return pack(main) + pack(body)  # "map", and the message "chunked" sends in pieces
 
 
-def routes_to_a_client(to: str, atk: Raw) -> bool:
-    """Would the hub route a frame of ``atk``'s with this ``to`` to a client?"""
-    try:
-        route = envelope.route(to, sender_workspace=atk.workspace, manager_id=atk.manager[2:])
-    except Exception:
-        return False
-    return route.kind == "client"
-
-
-def open_hole(data: bytes, atk: Raw) -> bool:
-    """Is this frame one of the open hole's: the hub delivers it to a client, and its promise aims
-    a callback at anyone but the sender? (The hub's own pure checks say what it delivers.)"""
-    me = atk.id
-    try:
-        env = envelope.decode(data)
-        route = envelope.route(
-            env.main.get("to"), sender_workspace=atk.workspace, manager_id=atk.manager[2:]
-        )
-        envelope.stamp(
-            env, sender=me, workspace=atk.workspace, user=atk.info["user"], to=route.target
-        )
-    except Exception:
-        return False  # refused by the hub: sent, and checked in full
-    if route.kind != "client":
-        return False
-    extra = env.rest and msgpack.unpackb(env.rest, strict_map_key=False)
-    stack = [extra.get("promise")] if isinstance(extra, dict) else []
-    for _ in range(1000):  # bounded: a promise is a few small maps
-        if not stack:
-            return False
-        item = stack.pop()
-        if isinstance(item, dict):
-            if item.get("_rtarget", me) not in (me, me.partition("/")[2]):
-                return True
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
-
-
 async def check_frame_case(sc: Scenario, case: dict[str, Any]) -> str:
     """One outsider frame (to the provider or the manager), then the invariant; how it ended."""
     before = await sc.baseline()
@@ -1458,12 +1403,8 @@ async def check_frame_case(sc: Scenario, case: dict[str, Any]) -> str:
             "owner_user": json.loads(json.dumps(sc.owner.config["user"])),
         }
         data = case_frame(case, names)
-        if not WITH_OPEN_HOLES and open_hole(data, atk):
-            return "not sent (the open hole)"
         if case["shape"] == "chunked":
             to = fill(case["to"], names)
-            if not (WITH_OPEN_HOLES or CHUNKED_TO_CLIENTS_FIXED) and routes_to_a_client(to, atk):
-                return "not sent (chunked to a client: fix pending)"
             outcome = await upload_case(atk, to, data)
         else:
             await atk.send(data)
