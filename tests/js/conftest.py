@@ -1,0 +1,205 @@
+"""Fixtures for the JavaScript tests: the unmodified hypha-rpc npm client in Node and in headless Chromium.
+
+``scripts/js-deps`` (run by ``scripts/test``) installs node, npm and chromium
+with apt if they are missing and ``tests/js/package.json`` into ``.cache/js``.
+Without them these tests are skipped, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from switchboard.testing.browser import CHROMIUM, Chromium, Page, StaticServer
+from switchboard.testing.wait import eventually
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+MODULES = ROOT / ".cache" / "js" / "node_modules"
+CLIENT_DIST = MODULES / "hypha-rpc" / "dist"
+
+
+def _missing() -> list[str]:
+    missing = [tool for tool in ("node",) if shutil.which(tool) is None]
+    if not Path(CHROMIUM).exists():
+        missing.append("chromium")
+    if not (CLIENT_DIST / "hypha-rpc-websocket.mjs").exists() or not (MODULES / "ws").exists():
+        missing.append(".cache/js (npm packages)")
+    return missing
+
+
+@pytest.fixture(scope="session")
+def js_tools() -> None:
+    missing = _missing()
+    if missing:
+        message = f"JavaScript tests need {', '.join(missing)}: run scripts/js-deps"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def chromium(js_tools: None) -> Iterator[Chromium]:
+    with Chromium() as browser:
+        yield browser
+
+
+@pytest.fixture(scope="session")
+def static_server() -> Iterator[StaticServer]:
+    """The agent page and the npm package's browser bundle, from an origin other than the hub's."""
+    with StaticServer({"/": HERE, "/hypha-rpc/": CLIENT_DIST}) as server:
+        yield server
+
+
+@dataclass
+class Agent:
+    """A running agent.mjs: its service is ``<workspace>/<client_id>:js``."""
+
+    runtime: str
+    workspace: str
+    client_id: str
+    lines: list[str] = field(default_factory=list)
+    page: Page | None = None
+
+    @property
+    def service_id(self) -> str:
+        return f"{self.workspace}/{self.client_id}:js"
+
+    def log(self) -> str:
+        if self.page is not None:
+            return "\n".join(f"[{e.level}] {e.text}" for e in self.page.console)
+        return "\n".join(self.lines)
+
+
+StartAgent = Callable[..., Awaitable[Agent]]
+
+
+async def _start_node(stack: contextlib.AsyncExitStack, config: dict[str, Any]) -> Agent:
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(HERE / "node_agent.mjs"), json.dumps(config),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "SB_JS_MODULES": str(MODULES)},
+    )
+
+    async def stop() -> None:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        reader.cancel()
+
+    lines: list[str] = []
+    ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            lines.append(line)
+            if line.startswith("READY ") and not ready.done():
+                ready.set_result(json.loads(line[6:]))
+            elif line.startswith("FAILED ") and not ready.done():
+                ready.set_exception(AssertionError(f"node agent failed: {line[7:]}"))
+        if not ready.done():
+            ready.set_exception(AssertionError("node agent exited:\n" + "\n".join(lines)))
+
+    reader = asyncio.create_task(read())
+    stack.push_async_callback(stop)
+    info = await asyncio.wait_for(ready, 30)
+    return Agent("node", info["workspace"], info["clientId"], lines=lines)
+
+
+async def _start_chromium(
+    stack: contextlib.AsyncExitStack, browser: Chromium, static: StaticServer, config: dict[str, Any]
+) -> Agent:
+    page = await stack.enter_async_context(browser.page())
+    await page.goto(f"{static.url}/agent.html#{urllib.parse.quote(json.dumps(config))}")
+
+    async def settled() -> dict[str, Any] | None:
+        state = await page.evaluate("window.agent")
+        return state if state and (state.get("ready") or state.get("error")) else None
+
+    state = await eventually(settled, timeout=30, what="the agent page connecting")
+    if state.get("error"):
+        raise AssertionError(f"chromium agent failed: {state['error']}\n" + "\n".join(e.text for e in page.console))
+    return Agent("chromium", state["workspace"], state["clientId"], page=page)
+
+
+@pytest.fixture(params=["node", "chromium"])
+async def start_agent(request: pytest.FixtureRequest, js_tools: None) -> AsyncIterator[StartAgent]:
+    """``await start_agent(server_url=..., token=..., client_id=...)``: agent.mjs in Node or Chromium."""
+    runtime = request.param
+    browser = request.getfixturevalue("chromium") if runtime == "chromium" else None
+    static = request.getfixturevalue("static_server") if runtime == "chromium" else None
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(**config: Any) -> Agent:
+            if browser is not None and static is not None:
+                return await _start_chromium(stack, browser, static, config)
+            return await _start_node(stack, config)
+
+        yield start
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """``await clients(url, client_id=..., token=...)``: real hypha-rpc (Python) clients, closed at the end."""
+    from hypha_rpc import connect_to_server
+
+    made: list[Any] = []
+
+    async def _connect(url: str, **config: Any) -> Any:
+        config.setdefault("method_timeout", 20)
+        client = await connect_to_server({"server_url": url, **config})
+        made.append(client)
+        return client
+
+    yield _connect
+    for client in reversed(made):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.disconnect(), 5)
+
+
+def python_service() -> dict[str, Any]:
+    """The Python counterpart of agent.mjs's service: what the JavaScript side calls."""
+
+    async def apply(callback: Any, value: Any) -> Any:
+        return await callback(value)
+
+    async def count(n: int) -> Any:
+        for i in range(n):
+            yield i
+
+    def describe(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: describe(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [describe(v) for v in value]
+        return f"{type(value).__name__}:{value!r}" if not isinstance(value, bytes) else f"bytes:{list(value)}"
+
+    return {
+        "id": "py",
+        "config": {"visibility": "public"},
+        "echo": lambda value: value,
+        "describe": describe,
+        "values": lambda: dict(PY_VALUES),
+        "apply": apply,
+        "count": count,
+    }
+
+
+PY_VALUES: dict[str, Any] = {
+    "int": 42, "negative": -7, "float": 3.5, "big": 2**40, "text": "héllo ✓", "empty": "",
+    "yes": True, "no": False, "nothing": None, "list": [1, "two", None, [3]],
+    "nested": {"a": [1, {"b": None, "c": "d"}], "e": {"f": {"g": 1.25}}},
+    "bytes": b"\x00\x01\x02\xff",
+}
