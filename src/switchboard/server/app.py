@@ -7,6 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -99,6 +101,23 @@ def build_hub(
     return hub
 
 
+def _middleware(settings: Settings) -> list[Middleware]:
+    """CORS for the HTTP endpoints (WebSockets are not subject to it), if any origin is allowed.
+
+    No credentials: a cross-origin page's requests never carry a visitor's
+    cookies (the stream cookie of the HTTP transport, ``access_token``), only
+    what the page sends itself. Any request header may be sent: the transport
+    needs ``Authorization`` and ``Content-Type: application/msgpack``.
+    """
+    origins = settings.cors_origin_list
+    if not origins:
+        return []
+    return [Middleware(
+        CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["*"], allow_credentials=False, max_age=600,
+    )]
+
+
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
     """The Switchboard ASGI app for ``settings`` (embedded backends by default)."""
     hub = hub or build_hub(settings)
@@ -124,6 +143,6 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         *http_rpc.routes(),
         *http_services.routes(),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))
     app.state.switchboard = state
     return app
