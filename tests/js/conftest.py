@@ -80,11 +80,14 @@ class Agent:
             return "\n".join(f"[{e.level}] {e.text}" for e in self.page.console)
         return "\n".join(self.lines)
 
+    async def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        await eventually(lambda: text in self.log(), timeout=timeout, what=f"{text!r} in the {self.runtime} log")
+
 
 StartAgent = Callable[..., Awaitable[Agent]]
 
 
-async def _start_node(stack: contextlib.AsyncExitStack, config: dict[str, Any]) -> Agent:
+async def _start_node(stack: contextlib.AsyncExitStack, config: dict[str, Any], wait: bool) -> Agent:
     proc = await asyncio.create_subprocess_exec(
         "node", str(HERE / "node_agent.mjs"), json.dumps(config),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -114,15 +117,19 @@ async def _start_node(stack: contextlib.AsyncExitStack, config: dict[str, Any]) 
 
     reader = asyncio.create_task(read())
     stack.push_async_callback(stop)
+    if not wait:
+        return Agent("node", config.get("workspace") or "", config.get("client_id") or "", lines=lines)
     info = await asyncio.wait_for(ready, 30)
     return Agent("node", info["workspace"], info["clientId"], lines=lines)
 
 
 async def _start_chromium(
-    stack: contextlib.AsyncExitStack, browser: Chromium, static: StaticServer, config: dict[str, Any]
+    stack: contextlib.AsyncExitStack, browser: Chromium, static: StaticServer, config: dict[str, Any], wait: bool
 ) -> Agent:
     page = await stack.enter_async_context(browser.page())
     await page.goto(f"{static.url}/agent.html#{urllib.parse.quote(json.dumps(config))}")
+    if not wait:
+        return Agent("chromium", config.get("workspace") or "", config.get("client_id") or "", page=page)
 
     async def settled() -> dict[str, Any] | None:
         state = await page.evaluate("window.agent")
@@ -136,16 +143,20 @@ async def _start_chromium(
 
 @pytest.fixture(params=["node", "chromium"])
 async def start_agent(request: pytest.FixtureRequest, js_tools: None) -> AsyncIterator[StartAgent]:
-    """``await start_agent(server_url=..., token=..., client_id=...)``: agent.mjs in Node or Chromium."""
+    """``await start_agent(server_url=..., token=..., client_id=...)``: agent.mjs in Node or Chromium.
+
+    Chromium loads it from :func:`static_server`, another origin than the hub's.
+    """
     runtime = request.param
     browser = request.getfixturevalue("chromium") if runtime == "chromium" else None
     static = request.getfixturevalue("static_server") if runtime == "chromium" else None
     async with contextlib.AsyncExitStack() as stack:
 
-        async def start(**config: Any) -> Agent:
+        async def start(*, wait: bool = True, **config: Any) -> Agent:
+            """Connected and serving (``wait=False``: just started, e.g. to watch a refusal)."""
             if browser is not None and static is not None:
-                return await _start_chromium(stack, browser, static, config)
-            return await _start_node(stack, config)
+                return await _start_chromium(stack, browser, static, config, wait)
+            return await _start_node(stack, config, wait)
 
         yield start
 
