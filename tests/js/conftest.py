@@ -180,37 +180,26 @@ async def clients() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
             await asyncio.wait_for(client.disconnect(), 5)
 
 
-def python_service() -> dict[str, Any]:
-    """The Python counterpart of agent.mjs's service: what the JavaScript side calls."""
+@pytest.fixture
+def redis_server() -> Iterator[Any]:
+    from switchboard.testing import ValkeyServer
 
-    async def apply(callback: Any, value: Any) -> Any:
-        return await callback(value)
-
-    async def count(n: int) -> Any:
-        for i in range(n):
-            yield i
-
-    def describe(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: describe(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [describe(v) for v in value]
-        return f"{type(value).__name__}:{value!r}" if not isinstance(value, bytes) else f"bytes:{list(value)}"
-
-    return {
-        "id": "py",
-        "config": {"visibility": "public"},
-        "echo": lambda value: value,
-        "describe": describe,
-        "values": lambda: dict(PY_VALUES),
-        "apply": apply,
-        "count": count,
-    }
+    with ValkeyServer() as valkey:
+        yield valkey
 
 
-PY_VALUES: dict[str, Any] = {
-    "int": 42, "negative": -7, "float": 3.5, "big": 2**40, "text": "héllo ✓", "empty": "",
-    "yes": True, "no": False, "nothing": None, "list": [1, "two", None, [3]],
-    "nested": {"a": [1, {"b": None, "c": "d"}], "e": {"f": {"g": 1.25}}},
-    "bytes": b"\x00\x01\x02\xff",
-}
+@pytest.fixture
+def replicas(redis_server: Any) -> Iterator[Callable[[str], Any]]:
+    """``replicas("ra")``: a replica process sharing one real Valkey; all killed at the end."""
+    from switchboard.testing.replica import ReplicaProcess
+
+    started: list[ReplicaProcess] = []
+
+    def start(replica_id: str) -> ReplicaProcess:
+        replica = ReplicaProcess(replica_id=replica_id, redis_url=redis_server.url)
+        started.append(replica)
+        return replica.start()
+
+    yield start
+    for replica in started:
+        replica.kill()
