@@ -20,7 +20,7 @@ from switchboard.config import Settings
 from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
-from switchboard.server import http_rpc, http_services
+from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
 
@@ -123,15 +123,19 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
     hub = hub or build_hub(settings)
     state = ServerState(hub)
 
+    sampler = status_api.StatusSampler(hub)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await hub.start()
+        sampler.start()
         state.phase = Phase.READY
         log.info("ready at %s as %s", settings.public_base_url, hub.manager_id, extra={"replica": hub.replica_id})
         try:
             yield
         finally:
             state.phase = Phase.DRAINING
+            await sampler.stop()
             await hub.stop()
             state.phase = Phase.STOPPED
 
@@ -141,8 +145,11 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         Route("/metrics", metrics),
         WebSocketRoute("/ws", websocket_endpoint),
         *http_rpc.routes(),
+        *status_api.routes(),
+        *web_console.routes(),
         *http_services.routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))
     app.state.switchboard = state
+    app.state.status_sampler = sampler
     return app
