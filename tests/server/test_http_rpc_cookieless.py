@@ -59,3 +59,20 @@ async def test_a_post_without_cookie_or_token_is_refused_with_the_remedy(server)
         detail = reply.json()["detail"]
         assert "not the owner" in detail
         _says_what_to_do(detail)
+
+
+async def test_the_older_workspace_path_form_works(server, connect):
+    """hypha-rpc's JavaScript client before 0.21.40 used ``/{workspace}/rpc`` (``public``: not chosen yet)."""
+    token = await (await connect(client_id="owner")).generate_token()
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        async with http.stream("GET", "/public/rpc", params={"client_id": "old-anon"}) as response:
+            assert response.status_code == 200
+            peer = next(p for p in server.hub.peers if p.endswith("/old-anon"))
+            workspace = peer.partition("/")[0]
+            ping = msgpack.packb({"type": "ping"})
+            assert (await http.post(f"/{workspace}/rpc", content=ping, params={"client_id": "old-anon"})).status_code == 200
+        bearer = {"Authorization": f"Bearer {token}"}
+        owner_ws = next(p for p in server.hub.peers if p.endswith("/owner")).partition("/")[0]
+        async with http.stream("GET", f"/{owner_ws}/rpc", params={"client_id": "old-tok"}, headers=bearer) as response:
+            assert response.status_code == 200
+            assert f"{owner_ws}/old-tok" in server.hub.peers

@@ -74,10 +74,30 @@ REMEDY = (
 
 
 def routes(*, keepalive_interval: float = KEEPALIVE_INTERVAL) -> list[Route]:
+    """``/rpc``, and ``/{workspace}/rpc`` as hypha-rpc's JavaScript client used until 0.21.3x.
+
+    That older form names the workspace in the path (``public`` when the client
+    has none yet: the hub then picks, as for no workspace); a ``workspace``
+    query parameter still wins.
+    """
+    stream = functools.partial(open_stream, keepalive=keepalive_interval)
     return [
-        Route("/rpc", functools.partial(open_stream, keepalive=keepalive_interval), methods=["GET"]),
+        Route("/rpc", stream, methods=["GET"]),
         Route("/rpc", post_message, methods=["POST"]),
+        Route("/{workspace}/rpc", stream, methods=["GET"]),
+        Route("/{workspace}/rpc", post_message, methods=["POST"]),
     ]
+
+
+def _query(request: Request, name: str) -> str | None:
+    """A query parameter; for ``workspace`` also the path's (``public`` = not chosen yet, on GET)."""
+    value = request.query_params.get(name)
+    if value or name != "workspace":
+        return value
+    path = request.path_params.get("workspace")
+    if path == "public" and request.method == "GET":
+        return None
+    return path
 
 
 class Refused(Exception):
@@ -201,7 +221,7 @@ def _cross_origin(request: Request, public_base_url: str) -> bool:
 
 async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
     """Admit and attach the caller as a peer, or raise :class:`Refused` with the status."""
-    fields = {k: request.query_params.get(k) for k in ("client_id", "workspace", "reconnection_token")}
+    fields = {k: _query(request, k) for k in ("client_id", "workspace", "reconnection_token")}
     try:
         hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
     except HandshakeError as exc:
@@ -240,6 +260,8 @@ class DownstreamResponse(Response):
         self.status_code = 200
         self.transport: StreamTransport = peer.transport  # type: ignore[assignment]
         cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
+        if "workspace" in request.path_params:  # /{workspace}/rpc: the POSTs go to another "directory"
+            cookie += "; Path=/"
         if request.url.scheme == "https":
             cookie += "; Secure"
         self.raw_headers = [
@@ -337,7 +359,7 @@ async def post_message(request: Request) -> Response:
 
 
 def _param(request: Request, name: str) -> str:
-    value = request.query_params.get(name)
+    value = _query(request, name)
     if not value:
         raise Refused(400, f"Query parameter {name!r} is required")
     return value
