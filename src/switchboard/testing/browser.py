@@ -52,9 +52,11 @@ class BrowserError(RuntimeError):
 class Chromium:
     """One headless Chromium process with a fresh profile; pages come from :meth:`page`."""
 
-    def __init__(self, binary: str = CHROMIUM, *, window: tuple[int, int] = (1280, 800)) -> None:
+    def __init__(self, binary: str = CHROMIUM, *, window: tuple[int, int] = (1280, 800),
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.binary = binary
         self.window = window
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self._profile: str | None = None
         self.ws_url = ""
@@ -62,7 +64,7 @@ class Chromium:
     def start(self, timeout: float = 15.0) -> Chromium:
         self._profile = tempfile.mkdtemp(prefix="sb-chromium-")
         width, height = self.window
-        cmd = [self.binary, *FLAGS, f"--user-data-dir={self._profile}", "--remote-debugging-port=0",
+        cmd = [self.binary, *FLAGS, *self.extra_args, f"--user-data-dir={self._profile}", "--remote-debugging-port=0",
                "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      stdin=subprocess.DEVNULL)
