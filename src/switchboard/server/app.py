@@ -146,8 +146,8 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         WebSocketRoute("/ws", websocket_endpoint),
         *http_rpc.routes(),
         *status_api.routes(),
-        *web_console.routes(),
         *http_services.routes(),
+        *web_console.routes(),  # after: a workspace named "console" keeps /console/services
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))
     app.state.switchboard = state
