@@ -49,6 +49,11 @@ class Settings:
         "Base URL clients reach this hub at (empty: http://HOST:PORT).",
         "encoded into every service reference; must be what clients dial",
     )
+    cors_origins: str = setting(
+        "*",
+        "Origins (scheme://host[:port], comma-separated) whose web pages may use the HTTP endpoints: HTTP-streaming transport, service calls, status API; '*' any, empty none. Cookies are never allowed cross-origin.",
+        "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other pages from using the hub at all",
+    )
     redis_url: str = setting(
         "",
         "Redis/Valkey URL shared by all replicas, e.g. redis://host:6379/0 (empty: embedded, one process).",
@@ -262,8 +267,23 @@ class Settings:
             object.__setattr__(self, "replica_id", _default_replica_id())
         if not ids.is_id(self.replica_id):
             raise ConfigError(f"{env_name('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
+        origins = self.cors_origin_list
+        if "*" in origins and len(origins) > 1:
+            raise ConfigError(f"{env_name('cors_origins')}={self.cors_origins!r}: '*' stands alone")
+        for origin in origins:
+            scheme, sep, rest = origin.partition("://")
+            if origin != "*" and (scheme not in ("http", "https") or not sep or not rest or "/" in rest):
+                raise ConfigError(
+                    f"{env_name('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
+                    "(scheme://host[:port], no path), nor '*'"
+                )
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
             raise ConfigError(f"{env_name('public_url')}={self.public_url!r}: must start with http:// or https://")
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        """``cors_origins`` as a list (``["*"]``, some origins, or empty)."""
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
     def public_base_url(self) -> str:

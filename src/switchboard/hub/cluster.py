@@ -136,6 +136,8 @@ class Cluster:
             "confirmed": stats.confirmed,
             "bus": "ok" if healthy else f"down: {reason}",
             "leader": int(self.elector.is_leader),
+            # running totals, for the rates the web console draws (server/status_api.py)
+            **{name: value for name, value in self.hub.metrics.totals().items()},
         }
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=fields)

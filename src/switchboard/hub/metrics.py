@@ -13,6 +13,7 @@ class HubMetrics:
 
     def __init__(self, replica_id: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.replica_id = replica_id
         labels = {"replica": replica_id}
 
         def counter(name: str, doc: str) -> Counter:
@@ -47,6 +48,24 @@ class HubMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def totals(self) -> dict[str, float]:
+        """Running totals the web console turns into rates: frames received, errors, calls in flight.
+
+        Errors are what went wrong for someone: frames rejected or refused over
+        a limit, frames that reached nobody, refused handshakes, failed calls.
+        """
+        labels = {"replica": self.replica_id}
+
+        def value(name: str) -> float:
+            return self.registry.get_sample_value(name, labels) or 0.0
+
+        errors = sum(value(f"switchboard_{name}_total") for name in (
+            "rejected_frames", "refused_over_limit", "undeliverable_messages",
+            "handshake_failures", "call_errors",
+        ))
+        return {"received": float(self.frames.received), "errors": errors,
+                "inflight": value("switchboard_calls_in_flight")}
 
 
 class FrameCounts:

@@ -7,6 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
@@ -18,7 +20,7 @@ from switchboard.config import Settings
 from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
-from switchboard.server import http_rpc, http_services
+from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
 
@@ -99,20 +101,41 @@ def build_hub(
     return hub
 
 
+def _middleware(settings: Settings) -> list[Middleware]:
+    """CORS for the HTTP endpoints (WebSockets are not subject to it), if any origin is allowed.
+
+    No credentials: a cross-origin page's requests never carry a visitor's
+    cookies (the stream cookie of the HTTP transport, ``access_token``), only
+    what the page sends itself. Any request header may be sent: the transport
+    needs ``Authorization`` and ``Content-Type: application/msgpack``.
+    """
+    origins = settings.cors_origin_list
+    if not origins:
+        return []
+    return [Middleware(
+        CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["*"], allow_credentials=False, max_age=600,
+    )]
+
+
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
     """The Switchboard ASGI app for ``settings`` (embedded backends by default)."""
     hub = hub or build_hub(settings)
     state = ServerState(hub)
 
+    sampler = status_api.StatusSampler(hub)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await hub.start()
+        sampler.start()
         state.phase = Phase.READY
         log.info("ready at %s as %s", settings.public_base_url, hub.manager_id, extra={"replica": hub.replica_id})
         try:
             yield
         finally:
             state.phase = Phase.DRAINING
+            await sampler.stop()
             await hub.stop()
             state.phase = Phase.STOPPED
 
@@ -122,8 +145,11 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         Route("/metrics", metrics),
         WebSocketRoute("/ws", websocket_endpoint),
         *http_rpc.routes(),
+        *status_api.routes(),
         *http_services.routes(),
+        *web_console.routes(),  # after: a workspace named "console" keeps /console/services
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))
     app.state.switchboard = state
+    app.state.status_sampler = sampler
     return app

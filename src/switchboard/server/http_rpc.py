@@ -21,9 +21,13 @@ on each POST; each GET rotates it. A POST is accepted with the current secret
 of that peer's stream, or else with a bearer token that verifies as the peer's
 own user (same client id if the token is bound to one, read access to the
 workspace): its holder could open a stream as that user anyway. Otherwise 401
-(bad token) or 403. A client without a cookie jar (a browser posting
-cross-origin) thus needs a token. A POST for a peer with no HTTP stream on this
-replica gets 400, which the client retries (a balancer may have misrouted it).
+(bad token) or 403. A client without a cookie jar (Node's fetch, a browser
+posting cross-origin: the hub allows no credentials across origins) thus needs
+a token, and the 403 says so (:data:`REMEDY`). A stream opened cross-origin
+without a token could never post, so it is refused when it opens, with the
+same remedy; hypha-rpc's JavaScript client logs the detail and retries.
+A POST for a peer with no HTTP stream on this replica gets 400, which the
+client retries (a balancer may have misrouted it).
 """
 
 from __future__ import annotations
@@ -62,13 +66,38 @@ _LENGTH = struct.Struct(">I")
 _PING = json.dumps({"type": "ping"})
 _CONTROL = ("ping", "refresh_token")
 _WRITER_GRACE = 5.0  # seconds a closing stream may spend flushing to a slow reader
+REMEDY = (
+    "A client that keeps no cookies (Node's fetch, a web page on another origin) must connect with a "
+    "token (Authorization: Bearer, e.g. one from generate_token()) or use the WebSocket transport; "
+    "see the README, 'HTTP streaming without cookies'."
+)
 
 
 def routes(*, keepalive_interval: float = KEEPALIVE_INTERVAL) -> list[Route]:
+    """``/rpc``, and ``/{workspace}/rpc`` as hypha-rpc's JavaScript client used until 0.21.3x.
+
+    That older form names the workspace in the path (``public`` when the client
+    has none yet: the hub then picks, as for no workspace); a ``workspace``
+    query parameter still wins.
+    """
+    stream = functools.partial(open_stream, keepalive=keepalive_interval)
     return [
-        Route("/rpc", functools.partial(open_stream, keepalive=keepalive_interval), methods=["GET"]),
+        Route("/rpc", stream, methods=["GET"]),
         Route("/rpc", post_message, methods=["POST"]),
+        Route("/{workspace}/rpc", stream, methods=["GET"]),
+        Route("/{workspace}/rpc", post_message, methods=["POST"]),
     ]
+
+
+def _query(request: Request, name: str) -> str | None:
+    """A query parameter; for ``workspace`` also the path's (``public`` = not chosen yet, on GET)."""
+    value = request.query_params.get(name)
+    if value or name != "workspace":
+        return value
+    path = request.path_params.get("workspace")
+    if path == "public" and request.method == "GET":
+        return None
+    return path
 
 
 class Refused(Exception):
@@ -160,6 +189,12 @@ async def open_stream(request: Request, *, keepalive: float) -> Response:
         return _error(405, "GET /rpc opens a stream; use GET")
     if not state.accepting:
         return _error(503, "Server is not accepting connections, retry later")
+    if _bearer(request) is None and _cross_origin(request, hub.settings.public_base_url):
+        hub.metrics.handshake_failures.inc()
+        detail = ("Permission denied: an anonymous HTTP stream opened from another origin cannot send: "
+                  "the browser returns no cookie across origins and the client sends no token. " + REMEDY)
+        log.info("stream refused (403): cross-origin without a token", extra={"replica": hub.replica_id})
+        return _error(403, detail)
     try:
         peer, info = await _admit(request, hub)
     except Refused as exc:
@@ -170,9 +205,23 @@ async def open_stream(request: Request, *, keepalive: float) -> Response:
     return DownstreamResponse(request, state, peer, info, keepalive=keepalive)
 
 
+def _cross_origin(request: Request, public_base_url: str) -> bool:
+    """Whether a browser sent this from a page of another origin (which gets no cookie back).
+
+    Browsers name the page's origin on cross-origin requests (``null`` for
+    sandboxed or file pages); a same-origin GET carries none. Own origins: the
+    one the request was addressed to and the public URL (behind a proxy).
+    """
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    own = {f"{request.url.scheme}://{request.headers.get('host', '')}", public_base_url.rstrip("/")}
+    return origin.rstrip("/") not in own
+
+
 async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
     """Admit and attach the caller as a peer, or raise :class:`Refused` with the status."""
-    fields = {k: request.query_params.get(k) for k in ("client_id", "workspace", "reconnection_token")}
+    fields = {k: _query(request, k) for k in ("client_id", "workspace", "reconnection_token")}
     try:
         hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
     except HandshakeError as exc:
@@ -211,6 +260,8 @@ class DownstreamResponse(Response):
         self.status_code = 200
         self.transport: StreamTransport = peer.transport  # type: ignore[assignment]
         cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
+        if "workspace" in request.path_params:  # /{workspace}/rpc: the POSTs go to another "directory"
+            cookie += "; Path=/"
         if request.url.scheme == "https":
             cookie += "; Secure"
         self.raw_headers = [
@@ -308,7 +359,7 @@ async def post_message(request: Request) -> Response:
 
 
 def _param(request: Request, name: str) -> str:
-    value = request.query_params.get(name)
+    value = _query(request, name)
     if not value:
         raise Refused(400, f"Query parameter {name!r} is required")
     return value
@@ -335,7 +386,11 @@ def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
         return
     token = _bearer(request)
     if token is None:
-        raise Refused(403, f"Permission denied: not the owner of the stream of {peer.id}")
+        raise Refused(
+            403,
+            f"Permission denied: not the owner of the stream of {peer.id}: a POST must carry that stream's "
+            f"cookie or a token of its user. {REMEDY}",
+        )
     try:
         user = hub.issuer.verify(token)
     except AuthError as exc:

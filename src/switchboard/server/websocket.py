@@ -20,6 +20,7 @@ import json
 import logging
 from collections.abc import Awaitable
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
@@ -88,6 +89,32 @@ async def _refuse(websocket: WebSocket, message: str, code: int) -> None:
         await websocket.close(code, close_reason(message))
 
 
+async def _refuse_upgrade(websocket: WebSocket) -> None:
+    """Turn a client away while starting or draining, so that every client tries again.
+
+    Before the upgrade, with HTTP 503 and ``Retry-After``: hypha-rpc's
+    JavaScript client treats *any* close before ``connection_info`` as final
+    (it redials a draining replica within milliseconds of its 1012, and an
+    accepted-then-closed socket ended it for good), and its Python client and
+    Switchboard's SDK retry a 5xx. Not 403, which the Python client answers by
+    falling back to legacy query-string auth and giving up. Under an ASGI
+    server without the denial-response extension: accept, then a bare 1013
+    close (no error frame, which would be final for hypha-rpc too).
+    Suppressed: the server's own shutdown may be closing this connection
+    already (seen in bench/compare.py: websockets' "assert not self.eof_sent").
+    """
+    with contextlib.suppress(Exception):
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            denial = JSONResponse(
+                {"success": False, "detail": "Server is draining or starting, please retry"},
+                status_code=503, headers={"Retry-After": "1"},
+            )
+            await websocket.send_denial_response(denial)
+            return
+        await websocket.accept()
+        await websocket.close(handshake.CLOSE_TRY_AGAIN, "Server is draining, please reconnect")
+
+
 async def websocket_endpoint(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state.switchboard
     hub = state.hub
@@ -96,13 +123,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
         return
     if not state.accepting:
-        # A bare close, no error frame: hypha-rpc treats an error frame during
-        # reconnection as final, but must retry (elsewhere) here. Suppressed:
-        # the server's own shutdown may be closing this connection already
-        # (seen in bench/compare.py: websockets' "assert not self.eof_sent").
-        with contextlib.suppress(Exception):
-            await websocket.accept()
-            await websocket.close(handshake.CLOSE_TRY_AGAIN, "Server is draining, please reconnect")
+        await _refuse_upgrade(websocket)
         return
     await websocket.accept()
     try:
