@@ -102,7 +102,7 @@ async def test_an_emptied_workspace_leaves_the_workspace_set(
 
 async def test_remove_client_removes_exactly_that_client(registry: RedisRegistry) -> None:
     mine = [svc("ws1/a:built-in"), svc("ws1/a:echo")]
-    others = [svc("ws1/ab:echo"), svc("ws1/b:echo"), svc("ws2/a:echo"), svc("ws1/a*:x")]
+    others = [svc("ws1/ab:echo"), svc("ws1/b:echo"), svc("ws2/a:echo"), svc("ws1/a.x:x"), svc("ws1/a-:x")]
     for info in mine + others:
         await registry.register(info)
 
