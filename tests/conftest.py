@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -43,3 +44,21 @@ async def connect(server: RunningServer) -> AsyncIterator[Connect]:
     for client in reversed(clients):
         with contextlib.suppress(Exception):
             await client.disconnect()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Connect]:
+    """``await clients(url, client_id=..., token=...)``: real hypha-rpc clients of any hub
+    (a replica process, say), closed at the end."""
+    made: list[Any] = []
+
+    async def _connect(url: str, **config: Any) -> Any:
+        config.setdefault("method_timeout", 20)
+        client = await connect_to_server({"server_url": url, **config})
+        made.append(client)
+        return client
+
+    yield _connect
+    for client in reversed(made):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.disconnect(), 5)

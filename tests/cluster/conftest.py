@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-from hypha_rpc import connect_to_server
 
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
@@ -44,21 +40,3 @@ def replicas(redis_server: ValkeyServer) -> Iterator[Replicas]:
         yield group
     finally:
         group.stop_all()
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    """``await clients(url, client_id=..., token=...)``: real hypha-rpc clients, closed at the end."""
-    made: list[Any] = []
-
-    async def _connect(url: str, **config: Any) -> Any:
-        config.setdefault("method_timeout", 20)
-        client = await connect_to_server({"server_url": url, **config})
-        made.append(client)
-        return client
-
-    yield _connect
-    for client in reversed(made):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.disconnect(), 5)
-

@@ -162,25 +162,6 @@ async def start_agent(request: pytest.FixtureRequest, js_tools: None) -> AsyncIt
 
 
 @pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    """``await clients(url, client_id=..., token=...)``: real hypha-rpc (Python) clients, closed at the end."""
-    from hypha_rpc import connect_to_server
-
-    made: list[Any] = []
-
-    async def _connect(url: str, **config: Any) -> Any:
-        config.setdefault("method_timeout", 20)
-        client = await connect_to_server({"server_url": url, **config})
-        made.append(client)
-        return client
-
-    yield _connect
-    for client in reversed(made):
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.disconnect(), 5)
-
-
-@pytest.fixture
 def redis_server() -> Iterator[Any]:
     from switchboard.testing import ValkeyServer
 

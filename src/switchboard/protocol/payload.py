@@ -16,6 +16,8 @@ side) and reports what it found; :func:`check_extra` is the one-frame case.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -309,23 +311,26 @@ def decode_promise(raw: bytes | None) -> Any:
     """The promise bytes a :class:`Scanner` kept, decoded."""
     if raw is None:
         return None
-    try:
+    with _not_msgpack("message promise"):
         return msgpack.unpackb(raw, strict_map_key=False)
+
+
+@contextlib.contextmanager
+def _not_msgpack(what: str) -> Iterator[None]:
+    """msgpack's errors, as the one :class:`ProtocolError` a client is told."""
+    try:
+        yield
+    except msgpack.ExtraData:
+        raise ProtocolError("unexpected data after the message's payload") from None
+    except msgpack.OutOfData:
+        raise ProtocolError(f"{what} is truncated") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(
-            f"message promise is not valid msgpack ({type(exc).__name__}: {exc})"
-        ) from None
+        raise ProtocolError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
 def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
-    try:
+    with _not_msgpack("message payload"):
         extra = msgpack.unpackb(rest, strict_map_key=False)
-    except msgpack.ExtraData:
-        raise ProtocolError("unexpected data after the message's payload") from None
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(
-            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
-        ) from None
     if type(extra) is not dict:
         raise ProtocolError("each part of a message must be a msgpack map")
     return RESERVED.intersection(extra), extra.get("promise")
@@ -345,10 +350,9 @@ def _keys_with_c_unpacker(rest: bytes | memoryview) -> tuple[set[str], Any]:
     unpacker = msgpack.Unpacker(max_buffer_size=len(rest), strict_map_key=False)
     unpacker.feed(rest)
     promise = None
-    try:
-        n = unpacker.read_map_header()
-        found = set()
-        for _ in range(n):
+    found = set()
+    with _not_msgpack("message payload"):
+        for _ in range(unpacker.read_map_header()):
             key = unpacker.unpack()
             if key == "promise":
                 promise = unpacker.unpack()
@@ -356,12 +360,6 @@ def _keys_with_c_unpacker(rest: bytes | memoryview) -> tuple[set[str], Any]:
             if isinstance(key, str) and key in RESERVED:
                 found.add(key)
             unpacker.skip()
-    except msgpack.OutOfData:
-        raise ProtocolError("message payload is truncated") from None
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(
-            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
-        ) from None
     if unpacker.tell() != len(rest):
         raise ProtocolError("unexpected data after the message's payload")
     return found, promise
