@@ -18,6 +18,7 @@ from switchboard.client import (
     connect,
     idempotent,
 )
+from switchboard.client.wire import websocket_dial
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually
 
@@ -179,3 +180,41 @@ async def test_calls_after_disconnect_say_so(sdk):
     await client.disconnect()
     with pytest.raises(ClientClosed):
         await svc.f()
+
+
+async def test_an_idempotent_call_to_a_provider_that_is_not_connected_is_retried_until_it_is_back(sdk, server):
+    """The hub says "not connected" (the provider left, or its grace ran out): the SDK retries
+    idempotent calls on its backoff, within its budget; others fail at once."""
+    gate = asyncio.Event()
+    gate.set()
+    dial = websocket_dial()
+
+    async def gated(url: str) -> Any:
+        await gate.wait()
+        return await dial(url)
+
+    @idempotent
+    def ping(n):
+        return n
+
+    provider = await sdk(client_id="prov", dial=gated)
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "ping": ping,
+                                     "bump": lambda: 1})
+    caller = await sdk(client_id="caller")
+    svc = await caller.get_service(f"{provider.workspace}/prov:svc")
+    gate.clear()  # its reconnection waits until the test lets it through
+    drop(server, provider, code=1008)  # dropped by the hub: a departure, not a move
+    await eventually(lambda: f"{provider.workspace}/prov" not in server.hub.peers, timeout=5, what="the drop")
+    with pytest.raises(Exception, match="is not connected"):
+        await svc.bump()
+
+    def refused() -> float:
+        return server.hub.metrics.registry.get_sample_value(
+            "switchboard_undeliverable_messages_total", {"replica": server.hub.replica_id}) or 0.0
+
+    before = refused()
+    call = asyncio.ensure_future(svc.ping(7))
+    await eventually(lambda: refused() >= before + 2, timeout=5, what="the idempotent call refused, then retried")
+    assert not call.done()
+    gate.set()
+    assert await asyncio.wait_for(call, 10) == 7
