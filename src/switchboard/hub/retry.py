@@ -5,7 +5,9 @@ not (re)wired its subscription yet: a reconnect or a reconcile is seconds
 away. Dropping the frame would make the caller wait its whole call timeout;
 failing at once would turn a blip into an error. So frames for such a target
 wait in order, are retried on the injected clock, and only after ``window``
-seconds are the callers told "not connected".
+seconds are the callers told "not connected". A target known to be in transit
+(:mod:`switchboard.hub.transit`) is waited for until its grace ends
+(``hold_until``), and no longer once it is known gone (:meth:`RetryWindow.fail`).
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ class RetryWindow:
         publish: Publish,
         give_up: GiveUp,
         max_frames: int = 1000,
+        hold_until: Callable[[str], float | None] | None = None,
     ) -> None:
         self._clock = clock
+        self._hold_until = hold_until
         self.window = window
         self._interval = interval
         self._publish = publish
@@ -60,6 +64,17 @@ class RetryWindow:
 
     def pending(self, target: str) -> bool:
         return target in self._queues
+
+    def idle(self) -> bool:
+        """Nothing waits for any target."""
+        return not self._queues
+
+    def fail(self, target: str) -> None:
+        """``target`` is known to be gone: its callers are told now, not at the window's end."""
+        queue = self._queues.get(target)
+        while queue:
+            self.expired += 1
+            self._give_up(target, queue.popleft())
 
     def add(self, target: str, item: Undelivered) -> None:
         queue = self._queues.get(target)
@@ -77,10 +92,12 @@ class RetryWindow:
             while queue:
                 head = queue[0]
                 if await self._publish(target, head.frame, head.session, head.caller, head.event):
-                    queue.popleft()
+                    if queue and queue[0] is head:  # fail() may have emptied it meanwhile
+                        queue.popleft()
                     self.recovered += 1
                     continue
-                if self._clock.monotonic() >= deadline:
+                held = self._hold_until(target) if self._hold_until is not None else None
+                if self._clock.monotonic() >= max(deadline, held or deadline):
                     log.info("%s unreachable for %.1fs: failing %d frames", target, self.window, len(queue))
                     self.expired += len(queue)
                     while queue:
