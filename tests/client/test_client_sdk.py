@@ -218,3 +218,25 @@ async def test_an_idempotent_call_to_a_provider_that_is_not_connected_is_retried
     assert not call.done()
     gate.set()
     assert await asyncio.wait_for(call, 10) == 7
+
+
+async def test_a_call_running_at_the_provider_when_its_connection_drops_is_still_answered(sdk, server, connect):
+    """The provider's connection ends under a running call (a drain hands it to a sibling): the
+    call finishes and its answer goes out on the next connection. hypha-rpc's heartbeat to the
+    caller must survive the drop: were it failed, the RPC would cancel the running call."""
+    gate = asyncio.Event()
+
+    async def slow():
+        drop(server, provider)  # 1012, as the call starts (its heartbeat to the caller under way)
+        await gate.wait()
+        return "done"
+
+    provider = await sdk(client_id="prov")
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "slow": slow})
+    caller = await connect(client_id="plain-caller", method_timeout=10)  # an unmodified hypha-rpc client
+    svc = await caller.get_service(f"{provider.workspace}/prov:svc")
+    back = asyncio.ensure_future(reconnected(provider))
+    call = asyncio.ensure_future(svc.slow())
+    await asyncio.wait_for(back, 10)
+    gate.set()
+    assert await asyncio.wait_for(call, 10) == "done"
