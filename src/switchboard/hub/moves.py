@@ -186,6 +186,7 @@ class Moves:
             away = None
         released = self.transit.back(peer.id)
         self._send_on(released)  # the peer is attached: its frames queue behind connection_info
+        self.retry.wake(peer.id)
         if away is None and released is not None:
             away = released.away
         if away is None:
@@ -302,6 +303,7 @@ class Moves:
             self._begin(client, float(grace) if isinstance(grace, int | float) else None)
         elif isinstance(client := notice.get("back"), str):
             self._send_on(self.transit.back(client))
+            self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
         elif isinstance(client := notice.get("gone"), str):
             self.retry.fail(client)
             self._send_on(self.transit.cancel(client))

@@ -58,6 +58,7 @@ class RetryWindow:
         self._give_up = give_up
         self._max = max_frames
         self._queues: dict[str, deque[Undelivered]] = {}
+        self._wakers: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovered = 0
         self.expired = 0
@@ -68,6 +69,12 @@ class RetryWindow:
     def idle(self) -> bool:
         """Nothing waits for any target."""
         return not self._queues
+
+    def wake(self, target: str) -> None:
+        """``target`` is reachable again (it came back from transit): try at once, not at the next interval."""
+        waker = self._wakers.get(target)
+        if waker is not None:
+            waker.set()
 
     def fail(self, target: str) -> None:
         """``target`` is known to be gone: its callers are told now, not at the window's end."""
@@ -103,9 +110,25 @@ class RetryWindow:
                     while queue:
                         self._give_up(target, queue.popleft())
                     return
-                await self._clock.sleep(self._interval)
+                await self._pause(target)
         finally:
             self._queues.pop(target, None)
+            self._wakers.pop(target, None)
+
+    async def _pause(self, target: str) -> None:
+        """The retry interval, cut short by :meth:`wake`."""
+        waker = self._wakers.setdefault(target, asyncio.Event())
+        if waker.is_set():
+            waker.clear()
+            return
+        sleeper = asyncio.ensure_future(self._clock.sleep(self._interval))
+        woken = asyncio.ensure_future(waker.wait())
+        try:
+            await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            woken.cancel()
+            waker.clear()
 
     async def close(self) -> None:
         await cancel_and_wait(list(self._tasks))
