@@ -414,6 +414,10 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
                 stranded[i] = await sdk(f"stranded-{i}", [urls[i]])
                 await stranded[i].register_service(provider_service(f"stranded-{i}"))
         caller = await sdk("roll-caller", urls)
+        departures: list[Any] = []  # client_disconnected / service_removed the caller was told of
+        for kind in ("client_disconnected", "service_removed"):
+            caller.on(kind, lambda event, kind=kind: departures.append((kind, event)))
+        await caller.subscribe(["client_disconnected", "service_removed"])
         ids = {pid: f"{p.config['workspace']}/{pid}:{SERVICE}" for pid, p in providers.items()}
         services = {"sdk": {pid: await caller.get_service(sid) for pid, sid in ids.items()}}
         if cfg.hypha_caller:
@@ -464,6 +468,8 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             await running
         result = figures(load.calls, sorted(providers), (roll_start, roll_end + cfg.settle), cfg, passes)
         result.update(config=asdict(cfg), roll_seconds=round(roll_end - roll_start, 2), steps=steps)
+        result["departures_seen"] = [(kind, str(event)[:200]) for kind, event in departures
+                                     if any(pid in str(event) for pid in providers)]
 
         offline = {cid: [round(x, 3) for x in conn.offline()] for cid, conn in conns.items()
                    if not cid.startswith("stranded")}
@@ -562,6 +568,9 @@ def report(name: str, r: dict[str, Any]) -> str:
     if "failed_per_roll" in r and rolls > 1:
         per = r["failed_per_roll"]
         lines.append(f"  failed per roll      {per} (mean {sum(per) / len(per):.2f})")
+    if "departures_seen" in r:
+        lines.append(f"  departures announced {len(r['departures_seen'])} (client_disconnected/service_removed "
+                     f"of a provider, seen by the caller)")
     transit = distribution(r.get("transit_s", []))
     if transit["n"]:
         lines.append(f"  hub: in transit      n={transit['n']} p50 {transit['p50']:.3f} s, p90 {transit['p90']:.3f} s, "
