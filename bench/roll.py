@@ -2,7 +2,9 @@
 
 Valkey and three replicas on fixed loopback ports. Provider clients (the SDK,
 ``switchboard.connect`` with all three URLs, each list rotated so that every
-replica hosts some of them) each register a public service with an
+replica hosts some of them; all clients in one workspace, so each caller hears
+the providers' ``client_disconnected``, on which hypha-rpc fails the calls
+it has pending to that provider) each register a public service with an
 idempotent function ``ping`` and a non-idempotent one ``bump``. A caller (the
 SDK, all URLs) calls ``ping`` of every provider at ``--rate`` calls/s in total
 and ``bump`` at a low rate, recording each call's latency and error. Then each
@@ -395,10 +397,12 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
         await asyncio.to_thread(replicas.start_all, cfg.ready_timeout)
         urls = replicas.urls
 
+        joined: dict[str, Any] = {}  # every client joins the first provider's workspace
+
         async def sdk(client_id: str, url_list: list[str], **kw: Any) -> Any:
             conns[client_id] = Conn()
             client = await connect(url_list, client_id=client_id, on_event=conns[client_id].on_event,
-                                   method_timeout=cfg.call_timeout, **kw)
+                                   method_timeout=cfg.call_timeout, **joined, **kw)
             clients.append(client)
             return client
 
@@ -407,6 +411,8 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             pid = f"prov-{k}"
             providers[pid] = await sdk(pid, rotated(urls, k))
             await providers[pid].register_service(provider_service(pid))
+            if not joined:
+                joined.update(workspace=providers[pid].workspace, token=await providers[pid].generate_token())
         placement = {pid: replicas.index_of(c.url) for pid, c in providers.items()}
         stranded: dict[int, Any] = {}
         if cfg.signal == "kill" and cfg.stranded:
@@ -427,7 +433,7 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             # pause of 2 s more than hypha-rpc's 5 s flap window (a shorter-lived one backs off)
             balancer = await Balancer(replicas.ports, prefer_newest=True).start()
             plain = await connect_to_server({"server_url": balancer.url, "client_id": "roll-hypha",
-                                             "method_timeout": cfg.call_timeout})
+                                             "method_timeout": cfg.call_timeout, **joined})
             clients.append(plain)
             services["hypha"] = {pid: await plain.get_service(sid) for pid, sid in ids.items()}
         log(f"[{cfg.signal}] {len(providers)} providers on replicas {sorted(placement.values())}, "

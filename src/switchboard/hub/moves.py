@@ -121,7 +121,6 @@ class Moves:
                 return False
         if self.transit.holding == 1:
             self._wake()  # the keeper now rechecks every RECHECK seconds
-        self.log.debug("holding a frame for %s in transit (%d held here)", target, self.transit.holding)
         return True
 
     def _begin(self, client: str, remaining: float | None = None) -> None:
