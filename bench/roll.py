@@ -2,13 +2,25 @@
 
 Valkey and three replicas on fixed loopback ports. Provider clients (the SDK,
 ``switchboard.connect`` with all three URLs, each list rotated so that every
-replica hosts some of them) each register a public service with an
+replica hosts some of them; all clients in one workspace, so each caller hears
+the providers' ``client_disconnected``, on which hypha-rpc fails the calls
+it has pending to that provider) each register a public service with an
 idempotent function ``ping`` and a non-idempotent one ``bump``. A caller (the
 SDK, all URLs) calls ``ping`` of every provider at ``--rate`` calls/s in total
 and ``bump`` at a low rate, recording each call's latency and error. Then each
 replica in turn gets SIGTERM (or SIGKILL), its exit is awaited, it is started
 again on the same port (a new incarnation with a new replica id, like a new
-pod behind the same Service) and awaited ready, then a short pause.
+pod behind the same Service) and awaited ready, then a short pause. With
+``--rolls N`` the whole sequence runs N times in a row (failures are counted
+per roll). With ``--hypha-caller`` an unmodified hypha-rpc client calls every
+provider too, at the same rate, through a round-robin TCP balancer in front
+of the replicas (``switchboard.testing.balancer``: one URL, as a hypha-rpc
+client has; a replica is taken out of it just before its signal and put back
+once ready, as a terminating pod leaves its Service). hypha-rpc backs off its
+reconnection by 1 s, doubling, after each connection in a row that lived less
+than 5 s (its flap control), so the pause must keep each of the plain caller's
+connections older than that: the balancer hands it to the replica restarted
+most recently, which is signalled two steps later.
 
 Unreachability of a provider is what the caller saw: the longest gap between
 two successful ``ping`` completions of that provider while the roll ran (the
@@ -22,7 +34,8 @@ when its replica is killed: its registrations can only go away through the
 reaper. At the end: every provider is callable by a fresh client, and within
 a bounded wait no ``sb:owner`` entry names a replica incarnation that is gone.
 
-    /tmp/venv/bin/python bench/roll.py [--signal term|kill|both] [--rate 50] [--clients-per-replica 2]
+    .venv/bin/python bench/roll.py [--signal term|kill|both] [--rate 50] [--clients-per-replica 2]
+                                   [--rolls 20] [--hypha-caller] [-- replica args...]
 
 Writes ``bench/results/roll.json``. ``tests/cluster/test_rolling.py`` loads
 this file by path (``importlib.util.spec_from_file_location``) and runs the
@@ -36,6 +49,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import signal as signals
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,6 +60,7 @@ import httpx
 
 from switchboard.client import Disconnected, GivingUp, Reconnected, connect, idempotent
 from switchboard.testing import ValkeyServer
+from switchboard.testing.balancer import Balancer
 from switchboard.testing.replica import ReplicaProcess, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results" / "roll.json"
@@ -70,6 +85,9 @@ class RollConfig:
     callable_timeout: float = 20.0  # bound on the wait for every provider to answer at the end
     stranded: bool = True  # kill: one abandoned client per replica, left to the reaper
     keep_logs: int = 0  # > 0: that many characters of each replica's log in the result
+    rolls: int = 1  # passes over the replicas, one after the other
+    hypha_caller: bool = False  # also an unmodified hypha-rpc caller, through a balancer
+    replica_args: tuple[str, ...] = ()  # extra `switchboard serve` flags for every replica
 
 
 @dataclass
@@ -79,6 +97,7 @@ class Call:
     start: float
     end: float
     error: str | None = None
+    caller: str = "sdk"  # "sdk" or "hypha"
 
 
 @dataclass
@@ -197,23 +216,27 @@ def rotated(urls: list[str], k: int) -> list[str]:
 
 
 class Load:
-    """Paced calls from the caller to every provider, each call its own task."""
+    """Paced calls from each caller to every provider, each call its own task.
 
-    def __init__(self, services: dict[str, Any], cfg: RollConfig) -> None:
+    ``services`` maps a caller ("sdk", "hypha") to its provider services; the
+    SDK caller also makes the non-idempotent calls.
+    """
+
+    def __init__(self, services: dict[str, dict[str, Any]], cfg: RollConfig) -> None:
         self.services = services
-        self.order = sorted(services)
+        self.order = sorted(services["sdk"])
         self.cfg = cfg
         self.calls: list[Call] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.stop = asyncio.Event()
 
     async def run(self) -> None:
-        loops = [self._paced("idempotent", self.cfg.rate)]
+        loops = [self._paced("idempotent", self.cfg.rate, caller) for caller in self.services]
         if self.cfg.non_idempotent_rate > 0:
-            loops.append(self._paced("non_idempotent", self.cfg.non_idempotent_rate))
+            loops.append(self._paced("non_idempotent", self.cfg.non_idempotent_rate, "sdk"))
         await asyncio.gather(*loops)
 
-    async def _paced(self, kind: str, rate: float) -> None:
+    async def _paced(self, kind: str, rate: float, caller: str) -> None:
         loop = asyncio.get_running_loop()
         interval = 1.0 / rate
         due = loop.time()
@@ -221,7 +244,7 @@ class Load:
         while not self.stop.is_set():
             provider = self.order[i % len(self.order)]
             i += 1
-            task = asyncio.create_task(self._one(kind, provider, i))
+            task = asyncio.create_task(self._one(kind, provider, i, caller))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             due += interval
@@ -232,8 +255,8 @@ class Load:
             elif delay < -1.0:
                 due = loop.time()  # after a stall of the loop, do not burst to catch up
 
-    async def _one(self, kind: str, provider: str, n: int) -> None:
-        svc = self.services[provider]
+    async def _one(self, kind: str, provider: str, n: int, caller: str) -> None:
+        svc = self.services[caller][provider]
         start = time.monotonic()
         error = None
         try:
@@ -245,7 +268,7 @@ class Load:
                 await asyncio.wait_for(svc.bump(), self.cfg.call_timeout)
         except Exception as exc:
             error = f"{type(exc).__name__}: {str(exc)[:300]}"
-        self.calls.append(Call(kind, provider, start, time.monotonic(), error))
+        self.calls.append(Call(kind, provider, start, time.monotonic(), error, caller))
 
     async def finish(self) -> None:
         self.stop.set()
@@ -269,24 +292,46 @@ def longest_gap(ends: list[float], lo: float, hi: float) -> float:
     return max(b - a for a, b in zip(points, points[1:], strict=False))
 
 
-def figures(calls: list[Call], providers: list[str], roll: tuple[float, float], cfg: RollConfig) -> dict[str, Any]:
+def _failures(calls: list[Call]) -> dict[str, Any]:
+    failed = [c for c in calls if c.error]
+    errors: dict[str, int] = {}
+    for c in failed:
+        assert c.error is not None
+        key = c.error.split(":", 1)[0] + ": " + c.error.split(":", 1)[-1][:120].strip()
+        errors[key] = errors.get(key, 0) + 1
+    return {"calls": len(calls), "failed": len(failed), "errors": errors}
+
+
+def _latency(calls: list[Call]) -> dict[str, float | None]:
+    ok = [(c.end - c.start) for c in calls if not c.error]
+    return {name: (None if v is None else round(v * 1e3, 2))
+            for name, v in (("p50", pct(ok, 50)), ("p99", pct(ok, 99)), ("max", max(ok, default=None)))}
+
+
+def figures(calls: list[Call], providers: list[str], roll: tuple[float, float], cfg: RollConfig,
+            passes: list[float] | None = None) -> dict[str, Any]:
+    """``passes``: the start time of each pass over the replicas (a call counts in the pass it started in)."""
     lo, hi = roll
     during = [c for c in calls if lo <= c.start <= hi]
     out: dict[str, Any] = {"calls_made": len(calls), "calls_during_roll": len(during)}
     for kind in ("idempotent", "non_idempotent"):
-        mine = [c for c in calls if c.kind == kind]
-        failed = [c for c in mine if c.error]
-        errors: dict[str, int] = {}
-        for c in failed:
-            key = c.error.split(":", 1)[0] + ": " + c.error.split(":", 1)[-1][:120].strip()
-            errors[key] = errors.get(key, 0) + 1
-        out[kind] = {"calls": len(mine), "failed": len(failed), "errors": errors}
-    ok = [(c.end - c.start) for c in during if c.kind == "idempotent" and not c.error]
-    out["latency_ms"] = {name: (None if v is None else round(v * 1e3, 2))
-                         for name, v in (("p50", pct(ok, 50)), ("p99", pct(ok, 99)), ("max", max(ok, default=None)))}
+        out[kind] = _failures([c for c in calls if c.kind == kind])
+    callers = sorted({c.caller for c in calls})
+    out["by_caller"] = {who: {**_failures([c for c in calls if c.caller == who and c.kind == "idempotent"]),
+                              "latency_ms": _latency([c for c in during if c.caller == who and c.kind == "idempotent"])}
+                        for who in callers}
+    out["latency_ms"] = _latency([c for c in during if c.kind == "idempotent"])
+    if passes:
+        bounds = [*passes[1:], float("inf")]
+        out["failed_per_roll"] = [
+            sum(1 for c in calls if c.error and c.kind == "idempotent" and start <= c.start < end)
+            for start, end in zip(passes, bounds, strict=True)
+        ]
+        out["failed_per_roll"][0] += sum(1 for c in calls if c.error and c.kind == "idempotent" and c.start < passes[0])
     gaps = {}
     for provider in providers:
-        ends = [c.end for c in calls if c.provider == provider and c.kind == "idempotent" and not c.error]
+        ends = [c.end for c in calls if c.provider == provider and c.kind == "idempotent" and not c.error
+                and c.caller == "sdk"]
         gaps[provider] = round(longest_gap(ends, lo, hi), 3)
     out["unreachable_s"] = gaps
     out["unreachable_max_s"] = max(gaps.values())
@@ -324,24 +369,40 @@ async def _bounded(check: Any, timeout: float, interval: float = 0.2) -> tuple[b
         await asyncio.sleep(interval)
 
 
+TRANSIT_LOG = re.compile(r"back after ([0-9.]+) s in transit")
+
+
+def transit_times(replicas: Replicas) -> list[float]:
+    """How long each client was in transit, as the replica it came back to logged it (sorted)."""
+    return sorted(float(m.group(1)) for r in replicas.past + replicas.current
+                  for m in TRANSIT_LOG.finditer(r.log_tail(50_000_000)))
+
+
+def distribution(values: list[float]) -> dict[str, Any]:
+    return {"n": len(values), **{f"p{q}": pct(values, q) for q in (50, 90, 99)}, "max": max(values, default=None)}
+
+
 async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: Any = print) -> dict[str, Any]:
     """Run one roll and return its figures (see the module docstring)."""
     own_valkey = valkey is None
     if valkey is None:
         valkey = ValkeyServer().start()
     redis = valkey.client()
-    args = FAST_REAPER if cfg.signal == "kill" else []
+    args = (FAST_REAPER if cfg.signal == "kill" else []) + list(cfg.replica_args)
     replicas = Replicas(valkey.url, cfg.replicas, args)
     clients: list[Any] = []
     conns: dict[str, Conn] = {}
+    balancer: Balancer | None = None
     try:
         await asyncio.to_thread(replicas.start_all, cfg.ready_timeout)
         urls = replicas.urls
 
+        joined: dict[str, Any] = {}  # every client joins the first provider's workspace
+
         async def sdk(client_id: str, url_list: list[str], **kw: Any) -> Any:
             conns[client_id] = Conn()
             client = await connect(url_list, client_id=client_id, on_event=conns[client_id].on_event,
-                                   method_timeout=cfg.call_timeout, **kw)
+                                   method_timeout=cfg.call_timeout, **joined, **kw)
             clients.append(client)
             return client
 
@@ -350,6 +411,8 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             pid = f"prov-{k}"
             providers[pid] = await sdk(pid, rotated(urls, k))
             await providers[pid].register_service(provider_service(pid))
+            if not joined:
+                joined.update(workspace=providers[pid].workspace, token=await providers[pid].generate_token())
         placement = {pid: replicas.index_of(c.url) for pid, c in providers.items()}
         stranded: dict[int, Any] = {}
         if cfg.signal == "kill" and cfg.stranded:
@@ -357,35 +420,62 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
                 stranded[i] = await sdk(f"stranded-{i}", [urls[i]])
                 await stranded[i].register_service(provider_service(f"stranded-{i}"))
         caller = await sdk("roll-caller", urls)
-        services = {pid: await caller.get_service(f"{p.config['workspace']}/{pid}:{SERVICE}")
-                    for pid, p in providers.items()}
+        departures: list[Any] = []  # client_disconnected / service_removed the caller was told of
+        for kind in ("client_disconnected", "service_removed"):
+            caller.on(kind, lambda event, kind=kind: departures.append((kind, event)))
+        await caller.subscribe(["client_disconnected", "service_removed"])
+        ids = {pid: f"{p.config['workspace']}/{pid}:{SERVICE}" for pid, p in providers.items()}
+        services = {"sdk": {pid: await caller.get_service(sid) for pid, sid in ids.items()}}
+        if cfg.hypha_caller:
+            from hypha_rpc import connect_to_server
+
+            # the newest replica: the plain caller's connection then lives two steps, and with a
+            # pause of 2 s more than hypha-rpc's 5 s flap window (a shorter-lived one backs off)
+            balancer = await Balancer(replicas.ports, prefer_newest=True).start()
+            plain = await connect_to_server({"server_url": balancer.url, "client_id": "roll-hypha",
+                                             "method_timeout": cfg.call_timeout, **joined})
+            clients.append(plain)
+            services["hypha"] = {pid: await plain.get_service(sid) for pid, sid in ids.items()}
         log(f"[{cfg.signal}] {len(providers)} providers on replicas {sorted(placement.values())}, "
-            f"caller on r{replicas.index_of(caller.url)}, {cfg.rate:g} idempotent + {cfg.non_idempotent_rate:g} "
-            f"non-idempotent calls/s")
+            f"caller on r{replicas.index_of(caller.url)}, {cfg.rate:g} idempotent "
+            f"{'calls/s from the SDK and from hypha-rpc' if cfg.hypha_caller else 'calls/s'} + "
+            f"{cfg.non_idempotent_rate:g} non-idempotent calls/s, {cfg.rolls} roll(s)")
 
         load = Load(services, cfg)
         running = asyncio.create_task(load.run())
         await asyncio.sleep(cfg.warmup)
         steps = []
+        passes: list[float] = []
         roll_start = time.monotonic()
-        for i in range(cfg.replicas):
-            step = await asyncio.to_thread(replicas.stop, i, cfg.signal, cfg.exit_timeout)
-            if i in stranded:  # its client never comes back: only the reaper can remove its registrations
-                await stranded[i].disconnect()
-            step.update(await asyncio.to_thread(replicas.start_again, i, cfg.ready_timeout))
-            steps.append(step)
-            log(f"  {step['replica']}: exit {step['exit_code']} after {step['exit_s']:.2f} s, "
-                f"{step['new_replica']} ready after {step['ready_s']:.2f} s")
-            if i < cfg.replicas - 1:
-                await asyncio.sleep(cfg.pause)
+        for n in range(cfg.rolls):
+            passes.append(time.monotonic())
+            for i in range(cfg.replicas):
+                if balancer is not None:
+                    balancer.take_out(replicas.ports[i])
+                step = await asyncio.to_thread(replicas.stop, i, cfg.signal, cfg.exit_timeout)
+                if i in stranded and n == 0:  # never comes back: only the reaper can remove its registrations
+                    await stranded[i].disconnect()
+                step.update(await asyncio.to_thread(replicas.start_again, i, cfg.ready_timeout))
+                if balancer is not None:
+                    balancer.put_back(replicas.ports[i])
+                step["roll"] = n
+                steps.append(step)
+                failed = sum(1 for c in load.calls if c.error and c.kind == "idempotent" and c.start >= passes[-1])
+                log(f"  {step['replica']}: exit {step['exit_code']} after {step['exit_s']:.2f} s, "
+                    f"{step['new_replica']} ready after {step['ready_s']:.2f} s"
+                    + (f" (roll {n + 1}: {failed} failed so far)" if cfg.rolls > 1 else ""))
+                if i < cfg.replicas - 1 or n < cfg.rolls - 1:
+                    await asyncio.sleep(cfg.pause)
         roll_end = time.monotonic()
         await asyncio.sleep(cfg.settle)
         await load.finish()
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await running
-        result = figures(load.calls, sorted(providers), (roll_start, roll_end + cfg.settle), cfg)
+        result = figures(load.calls, sorted(providers), (roll_start, roll_end + cfg.settle), cfg, passes)
         result.update(config=asdict(cfg), roll_seconds=round(roll_end - roll_start, 2), steps=steps)
+        result["departures_seen"] = [(kind, str(event)[:200]) for kind, event in departures
+                                     if any(pid in str(event) for pid in providers)]
 
         offline = {cid: [round(x, 3) for x in conn.offline()] for cid, conn in conns.items()
                    if not cid.startswith("stranded")}
@@ -433,6 +523,7 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
         result["stranded_left"] = sorted(k for k in owners if k.split("/")[-1].startswith("stranded"))
         result["reaped_clients"] = await _reaped(urls)
         result["placement"] = {pid: f"r{i}" for pid, i in placement.items()}
+        result["transit_s"] = transit_times(replicas)
         if cfg.keep_logs:  # for diagnosis: logs, and every call and SDK event relative to the roll's start
             result["replica_logs"] = {r.replica_id: r.log_tail(cfg.keep_logs) for r in replicas.past + replicas.current}
             result["raw_calls"] = [(c.kind, c.provider, round(c.start - roll_start, 3), round(c.end - roll_start, 3),
@@ -446,6 +537,8 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
         for client in reversed(clients):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.disconnect(), 5)
+        if balancer is not None:
+            await balancer.stop()
         await asyncio.to_thread(replicas.kill_all)
         with contextlib.suppress(Exception):
             redis.close()
@@ -456,8 +549,9 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
 def report(name: str, r: dict[str, Any]) -> str:
     idem, non = r["idempotent"], r["non_idempotent"]
     lat = r["latency_ms"]
+    rolls = r["config"]["rolls"]
     lines = [
-        f"{name}: roll of {len(r['steps'])} replicas in {r['roll_seconds']:.1f} s",
+        f"{name}: {rolls} roll(s), {len(r['steps'])} replica restarts in {r['roll_seconds']:.1f} s",
         f"  calls made           {r['calls_made']} ({r['calls_during_roll']} during the roll)",
         f"  failed idempotent    {idem['failed']} of {idem['calls']}",
         f"  failed non-idemp.    {non['failed']} of {non['calls']}",
@@ -465,12 +559,32 @@ def report(name: str, r: dict[str, Any]) -> str:
         f"  unreachable (max)    {r['unreachable_max_s']:.3f} s per client "
         f"(caller-observed; load spacing {r['baseline_gap_s']:.3f} s included)",
         f"  SDK offline (max)    {r['sdk_offline_max_s']:.3f} s, drop codes {r['drop_codes']}",
-        "  exit after signal    " + ", ".join(f"{s['replica']} {s['exit_s']:.2f} s (code {s['exit_code']})"
-                                             for s in r["steps"]),
+        "  exit after signal    " + (", ".join(f"{s['replica']} {s['exit_s']:.2f} s (code {s['exit_code']})"
+                                              for s in r["steps"]) if rolls == 1 else
+                                    f"max {max(s['exit_s'] for s in r['steps']):.2f} s, codes "
+                                    f"{sorted({s['exit_code'] for s in r['steps']})}"),
         f"  all callable at end  {r['all_callable']} (waited {r['callable_wait_s']} s)",
         f"  owners clean         {r['owners_clean']} ({r['owners_clean_after_roll_s']} s after the roll; "
         f"reaped {r['reaped_clients']:g}; stale {r['stale_owners'] or 'none'})",
     ]
+    for who, fig in r["by_caller"].items():
+        lines.append(f"  {who + ' caller':<20} {fig['failed']} of {fig['calls']} idempotent calls failed; "
+                     f"latency p50 {fig['latency_ms']['p50']} ms, p99 {fig['latency_ms']['p99']} ms, "
+                     f"max {fig['latency_ms']['max']} ms")
+    if "failed_per_roll" in r and rolls > 1:
+        per = r["failed_per_roll"]
+        lines.append(f"  failed per roll      {per} (mean {sum(per) / len(per):.2f})")
+    if "departures_seen" in r:
+        lines.append(f"  departures announced {len(r['departures_seen'])} (client_disconnected/service_removed "
+                     f"of a provider, seen by the caller)")
+    transit = distribution(r.get("transit_s", []))
+    if transit["n"]:
+        lines.append(f"  hub: in transit      n={transit['n']} p50 {transit['p50']:.3f} s, p90 {transit['p90']:.3f} s, "
+                     f"p99 {transit['p99']:.3f} s, max {transit['max']:.3f} s")
+    offline = distribution(sorted(x for v in r["sdk_offline_s"].values() for x in v))
+    if offline["n"]:
+        lines.append(f"  SDK: drop to ready   n={offline['n']} p50 {offline['p50']:.3f} s, p90 {offline['p90']:.3f} s, "
+                     f"p99 {offline['p99']:.3f} s, max {offline['max']:.3f} s")
     for kind in ("idempotent", "non_idempotent"):
         for err, n in r[kind]["errors"].items():
             lines.append(f"    {kind} x{n}: {err}")
@@ -486,7 +600,10 @@ async def main() -> None:
     parser.add_argument("--clients-per-replica", type=int, default=2)
     parser.add_argument("--non-idempotent-rate", type=float, default=5.0)
     parser.add_argument("--pause", type=float, default=2.0)
+    parser.add_argument("--rolls", type=int, default=1, help="passes over the replicas")
+    parser.add_argument("--hypha-caller", action="store_true", help="also an unmodified hypha-rpc caller")
     parser.add_argument("--verbose", action="store_true", help="SDK INFO logs (connection events)")
+    parser.add_argument("replica_args", nargs="*", help="after --: extra `switchboard serve` flags")
     args = parser.parse_args()
     if args.verbose:
         logging.getLogger("switchboard.client").setLevel(logging.INFO)
@@ -494,7 +611,8 @@ async def main() -> None:
     results: dict[str, Any] = {}
     for sig in (["term", "kill"] if args.signal == "both" else [args.signal]):
         cfg = RollConfig(signal=sig, rate=args.rate, clients_per_replica=args.clients_per_replica,
-                         non_idempotent_rate=args.non_idempotent_rate, pause=args.pause)
+                         non_idempotent_rate=args.non_idempotent_rate, pause=args.pause, rolls=args.rolls,
+                         hypha_caller=args.hypha_caller, replica_args=tuple(args.replica_args))
         results[sig] = await run_roll(cfg)
         print(report("SIGTERM roll" if sig == "term" else "SIGKILL roll", results[sig]), flush=True)
     RESULTS.parent.mkdir(exist_ok=True)

@@ -224,6 +224,57 @@ class TestRemoveClient:
         assert ids(await registry.find(ServiceQuery("ws1", "a"))) == ["ws1/a:echo"]
 
 
+class TestTransit:
+    """A client in transit keeps its registrations until it is back or its grace is over.
+
+    Graces are short and real (the store's own clock decides); waits are bounded.
+    """
+
+    async def test_back_within_the_grace_keeps_everything(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:built-in"))
+        await registry.register(svc("ws1/a:echo"))
+        assert await registry.begin_transit("ws1", "a", owner="conformance", grace=5.0)
+        assert ids(await registry.find(ServiceQuery("ws1", "a"))) == ["ws1/a:built-in", "ws1/a:echo"]
+        away = await registry.end_transit("ws1", "a", owner="conformance")
+        assert away is not None
+        assert 0 <= away < 2.0
+        assert await registry.end_transit("ws1", "a", owner="conformance") is None  # once
+        assert (await registry.expire_transit("ws1", "a")).state == "none"
+        assert ids(await registry.find(ServiceQuery("ws1", "a"))) == ["ws1/a:built-in", "ws1/a:echo"]
+
+    async def test_not_back_within_the_grace_is_removed_once(self, registry: Registry) -> None:
+        mine = [svc("ws1/a:built-in"), svc("ws1/a:echo")]
+        for info in [*mine, svc("ws1/b:echo")]:
+            await registry.register(info)
+        assert await registry.begin_transit("ws1", "a", owner="conformance", grace=0.2)
+        early = await registry.expire_transit("ws1", "a")
+        assert early.state == "waiting"
+        assert 0 < early.remaining <= 0.2
+        assert early.removed == []
+        assert await registry.transits_due() == []
+        await asyncio.sleep(early.remaining + 0.01)
+        assert await registry.transits_due() == ["ws1/a"]
+        late = await registry.expire_transit("ws1", "a")
+        assert late.state == "expired"
+        assert sorted(late.removed, key=lambda i: i["id"]) == mine
+        assert ids(await registry.find(ServiceQuery("*"))) == ["ws1/b:echo"]
+        assert (await registry.expire_transit("ws1", "a")).state == "none"  # one replica announces it
+        assert await registry.end_transit("ws1", "a", owner="conformance") is None
+
+    async def test_a_second_begin_keeps_the_first_deadline(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+        assert await registry.begin_transit("ws1", "a", owner="conformance", grace=0.2)
+        assert await registry.begin_transit("ws1", "a", owner="conformance", grace=60.0)
+        assert (await registry.expire_transit("ws1", "a")).remaining <= 0.2
+
+    async def test_removing_the_client_ends_its_transit(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo"))
+        await registry.begin_transit("ws1", "a", owner="conformance", grace=5.0)
+        await registry.remove_client("ws1", "a")
+        assert (await registry.expire_transit("ws1", "a")).state == "none"
+        assert await registry.end_transit("ws1", "a", owner="conformance") is None
+
+
 class TestFind:
     SERVICES = (
         svc("ws1/cA:built-in"),

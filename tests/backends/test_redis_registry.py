@@ -287,3 +287,24 @@ async def test_a_stale_cleanup_never_removes_what_a_client_registered_elsewhere(
     # the owner itself (or the reaper naming the right owner) does remove it
     assert len(await r1.remove_client("ws1", "cA", owner="r2")) == 2
     assert await r1.owners() == {}
+
+
+async def test_transit_is_refused_once_another_replica_owns_the_client(make_registry) -> None:
+    a, b = make_registry("ra"), make_registry("rb")
+    await a.register(svc("ws1/c:built-in"))
+    assert await b.end_transit("ws1", "c", owner="rb") is None  # it reconnected to rb before ra noticed
+    assert await a.owners() == {"ws1/c": "rb"}
+    assert not await a.begin_transit("ws1", "c", owner="ra", grace=5.0)  # ra's late clean-up: not a move
+    assert await a.remove_client("ws1", "c", owner="ra") == []  # ... and removes nothing
+    assert ids(await a.find(ServiceQuery("ws1", "c"))) == ["ws1/c:built-in"]
+
+
+async def test_the_replica_a_client_comes_back_to_takes_it_over(make_registry) -> None:
+    a, b = make_registry("ra"), make_registry("rb")
+    await a.register(svc("ws1/c:built-in"))
+    assert await a.begin_transit("ws1", "c", owner="ra", grace=5.0)
+    assert await a.remove_replica_state("ra") == []  # ra drains: its client in transit is left alone
+    assert await b.end_transit("ws1", "c", owner="rb") is not None
+    assert await b.owners() == {"ws1/c": "rb"}
+    assert await b.owned_by("rb") == [("ws1", "c")]
+    assert ids(await b.remove_replica_state("rb")) == ["ws1/c:built-in"]  # rb's own now

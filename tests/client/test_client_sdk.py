@@ -18,6 +18,7 @@ from switchboard.client import (
     connect,
     idempotent,
 )
+from switchboard.client.wire import websocket_dial
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually
 
@@ -179,3 +180,87 @@ async def test_calls_after_disconnect_say_so(sdk):
     await client.disconnect()
     with pytest.raises(ClientClosed):
         await svc.f()
+
+
+async def test_an_idempotent_call_to_a_provider_that_is_not_connected_is_retried_until_it_is_back(sdk, server):
+    """The hub says "not connected" (the provider left, or its grace ran out): the SDK retries
+    idempotent calls on its backoff, within its budget; others fail at once."""
+    gate = asyncio.Event()
+    gate.set()
+    dial = websocket_dial()
+
+    async def gated(url: str) -> Any:
+        await gate.wait()
+        return await dial(url)
+
+    @idempotent
+    def ping(n):
+        return n
+
+    provider = await sdk(client_id="prov", dial=gated)
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "ping": ping,
+                                     "bump": lambda: 1})
+    caller = await sdk(client_id="caller")
+    svc = await caller.get_service(f"{provider.workspace}/prov:svc")
+    gate.clear()  # its reconnection waits until the test lets it through
+    drop(server, provider, code=1008)  # dropped by the hub: a departure, not a move
+    await eventually(lambda: f"{provider.workspace}/prov" not in server.hub.peers, timeout=5, what="the drop")
+    with pytest.raises(Exception, match="is not connected"):
+        await svc.bump()
+
+    def refused() -> float:
+        return server.hub.metrics.registry.get_sample_value(
+            "switchboard_undeliverable_messages_total", {"replica": server.hub.replica_id}) or 0.0
+
+    before = refused()
+    call = asyncio.ensure_future(svc.ping(7))
+    await eventually(lambda: refused() >= before + 2, timeout=5, what="the idempotent call refused, then retried")
+    assert not call.done()
+    gate.set()
+    assert await asyncio.wait_for(call, 10) == 7
+
+
+async def test_a_call_running_at_the_provider_when_its_connection_drops_is_still_answered(sdk, server, connect):
+    """The provider's connection ends under a running call (a drain hands it to a sibling): the
+    call finishes and its answer goes out on the next connection. hypha-rpc's heartbeat to the
+    caller must survive the drop: were it failed, the RPC would cancel the running call."""
+    gate = asyncio.Event()
+
+    async def slow():
+        drop(server, provider)  # 1012, as the call starts (its heartbeat to the caller under way)
+        await gate.wait()
+        return "done"
+
+    provider = await sdk(client_id="prov")
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "slow": slow})
+    caller = await connect(client_id="plain-caller", method_timeout=10)  # an unmodified hypha-rpc client
+    svc = await caller.get_service(f"{provider.workspace}/prov:svc")
+    back = asyncio.ensure_future(reconnected(provider))
+    call = asyncio.ensure_future(svc.slow())
+    await asyncio.wait_for(back, 10)
+    gate.set()
+    assert await asyncio.wait_for(call, 10) == "done"
+
+
+async def test_a_plain_rpc_call_pending_when_the_caller_is_sent_away_gets_its_answer_after_the_move(sdk, server):
+    """Only the SDK's own calls fail when a connection drops (they know how: CallInterrupted, or a
+    retry); a call the RPC makes otherwise (a callback, a raw remote method) is left pending, and
+    the hub delivers its answer once the caller is back."""
+    gate, started = asyncio.Event(), asyncio.Event()
+
+    async def slow():
+        started.set()
+        await gate.wait()
+        return "done"
+
+    provider = await sdk(client_id="prov")
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "slow": slow})
+    caller = await sdk(client_id="caller")
+    raw = await caller.rpc.get_remote_service(f"{provider.workspace}/prov:svc")  # not wrapped by the SDK
+    pending = asyncio.ensure_future(raw.slow())
+    back = asyncio.ensure_future(reconnected(caller))
+    await asyncio.wait_for(started.wait(), 5)
+    drop(server, caller)  # 1012: in transit
+    await asyncio.wait_for(back, 10)
+    gate.set()
+    assert await asyncio.wait_for(pending, 10) == "done"

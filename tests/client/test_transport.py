@@ -441,3 +441,40 @@ async def test_keepalive_pings_and_refreshes_the_reconnection_token(hub, rec):
     await t.disconnect()
     assert hub.live.sent[:4] == ['{"type": "ping"}', '{"type": "ping"}',
                                  '{"type": "refresh_token"}', '{"type": "ping"}']
+
+
+# -- a drain's hand-over -------------------------------------------------------------------------
+
+
+async def test_a_frame_the_dying_socket_refused_unwritten_goes_out_on_the_next_connection(hub, rec):
+    """The stream just ended and the reader has not seen it yet: the frame never left, so it waits."""
+    from switchboard.client.errors import SocketClosed
+
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    old = hub.live
+    old.closed = SocketClosed(1006, "no close frame received", unsent=True)  # what the socket now says
+    reply = asyncio.ensure_future(t.emit_message(b"reply"))
+    await asyncio.sleep(0)
+    assert not reply.done()
+    old.server_close(1006)
+    await rec.wait(Reconnected)
+    await asyncio.wait_for(reply, 5)
+    assert hub.live is not old
+    assert hub.live.sent == [b"reply"]
+    assert t.interruptions == 1  # the drop; the unwritten frame is not an interruption
+    await t.disconnect()
+
+
+async def test_the_hubs_restarting_notice_makes_the_end_of_the_stream_a_1012(hub, rec):
+    """A draining hub sends {"type": "restarting"} and ends the stream without a close frame."""
+    t = transport(hub, rec, urls=(A, B))
+    await t.open()
+    hub.live.push('{"type": "restarting", "code": 1012, "reason": "Server restarting, please reconnect"}')
+    hub.live.server_close(1006)  # no close frame
+    dropped = await rec.wait(Disconnected)
+    assert dropped.code == 1012
+    back = await rec.wait(Reconnected)
+    assert back.url == B  # moved on to the next URL at once
+    assert hub.clock.sleeps == []  # without backoff
+    await t.disconnect()

@@ -32,18 +32,20 @@ async def test_a_booting_replica_leaves_shared_state_alone(replicas, clients, re
 
 
 async def test_sigterm_removes_only_the_replicas_own_state(replicas, clients, redis_server):
-    a, b = replicas.start("ra"), replicas.start("rb")
+    grace = ("--transit-grace", "1")
+    a, b = replicas.start("ra", *grace), replicas.start("rb", *grace)
     on_a = await clients(a.url, client_id="on-a")
     on_b = await clients(b.url, client_id="on-b")
     ws_a, ws_b = on_a.config["workspace"], on_b.config["workspace"]
     await eventually(lambda: len(owners(redis_server)) == 2, timeout=5, what="both owners")
     assert a.terminate() == 0
     await on_a.disconnect()  # would otherwise keep reconnecting to the dead address
-    left = owners(redis_server)
-    assert f"{ws_a}/on-a" not in left
-    assert left.get(f"{ws_b}/on-b") == "rb"
     assert not redis_server.client().exists(PRESENCE_PREFIX + "ra")
     assert redis_server.client().exists(PRESENCE_PREFIX + "rb")
+    # on-a was sent away in transit: its registration goes once the grace is over, not before
+    await eventually(lambda: f"{ws_a}/on-a" not in owners(redis_server), timeout=6,
+                     what="the client that never came back removed after its grace")
+    assert owners(redis_server).get(f"{ws_b}/on-b") == "rb"
 
 
 async def test_redis_restarted_empty_under_traffic_heals_without_a_manual_step(replicas, clients, redis_server):

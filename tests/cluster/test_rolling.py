@@ -52,6 +52,39 @@ async def test_sigterm_roll_loses_no_idempotent_call_and_every_client_stays_reac
     assert result["unreachable_max_s"] < 3.0, result["unreachable_s"]
 
 
+ROLLS = 20
+
+
+@pytest.mark.timeout(420)
+async def test_twenty_sigterm_rolls_fail_no_call_of_an_sdk_or_a_plain_hypha_rpc_caller(redis_server):
+    """Issue 15: three replicas, one provider on each, 50 calls/s from the SDK and 50 from an
+    unmodified hypha-rpc client (through a balancer); every replica in turn SIGTERMed, started
+    again, the next one once it is ready; twenty such rolls in a row. A provider handed to a
+    sibling is in transit, not gone: nothing may fail.
+
+    A step takes about 2.6 s (exit, start, a 1.9 s pause): the plain caller's connection then lives
+    two steps, past hypha-rpc's 5 s flap window (a connection that lived less makes its next
+    reconnect back off, 1 s, then 2, 4, ...: a client's own choice, not the hub's)."""
+    cfg = roll.RollConfig(signal="term", rate=50, clients_per_replica=1, non_idempotent_rate=2,
+                          pause=1.9, warmup=1.0, settle=2.0, rolls=ROLLS, hypha_caller=True)
+    result = await roll.run_roll(cfg, valkey=redis_server)
+    print("\n" + roll.report(f"{ROLLS} SIGTERM rolls", result))
+
+    assert result["all_callable"], f"not callable after the rolls: {result['not_callable']}"
+    assert not result["gave_up"], result["gave_up"]
+    assert all(step["exit_code"] == 0 for step in result["steps"]), result["steps"]
+    assert len(result["steps"]) == 3 * ROLLS
+    for who in ("sdk", "hypha"):
+        fig = result["by_caller"][who]
+        assert fig["calls"] > 40 * result["roll_seconds"], (who, fig["calls"])  # the load really ran
+        assert fig["failed"] == 0, (who, fig["errors"], result["failed_per_roll"])
+    assert result["departures_seen"] == [], "a provider in transit was announced gone"
+    assert max(result["transit_s"]) < GRACE, "a client took longer than the grace to come back"
+
+
+GRACE = 5.0  # the replicas' default --transit-grace
+
+
 async def test_sigkill_roll_every_client_comes_back_and_the_dead_replicas_registrations_go(redis_server):
     cfg = roll.RollConfig(signal="kill", rate=50, clients_per_replica=1, non_idempotent_rate=2,
                           pause=1.0, warmup=1.5, settle=2.0, cleanup_timeout=40.0)

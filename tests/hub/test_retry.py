@@ -83,3 +83,26 @@ async def test_a_queue_over_its_bound_fails_the_newest_frame_at_once():
         window.add("ws/c", Undelivered(name, None, "x"))
     assert [i.frame for i in failed] == [b"3"]
     await window.close()
+
+
+class StoppedClock(FakeClock):
+    """Time that does not pass: a retry's pause ends only when it is woken."""
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_target_back_from_transit_is_tried_at_once_not_at_the_next_interval():
+    clock = StoppedClock()
+    route = FlakyRoute(clock, heals_at=1e9)
+    window = RetryWindow(clock=clock, window=6.0, interval=1.0, publish=route.publish,
+                         give_up=lambda t, item: None)
+    window.add("ws/c", Undelivered(b"a", "s", "ws/caller"))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert route.attempts == 1, "the first try failed; now it pauses"
+    route.heals_at = 0.0  # the client reconnected somewhere
+    window.wake("ws/c")
+    await drain(window)
+    assert route.delivered == [b"a"]
+    assert route.attempts == 2

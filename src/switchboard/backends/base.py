@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
 BusHandler = Callable[[bytes], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """What :meth:`Registry.expire_transit` found.
+
+    ``expired``: the grace was over; the client's registrations were removed
+    (``removed``) and the caller announces its departure. ``waiting``: not over
+    yet, ``remaining`` seconds to go. ``none``: not in transit (back, or
+    already expired by another replica).
+    """
+
+    state: Literal["expired", "waiting", "none"]
+    removed: list[ServiceInfo] = field(default_factory=list)
+    remaining: float = 0.0
 
 
 class Registry(Protocol):
@@ -28,7 +44,8 @@ class Registry(Protocol):
 
         With ``owner``, only while that replica still owns the client: a
         replica cleaning up after a lost connection must not delete what the
-        client has meanwhile registered through another replica.
+        client has meanwhile registered through another replica. A transit
+        mark of the client goes with its registrations.
         """
         ...
 
@@ -39,6 +56,32 @@ class Registry(Protocol):
     async def lost_data(self) -> bool:
         """Whether the store lost its contents since this replica last looked (re-assertion due):
         then an empty :meth:`find` proves nothing."""
+        ...
+
+    # A client in transit (its connection ended, it is expected back, see
+    # switchboard.hub.transit) keeps its registrations; the store's own clock
+    # decides when its grace is over, so every replica agrees.
+
+    async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
+        """Mark the client in transit for ``grace`` seconds (a second call keeps the first deadline).
+
+        ``False`` if another replica than ``owner`` owns it now: it is back already.
+        """
+        ...
+
+    async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
+        """The client is connected again, through ``owner``, which now owns its registrations.
+
+        Returns how many seconds it was in transit, ``None`` if it was not.
+        """
+        ...
+
+    async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
+        """End the client's transit if its grace is over, removing its registrations (see :class:`Expiry`)."""
+        ...
+
+    async def transits_due(self, limit: int = 100) -> list[str]:
+        """``<ws>/<cid>`` of clients whose grace is over, at most ``limit``."""
         ...
 
     async def close(self) -> None: ...

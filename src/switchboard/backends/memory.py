@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from switchboard.backends.base import BusHandler
+from switchboard.backends.base import BusHandler, Expiry
+from switchboard.clock import Clock, SystemClock
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
 
 class MemoryRegistry:
-    """Service infos in a dict of workspaces, so a workspace lookup is one dict access."""
+    """Service infos in a dict of workspaces, so a workspace lookup is one dict access.
 
-    def __init__(self) -> None:
+    Transit deadlines are kept on ``clock`` (the hub's, so tests can use a fake one).
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
         self._by_workspace: dict[str, dict[str, ServiceInfo]] = {}
+        self._clock = clock or SystemClock()
+        self._transit: dict[str, tuple[float, float]] = {}  # "<ws>/<cid>" -> (left at, deadline)
 
     async def register(self, info: ServiceInfo) -> ServiceInfo | None:
         ws = split_full_id(info["id"])[0]
@@ -35,6 +41,7 @@ class MemoryRegistry:
         self, workspace: str, client_id: str, *, owner: str | None = None
     ) -> list[ServiceInfo]:
         """``owner`` is moot in one process: this replica owns every client."""
+        self._transit.pop(f"{workspace}/{client_id}", None)
         services = self._by_workspace.get(workspace, {})
         prefix = f"{workspace}/{client_id}:"
         removed = [services.pop(sid) for sid in [s for s in services if s.startswith(prefix)]]
@@ -52,8 +59,32 @@ class MemoryRegistry:
     async def lost_data(self) -> bool:
         return False  # it lives and dies with this process
 
+    async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
+        now = self._clock.monotonic()
+        self._transit.setdefault(f"{workspace}/{client_id}", (now, now + grace))
+        return True
+
+    async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
+        mark = self._transit.pop(f"{workspace}/{client_id}", None)
+        return None if mark is None else max(0.0, self._clock.monotonic() - mark[0])
+
+    async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
+        mark = self._transit.get(f"{workspace}/{client_id}")
+        if mark is None:
+            return Expiry("none")
+        remaining = mark[1] - self._clock.monotonic()
+        if remaining > 0:
+            return Expiry("waiting", remaining=remaining)
+        return Expiry("expired", removed=await self.remove_client(workspace, client_id))
+
+    async def transits_due(self, limit: int = 100) -> list[str]:
+        now = self._clock.monotonic()
+        return sorted((c for c, (_, deadline) in self._transit.items() if deadline <= now),
+                      key=lambda c: self._transit[c][1])[:limit]
+
     async def close(self) -> None:
         self._by_workspace.clear()
+        self._transit.clear()
 
     def __repr__(self) -> str:
         count = sum(len(s) for s in self._by_workspace.values())

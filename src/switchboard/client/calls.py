@@ -4,7 +4,11 @@ A call in flight when the connection drops may or may not have run at the
 provider, so by default it fails at once with :class:`CallInterrupted` (the
 RPC would otherwise let it wait for its timeout). A function the provider
 declared **idempotent** (running it twice does no harm) is instead retried
-once the client is back.
+once the client is back. So is one the hub refused because its provider
+is not connected ("Target peer ... is not connected": it left, or its grace
+in transit ran out): retried on the reconnect policy's backoff until the
+provider is back or the budget (``max_wait``) is spent, then the hub's error
+is raised.
 
 The declaration travels with the service, so every caller learns it from
 ``get_service``, whatever client the provider uses::
@@ -23,6 +27,7 @@ or, with this SDK, mark the functions and let ``register_service`` fill the list
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -106,10 +111,12 @@ class RemoteCall:
         transport = self._transport
         before = transport.interruptions
         try:
-            return await self._resolve()(*args, **kwargs)
+            return await self._call(args, kwargs)
         except Exception as exc:
             error = self._translate(exc, before)
             if error is None:
+                if self.idempotent and not_connected(exc):
+                    return await self._until_connected(exc, args, kwargs)
                 raise
             if not (self.idempotent and isinstance(error, CallInterrupted)):
                 if error is exc:
@@ -117,7 +124,37 @@ class RemoteCall:
                 raise error from exc
         log.info("retrying idempotent %s once the connection is back", self._name)
         await transport.wait_ready()
-        return await self._resolve()(*args, **kwargs)
+        return await self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The remote call, failed at once if the connection drops before its answer comes."""
+        pending = self._resolve()(*args, **kwargs)
+        if isinstance(pending, asyncio.Future):
+            self._transport.watch(pending)
+        return pending
+
+    async def _until_connected(self, first: Exception, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call again while the hub says the provider is not connected, on the policy's backoff."""
+        transport = self._transport
+        budget = transport.budget()
+        budget.failed(first)
+        while (delay := budget.next_delay()) is not None:
+            log.info("retrying idempotent %s in %.2f s: %s", self._name, delay, budget.last_error)
+            await transport.clock.sleep(delay)
+            await transport.wait_ready()
+            budget.attempt()
+            before = transport.interruptions
+            try:
+                return await self._call(args, kwargs)
+            except Exception as exc:
+                error = self._translate(exc, before)
+                if not (isinstance(error, CallInterrupted) or (error is None and not_connected(exc))):
+                    if error is None or error is exc:
+                        raise
+                    raise error from exc
+                budget.failed(exc)
+        assert budget.last_error is not None
+        raise budget.last_error
 
     def _translate(self, exc: Exception, before: int) -> Exception | None:
         """The SDK error for a failure caused by the connection, ``None`` for any other."""
@@ -136,6 +173,11 @@ class RemoteCall:
 
     def __repr__(self) -> str:
         return f"<RemoteCall {self._name}{' idempotent' if self.idempotent else ''}>"
+
+
+def not_connected(exc: BaseException) -> bool:
+    """The hub's refusal of a call whose target has no connection (protocol §3.5)."""
+    return "is not connected" in str(exc)
 
 
 def wrap_service(service: Any, transport: Transport) -> Any:

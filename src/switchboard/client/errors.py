@@ -77,9 +77,14 @@ class ClientClosed(SwitchboardError, ConnectionError):
 
 
 class SocketClosed(SwitchboardError, ConnectionError):
-    """One WebSocket ended, with the close ``code`` (1006: no close frame) and ``reason``."""
+    """One WebSocket ended, with the close ``code`` (1006: no close frame) and ``reason``.
 
-    def __init__(self, code: int = 1006, reason: str = "") -> None:
+    ``unsent``: raised by a send that wrote nothing (the socket had already
+    ended), so the frame may go out on the next connection as it is.
+    """
+
+    def __init__(self, code: int = 1006, reason: str = "", *, unsent: bool = False) -> None:
         super().__init__(f"connection closed (code {code}{': ' + reason if reason else ''})")
         self.code = code
         self.reason = reason
+        self.unsent = unsent

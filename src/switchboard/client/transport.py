@@ -108,6 +108,7 @@ class Transport:
         self._keepalive: asyncio.Task[None] | None = None
         self.listeners = Listeners()
         self._ready_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._watched: set[asyncio.Future[Any]] = set()  # calls that fail if the connection drops
         self._on_message: Callable[[bytes], Any] | None = None
         self._on_connected: Callable[[dict[str, Any]], Awaitable[None]] | None = None
         self._on_disconnected: Callable[[str], None] | None = None
@@ -125,12 +126,30 @@ class Transport:
         """The RPC rejects its pending calls with ``ConnectionError("Connection lost: <reason>")``."""
         self._on_disconnected = handler
 
+    # hypha_rpc.RPC reads these two names of its connection when it drops: while
+    # the connection "reconnects" and is not "closed", it leaves its pending calls
+    # alone (a provider's heartbeat to its caller among them, whose failure would
+    # cancel the call it is running). The SDK fails the calls it makes itself
+    # (watch(), calls.RemoteCall) and lets the hub deliver the rest once back.
+    @property
+    def _enable_reconnect(self) -> bool:
+        return True
+
+    @property
+    def _closed(self) -> bool:
+        return self.state in (State.FAILED, State.CLOSED)
+
     @property
     def workspace(self) -> str | None:
         return self.connection_info["workspace"] if self.connection_info else self._workspace
 
     async def emit_message(self, data: bytes) -> None:
-        """Send now; during an outage wait for the next connection (bounded by the budget)."""
+        """Send now; during an outage wait for the next connection (bounded by the budget).
+
+        A frame the socket refused without writing it (the stream had just
+        ended, the reader has not seen it yet) waits for the next connection
+        too: it never left, so sending it there cannot make it arrive twice.
+        """
         while True:
             if self.state is State.CLOSED:
                 raise ClientClosed(f"client {self.client_id} was disconnected")
@@ -139,13 +158,16 @@ class Transport:
                 raise self.failure
             sock = self._socket
             if sock is not None and self.state in (State.REGISTERING, State.READY):
-                break
+                try:
+                    await sock.send(data)
+                    return
+                except SocketClosed as exc:
+                    if not exc.unsent:
+                        self._failed_sends += 1
+                        raise ConnectionError(f"could not send to {self.url}: {exc}") from exc
+                if self._socket is not sock:
+                    continue  # already replaced
             await self._wait_change()
-        try:
-            await sock.send(data)
-        except SocketClosed as exc:
-            self._failed_sends += 1
-            raise ConnectionError(f"could not send to {self.url}: {exc}") from exc
 
     async def disconnect(self, reason: str | None = None) -> None:
         """Close for good (idempotent): no more reconnects, waiting senders get :class:`ClientClosed`."""
@@ -177,6 +199,26 @@ class Transport:
     def interruptions(self) -> int:
         """Drops plus sends that hit a dead socket: a call that saw this change was cut off."""
         return self.drops + self._failed_sends
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def budget(self) -> Outage:
+        """A fresh budget under this client's policy (``max_wait`` from its first failure)."""
+        return Outage(self.policy, self._clock, self._rng)
+
+    def watch(self, call: asyncio.Future[Any]) -> None:
+        """Fail ``call`` with :class:`ConnectionError` if the connection drops before it is done."""
+        if not call.done():
+            self._watched.add(call)
+            call.add_done_callback(self._watched.discard)
+
+    def _interrupt(self, error: BaseException) -> None:
+        for call in list(self._watched):
+            if not call.done():
+                call.set_exception(error)
+        self._watched.clear()
 
     def add_ready_hook(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run ``hook`` after each reconnection's re-registration, before ``READY``."""
@@ -384,16 +426,21 @@ class Transport:
         return asyncio.create_task(self._read(sock))
 
     async def _read(self, sock: wire.Socket) -> SocketClosed:
-        """Deliver frames until the socket ends; returns how it ended."""
+        """Deliver frames until the socket ends; returns how it ended.
+
+        A draining hub says "restarting" and then ends the stream without a
+        close frame: that end counts as its close code (1012), not as a drop.
+        """
+        restarting: SocketClosed | None = None
         while True:
             try:
                 frame = await sock.recv()
             except SocketClosed as closed:
-                return closed
+                return restarting if restarting is not None and closed.code == 1006 else closed
             except Exception as exc:  # a broken socket is a closed socket
-                return SocketClosed(1006, f"{type(exc).__name__}: {exc}")
+                return restarting or SocketClosed(1006, f"{type(exc).__name__}: {exc}")
             if isinstance(frame, str):
-                self._control(frame)
+                restarting = self._control(frame) or restarting
                 continue
             try:
                 result = self._on_message(frame) if self._on_message else None
@@ -402,15 +449,20 @@ class Transport:
             except Exception:
                 log.exception("client %s: the RPC failed to handle a frame", self.client_id)
 
-    def _control(self, text: str) -> None:
+    def _control(self, text: str) -> SocketClosed | None:
+        """Act on a text control frame; a "restarting" notice returns the close it stands for."""
         data = wire.control(text) or {}
         kind = data.get("type")
+        if kind == "restarting":
+            code = data.get("code")
+            return SocketClosed(code if isinstance(code, int) else 1012, str(data.get("reason") or ""))
         if kind == "reconnection_token" and isinstance(data.get("reconnection_token"), str):
             self._reconnection_token = data["reconnection_token"]
         elif kind == "error":
             log.info("client %s: %s reports: %s", self.client_id, self.url, data.get("message"))
         elif kind != "pong" and log.isEnabledFor(logging.DEBUG):
             log.debug("client %s: ignored text frame %.200s", self.client_id, text)
+        return None
 
     # -- state changes and their announcements ---------------------------------------------------
 
@@ -435,13 +487,16 @@ class Transport:
         self._set_state(State.CONNECTING)
         why = f"{url} closed the connection (code {closed.code}{': ' + closed.reason if closed.reason else ''})"
         self._announce(Disconnected(url=url, code=closed.code, reason=closed.reason))
-        self._notify_rpc(f"{why}; calls in flight fail (only idempotent ones are retried)")
+        reason = f"{why}; calls in flight fail (only idempotent ones are retried)"
+        self._interrupt(ConnectionError(f"Connection lost: {reason}"))
+        self._notify_rpc(reason)
 
     def _fail(self, exc: SwitchboardError) -> None:
         self.failure = exc
         self._socket = None
         self._set_state(State.FAILED)
         self._announce(GivingUp(error=exc))
+        self._interrupt(exc)
         self._notify_rpc(str(exc))
 
     def _notify_rpc(self, reason: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from switchboard.client.errors import Refused, SocketClosed
 from switchboard.clock import Clock
@@ -151,6 +152,8 @@ class WebsocketsSocket:
         self._conn = connection
 
     async def send(self, data: str | bytes) -> None:
+        if self._conn.state is State.CLOSED:  # the stream ended: nothing is written
+            raise SocketClosed(1006, "no close frame received", unsent=True)
         try:
             await self._conn.send(data)
         except ConnectionClosed as exc:

@@ -66,6 +66,8 @@ class AcrossReplicas:
 
         def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None: ...
 
+        def hold(self, target: str, item: Undelivered) -> bool: ...
+
     async def _to_manager(self, peer: Peer, method: Any, extra: bytes | memoryview, frame: bytes) -> None:
         """A reply to a call another replica's manager made goes back to that replica.
 
@@ -101,11 +103,28 @@ class AcrossReplicas:
         if origin is not None and session is not None:
             self.reply_routes.remember(session, origin)
         if peer.closed:
-            self._bounce(peer.id, frame)
+            if not self._hold_relayed(peer.id, data if origin is not None else frame):
+                self._bounce(peer.id, frame)
             return
         if not self._track_relayed(peer, frame):
             return
         peer.send(frame)
+
+    def _hold_relayed(self, target: str, data: bytes) -> bool:
+        """A frame for a client whose connection here just ended without a goodbye: it waits for it.
+
+        A manager call stays wrapped with its origin (``data`` as it came), so
+        that sent on it still finds its way back to the manager that made it.
+        """
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return False
+        if frame is not data:
+            return self.hold(target, Undelivered(data, None, "", False))
+        caller = str(env.main.get("from", ""))
+        return self.hold(target, Undelivered(frame, env.session, caller, env.type != "method"))
 
     def _bounce(self, target: str, frame: bytes) -> None:
         """A call that reached this replica as its client left: fail the caller now, not at its timeout."""
@@ -185,6 +204,8 @@ class AcrossReplicas:
         return self.inflight.is_open(str(env.main.get("from")), session)  # type: ignore[arg-type]
 
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
+        if self.hold(target, item):
+            return
         if self.retry.pending(target) or (self.retry.window > 0 and await self.worth_retrying(target)):
             self.retry.add(target, item)
         else:
@@ -220,6 +241,8 @@ class AcrossReplicas:
             self.manager.receive(reject)
         elif (sender := self.peers.get(caller)) is not None:
             sender.send(reject)
+        elif "/" in caller:  # a frame another replica sent here (held for a client in transit)
+            spawn(self._background, self.deliver(caller, reject, session=None, caller=target))
 
     def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
         """A call the manager makes travels with its origin, for the reply to find the way back."""

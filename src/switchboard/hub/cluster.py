@@ -119,6 +119,7 @@ class Cluster:
                     self.log.info("re-wrote %d registrations deferred by a Redis outage", repaired)
                 if self.elector.is_leader:
                     await self._forget_dead_replicas()
+                    await self.hub.sweep_transits()
             except (RedisError, BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
 

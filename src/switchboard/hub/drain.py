@@ -18,6 +18,22 @@ if TYPE_CHECKING:
     from switchboard.clock import Clock
     from switchboard.hub.inflight import InFlight
     from switchboard.hub.peer import Peer
+    from switchboard.hub.retry import RetryWindow, Undelivered
+    from switchboard.hub.transit import Transit
+
+# Seconds between looks at what this replica still holds for the clients it sent away.
+HANDOVER_POLL = 0.02
+# When a client is sent away: hypha-rpc 0.21.47 can lose a call it sends in the
+# millisecond after its stream ends (it then opens two connections at once and loses
+# track of what it was sending), so the hand-over goes where a client is least likely
+# to be sending: early in a pause. That is QUIET to QUIET + PAUSE seconds after its last
+# frame (a call and the heartbeat answer that follows it come within 2 ms; the next
+# call of a steady caller, 20 ms later at 50 calls/s), or at once for a client idle for
+# IDLE seconds, and after QUIET_WAIT at the latest (a client that never pauses).
+QUIET = 0.005
+PAUSE = 0.005
+IDLE = 0.05
+QUIET_WAIT = 0.1
 
 
 class Draining:
@@ -28,7 +44,13 @@ class Draining:
     clock: Clock
     inflight: InFlight
     peers: dict[str, Peer]
+    retry: RetryWindow
+    transit: Transit[Undelivered]
     log: logging.LoggerAdapter[logging.Logger]
+
+    if TYPE_CHECKING:  # the hub's own methods, used here
+
+        async def depart(self, peer: Peer) -> bool: ...
 
     async def drain(self, timeout: float, *, code: int, reason: str) -> None:
         """Stop taking new calls, let calls in flight finish, then tell every client to move.
@@ -37,24 +59,68 @@ class Draining:
         new calls from other replicas then wait in their senders' retry windows
         until the client has reconnected to a sibling, instead of landing here.
         A client still waiting for replies keeps its channel until they came.
+        Each client is put in transit as it is closed (every replica then
+        holds its frames and announces nothing), and the drain ends once what
+        this replica holds for the clients it sent away has followed them,
+        bounded by the transit grace.
         """
         self.draining = True
         cutoff = self.inflight.opened_count  # only calls already under way are waited for
         unsubscribed: set[str] = set()
+        ready_since: dict[str, float] = {}  # when each client had no call left to wait for
         deadline = self.clock.monotonic() + timeout
+        logged = 0.0
         while True:
+            wake = deadline
             for peer in list(self.peers.values()):
                 if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
                     unsubscribed.add(peer.id)
                     await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
-                if peer.id in unsubscribed and not self.inflight.busy_before(peer.id, cutoff):
-                    peer.close(code, reason)
+                if peer.id in unsubscribed and not peer.closed and not self.inflight.busy_before(peer.id, cutoff):
+                    now = self.clock.monotonic()
+                    since = ready_since.setdefault(peer.id, now)
+                    if (later := _moment(peer.last_heard, since, now)) is not None:
+                        wake = min(wake, later)
+                        continue  # it is sending: wait for a pause
+                    peer.close(code, reason)  # written by its writer task: after depart() has begun
+                    await self.depart(peer)
             busy = [p for p in self.peers.values() if not p.closed]
-            remaining = deadline - self.clock.monotonic()
+            now = self.clock.monotonic()
+            remaining = deadline - now
             if not busy or remaining <= 0:
                 break
-            self.log.info("draining: %d clients have %d calls in flight", len(busy), len(self.inflight))
+            if now - logged >= 1.0:
+                logged = now
+                self.log.info("draining: %d clients have %d calls in flight", len(busy), len(self.inflight))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.inflight.changed(), min(remaining, 0.5))
+                await asyncio.wait_for(self.inflight.changed(), max(0.0, min(wake - now, 0.5)))
         for peer in list(self.peers.values()):
-            peer.close(code, reason)
+            if not peer.closed:
+                peer.close(code, reason)
+                await self.depart(peer)
+        await self._hand_over()
+
+    async def _hand_over(self) -> None:
+        """Until every client sent away is detached (what it sent before it saw the end is routed,
+        what was still queued for it is held) and what is held or retried here for moved clients
+        has been sent on, bounded by the grace."""
+        deadline = self.clock.monotonic() + self.transit.grace
+
+        def busy() -> bool:
+            return bool(self.peers) or bool(self.transit.holding) or not self.retry.idle()
+
+        while busy() and self.clock.monotonic() < deadline:
+            await self.clock.sleep(HANDOVER_POLL)
+        if busy():
+            self.log.info("draining: %d clients not detached, %d frames held for clients that did not come back "
+                          "in time", len(self.peers), self.transit.holding)
+
+
+def _moment(last_heard: float, since: float, now: float) -> float | None:
+    """``None``: send the client away now; else when to look again (see QUIET)."""
+    quiet = now - last_heard
+    if quiet >= IDLE or QUIET <= quiet < QUIET + PAUSE or now - since >= QUIET_WAIT:
+        return None
+    if quiet < QUIET:
+        return min(last_heard + QUIET, since + QUIET_WAIT)
+    return min(last_heard + IDLE, since + QUIET_WAIT)  # too late in this pause: the next one, or idle

@@ -39,10 +39,12 @@ from switchboard.hub.drain import Draining
 from switchboard.hub.inflight import InFlight, is_call
 from switchboard.hub.manager_door import payload_map
 from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.relay import ReplyRoutes
-from switchboard.hub.retry import RetryWindow
+from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.routing import Routing
+from switchboard.hub.transit import Transit
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.chunks import parse_cache_call
@@ -55,7 +57,6 @@ log = logging.getLogger("switchboard.hub")
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
 # of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
 TOKEN_REUSE = 60.0
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class Acting:
 ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
 
 
-class Hub(Routing, AcrossReplicas, Draining):
+class Hub(Routing, AcrossReplicas, Draining, Moves):
     """Every live client of this replica, and the routes between them."""
 
     def __init__(
@@ -113,12 +114,17 @@ class Hub(Routing, AcrossReplicas, Draining):
         self.draining = False
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
+        # clients whose connection ended and that are expected back (switchboard.hub.moves)
+        self.transit: Transit[Undelivered] = Transit(
+            clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
+        )
         self.retry = RetryWindow(
             clock=clock,
             window=settings.undeliverable_retry_window,
             interval=0.1,
             publish=self._publish_to_client,
             give_up=lambda target, item: self._undeliverable(target, item.session, item.caller),
+            hold_until=self.transit.deadline,
         )
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         bus.on_undelivered = self._on_undelivered
@@ -131,6 +137,7 @@ class Hub(Routing, AcrossReplicas, Draining):
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
         await self.manager.start()
         await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self._on_bus_replica)
+        await self.start_moves()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
         # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
@@ -142,6 +149,7 @@ class Hub(Routing, AcrossReplicas, Draining):
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
         await self.retry.close()
+        await self.stop_moves()
         for companion in reversed(self.companions):
             await companion.stop()
         await self.manager.stop()
@@ -188,6 +196,8 @@ class Hub(Routing, AcrossReplicas, Draining):
             await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self._on_bus_broadcast)
         self.metrics.clients.set(len(self.peers))
         peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
+        if reconnecting or peer.id in self.transit:
+            await self.arrived(peer)
         return {
             "type": "connection_info",
             "hypha_version": "0.21.135",
@@ -240,6 +250,10 @@ class Hub(Routing, AcrossReplicas, Draining):
             await self.bus.unsubscribe(channel)
             if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
                 await self.bus.subscribe(channel, self._on_bus_broadcast)
+        if await self.depart(peer):  # no goodbye: expected back, nothing is announced yet
+            self.salvage(peer)
+            peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
+            return
         try:
             await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -251,6 +265,10 @@ class Hub(Routing, AcrossReplicas, Draining):
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
         """Remove a gone client's registrations and tell its workspace; return how many."""
         removed = await self.registry.remove_client(workspace, client_id, owner=owner)
+        return await self.announce_gone(workspace, client_id, removed)
+
+    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int:
+        """Tell the workspace a client left: each of its ``removed`` services, then the client."""
         if not removed:
             return 0  # nothing was announced, or a newer connection elsewhere owns it now
         for info in removed:

@@ -276,6 +276,8 @@ class WorkspaceManager:
             await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
             return None
         ws = peer.workspace
+        if peer.returned and previous == info:
+            return None  # re-registered, unchanged, after a transit: nothing changed for the workspace
         if info["id"].endswith(":built-in"):
             event = "client_updated" if previous else "client_connected"
             await self.hub.emit_event(ws, event, {"id": peer.id, "workspace": ws})

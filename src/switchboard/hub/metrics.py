@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+# Seconds: where a drain's handover (tens of ms), a reconnect after hypha-rpc's
+# first backoff (about 1 s) and one near a 5 s grace fall apart.
+TRANSIT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class HubMetrics:
@@ -45,6 +50,19 @@ class HubMetrics:
         self.handshake_failures = counter(
             "switchboard_handshake_failures", "Connections refused during the handshake."
         )
+        self.transit_seconds = Histogram(
+            "switchboard_transit_seconds", "How long the clients that came back here had been in transit.",
+            ["replica"], registry=self.registry, buckets=TRANSIT_BUCKETS,
+        ).labels(**labels)
+        self.transit_expiries = counter(
+            "switchboard_transit_expiries",
+            "Clients in transit whose grace ran out before they came back (announced gone by this replica).",
+        )
+        self._replica_id = replica_id
+
+    def watch_transit(self, transit: Any) -> None:
+        """Report a :class:`~switchboard.hub.transit.Transit` at scrape time."""
+        self.registry.register(_TransitCollector(transit, self._replica_id))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -100,4 +118,32 @@ class _FrameCountsCollector:
             yield family
 
     def describe(self) -> list[CounterMetricFamily]:
+        return []
+
+
+class _TransitCollector:
+    def __init__(self, transit: Any, replica_id: str) -> None:
+        self.transit = transit
+        self.replica_id = replica_id
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        t, labels = self.transit, [self.replica_id]
+        clients = GaugeMetricFamily(
+            "switchboard_clients_in_transit",
+            "Clients in transit this replica knows of (every replica hears of every move: take the max, not the sum).",
+            labels=["replica"],
+        )
+        clients.add_metric(labels, len(t))
+        waiting = GaugeMetricFamily(
+            "switchboard_transit_frames_waiting", "Frames held here right now for clients in transit.", labels=["replica"]
+        )
+        waiting.add_metric(labels, t.holding)
+        held = CounterMetricFamily(
+            "switchboard_transit_held_frames", "Frames held here for a client in transit until it came back or its grace ran out.",
+            labels=["replica"],
+        )
+        held.add_metric(labels, t.held_total)
+        yield from (clients, waiting, held)
+
+    def describe(self) -> list[Any]:
         return []

@@ -14,6 +14,15 @@ from switchboard.hub.uploads import Uploads
 
 log = logging.getLogger("switchboard.peer")
 
+# Close codes with which a client says goodbye (1000 normal closure, 1001 going
+# away: a page closed): it has left. A connection that ends otherwise on the
+# client's side (a drop, another code), or that a draining replica closes to
+# send the client to a sibling (HANDED_OVER), has a reconnection on its way
+# (switchboard.hub.transit). One the hub closes for cause (a slow consumer, an
+# internal error) has left: the hub dropped it.
+GOODBYE_CODES = frozenset({1000, 1001})
+HANDED_OVER = 1012
+
 
 class Transport(Protocol):
     """The I/O a peer needs: the server layer implements it per transport."""
@@ -80,6 +89,13 @@ class Peer:
         self._writing = False  # the writer holds a frame it took from the queue
         self.close_code: int | None = None
         self.close_reason = ""
+        self.by_client = False  # the client ended the connection, not the hub
+        self.goodbye = False  # ... and said goodbye doing so (GOODBYE_CODES)
+        self.moving = False  # the hub put this client in transit when the connection ended
+        self.returned = False  # this connection ended the client's transit ...
+        self.returned_at = 0.0  # ... at this time (the hub's clock)
+        self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
+        self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
     @property
@@ -108,6 +124,18 @@ class Peer:
         self._wakeup.set()
         return True
 
+    def client_closed(self, code: int) -> None:
+        """The client ended the connection (a close frame with ``code``, or the stream ended)."""
+        if not self._closed.is_set():
+            self.by_client = True
+            self.goodbye = code in GOODBYE_CODES
+        self.close(code, "client closed")
+
+    @property
+    def may_return(self) -> bool:
+        """Whether the connection ended in a way its client comes back from (see :data:`GOODBYE_CODES`)."""
+        return (self.by_client and not self.goodbye) or self.close_code == HANDED_OVER
+
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Ask the writer to flush nothing more and close the transport."""
         if self._closed.is_set():
@@ -115,6 +143,10 @@ class Peer:
         self.close_code, self.close_reason = code, reason
         self._closed.set()
         self._wakeup.set()
+        if code == HANDED_OVER:  # never handed to the transport: sent on once the client is back
+            self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
+            self._queue.clear()
+            self._queued_bytes = 0
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""

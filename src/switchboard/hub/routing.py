@@ -22,21 +22,25 @@ from switchboard.protocol import envelope, handshake
 from switchboard.protocol.chunks import cache_op
 
 if TYPE_CHECKING:
+    from switchboard.clock import Clock
     from switchboard.config import Settings
     from switchboard.hub.inflight import InFlight
     from switchboard.hub.metrics import HubMetrics
     from switchboard.hub.peer import Peer
     from switchboard.hub.retry import RetryWindow
+    from switchboard.hub.transit import Transit
 
 
 class Routing:
     """The routing half of the hub; the attributes below are the hub's own."""
 
     settings: Settings
+    clock: Clock
     manager_id: str
     peers: dict[str, Peer]
     inflight: InFlight
     retry: RetryWindow
+    transit: Transit[Undelivered]
     metrics: HubMetrics
     draining: bool
     log: logging.LoggerAdapter[logging.Logger]
@@ -63,6 +67,8 @@ class Routing:
         def _undeliverable(self, target: str, session: str | None, caller: str) -> None: ...
 
         def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None: ...
+
+        def hold(self, target: str, item: Undelivered) -> bool: ...
 
     def handle_text(self, peer: Peer, text: str) -> None:
         """Answer a text control frame. Each takes from the client's rate bucket, as a
@@ -98,6 +104,7 @@ class Routing:
         """
         counts = self.metrics.frames
         counts.received += 1
+        peer.last_heard = self.clock.monotonic()  # a drain sends it away in a pause (drain.QUIET)
         counts.received_bytes += len(data)
         try:
             env = envelope.decode(data)
@@ -200,7 +207,7 @@ class Routing:
             return True
         peer = self.peers.get(target)
         if peer is not None:
-            if self.draining and new_call:
+            if self.draining and new_call and not peer.closed:
                 # this replica is going away: the call waits for the client to reappear
                 # elsewhere, and is no longer in flight here (the drain must not wait for it)
                 self.inflight.closed(caller, session or "")
@@ -209,8 +216,12 @@ class Routing:
             if peer.send(frame):
                 self.metrics.frames.routed += 1
                 return True
+            if self.hold(target, Undelivered(frame, session, caller, event)):  # its connection just ended
+                return True
             self._undeliverable(target, session, caller)
             return False
+        if target in self.transit and self.hold(target, Undelivered(frame, session, caller, event)):
+            return True  # it is moving between connections: the frame waits for it
         if self.retry.pending(target):  # keep order behind frames already waiting
             self.retry.add(target, Undelivered(frame, session, caller, event))
             return True
@@ -225,6 +236,8 @@ class Routing:
         if await self._publish_to_client(target, frame, session, caller, event):
             self.metrics.frames.routed += 1
             return True
+        if target in self.transit and self.hold(target, Undelivered(frame, session, caller, event)):
+            return True  # we heard it left while the publish was on its way
         if self.retry.window > 0 and await self.worth_retrying(target):
             self.metrics.publishes_to_nobody.inc()
             self.retry.add(target, Undelivered(frame, session, caller, event))

@@ -14,7 +14,7 @@ CLOSE_POLICY = 1008  # bad or missing auth payload, bad token
 CLOSE_UNSUPPORTED = 1003  # first frame is not JSON
 CLOSE_GOING_AWAY = 1001  # refused by policy after auth (workspace, duplicate id)
 CLOSE_TRY_AGAIN = 1013  # overloaded or draining: retry later
-
+CLOSE_RESTARTING = 1012  # a draining replica sends its clients to a sibling
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,14 @@ def error_text(message: str) -> str:
 
 
 PONG = json.dumps({"type": "pong"})
+
+RESTARTING = "restarting"
+
+
+def restarting_text(reason: str) -> str:
+    """What a draining replica sends a WebSocket client just before it ends the stream (no close frame):
+    reconnect elsewhere, as after a close with :data:`CLOSE_RESTARTING` (``switchboard.server.ws_protocol``)."""
+    return json.dumps({"type": RESTARTING, "code": CLOSE_RESTARTING, "reason": reason})
 
 
 def reconnection_token_text(token: str) -> str:

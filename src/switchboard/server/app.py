@@ -88,7 +88,7 @@ def build_hub(
     hub = Hub(
         counts=counts,
         settings=settings,
-        registry=registry or MemoryRegistry(),
+        registry=registry or MemoryRegistry(clock=clock),
         bus=bus or MemoryBus(),
         clock=clock,
         metrics=HubMetrics(settings.replica_id),

@@ -336,7 +336,7 @@ async def _keepalive(peer: Peer, clock: Clock, interval: float) -> None:
 async def _watch_disconnect(peer: Peer, receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    peer.close(1000, "client closed")
+    peer.client_closed(1000)  # a stream that ends is a goodbye: it has no close code to say otherwise
 
 
 # -- POST: the upstream -----------------------------------------------------

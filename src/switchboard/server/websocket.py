@@ -65,6 +65,9 @@ class WebSocketTransport:
         await self._ws.send_text(text)
 
     async def close(self, code: int, reason: str) -> None:
+        proto = self._proto
+        if code == handshake.CLOSE_RESTARTING and proto is not None and proto.hand_over(handshake.restarting_text(reason)):
+            return  # a drain: the stream ends without a close frame (see ws_protocol)
         await self._ws.close(code, close_reason(reason))
 
 
@@ -249,7 +252,7 @@ async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox
     receive = websocket.receive
     proto = hub_protocol(websocket) if inbox is not None else None
     try:
-        while not peer.closed:
+        while not peer.closed or proto is not None:  # what a client sends while it is sent away still counts
             if proto is not None and inbox is not None and proto.on_message is None:
                 proto.hand_messages_to(inbox)
             message = await receive()
@@ -257,7 +260,7 @@ async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox
             if data is not None:
                 await hub.handle_binary(peer, data)
             elif message["type"] == "websocket.disconnect":
-                peer.close(message.get("code", 1000), "client closed")
+                peer.client_closed(message.get("code", 1000))
                 return
             elif message.get("text") is not None:
                 hub.handle_text(peer, message["text"])

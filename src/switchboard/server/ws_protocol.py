@@ -10,6 +10,15 @@ is handed to it in the event-loop callback that parsed it, and
 :meth:`send_now` writes a frame without awaiting when nothing holds it back.
 The handshake, the close and the disconnect still go through ASGI.
 
+A draining replica sends its clients away with :meth:`HubWebSocketProtocol.hand_over`:
+a text frame that says so and then the end of the stream (TCP FIN), no close
+frame, reading on until the client closes its side. A close frame would put
+an unmodified hypha-rpc client in the closing state until the TCP connection
+is gone, and a call it sends meanwhile fails ("Failed to send the request");
+a stream that simply ends makes it wait for its reconnection instead. What
+the client sent before it saw the end is still routed, as it is after a
+close frame the hub sent (uvicorn would drop it).
+
 A client also gets ``frame_timeout`` seconds to finish each message it
 starts (a frame partly received, or a fragmented message): one that stalls
 inside a frame would otherwise keep it in memory until the keepalive notices
@@ -39,6 +48,12 @@ from websockets.frames import CloseCode
 from switchboard.server.frame_scan import FrameScanner
 
 log = logging.getLogger("switchboard.server")
+
+# Seconds a client sent away by hand_over() has to close its side before the
+# connection is closed anyway: what it sent before it saw the end arrives
+# within a round trip, and a drain is held up by a client that does not close
+# (a stalled one, or one whose loop is blocked) for no longer than this.
+HAND_OVER_READ = 1.0
 
 MessageHandler = Callable[[bytes | str], None]
 
@@ -116,8 +131,8 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def send_receive_event_to_app(self) -> None:
         handler = self.on_message
-        if handler is None or self.close_sent:
-            super().send_receive_event_to_app()
+        if handler is None:
+            super().send_receive_event_to_app()  # uvicorn drops it once close_sent
             return
         data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
         if self.curr_msg_data_type == "text":
@@ -130,6 +145,24 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
             message = data
         self.frames = []
         handler(message)
+
+    def hand_over(self, notice: str) -> bool:
+        """Send ``notice``, then end the stream; keep reading until the client closes (bounded).
+
+        ``False`` when the connection is already closing (then close it as usual).
+        """
+        if self.close_sent or self.disconnected or self.transport.is_closing() or not self.transport.can_write_eof():
+            return False
+        self.stop_keepalive()  # nothing may be written after the end of the stream
+        try:
+            self.conn.send_text(notice.encode())
+        except InvalidState:  # the client's close frame came in
+            return False
+        self.transport.write(b"".join(self.conn.data_to_send()))
+        self.transport.write_eof()
+        self.close_sent = True  # for uvicorn: no more writes, its shutdown only closes the transport
+        self.close_timer = self.loop.call_later(HAND_OVER_READ, self.transport.close)
+        return True
 
     def send_now(self, message: bytes | str) -> bool:
         """Frame and write ``message`` as ``send`` would, if that would not wait.

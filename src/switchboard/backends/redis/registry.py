@@ -7,6 +7,7 @@ Layout (``p`` = ``key_prefix``, default ``sb:``):
 * ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
 * ``p replica:<rid>:clients``  set of ``<ws>/<cid>`` that replica owns
 * ``p epoch``                  a random token; a new one means Redis lost its data
+* ``p transit``, ``p transit:left``  clients in transit (:mod:`switchboard.backends.redis.transit`)
 
 Every multi-key change is one Lua script, so no reader ever sees half of it
 and a crash cannot leave a service without its workspace or owner entry.
@@ -24,6 +25,7 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from switchboard.backends.redis.connection import make_client
+from switchboard.backends.redis.transit import RedisTransit
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
@@ -65,7 +67,7 @@ local function remove_fields(key, prefix, removed)
 end
 """
 
-# KEYS: svc hash, workspaces set, owner hash.
+# KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash.
 # ARGV: ws, "<cid>:", "<ws>/<cid>", replica prefix, expected owner ("" = any).
 # With an expected owner, a client another replica has taken over is left alone.
 _REMOVE_CLIENT = (
@@ -76,6 +78,8 @@ if ARGV[5] ~= '' then
   local current = redis.call('HGET', KEYS[3], ARGV[3])
   if current and current ~= ARGV[5] then return removed end
 end
+redis.call('ZREM', KEYS[4], ARGV[3])
+redis.call('HDEL', KEYS[5], ARGV[3])
 remove_fields(KEYS[1], ARGV[2], removed)
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 local owner = redis.call('HGET', KEYS[3], ARGV[3])
@@ -87,14 +91,16 @@ return removed
 """
 )
 
-# KEYS: the replica's clients set, owner hash, workspaces set. ARGV: replica id, svc prefix.
-# Clients another replica has since taken over (owner changed) are left alone.
+# KEYS: the replica's clients set, owner hash, workspaces set, transit zset.
+# ARGV: replica id, svc prefix.
+# Clients another replica has since taken over (owner changed) are left alone, and so
+# are clients in transit: their grace decides (whoever they come back to owns them).
 _REMOVE_REPLICA = (
     _REMOVE_FIELDS
     + """
 local removed = {}
 for _, wc in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  if redis.call('HGET', KEYS[2], wc) == ARGV[1] then
+  if redis.call('HGET', KEYS[2], wc) == ARGV[1] and not redis.call('ZSCORE', KEYS[4], wc) then
     local slash = string.find(wc, '/', 1, true)
     local ws = string.sub(wc, 1, slash - 1)
     local key = ARGV[2] .. ws
@@ -133,7 +139,7 @@ def _decode(raw: bytes | str) -> ServiceInfo:
     return info
 
 
-class RedisRegistry:
+class RedisRegistry(RedisTransit):
     """:class:`~switchboard.backends.base.Registry` in Redis, with per-replica ownership.
 
     ``redis`` is a client (left open on :meth:`close`) or a URL (a client with
@@ -155,6 +161,7 @@ class RedisRegistry:
         self._remove_client = self._r.register_script(_REMOVE_CLIENT)
         self._remove_replica = self._r.register_script(_REMOVE_REPLICA)
         self._reassert = self._r.register_script(_REASSERT)
+        self._transit_scripts()
 
     def _svc_key(self, workspace: str) -> str:
         return f"{self._p}svc:{workspace}"
@@ -203,7 +210,7 @@ class RedisRegistry:
     async def remove_client(
         self, workspace: str, client_id: str, *, owner: str | None = None
     ) -> list[ServiceInfo]:
-        keys = [self._svc_key(workspace), self._ws_key, self._owner_key]
+        keys = [self._svc_key(workspace), self._ws_key, self._owner_key, self._transit_key, self._transit_left_key]
         args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
         removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
         return [_decode(raw) for raw in removed]
@@ -249,7 +256,7 @@ class RedisRegistry:
         Only that replica's keys and clients: a client a peer has taken over
         keeps its registrations, and no peer key is touched.
         """
-        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key]
+        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key]
         args = [replica_id, f"{self._p}svc:"]
         removed = await self._call(
             "remove_replica_state", self._remove_replica(keys=keys, args=args)

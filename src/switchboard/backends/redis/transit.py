@@ -1,0 +1,139 @@
+"""Clients in transit, in Redis: the part of :class:`RedisRegistry` every replica agrees on.
+
+Layout (``p`` = ``key_prefix``):
+
+* ``p transit``       sorted set ``<ws>/<cid>`` scored by the end of its grace (ms, Redis's clock)
+* ``p transit:left``  hash ``<ws>/<cid>`` → when it left (ms, Redis's clock)
+
+Deadlines are read and written on Redis's own clock (``TIME`` inside the
+scripts), so replicas on machines whose clocks differ still agree on when a
+grace is over. A client in transit keeps its registrations and its owner
+entry; whichever replica it comes back to takes the ownership over in the
+same script that ends the transit, and whoever first finds the grace over
+removes the registrations in the script that ends it: exactly one replica
+then announces the departure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from switchboard.backends.base import Expiry
+
+_NOW = """
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: owner hash, transit zset, transit:left hash. ARGV: "<ws>/<cid>", owner, grace ms.
+# Refused (0) once another replica owns the client: it is back already.
+BEGIN = _NOW + """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if current and current ~= ARGV[2] then return 0 end
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 1 end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], now)
+return 1
+"""
+
+# KEYS: transit zset, transit:left hash, owner hash, the new owner's clients set.
+# ARGV: "<ws>/<cid>", new owner, replica key prefix.
+# Returns the ms the client was in transit, or -1 if it was not.
+END = _NOW + """
+local left = redis.call('HGET', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local old = redis.call('HGET', KEYS[3], ARGV[1])
+if old and old ~= ARGV[2] then
+  redis.call('SREM', ARGV[3] .. old .. ':clients', ARGV[1])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+  redis.call('SADD', KEYS[4], ARGV[1])
+end
+if not left then return -1 end
+return math.max(0, now - tonumber(left))
+"""
+
+# KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash.
+# ARGV: "<ws>/<cid>", "<cid>:", ws, replica key prefix.
+# {'none'} | {'waiting', ms left} | {'expired', info...}
+EXPIRE = _NOW + """
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not deadline then return {'none'} end
+if tonumber(deadline) > now then return {'waiting', tostring(tonumber(deadline) - now)} end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local out = {'expired'}
+local all = redis.call('HGETALL', KEYS[3])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, #ARGV[2]) == ARGV[2] then
+    redis.call('HDEL', KEYS[3], all[i])
+    table.insert(out, all[i + 1])
+  end
+end
+if redis.call('HLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[3]) end
+local owner = redis.call('HGET', KEYS[5], ARGV[1])
+if owner then
+  redis.call('SREM', ARGV[4] .. owner .. ':clients', ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
+return out
+"""
+
+# KEYS: transit zset. Every client whose grace is over, oldest first (bounded).
+DUE = _NOW + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+"""
+
+
+class RedisTransit:
+    """The transit methods of :class:`~switchboard.backends.redis.registry.RedisRegistry`."""
+
+    _r: Any
+    _p: str
+    _owner_key: str
+    _ws_key: str
+    replica_id: str
+
+    if TYPE_CHECKING:  # the registry's own helpers, used here
+
+        async def _call(self, what: str, coro: Any) -> Any: ...
+
+        def _svc_key(self, workspace: str) -> str: ...
+
+        def _clients_key(self, replica_id: str) -> str: ...
+
+    def _transit_scripts(self) -> None:
+        self._transit_key = f"{self._p}transit"
+        self._transit_left_key = f"{self._p}transit:left"
+        self._begin = self._r.register_script(BEGIN)
+        self._end = self._r.register_script(END)
+        self._expire = self._r.register_script(EXPIRE)
+        self._due = self._r.register_script(DUE)
+
+    async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
+        keys = [self._owner_key, self._transit_key, self._transit_left_key]
+        args = [f"{workspace}/{client_id}", owner, int(grace * 1000)]
+        return bool(await self._call("begin_transit", self._begin(keys=keys, args=args)))
+
+    async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
+        keys = [self._transit_key, self._transit_left_key, self._owner_key, self._clients_key(owner)]
+        args = [f"{workspace}/{client_id}", owner, f"{self._p}replica:"]
+        away = int(await self._call("end_transit", self._end(keys=keys, args=args)))
+        return None if away < 0 else away / 1000
+
+    async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
+        keys = [self._transit_key, self._transit_left_key, self._svc_key(workspace), self._ws_key, self._owner_key]
+        args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, f"{self._p}replica:"]
+        reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
+        state = reply[0].decode()
+        if state == "waiting":
+            return Expiry("waiting", remaining=int(reply[1]) / 1000)
+        if state == "expired":
+            return Expiry("expired", removed=[json.loads(raw) for raw in reply[1:]])
+        return Expiry("none")
+
+    async def transits_due(self, limit: int = 100) -> list[str]:
+        raw = await self._call("transits_due", self._due(keys=[self._transit_key], args=[limit]))
+        return [m.decode() for m in raw]

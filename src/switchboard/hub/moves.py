@@ -1,0 +1,308 @@
+"""Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
+
+Part of :class:`~switchboard.hub.hub.Hub` (a mixin, like
+:mod:`switchboard.hub.across`); the decisions are :class:`~switchboard.hub.transit.Transit`'s.
+
+* A connection that ends without a goodbye (a drain's 1012, a drop) puts its
+  client in transit (:meth:`Moves.depart`): the registry marks it (its
+  registrations stay; the store's clock keeps the deadline) and every
+  replica hears ``left`` on :data:`TRANSIT_CHANNEL`. From then on, frames for
+  it are held where they are sent, and nothing announces a departure.
+* The client reconnects with its reconnection token (:meth:`Moves.arrived`):
+  the replica it reaches ends the mark, takes over its ownership, delivers
+  what it held and says ``back``; every other replica then sends on what it held.
+* Its grace runs out first (:meth:`Moves.settle_transits`): whichever replica
+  ends the mark in the registry removes its registrations and announces the
+  departure, as a clean disconnect would have at once, and says ``gone``;
+  the held frames then meet nobody and their callers get "not connected".
+
+Notices are an optimisation over pub/sub (fire and forget): a replica holding
+frames asks the registry every :data:`RECHECK` seconds whether the client is
+still away, so a lost ``back`` or a ``left`` that overtook it costs a delay,
+never a frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from switchboard.errors import BackendError, ProtocolError
+from switchboard.hub.retry import Undelivered
+from switchboard.protocol import envelope
+from switchboard.tasks import spawn
+
+if TYPE_CHECKING:
+    from switchboard.backends.base import EventBus, Registry
+    from switchboard.clock import Clock
+    from switchboard.config import Settings
+    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.peer import Peer
+    from switchboard.hub.retry import RetryWindow
+    from switchboard.hub.transit import Released, Transit
+
+TRANSIT_CHANNEL = "sb:transit"  # notices: {"left"|"back"|"gone": "<ws>/<cid>", "from": replica, ...}
+# Seconds between asking the registry whether a client we hold frames for is still away.
+RECHECK = 0.5
+# A goodbye (close 1000) within this many seconds of coming back from transit is not
+# believed: hypha-rpc 0.21.47 sometimes reconnects twice at once (a call sent while
+# its listener has not yet seen the drop opens a connection, then the listener opens
+# another and closes the first with 1000). Measured 16 ms between the two; a client
+# that really leaves that soon after coming back is announced after its grace instead.
+FRESH_GOODBYE = 1.0
+
+
+class Moves:
+    """The transit half of the hub; the attributes below are the hub's own."""
+
+    settings: Settings
+    replica_id: str
+    registry: Registry
+    bus: EventBus
+    clock: Clock
+    metrics: HubMetrics
+    peers: dict[str, Peer]
+    retry: RetryWindow
+    transit: Transit[Undelivered]
+    log: logging.LoggerAdapter[logging.Logger]
+    _background: set[asyncio.Task[Any]]
+
+    if TYPE_CHECKING:  # the hub's own methods, used here
+
+        async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str,
+                          new_call: bool = False, event: bool = False) -> bool: ...
+
+        async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
+
+        async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int: ...
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start_moves(self) -> None:
+        self._transit_wake = asyncio.Event()
+        self.metrics.watch_transit(self.transit)
+        await self.bus.subscribe(TRANSIT_CHANNEL, self._on_notice)
+        self._keeper: asyncio.Task[None] | None = asyncio.create_task(
+            self._keep_time(), name=f"{self.replica_id} transit"
+        )
+
+    async def stop_moves(self) -> None:
+        keeper = getattr(self, "_keeper", None)
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+
+    # -- holding frames ------------------------------------------------------
+
+    def may_return(self, peer: Peer) -> bool:
+        """Whether this ended connection's client is expected back (handed over or dropped, a grace)."""
+        if self.transit.grace <= 0 or not peer.closed:
+            return False
+        if peer.may_return:
+            return True
+        return peer.returned and self.clock.monotonic() - peer.returned_at < FRESH_GOODBYE
+
+    def hold(self, target: str, item: Undelivered) -> bool:
+        """Keep a frame for a client in transit; ``False``: it is not (route or fail it as usual).
+
+        A client whose connection here has ended, without a goodbye, counts as
+        in transit at once, before :meth:`depart` has told the registry.
+        """
+        if not self.transit.hold(target, item, size=len(item.frame)):
+            peer = self.peers.get(target)
+            if peer is None or target in self.transit or not self.may_return(peer):
+                return False
+            self._begin(target)
+            if not self.transit.hold(target, item, size=len(item.frame)):
+                return False
+        if self.transit.holding == 1:
+            self._wake()  # the keeper now rechecks every RECHECK seconds
+        return True
+
+    def _begin(self, client: str, remaining: float | None = None) -> None:
+        if self.transit.left(client, remaining):
+            self._wake()
+
+    def _wake(self) -> None:
+        wake = getattr(self, "_transit_wake", None)
+        if wake is not None:
+            wake.set()
+
+    def _send_on(self, released: Released[Undelivered] | None) -> None:
+        """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
+        if released is None or not released.frames:
+            return
+        self.log.debug("sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client,
+                       released.away)
+
+        async def send_all() -> None:
+            for item in released.frames:
+                await self.deliver(released.client, item.frame, session=item.session, caller=item.caller,
+                                   event=item.event)
+
+        spawn(self._background, send_all(), f"transit {released.client}")
+
+    # -- a client leaves and comes back --------------------------------------
+
+    async def depart(self, peer: Peer) -> bool:
+        """Put the client of a connection that ended in transit.
+
+        ``False`` if it has left instead: it said goodbye or the hub dropped
+        it, there is no grace, the registry cannot be reached, or another
+        replica owns it already (it is back). Then the caller cleans up as for
+        any departure.
+        """
+        if peer.moving:
+            return True
+        if not self.may_return(peer):
+            return False
+        grace = self.transit.grace
+        self._begin(peer.id)
+        try:
+            marked = await self.registry.begin_transit(peer.workspace, peer.client_id, owner=self.replica_id,
+                                                       grace=grace)
+        except BackendError as exc:
+            peer.log.warning("cannot put the client in transit: %s", exc)
+            marked = False
+        if not marked:
+            self._send_on(self.transit.cancel(peer.id))
+            return False
+        peer.moving = True
+        await self._notice("left", peer.id, grace=grace)
+        peer.log.info("in transit (back within %gs, or announced gone)", grace)
+        return True
+
+    async def arrived(self, peer: Peer) -> None:
+        """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
+        try:
+            away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
+        except BackendError as exc:
+            peer.log.warning("could not end the client's transit in the registry: %s", exc)
+            away = None
+        released = self.transit.back(peer.id)
+        self._send_on(released)  # the peer is attached: its frames queue behind connection_info
+        self.retry.wake(peer.id)
+        if away is None and released is not None:
+            away = released.away
+        if away is None:
+            return
+        peer.returned, peer.returned_at = True, self.clock.monotonic()
+        self.metrics.transit_seconds.observe(away)
+        peer.log.info("back after %.3f s in transit%s", away,
+                      f", {len(released.frames)} frames held here" if released and released.frames else "")
+        await self._notice("back", peer.id)
+
+    def salvage(self, peer: Peer) -> None:
+        """Frames still queued for a client when a drain sent it away wait for it with the rest."""
+        for frame in reversed(peer.unsent):
+            try:
+                env = envelope.decode(frame)
+            except ProtocolError:
+                continue
+            item = Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
+            if not self.transit.hold(peer.id, item, size=len(frame), first=True):
+                break
+        peer.unsent = []
+
+    # -- the grace's end -----------------------------------------------------
+
+    async def settle_transits(self) -> None:
+        """End every transit whose grace is over, and ask about the clients we hold frames for.
+
+        The registry decides (its clock, one winner): ``expired`` here
+        announces the departure; ``none`` (back, or expired by another
+        replica) sends the frames on; ``waiting`` keeps holding.
+        """
+        due = set(self.transit.due())
+        for client in self.transit.holders():
+            if client in due or self.clock.monotonic() - self.transit.since(client) >= RECHECK:
+                due.add(client)
+        for client in sorted(due):
+            ws, _, cid = client.partition("/")
+            try:
+                expiry = await self.registry.expire_transit(ws, cid)
+            except BackendError as exc:
+                self.log.warning("transit of %s not settled: %s", client, exc)
+                continue
+            if expiry.state == "waiting":
+                self.transit.extend(client, expiry.remaining)
+                continue
+            if expiry.state == "none":
+                self._send_on(self.transit.cancel(client))
+                continue
+            released = self.transit.expire(client)
+            self.metrics.transit_expiries.inc()
+            self.log.info("%s did not come back within %gs: announced gone", client, self.transit.grace)
+            await self.announce_gone(ws, cid, expiry.removed)
+            await self._notice("gone", client)
+            self.retry.fail(client)
+            self._send_on(released)
+
+    async def sweep_transits(self) -> int:
+        """End transits whose grace is over that no replica here knew of (their notice was lost
+        and the replica they left is gone); the cluster's leader calls this every few seconds."""
+        swept = 0
+        for client in await self.registry.transits_due():
+            if client in self.transit:
+                continue  # the keeper settles it
+            self.transit.left(client, 0.0)
+            swept += 1
+        if swept:
+            await self.settle_transits()
+        return swept
+
+    async def _keep_time(self) -> None:
+        """Sleep until the next grace ends (or :data:`RECHECK` while holding frames), then settle."""
+        while True:
+            deadline = self.transit.next_deadline()
+            if self.transit.holders():
+                recheck = self.clock.monotonic() + RECHECK
+                deadline = recheck if deadline is None else min(deadline, recheck)
+            self._transit_wake.clear()
+            if deadline is None:
+                await self._transit_wake.wait()
+                continue
+            delay = deadline - self.clock.monotonic()
+            if delay > 0:
+                sleeper = asyncio.ensure_future(self.clock.sleep(delay))
+                waker = asyncio.ensure_future(self._transit_wake.wait())
+                try:
+                    done, _ = await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    sleeper.cancel()
+                    waker.cancel()
+                if waker in done and sleeper not in done:
+                    continue  # a new, maybe earlier, deadline
+            try:
+                await self.settle_transits()
+            except Exception:  # a bug must not stop every grace from ending
+                self.log.exception("settling transits failed")
+
+    # -- notices between replicas --------------------------------------------
+
+    async def _notice(self, kind: str, client: str, **extra: Any) -> None:
+        body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
+        await self._publish(TRANSIT_CHANNEL, body, direct=False)
+
+    def _on_notice(self, data: bytes) -> None:
+        try:
+            notice = json.loads(data)
+            origin = notice["from"]
+        except (ValueError, KeyError, TypeError):
+            self.log.warning("dropped a malformed transit notice: %r", data[:200])
+            return
+        if origin == self.replica_id:
+            return
+        if isinstance(client := notice.get("left"), str):
+            grace = notice.get("grace")
+            self._begin(client, float(grace) if isinstance(grace, int | float) else None)
+        elif isinstance(client := notice.get("back"), str):
+            self._send_on(self.transit.back(client))
+            self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
+        elif isinstance(client := notice.get("gone"), str):
+            self.retry.fail(client)
+            self._send_on(self.transit.cancel(client))

@@ -1,0 +1,249 @@
+"""A hub on the embedded backends and the fake clock: what a client in transit sees, and its callers.
+
+A provider's connection ends without a goodbye (a drop, a drain's hand-over):
+nothing announces it gone, calls to it wait, and they reach it once it is back;
+if it is not back within the grace, its departure is announced and the calls
+fail "not connected". A goodbye, a client the hub drops, or a grace of 0 are
+departures at once, as before transit existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+import pytest
+
+from switchboard.hub.auth import new_anonymous_user
+from switchboard.hub.hub import Hub
+from switchboard.hub.peer import HANDED_OVER, Peer
+from switchboard.protocol import envelope
+from switchboard.server.app import build_hub
+from switchboard.testing.clock import FakeClock
+from switchboard.testing.hub import settings_for_tests
+
+pytestmark = pytest.mark.timeout(10)
+
+WS = "ws-1"
+GRACE = 5.0
+USER = new_anonymous_user()
+
+
+class Wire:
+    """A client's connection as its peer sees it: every frame taken at once."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes | str] = []
+
+    def try_send(self, frame: bytes | str) -> bool:
+        self.frames.append(frame)
+        return True
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.frames.append(data)
+
+    async def send_text(self, text: str) -> None:
+        self.frames.append(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
+
+    def heads(self) -> list[dict[str, Any]]:
+        return [_first(f) for f in self.frames if isinstance(f, bytes)]
+
+
+def _first(frame: bytes) -> dict[str, Any]:
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(frame)
+    return next(unpacker)
+
+
+class Net:
+    """One hub and its clients, on the fake clock."""
+
+    def __init__(self, grace: float = GRACE) -> None:
+        self.clock = FakeClock()
+        self.hub: Hub = build_hub(settings_for_tests(transit_grace=grace), clock=self.clock)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def connect(self, client_id: str, *, reconnecting: bool = False, services: tuple[str, ...] = (),
+                      events: tuple[str, ...] = ()) -> tuple[Peer, Wire]:
+        wire = Wire()
+        peer = Peer(workspace=WS, client_id=client_id, user=USER, transport=wire, max_queue_bytes=1 << 20,
+                    replica_id=self.hub.replica_id)
+        await self.hub.attach(peer, reconnecting=reconnecting)
+        peer.subscriptions.update(events)
+        for name in ("built-in", *services):
+            info = {"id": f"{WS}/{client_id}:{name}", "name": name, "config": {"visibility": "public"}}
+            peer.services[info["id"]] = info
+            await self.hub.registry.register(info)  # type: ignore[arg-type]
+        self.tasks.append(asyncio.create_task(peer.run_writer()))
+        await settle()
+        return peer, wire
+
+    async def leave(self, peer: Peer, *, code: int, by_client: bool = True) -> None:
+        if by_client:
+            peer.client_closed(code)
+        else:
+            peer.close(code, "closed by the hub")
+        await self.hub.detach(peer)
+        await settle()
+
+    async def call(self, caller: Peer, target: str, session: str) -> None:
+        frame = envelope.encode({"type": "method", "to": target, "method": "services.s.f", "session": session})
+        await self.hub.handle_binary(caller, frame)
+        await settle()
+
+    async def listed(self, client_id: str) -> bool:
+        from switchboard.protocol.services import ServiceQuery
+
+        return bool(await self.hub.registry.find(ServiceQuery(WS, client_id, "built-in")))
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def calls(wire: Wire) -> list[str]:
+    return [h["session"] for h in wire.heads() if h.get("method") == "services.s.f"]
+
+
+def events(wire: Wire) -> list[str]:
+    return [h["type"] for h in wire.heads() if h.get("type") in ("client_disconnected", "service_removed")]
+
+
+def rejects(wire: Wire) -> list[str]:
+    return [h["method"] for h in wire.heads() if str(h.get("method", "")).endswith(".reject")]
+
+
+@pytest.fixture
+async def net() -> Any:
+    n = Net()
+    yield n
+    await n.close()
+
+
+async def test_a_dropped_provider_is_not_announced_and_calls_to_it_reach_it_once_it_is_back(net: Net) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller", events=("client_disconnected", "service_removed"))
+    await net.leave(prov, code=1006)  # the connection dropped: no goodbye
+    assert f"{WS}/prov" in net.hub.transit
+    assert await net.listed("prov"), "its registrations stay listed while it is in transit"
+    await net.call(caller, f"{WS}/prov", "s1")
+    await net.call(caller, f"{WS}/prov", "s2")
+    assert net.hub.transit.holding == 2
+    net.clock.advance(GRACE / 2)
+    _, back_wire = await net.connect("prov", reconnecting=True)
+    assert calls(back_wire) == ["s1", "s2"], "held calls delivered once, in order"
+    assert events(caller_wire) == []
+    assert rejects(caller_wire) == []
+    net.clock.advance(GRACE)
+    await net.hub.settle_transits()  # the grace would be over now: nothing is due any more
+    await settle()
+    assert calls(back_wire) == ["s1", "s2"], "nothing delivered twice"
+    assert events(caller_wire) == []
+    assert await net.listed("prov")
+
+
+async def test_a_provider_not_back_within_the_grace_is_announced_gone_and_its_callers_fail(net: Net) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller", events=("client_disconnected", "service_removed"))
+    await net.leave(prov, code=HANDED_OVER, by_client=False)  # a drain sent it to a sibling
+    await net.call(caller, f"{WS}/prov", "s1")
+    net.clock.advance(GRACE - 0.01)
+    await net.hub.settle_transits()
+    await settle()
+    assert events(caller_wire) == [], "withheld during the grace"
+    assert rejects(caller_wire) == []
+    net.clock.advance(0.01)
+    await net.hub.settle_transits()
+    await settle()
+    assert events(caller_wire) == ["service_removed", "client_disconnected"], "announced at the grace's end"
+    assert rejects(caller_wire) == ["s1.reject"], "the held call fails: not connected"
+    assert b"is not connected" in caller_wire.frames[-1]
+    assert not await net.listed("prov")
+    assert net.hub.transit.expired_total == 1
+    await net.call(caller, f"{WS}/prov", "s2")  # from now on: "not connected" at once
+    assert rejects(caller_wire) == ["s1.reject", "s2.reject"]
+    await net.hub.settle_transits()
+    await settle()
+    assert events(caller_wire) == ["service_removed", "client_disconnected"], "announced once"
+
+
+@pytest.mark.parametrize(("code", "by_client", "why"), [
+    (1000, True, "a goodbye"),
+    (1001, True, "a page closed"),
+    (1008, False, "the hub dropped a slow consumer"),
+])
+async def test_departures_that_are_not_moves_are_announced_at_once(net: Net, code: int, by_client: bool,
+                                                                   why: str) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller", events=("client_disconnected", "service_removed"))
+    await net.leave(prov, code=code, by_client=by_client)
+    assert f"{WS}/prov" not in net.hub.transit, why
+    assert events(caller_wire) == ["service_removed", "client_disconnected"], why
+    await net.call(caller, f"{WS}/prov", "s1")
+    assert rejects(caller_wire) == ["s1.reject"], why
+
+
+async def test_a_grace_of_zero_turns_transit_off() -> None:
+    net = Net(grace=0.0)
+    try:
+        prov, _ = await net.connect("prov", services=("s",))
+        caller, caller_wire = await net.connect("caller", events=("client_disconnected",))
+        await net.leave(prov, code=1006)
+        assert events(caller_wire) == ["client_disconnected"]
+        await net.call(caller, f"{WS}/prov", "s1")
+        assert rejects(caller_wire) == ["s1.reject"]
+    finally:
+        await net.close()
+
+
+async def test_a_goodbye_right_after_coming_back_is_a_reconnection_race_not_a_departure(net: Net) -> None:
+    """hypha-rpc 0.21.47 may open two connections at once and close the first with 1000."""
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller", events=("client_disconnected",))
+    await net.leave(prov, code=1006)
+    first, _ = await net.connect("prov", reconnecting=True)
+    net.clock.advance(0.016)
+    await net.leave(first, code=1000)  # its own second reconnection closes this one
+    assert events(caller_wire) == []
+    await net.call(caller, f"{WS}/prov", "s1")
+    _, second_wire = await net.connect("prov", reconnecting=True)
+    assert calls(second_wire) == ["s1"]
+    net.clock.advance(2.0)
+    await net.leave(net.hub.peers[f"{WS}/prov"], code=1000)  # a real goodbye, later
+    assert events(caller_wire) == ["client_disconnected"]
+
+
+async def test_frames_still_queued_for_a_handed_over_client_wait_for_it(net: Net) -> None:
+    prov, prov_wire = await net.connect("prov", services=("s",))
+    caller, _ = await net.connect("caller")
+    frame = envelope.encode({"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov",
+                             "method": "services.s.f", "session": "q1"})
+    prov._queue.append(frame)  # written by nobody yet when the drain closes it
+    await net.leave(prov, code=HANDED_OVER, by_client=False)
+    assert calls(prov_wire) == []
+    _, back_wire = await net.connect("prov", reconnecting=True)
+    assert calls(back_wire) == ["q1"]
+
+
+async def test_the_leaders_sweep_ends_a_transit_no_replica_heard_of(net: Net) -> None:
+    """Its notice was lost and the replica it left is gone: the registry still knows its deadline."""
+    _, caller_wire = await net.connect("caller", events=("client_disconnected",))
+    info = {"id": f"{WS}/orphan:built-in", "name": "built-in", "config": {}}
+    await net.hub.registry.register(info)  # type: ignore[arg-type]
+    await net.hub.registry.begin_transit(WS, "orphan", owner="gone-replica", grace=GRACE)
+    assert await net.hub.sweep_transits() == 0  # not due yet
+    net.clock.advance(GRACE)
+    assert await net.hub.sweep_transits() == 1
+    await settle()
+    assert events(caller_wire) == ["client_disconnected"]
+    assert not await net.listed("orphan")
