@@ -145,7 +145,7 @@ async def test_a_dropped_provider_is_not_announced_and_calls_to_it_reach_it_once
     assert events(caller_wire) == []
     assert rejects(caller_wire) == []
     net.clock.advance(GRACE)
-    await net.hub.settle_transits()  # the grace would be over now: nothing is due any more
+    await net.hub.moves.settle_transits()  # the grace would be over now: nothing is due any more
     await settle()
     assert calls(back_wire) == ["s1", "s2"], "nothing delivered twice"
     assert events(caller_wire) == []
@@ -158,12 +158,12 @@ async def test_a_provider_not_back_within_the_grace_is_announced_gone_and_its_ca
     await net.leave(prov, code=HANDED_OVER, by_client=False)  # a drain sent it to a sibling
     await net.call(caller, f"{WS}/prov", "s1")
     net.clock.advance(GRACE - 0.01)
-    await net.hub.settle_transits()
+    await net.hub.moves.settle_transits()
     await settle()
     assert events(caller_wire) == [], "withheld during the grace"
     assert rejects(caller_wire) == []
     net.clock.advance(0.01)
-    await net.hub.settle_transits()
+    await net.hub.moves.settle_transits()
     await settle()
     assert events(caller_wire) == ["service_removed", "client_disconnected"], "announced at the grace's end"
     assert rejects(caller_wire) == ["s1.reject"], "the held call fails: not connected"
@@ -172,7 +172,7 @@ async def test_a_provider_not_back_within_the_grace_is_announced_gone_and_its_ca
     assert net.hub.transit.expired_total == 1
     await net.call(caller, f"{WS}/prov", "s2")  # from now on: "not connected" at once
     assert rejects(caller_wire) == ["s1.reject", "s2.reject"]
-    await net.hub.settle_transits()
+    await net.hub.moves.settle_transits()
     await settle()
     assert events(caller_wire) == ["service_removed", "client_disconnected"], "announced once"
 
@@ -241,9 +241,9 @@ async def test_the_leaders_sweep_ends_a_transit_no_replica_heard_of(net: Net) ->
     info = {"id": f"{WS}/orphan:built-in", "name": "built-in", "config": {}}
     await net.hub.registry.register(info)  # type: ignore[arg-type]
     await net.hub.registry.begin_transit(WS, "orphan", owner="gone-replica", grace=GRACE)
-    assert await net.hub.sweep_transits() == 0  # not due yet
+    assert await net.hub.moves.sweep_transits() == 0  # not due yet
     net.clock.advance(GRACE)
-    assert await net.hub.sweep_transits() == 1
+    assert await net.hub.moves.sweep_transits() == 1
     await settle()
     assert events(caller_wire) == ["client_disconnected"]
     assert not await net.listed("orphan")

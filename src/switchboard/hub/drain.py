@@ -1,7 +1,10 @@
 """Draining on SIGTERM: finish what is under way, then send every client elsewhere.
 
-Part of :class:`~switchboard.hub.hub.Hub` (a mixin, kept apart so that each
-file reads in one sitting).
+A collaborator of :class:`~switchboard.hub.hub.Hub`: it tells the
+:class:`~switchboard.hub.router.Router` that the replica drains (new calls to
+its clients then wait for them elsewhere), waits on the router's calls in
+flight, and puts each client in transit (:class:`~switchboard.hub.moves.Moves`)
+as it sends it away.
 """
 
 from __future__ import annotations
@@ -9,17 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
-from switchboard.hub.across import CLIENT_CHANNEL
+from switchboard.backends.base import EventBus
+from switchboard.clock import Clock
+from switchboard.hub.moves import Moves
+from switchboard.hub.peer import Peer
+from switchboard.hub.remote import CLIENT_CHANNEL
+from switchboard.hub.retry import RetryWindow
+from switchboard.hub.router import Router
 
-if TYPE_CHECKING:
-    from switchboard.backends.base import EventBus
-    from switchboard.clock import Clock
-    from switchboard.hub.inflight import InFlight
-    from switchboard.hub.peer import Peer
-    from switchboard.hub.retry import RetryWindow, Undelivered
-    from switchboard.hub.transit import Transit
+log = logging.getLogger(__name__)
 
 # Seconds between looks at what this replica still holds for the clients it sent away.
 HANDOVER_POLL = 0.02
@@ -36,21 +39,28 @@ IDLE = 0.05
 QUIET_WAIT = 0.1
 
 
-class Draining:
-    """The drain; the attributes below are the hub's own."""
+class Drainer:
+    """Drains one replica; ``peers`` is the hub's table of clients here (read only)."""
 
-    draining: bool
-    bus: EventBus
-    clock: Clock
-    inflight: InFlight
-    peers: dict[str, Peer]
-    retry: RetryWindow
-    transit: Transit[Undelivered]
-    log: logging.LoggerAdapter[logging.Logger]
-
-    if TYPE_CHECKING:  # the hub's own methods, used here
-
-        async def depart(self, peer: Peer) -> bool: ...
+    def __init__(
+        self,
+        *,
+        router: Router,
+        moves: Moves,
+        bus: EventBus,
+        clock: Clock,
+        peers: Mapping[str, Peer],
+        retry: RetryWindow,
+    ) -> None:
+        self.router = router
+        self.inflight = router.inflight
+        self.moves = moves
+        self.transit = moves.transit
+        self.bus = bus
+        self.clock = clock
+        self.peers = peers
+        self.retry = retry
+        self.log = logging.LoggerAdapter(log, {"replica": router.replica_id})
 
     async def drain(self, timeout: float, *, code: int, reason: str) -> None:
         """Stop taking new calls, let calls in flight finish, then tell every client to move.
@@ -64,7 +74,7 @@ class Draining:
         this replica holds for the clients it sent away has followed them,
         bounded by the transit grace.
         """
-        self.draining = True
+        self.router.draining = True
         cutoff = self.inflight.opened_count  # only calls already under way are waited for
         unsubscribed: set[str] = set()
         ready_since: dict[str, float] = {}  # when each client had no call left to wait for
@@ -83,7 +93,7 @@ class Draining:
                         wake = min(wake, later)
                         continue  # it is sending: wait for a pause
                     peer.close(code, reason)  # written by its writer task: after depart() has begun
-                    await self.depart(peer)
+                    await self.moves.depart(peer)
             busy = [p for p in self.peers.values() if not p.closed]
             now = self.clock.monotonic()
             remaining = deadline - now
@@ -97,7 +107,7 @@ class Draining:
         for peer in list(self.peers.values()):
             if not peer.closed:
                 peer.close(code, reason)
-                await self.depart(peer)
+                await self.moves.depart(peer)
         await self._hand_over()
 
     async def _hand_over(self) -> None:

@@ -1,17 +1,19 @@
-"""The hub: admits clients, routes their frames, and tells workspaces what changed.
+"""The hub: admits clients, keeps their connections, and carries out the routing of their frames.
 
-It knows connections and routing decisions; it does not know sockets (the
+It knows connections; the routing decisions are the
+:class:`~switchboard.hub.router.Router`'s (values, no I/O), carried out by
+:class:`~switchboard.hub.dispatch.Dispatch`. It does not know sockets (the
 server layer owns those) nor where shared state lives (the backends do).
+Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remote`
+(the other replicas, through the bus), :class:`~switchboard.hub.moves.Moves`
+(clients in transit), :class:`~switchboard.hub.drain.Drainer` (SIGTERM).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import shortuuid
@@ -20,38 +22,24 @@ from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import (
-    BackendError,
-    HandshakeError,
-    LimitExceeded,
-    PermissionDenied,
-    ProtocolError,
-)
-from switchboard.hub.across import (
-    CLIENT_CHANNEL,
-    REPLICA_CHANNEL,
-    WORKSPACE_CHANNEL,
-    AcrossReplicas,
-)
+from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
-from switchboard.hub.drain import Draining
-from switchboard.hub.inflight import InFlight, is_call
-from switchboard.hub.manager_door import payload_map
+from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
+from switchboard.hub.drain import Drainer
+from switchboard.hub.inflight import InFlight
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
-from switchboard.hub.relay import ReplyRoutes
+from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered
-from switchboard.hub.routing import Routing
+from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
-from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, relay
-from switchboard.protocol.chunks import parse_cache_call
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
 from switchboard.protocol.services import ServiceQuery
 
-log = logging.getLogger("switchboard.hub")
+log = logging.getLogger(__name__)
 
 # Seconds a connection's last reconnection token is handed out again instead of a
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
@@ -59,22 +47,8 @@ log = logging.getLogger("switchboard.hub")
 TOKEN_REUSE = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Acting:
-    """Who the manager's RPC calls on behalf of (an HTTP caller), instead of as itself."""
-
-    address: str
-    workspace: str
-    user: dict[str, Any]
-
-
-# Context-local, not global state: set around one HTTP call, inherited by the
-# tasks the manager's RPC creates to send that call's frames.
-ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
-
-
-class Hub(Routing, AcrossReplicas, Draining, Moves):
-    """Every live client of this replica, and the routes between them."""
+class Hub:
+    """Every live client of this replica, and what carries their frames (see the module docstring)."""
 
     def __init__(
         self,
@@ -103,32 +77,54 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
         self._by_workspace: dict[str, set[Peer]] = {}
-        self.manager = WorkspaceManager(self)
-        self.reply_routes = ReplyRoutes(clock)
-        self.inflight = InFlight()
         self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
-        self._background: set[asyncio.Task[Any]] = set()
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
         self.registry_dirty = False
-        self.draining = False
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
+        self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+        self.manager = WorkspaceManager(self)
         # clients whose connection ended and that are expected back (switchboard.hub.moves)
         self.transit: Transit[Undelivered] = Transit(
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
+        )
+        self.remote = Remote(
+            bus=bus, registry=registry, replica_id=self.replica_id, manager_address=self.manager_address,
+            aliases=self._acting,
         )
         self.retry = RetryWindow(
             clock=clock,
             window=settings.undeliverable_retry_window,
             interval=0.1,
-            publish=self._publish_to_client,
-            give_up=lambda target, item: self._undeliverable(target, item.session, item.caller),
+            publish=self.remote.publish_to_client,
+            give_up=lambda target, item: self.dispatch.give_up(target, item),
             hold_until=self.transit.deadline,
         )
-        self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
-        bus.on_undelivered = self._on_undelivered
-        bus.replay_wanted = self._replay_wanted
+        self.router = Router(
+            settings=settings, clock=clock, metrics=metrics, peers=self.peers, aliases=self._acting,
+            transit=self.transit, retry=self.retry,
+        )
+        self.moves = Moves(
+            registry=registry, remote=self.remote, clock=clock, metrics=metrics, peers=self.peers,
+            transit=self.transit, retry=self.retry,
+            deliver=lambda target, item: self.dispatch.deliver(target, item),
+            announce_gone=self.announce_gone,
+        )
+        self.dispatch = Dispatch(
+            router=self.router, remote=self.remote, moves=self.moves, retry=self.retry,
+            to_manager=self.manager.receive, members=self._by_workspace, aliases=self._acting,
+            metrics=metrics, token=self.reconnection_token,
+        )
+        self.drainer = Drainer(
+            router=self.router, moves=self.moves, bus=bus, clock=clock, peers=self.peers, retry=self.retry
+        )
+        self.remote.hear(undelivered=self.dispatch.undelivered, replay_wanted=self.router.replay_wanted)
+
+    @property
+    def inflight(self) -> InFlight:
+        """The calls in flight through this replica (the router's)."""
+        return self.router.inflight
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -136,8 +132,8 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         if not await self.bus.start():
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
         await self.manager.start()
-        await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self._on_bus_replica)
-        await self.start_moves()
+        await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
+        await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
         # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
@@ -149,12 +145,16 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
         await self.retry.close()
-        await self.stop_moves()
+        await self.moves.stop()
         for companion in reversed(self.companions):
             await companion.stop()
         await self.manager.stop()
         await self.bus.close()
         await self.registry.close()
+
+    async def drain(self, timeout: float, *, code: int, reason: str) -> None:
+        """Finish what is under way, then send every client elsewhere (:class:`~switchboard.hub.drain.Drainer`)."""
+        await self.drainer.drain(timeout, code=code, reason=reason)
 
     # -- admission -----------------------------------------------------------
 
@@ -191,13 +191,13 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self._on_bus_client(peer, data))
+        await self.bus.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data))
         if first_in_workspace:
-            await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self._on_bus_broadcast)
+            await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
         self.metrics.clients.set(len(self.peers))
         peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
         if reconnecting or peer.id in self.transit:
-            await self.arrived(peer)
+            await self.moves.arrived(peer)
         return {
             "type": "connection_info",
             "hypha_version": "0.21.135",
@@ -249,9 +249,9 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
             channel = WORKSPACE_CHANNEL + peer.workspace
             await self.bus.unsubscribe(channel)
             if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
-                await self.bus.subscribe(channel, self._on_bus_broadcast)
-        if await self.depart(peer):  # no goodbye: expected back, nothing is announced yet
-            self.salvage(peer)
+                await self.bus.subscribe(channel, self.dispatch.from_replica_broadcast)
+        if await self.moves.depart(peer):  # no goodbye: expected back, nothing is announced yet
+            self.moves.salvage(peer)
             peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
             return
         try:
@@ -277,31 +277,44 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
         return len(removed)
 
-    # -- routing (the clients' own frames: switchboard.hub.routing) -----------
+    # -- frames: decided by the router, carried out by the dispatch --------------
+
+    def handle_text(self, peer: Peer, text: str) -> None:
+        """Answer a text control frame (``ping``, ``refresh_token``)."""
+        self.dispatch.run(self.router.text(peer, text))
+
+    async def handle_binary(self, peer: Peer, data: bytes) -> None:
+        """Route one binary frame from ``peer``; a bad frame gets an error, never a crash."""
+        rest = self.route_binary(peer, data)
+        if rest is not None:
+            await rest
+
+    def route_binary(self, peer: Peer, data: bytes) -> Awaitable[Any] | None:
+        """Route a frame as far as it goes without waiting; return the rest of the work, if any.
+
+        Most frames go to a client here or over a direct link and are done on
+        return. The server calls this in the callback that read the frame and
+        awaits what is returned before it routes the client's next frame.
+        """
+        counts = self.metrics.frames
+        counts.received += 1
+        peer.last_heard = self.clock.monotonic()  # a drain sends it away in a pause (drain.QUIET)
+        counts.received_bytes += len(data)
+        return self.dispatch.run(self.router.route(peer, data))
 
     async def route_from_manager(self, data: bytes) -> None:
-        """Route a frame the manager's RPC emitted, stamped as the trusted manager."""
-        env = envelope.decode(data)
-        target = env.main.get("to")
-        if not isinstance(target, str) or "/" not in target:
-            self.log.warning("manager emitted a message without a full target: %r", target)
-            return
+        """Route a frame the manager's RPC emitted, stamped as the trusted manager
+        (or as the HTTP caller it acts for, :meth:`acting_as`)."""
         acting = ACTING_AS.get()
-        sender = acting.address if acting else self.manager_address
-        frame = envelope.stamp(
-            env,
-            sender=sender,
-            workspace=acting.workspace if acting else target.partition("/")[0],
+        action = self.router.from_manager(
+            data,
+            sender=acting.address if acting else self.manager_address,
+            workspace=acting.workspace if acting else None,
             user=acting.user if acting else self.root_wire,
-            to=target,
-            trusted=True,
         )
-        if target == self.manager_address:
-            self.manager.receive(frame)
-            return
-        if is_call(env.main.get("method"), env.session):  # so the client's reply is never refused
-            self.inflight.opened(sender, env.session, target, self.peers)  # type: ignore[arg-type]
-        await self.deliver(target, frame, session=env.session, caller=sender)
+        rest = self.dispatch.run(action)
+        if rest is not None:
+            await rest
 
     @contextlib.asynccontextmanager
     async def acting_as(self, user: dict[str, Any], workspace: str) -> AsyncIterator[Acting]:
@@ -313,7 +326,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
         channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
-        await self.bus.subscribe(channel, lambda data: self._receive_as(acting, relay.unwrap(data)[2]))
+        await self.bus.subscribe(channel, lambda data: self.dispatch.receive_as(acting, relay.unwrap(data)[2]))
         token = ACTING_AS.set(acting)
         try:
             yield acting
@@ -323,74 +336,33 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
             self.inflight.forget_peer(acting.address)
             await self.bus.unsubscribe(channel)
 
-    def _receive_as(self, acting: Acting, frame: bytes) -> None:
-        """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.
-
-        The caller's address is an alias of the manager. Besides replies, a
-        provider sends it the ``get_service("<address>:built-in")`` call with
-        which it starts a reply too large for one frame; the RPC answers only
-        calls addressed to its own id, and the provider accepts the answer only
-        from the address it asked. So the frame goes in addressed to the
-        manager, and what the RPC sends in answer leaves from the alias.
-        """
-        try:
-            env = envelope.decode(frame)
-        except ProtocolError as exc:
-            self.log.info("dropped a frame for %s: %s", acting.address, exc)
-            return
-        env.main["to"] = self.manager_address
-        token = ACTING_AS.set(acting)  # inherited by the tasks the RPC starts to answer
-        try:
-            self.manager.receive(envelope.encode(env.main, env.rest))
-        finally:
-            ACTING_AS.reset(token)
-
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
-        self._broadcast_local(workspace, event_type, frame)
-        await self._publish(WORKSPACE_CHANNEL + workspace, self.replica_id.encode() + b"\n" + frame)
-
-    def _broadcast_local(self, workspace: str, event_type: str, frame: bytes) -> None:
-        for peer in self._by_workspace.get(workspace, ()):
-            if event_type in peer.subscriptions:
-                peer.send(frame)
+        await self.dispatch.broadcast(workspace, event_type, frame)
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
-        await self.broadcast(workspace, event_type, frame)
+        await self.dispatch.broadcast(workspace, event_type, frame)
 
-    # -- chunked messages on their way to a client here ----------------------
+    # -- repairs -------------------------------------------------------------
 
-    def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None:
-        """Why a ``message_cache`` call for ``receiver`` may not reach it, or ``None``.
+    async def repair_registry(self) -> int:
+        """Retry what a backend outage left undone; return how many registrations were re-written."""
+        await self.gate.retry_uncounted()
+        for ws, cid in list(self.unpurged):
+            if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
+                await self.purge(ws, cid, owner=self.replica_id)
+            self.unpurged.discard((ws, cid))
+        if not self.registry_dirty:
+            return 0
+        self.registry_dirty = False
+        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
+        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
 
-        hypha-rpc joins the pieces of a large message on the receiving side
-        and reads their payload over the header the hub stamped, so the hub
-        walks them here, where every piece for this client passes, whichever
-        replica it came from (:mod:`switchboard.hub.uploads`).
-        """
-        if receiver.uploads is None:
-            receiver.uploads = Uploads(
-                clock=self.clock, keep=False, max_bytes=self.settings.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
-            )
-        uploads = receiver.uploads
-        try:
-            call = parse_cache_call(op, payload_map(rest))
-            if call.op == "create":
-                uploads.create(sender, call.key, overwrite=call.overwrite)
-            elif call.op in ("append", "set"):
-                uploads.add(sender, call.key, call.index, call.data)
-            elif call.op == "remove":
-                uploads.remove(sender, call.key)
-            else:
-                uploads.finish(sender, call.key)
-        except (ProtocolError, PermissionDenied, LimitExceeded) as exc:
-            self.metrics.bad_frames.inc()
-            receiver.log.info("refused a chunk from %s: %s", sender, exc)
-            return str(exc)
-        return None
+    async def sweep_transits(self) -> int:
+        """End transits nobody here knew of whose grace is over (:meth:`Moves.sweep_transits`)."""
+        return await self.moves.sweep_transits()
 
     # -- queries used by the manager and HTTP layer --------------------------
 

@@ -1,7 +1,8 @@
 """Calls in flight through this replica, so a drain can let them finish.
 
 A call is a frame with a ``session`` to ``services.<svc>.<fn>``; it ends with
-the callee's ``<session>.resolve`` or ``<session>.reject`` back to the caller.
+the callee's ``<session>.resolve`` or ``<session>.reject`` back to the caller
+(which frame is which: :func:`switchboard.hub.router.classify`).
 Only the peers of this replica are tracked (as caller, callee or both), and a
 peer that leaves takes its entries with it, so nothing accumulates.
 """
@@ -10,46 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-import msgpack
-
-_CHUNKS = "services.built-in.message_cache."
-PROCESS_CHUNKS = _CHUNKS + "process"
-
-
-def is_call(method: Any, session: str | None) -> bool:
-    """A call that starts work: chunk transfers are plumbing, not calls of their own."""
-    return (
-        bool(session)
-        and isinstance(method, str)
-        and method.startswith("services.")
-        and not method.startswith(_CHUNKS)
-    )
-
-
-def chunked_reply_session(method: Any, rest: bytes | memoryview) -> str | None:
-    """A reply too large for one frame travels in chunks; ``process`` names its session.
-
-    The chunks' key is the session of the call being answered (first argument
-    of ``message_cache.process``), so that call can be closed without decoding
-    anything but this small frame.
-    """
-    if method != PROCESS_CHUNKS:
-        return None
-    try:
-        extra = msgpack.unpackb(bytes(rest), raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException):
-        return None
-    args = extra.get("args") if isinstance(extra, dict) else None
-    key = args[0] if isinstance(args, list) and args else None
-    return key if isinstance(key, str) else None
-
-
-def reply_session(method: Any) -> str | None:
-    """``"<session>.resolve"`` or ``"<session>.reject"`` → the session, else ``None``."""
-    if isinstance(method, str) and method.endswith((".resolve", ".reject")):
-        return method.rpartition(".")[0]
-    return None
 
 
 class InFlight:

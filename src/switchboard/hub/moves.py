@@ -1,7 +1,7 @@
 """Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
 
-Part of :class:`~switchboard.hub.hub.Hub` (a mixin, like
-:mod:`switchboard.hub.across`); the decisions are :class:`~switchboard.hub.transit.Transit`'s.
+A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves;
+the decisions are :class:`~switchboard.hub.transit.Transit`'s.
 
 * A connection that ends without a goodbye (a drain's 1012, a drop) puts its
   client in transit (:meth:`Moves.depart`): the registry marks it (its
@@ -28,21 +28,21 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
+from switchboard.backends.base import Registry
+from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
-from switchboard.hub.retry import Undelivered
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.peer import Peer
+from switchboard.hub.remote import Remote
+from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.transit import Released, Transit
 from switchboard.protocol import envelope
 from switchboard.tasks import spawn
 
-if TYPE_CHECKING:
-    from switchboard.backends.base import EventBus, Registry
-    from switchboard.clock import Clock
-    from switchboard.config import Settings
-    from switchboard.hub.metrics import HubMetrics
-    from switchboard.hub.peer import Peer
-    from switchboard.hub.retry import RetryWindow
-    from switchboard.hub.transit import Released, Transit
+log = logging.getLogger(__name__)
 
 TRANSIT_CHANNEL = "sb:transit"  # notices: {"left"|"back"|"gone": "<ws>/<cid>", "from": replica, ...}
 # Seconds between asking the registry whether a client we hold frames for is still away.
@@ -54,47 +54,58 @@ RECHECK = 0.5
 # that really leaves that soon after coming back is announced after its grace instead.
 FRESH_GOODBYE = 1.0
 
+Deliver = Callable[[str, Undelivered], Awaitable[None]]
+AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
+
 
 class Moves:
-    """The transit half of the hub; the attributes below are the hub's own."""
+    """Clients in transit, the I/O side (see the module docstring).
 
-    settings: Settings
-    replica_id: str
-    registry: Registry
-    bus: EventBus
-    clock: Clock
-    metrics: HubMetrics
-    peers: dict[str, Peer]
-    retry: RetryWindow
-    transit: Transit[Undelivered]
-    log: logging.LoggerAdapter[logging.Logger]
-    _background: set[asyncio.Task[Any]]
+    ``peers`` is the hub's table of clients here (read only); ``deliver``
+    routes a held frame again once its transit ended, ``announce_gone``
+    tells a workspace a client left (its services, then the client).
+    """
 
-    if TYPE_CHECKING:  # the hub's own methods, used here
-
-        async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str,
-                          new_call: bool = False, event: bool = False) -> bool: ...
-
-        async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
-
-        async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int: ...
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        remote: Remote,
+        clock: Clock,
+        metrics: HubMetrics,
+        peers: Mapping[str, Peer],
+        transit: Transit[Undelivered],
+        retry: RetryWindow,
+        deliver: Deliver,
+        announce_gone: AnnounceGone,
+    ) -> None:
+        self.registry = registry
+        self.remote = remote
+        self.clock = clock
+        self.metrics = metrics
+        self.peers = peers
+        self.transit = transit
+        self.retry = retry
+        self.deliver = deliver
+        self.announce_gone = announce_gone
+        self.replica_id = remote.replica_id
+        self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+        self._wakeup = asyncio.Event()
+        self._keeper: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def start_moves(self) -> None:
-        self._transit_wake = asyncio.Event()
+    async def start(self) -> None:
         self.metrics.watch_transit(self.transit)
-        await self.bus.subscribe(TRANSIT_CHANNEL, self._on_notice)
-        self._keeper: asyncio.Task[None] | None = asyncio.create_task(
-            self._keep_time(), name=f"{self.replica_id} transit"
-        )
+        await self.remote.bus.subscribe(TRANSIT_CHANNEL, self._on_notice)
+        self._keeper = asyncio.create_task(self._keep_time(), name=f"{self.replica_id} transit")
 
-    async def stop_moves(self) -> None:
-        keeper = getattr(self, "_keeper", None)
-        if keeper is not None:
-            keeper.cancel()
+    async def stop(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+                await self._keeper
 
     # -- holding frames ------------------------------------------------------
 
@@ -128,9 +139,7 @@ class Moves:
             self._wake()
 
     def _wake(self) -> None:
-        wake = getattr(self, "_transit_wake", None)
-        if wake is not None:
-            wake.set()
+        self._wakeup.set()
 
     def _send_on(self, released: Released[Undelivered] | None) -> None:
         """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
@@ -141,8 +150,7 @@ class Moves:
 
         async def send_all() -> None:
             for item in released.frames:
-                await self.deliver(released.client, item.frame, session=item.session, caller=item.caller,
-                                   event=item.event)
+                await self.deliver(released.client, item)
 
         spawn(self._background, send_all(), f"transit {released.client}")
 
@@ -262,14 +270,14 @@ class Moves:
             if self.transit.holders():
                 recheck = self.clock.monotonic() + RECHECK
                 deadline = recheck if deadline is None else min(deadline, recheck)
-            self._transit_wake.clear()
+            self._wakeup.clear()
             if deadline is None:
-                await self._transit_wake.wait()
+                await self._wakeup.wait()
                 continue
             delay = deadline - self.clock.monotonic()
             if delay > 0:
                 sleeper = asyncio.ensure_future(self.clock.sleep(delay))
-                waker = asyncio.ensure_future(self._transit_wake.wait())
+                waker = asyncio.ensure_future(self._wakeup.wait())
                 try:
                     done, _ = await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -286,7 +294,7 @@ class Moves:
 
     async def _notice(self, kind: str, client: str, **extra: Any) -> None:
         body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
-        await self._publish(TRANSIT_CHANNEL, body, direct=False)
+        await self.remote.publish(TRANSIT_CHANNEL, body, direct=False)
 
     def _on_notice(self, data: bytes) -> None:
         try:

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from switchboard.clock import Clock
 from switchboard.tasks import cancel_and_wait, spawn
@@ -24,8 +24,9 @@ from switchboard.tasks import cancel_and_wait, spawn
 log = logging.getLogger("switchboard.hub")
 
 
-@dataclass(frozen=True, slots=True)
-class Undelivered:
+class Undelivered(NamedTuple):
+    """A frame on its way to one client, with what failing it needs (a tuple: made for every frame routed)."""
+
     frame: bytes
     session: str | None
     caller: str

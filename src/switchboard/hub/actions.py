@@ -1,0 +1,96 @@
+"""What the router decides a frame's fate to be: plain values, carried out by the dispatch.
+
+One frame, one action (:data:`Action`); an action that may not succeed names
+what to do instead (:class:`Hold` ``otherwise``), decided at the same time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from switchboard.hub.peer import Peer
+from switchboard.hub.retry import Undelivered
+
+
+@dataclass(slots=True)
+class Deliver:
+    """Send to a client of this replica; if its connection refuses, hold the frame or fail its caller."""
+
+    peer: Peer
+    item: Undelivered
+
+
+@dataclass(slots=True)
+class Send:
+    """Send to a client here as is (an answer to its own frame, or a frame another replica counted)."""
+
+    peer: Peer
+    message: bytes | str
+
+
+@dataclass(slots=True)
+class SendToken:
+    """Answer ``refresh_token``: the client's reconnection token (signed by the hub)."""
+
+    peer: Peer
+
+
+@dataclass(slots=True)
+class Forward:
+    """To a client on another replica: over a direct link if one takes it now, else published."""
+
+    target: str
+    item: Undelivered
+
+
+@dataclass(slots=True)
+class Hold:
+    """Keep for a client in transit until it is back; ``otherwise`` if its holding is full."""
+
+    target: str
+    item: Undelivered
+    otherwise: Action | None
+
+
+@dataclass(slots=True)
+class RetryLater:
+    """Into the retry window, behind what already waits for the target."""
+
+    target: str
+    item: Undelivered
+
+
+@dataclass(slots=True)
+class ToAlias:
+    """To an HTTP caller's address: the manager's RPC answers as that caller."""
+
+    address: str
+    frame: bytes
+
+
+@dataclass(slots=True)
+class ToManager:
+    """To this replica's manager, on behalf of ``caller`` (``None``: a reply, or its own traffic)."""
+
+    frame: bytes
+    caller: Peer | None = None
+
+
+@dataclass(slots=True)
+class ToReplica:
+    """To another replica's manager: it made the call this frame answers."""
+
+    replica: str
+    frame: bytes
+
+
+@dataclass(slots=True)
+class Broadcast:
+    """An event for every subscribed client of a workspace, on every replica."""
+
+    workspace: str
+    event_type: str
+    frame: bytes
+
+
+Action = Deliver | Send | SendToken | Forward | Hold | RetryLater | ToAlias | ToManager | ToReplica | Broadcast

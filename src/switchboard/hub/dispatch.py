@@ -1,0 +1,252 @@
+"""Carrying out the router's actions: the hub's hands.
+
+:class:`~switchboard.hub.router.Router` decides where a frame goes;
+:class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.peer.Peer`,
+over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
+the holding of a client in transit (:class:`~switchboard.hub.moves.Moves`),
+the retry window or the manager's RPC. What needs no waiting is done at once;
+what must wait (a publish, a broadcast) is handed back as an awaitable, or run
+as a task where nothing can wait (a bus callback, a timer). It also takes in
+what other replicas route here, through the router like everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from switchboard.errors import ProtocolError
+from switchboard.hub.actions import (
+    Action,
+    Broadcast,
+    Deliver,
+    Forward,
+    Hold,
+    RetryLater,
+    Send,
+    SendToken,
+    ToAlias,
+    ToManager,
+    ToReplica,
+)
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.moves import Moves
+from switchboard.hub.peer import Peer
+from switchboard.hub.remote import REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
+from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.router import Router
+from switchboard.protocol import envelope, handshake
+from switchboard.tasks import spawn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Acting:
+    """Who the manager's RPC calls on behalf of (an HTTP caller), instead of as itself."""
+
+    address: str
+    workspace: str
+    user: dict[str, Any]
+
+
+# Context-local, not global state: set around one HTTP call, inherited by the
+# tasks the manager's RPC creates to send that call's frames.
+ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
+
+Later = Coroutine[Any, Any, Any]
+
+
+class Dispatch:
+    """Executes :class:`~switchboard.hub.router.Action` values (see the module docstring).
+
+    ``members`` (clients here by workspace) and ``aliases`` (HTTP callers by
+    address) are the hub's tables, read only; ``to_manager`` hands a frame to
+    the manager's door, ``token`` signs a client's reconnection token.
+    """
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        remote: Remote,
+        moves: Moves,
+        retry: RetryWindow,
+        to_manager: Callable[[bytes, Peer | None], None],
+        members: Mapping[str, set[Peer]],
+        aliases: Mapping[str, Acting],
+        metrics: HubMetrics,
+        token: Callable[[Peer], str],
+    ) -> None:
+        self.router = router
+        self.remote = remote
+        self.moves = moves
+        self.retry = retry
+        self.to_manager = to_manager  # the manager's door: its RPC, with the frame's caller
+        self.members = members
+        self.aliases = aliases
+        self.metrics = metrics
+        self.token = token
+        self.replica_id = router.replica_id
+        self._background: set[asyncio.Task[Any]] = set()
+        self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+
+    def run(self, action: Action | None) -> Later | None:
+        """Do ``action`` as far as it goes without waiting; return the rest, to be awaited in order."""
+        while action is not None:
+            match action:
+                case Deliver(peer, item):
+                    if peer.send(item.frame):
+                        self.metrics.frames.routed += 1
+                    elif not self.moves.hold(peer.id, item):  # its connection just ended
+                        self.give_up(peer.id, item)
+                    return None
+                case Forward(target, item):
+                    if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
+                        self.metrics.frames.routed += 1
+                        return None
+                    return self._publish(target, item)
+                case Send(peer, message):
+                    peer.send(message)
+                    return None
+                case Hold(target, item, otherwise):
+                    if self.moves.hold(target, item):
+                        return None
+                    action = otherwise
+                case RetryLater(target, item):
+                    self.retry.add(target, item)
+                    return None
+                case ToManager(frame, caller):
+                    self.to_manager(frame, caller)
+                    return None
+                case ToAlias(address, frame):
+                    if (acting := self.aliases.get(address)) is not None:
+                        self.receive_as(acting, frame)
+                    return None
+                case ToReplica(replica, frame):
+                    return self._to_replica(replica, frame)
+                case Broadcast(workspace, event_type, frame):
+                    return self.broadcast(workspace, event_type, frame)
+                case SendToken(peer):
+                    peer.send(handshake.reconnection_token_text(self.token(peer)))
+                    return None
+        return None
+
+    def carry(self, action: Action | None) -> None:
+        """:meth:`run` where nothing can wait: what is left runs as a task."""
+        rest = self.run(action)
+        if rest is not None:
+            spawn(self._background, rest)
+
+    async def deliver(self, target: str, item: Undelivered) -> None:
+        """Send a frame to one client here or on another replica; fail its caller fast if nobody has it."""
+        rest = self.run(self.router.toward(target, item))
+        if rest is not None:
+            await rest
+
+    async def _publish(self, target: str, item: Undelivered) -> bool:
+        """Through the bus; a publish that reached nobody waits for a client in transit or one some
+        replica claims (its subscription may be seconds from repair), else its caller fails."""
+        if await self.remote.publish_to_client(target, item.frame, item.session, item.caller, item.event):
+            self.metrics.frames.routed += 1
+            return True
+        if target in self.router.transit and self.moves.hold(target, item):
+            return True  # we heard it left while the publish was on its way
+        if self.retry.window > 0 and await self.remote.worth_retrying(target):
+            self.metrics.publishes_to_nobody.inc()
+            self.retry.add(target, item)
+            return True
+        self.carry(self.router.undeliverable(target, item.session, item.caller))
+        return False
+
+    def give_up(self, target: str, item: Undelivered) -> None:
+        """The retry window (or a holding) could not deliver ``item``: its caller is told."""
+        self.carry(self.router.undeliverable(target, item.session, item.caller))
+
+    async def _to_replica(self, origin: str, frame: bytes) -> None:
+        if await self.remote.publish(REPLICA_CHANNEL + origin, frame) == 0:
+            self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
+
+    def receive_as(self, acting: Acting, frame: bytes) -> None:
+        """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.
+
+        The caller's address is an alias of the manager. Besides replies, a
+        provider sends it the ``get_service("<address>:built-in")`` call with
+        which it starts a reply too large for one frame; the RPC answers only
+        calls addressed to its own id, and the provider accepts the answer only
+        from the address it asked. So the frame goes in addressed to the
+        manager, and what the RPC sends in answer leaves from the alias.
+        """
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.info("dropped a frame for %s: %s", acting.address, exc)
+            return
+        env.main["to"] = self.router.manager_address
+        token = ACTING_AS.set(acting)  # inherited by the tasks the RPC starts to answer
+        try:
+            self.to_manager(envelope.encode(env.main, env.rest), None)
+        finally:
+            ACTING_AS.reset(token)
+
+    # -- broadcasts --------------------------------------------------------------
+
+    async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
+        """Deliver an event to every subscribed client of ``workspace`` on every replica."""
+        self._broadcast_here(workspace, event_type, frame)
+        await self.remote.publish(WORKSPACE_CHANNEL + workspace, self.replica_id.encode() + b"\n" + frame)
+
+    def _broadcast_here(self, workspace: str, event_type: str, frame: bytes) -> None:
+        for peer in self.members.get(workspace, ()):
+            if event_type in peer.subscriptions:
+                peer.send(frame)
+
+    # -- what other replicas send here -------------------------------------------
+
+    def from_replica_to_client(self, peer: Peer, data: bytes) -> None:
+        """A frame another replica routed to one of our clients (its channel's subscriber)."""
+        self.carry(self.router.relayed(peer, data))
+
+    def from_replica_to_manager(self, frame: bytes) -> None:
+        """A reply to a call our manager made, via the provider's replica (our replica channel)."""
+        self.carry(self.router.manager_reply(frame))
+
+    def from_replica_broadcast(self, data: bytes) -> None:
+        """A broadcast another replica published for a workspace with members here."""
+        origin, _, frame = data.partition(b"\n")
+        if origin == self.replica_id.encode():
+            return
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            self.log.warning("dropped a malformed broadcast from %r: %s", origin, exc)
+            return
+        workspace = str(env.main.get("to", "")).partition("/")[0]
+        if env.main.get("to") == "*":
+            workspace = str(env.main.get("ws", ""))
+        self._broadcast_here(workspace, env.type, frame)
+
+    def undelivered(self, target: str, data: bytes) -> None:
+        """A frame the bus had counted as delivered reached nobody after all: the same path as a
+        publish to nobody."""
+        item = self.router.item_of(data)
+        if item is None:
+            return
+        self.metrics.publishes_to_nobody.inc()
+        spawn(self._background, self._retry_or_fail(target, Undelivered(item.frame, item.session, item.caller)))
+
+    async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
+        if self.moves.hold(target, item):
+            return
+        if self.retry.pending(target) or (self.retry.window > 0 and await self.remote.worth_retrying(target)):
+            self.retry.add(target, item)
+        else:
+            self.give_up(target, item)
+
+    def __repr__(self) -> str:
+        return f"<Dispatch replica={self.replica_id} tasks={len(self._background)}>"
+

@@ -1,0 +1,96 @@
+"""The other replicas, as this one reaches them: the event bus, its direct links, the registry's claims.
+
+Only I/O and no decisions (those are :class:`~switchboard.hub.router.Router`'s):
+publishing to a client's, a workspace's or a replica's channel (a bus failure
+counts as "nobody received it", never as a crash), sending over a direct link,
+asking the registry whether some replica still claims a client. What the bus
+says back about frames it had counted as delivered reaches the hub in one
+place, :meth:`Remote.hear`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Container
+
+from switchboard.backends.base import EventBus, Registry
+from switchboard.errors import BackendError
+from switchboard.protocol import relay
+from switchboard.protocol.services import ServiceQuery
+
+log = logging.getLogger(__name__)
+
+CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the replica holding the client listens
+WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
+REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
+
+
+class Remote:
+    """This replica's side of the bus. ``aliases``: the HTTP callers the manager acts for."""
+
+    def __init__(
+        self, *, bus: EventBus, registry: Registry, replica_id: str, manager_address: str, aliases: Container[str]
+    ) -> None:
+        self.bus = bus
+        self.registry = registry
+        self.replica_id = replica_id
+        self.manager_address = manager_address
+        self.aliases = aliases
+        self.log = logging.LoggerAdapter(log, {"replica": replica_id})
+
+    def hear(self, *, undelivered: Callable[[str, bytes], None], replay_wanted: Callable[[bytes], bool]) -> None:
+        """Listen to what the bus reports about frames for clients it had counted as delivered.
+
+        ``undelivered(target, data)``: a direct link sent one back and Redis
+        found no subscriber either. ``replay_wanted(data)``: whether a lost
+        link's unacked frame may be published again. Frames on other channels
+        are not the hub's to judge.
+        """
+
+        def on_undelivered(channel: str, data: bytes) -> None:
+            if channel.startswith(CLIENT_CHANNEL):
+                undelivered(channel[len(CLIENT_CHANNEL):], data)
+
+        def on_replay(channel: str, data: bytes) -> bool:
+            return not channel.startswith(CLIENT_CHANNEL) or replay_wanted(data)
+
+        self.bus.on_undelivered = on_undelivered
+        self.bus.replay_wanted = on_replay
+
+    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+        """Publish; return how many replicas received it (0 also when the bus failed)."""
+        try:
+            return await self.bus.publish(channel, data, direct=direct)
+        except BackendError as exc:
+            self.log.warning("publish failed: %s", exc)
+            return 0
+
+    def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
+        """A call the manager makes travels with its origin, for the reply to find the way back."""
+        if session and (caller == self.manager_address or caller in self.aliases):
+            return relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
+        return frame
+
+    def send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+        """Over a direct link to the client's replica, if one is known and takes it now."""
+        return self.bus.try_direct(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
+
+    async def publish_to_client(
+        self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
+    ) -> bool:
+        """Through the bus to the replica holding ``target``; ``False``: none did. An event keeps
+        to the bus's shared path, behind the broadcasts its sender emitted before it."""
+        frame = self._for_client(frame, session, caller)
+        return await self.publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+
+    async def worth_retrying(self, target: str) -> bool:
+        """Does some replica claim this client, or can we not tell right now?"""
+        ws, _, cid = target.partition("/")
+        try:
+            # a registry that lost its data (Redis restarted empty) is re-filled within seconds
+            return bool(await self.registry.find(ServiceQuery(ws, cid, "built-in"))) or await self.registry.lost_data()
+        except BackendError:
+            return True  # the registry is unreachable: a retry may well succeed
+
+    def __repr__(self) -> str:
+        return f"<Remote replica={self.replica_id}>"

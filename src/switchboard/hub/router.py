@@ -1,0 +1,413 @@
+"""Where a frame goes: the hub's routing decisions, as values, without I/O.
+
+The hub hands the :class:`Router` a sender and a frame and gets back one
+action: deliver it to a client here, forward it to another replica, hold it
+for a client in transit, retry it later, hand it to the manager (here or on
+the replica whose manager made the call), broadcast it, or answer the sender
+(an error, a reject, a pong): the values of :mod:`switchboard.hub.actions`.
+The hub carries the action out (:mod:`switchboard.hub.dispatch`). The router owns what its decisions depend
+on that is not I/O: the calls in flight, the limits, which replica's manager
+a reply belongs to, and the one classification of frames (:func:`classify`);
+it reads, and never changes, the hub's tables (clients here, HTTP callers,
+clients in transit, targets waiting in the retry window).
+
+Nothing here awaits, so every rule is tested synchronously
+(``tests/hub/test_router.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container, Mapping
+from typing import Any, NamedTuple
+
+from switchboard.clock import Clock
+from switchboard.config import Settings
+from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.actions import (
+    Action,
+    Broadcast,
+    Deliver,
+    Forward,
+    Hold,
+    RetryLater,
+    Send,
+    SendToken,
+    ToAlias,
+    ToManager,
+    ToReplica,
+)
+from switchboard.hub.auth import Permission
+from switchboard.hub.inflight import InFlight
+from switchboard.hub.manager_door import payload_map
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.peer import Peer
+from switchboard.hub.relay import ReplyRoutes
+from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.transit import Transit
+from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.protocol import envelope, handshake, relay
+from switchboard.protocol.chunks import MESSAGE_CACHE, cache_op, parse_cache_call
+
+log = logging.getLogger(__name__)
+
+# -- the one classification ---------------------------------------------------
+
+CALL = "call"  # opens a session: a caller waits for its reply
+REPLY = "reply"  # "<session>.resolve" / "<session>.reject": closes the session it answers
+CHUNK = "chunk"  # a message_cache call: one piece of a message too large for one frame
+OTHER = "other"  # events, callbacks, heartbeats, anything else
+
+
+class Traits(NamedTuple):
+    """What a frame is to the router (see :func:`classify`)."""
+
+    kind: str  # CALL, REPLY, CHUNK or OTHER
+    answers: str | None  # the session this frame completes: a reply's, or a chunked reply's (``process``)
+    op: str | None  # a chunk's message_cache operation
+
+
+_CALL = Traits(CALL, None, None)
+_OTHER = Traits(OTHER, None, None)
+
+
+def classify(method: Any, session: str | None, rest: bytes | memoryview) -> Traits:
+    """Call, reply or chunk: the one place that tells them apart.
+
+    A call is a frame with a session to ``services.<svc>.<fn>``; chunk
+    transfers (``services.built-in.message_cache.*``) are plumbing, not calls
+    of their own. A reply too large for one frame travels in chunks, and its
+    ``process`` names the session it answers as the chunks' key (its first
+    argument), read without unpacking anything else.
+    """
+    if not isinstance(method, str):
+        return _OTHER
+    if method.startswith("services."):
+        if method.startswith(MESSAGE_CACHE):
+            op = cache_op(method)
+            if op is not None:
+                return Traits(CHUNK, relay.chunk_key(method, rest) if op == "process" else None, op)
+        elif session:
+            return _CALL
+    if method.endswith((".resolve", ".reject")):
+        return Traits(REPLY, method.rpartition(".")[0], None)
+    return _OTHER
+
+
+# -- the router ---------------------------------------------------------------
+
+
+class Router:
+    """The routing decisions of one replica (see the module docstring).
+
+    ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
+    ``transit`` and ``retry`` are the hub's, read only. ``draining`` is set
+    by the drain: new calls to clients here then wait for them to reappear
+    elsewhere.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        clock: Clock,
+        metrics: HubMetrics,
+        peers: Mapping[str, Peer],
+        aliases: Container[str],
+        transit: Transit[Undelivered],
+        retry: RetryWindow,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.metrics = metrics
+        self.replica_id = settings.replica_id
+        self.manager_id = f"manager-{settings.server_id}"
+        self.manager_address = f"*/{self.manager_id}"
+        self.peers = peers
+        self.aliases = aliases
+        self.transit = transit
+        self.retry = retry
+        self.inflight = InFlight()
+        self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
+        self.draining = False
+        s = settings
+        self._rate_refusal = f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+        self._pending_refusal = f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
+
+    # -- a client's own frames -------------------------------------------------
+
+    def text(self, peer: Peer, text: str) -> Action | None:
+        """A text control frame. Each takes from the client's rate bucket, as a binary
+        frame does: over the limit it gets an error frame instead of an answer."""
+        if peer.rate is not None and not peer.rate.take():
+            self.metrics.rate_limited.inc()
+            return Send(peer, handshake.error_text(self._rate_refusal))
+        kind = handshake.parse_control(text)
+        if kind == "ping":
+            return Send(peer, handshake.PONG)
+        if kind == "refresh_token":
+            return SendToken(peer)
+        peer.log.debug("ignored unknown text frame (%d chars)", len(text))
+        return None
+
+    def route(self, peer: Peer, data: bytes) -> Action | None:
+        """Where a binary frame from ``peer`` goes, stamped at the trust boundary; ``None``: nowhere.
+
+        A bad frame is answered with an error frame (the connection stays), a
+        refused call with a reject for its session.
+        """
+        try:
+            env = envelope.decode(data)
+            route = envelope.route(env.main.get("to"), sender_workspace=peer.workspace, manager_id=self.manager_id)
+            if route.kind == "broadcast" and (
+                route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
+            ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
+                raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
+            frame = envelope.stamp(env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target)
+        except (ProtocolError, PermissionDenied) as exc:
+            self.metrics.bad_frames.inc()
+            peer.log.info("rejected frame: %s", exc)
+            return Send(peer, handshake.error_text(f"Invalid message: {exc}"))
+        method, session, target = env.main.get("method"), env.session, route.target
+        traits = classify(method, session, env.rest)
+        refusal = self._over_limit(peer, traits, target)
+        if refusal:
+            self.metrics.rate_limited.inc()
+            if session:
+                return Send(peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal))
+            return None
+        if route.kind == "manager":
+            if traits.answers is not None:
+                self.inflight.closed(target, traits.answers)
+            return self._to_manager(peer, method, env.rest, frame)
+        if route.kind == "client":
+            if traits.op is not None and (receiver := self.peers.get(target)) is not None:
+                refused = self.upload_refusal(receiver, peer.id, traits.op, env.rest)
+                if refused is not None:
+                    return Send(peer, self._refusal(peer, session, target, refused))
+            new_call = traits.kind is CALL
+            if new_call:
+                self.inflight.opened(peer.id, session, target, self.peers)  # type: ignore[arg-type]
+            elif traits.answers is not None:
+                self.inflight.closed(target, traits.answers)
+            return self.toward(target, Undelivered(frame, session, peer.id, env.type != "method"), new_call=new_call)
+        if env.type == "method":
+            return Send(peer, handshake.error_text("Invalid message: cannot broadcast a method call"))
+        return Broadcast(route.workspace, env.type, frame)
+
+    def _over_limit(self, peer: Peer, traits: Traits, target: str) -> str | None:
+        """Why this frame is refused (rate or pending-call limit), or ``None``.
+
+        A reply that answers a call still open is never refused: dropping it
+        would punish the caller, who did nothing wrong, with a timeout.
+        """
+        if peer.rate is not None and not peer.rate.take():
+            if traits.kind is REPLY and self.inflight.is_open(target, traits.answers):  # type: ignore[arg-type]
+                return None
+            return self._rate_refusal
+        if traits.kind is CALL and self.inflight.pending(peer.id) >= self.settings.max_pending_calls:
+            return self._pending_refusal
+        return None
+
+    def _refusal(self, peer: Peer, session: str | None, target: str, message: str) -> bytes | str:
+        """A frame the hub will not deliver: its call fails now, with the reason."""
+        if session:
+            return envelope.reject_frame(session=session, target=target, caller=peer.id, message=message)
+        return handshake.error_text(f"Invalid message: {message}")
+
+    def _to_manager(self, peer: Peer, method: Any, rest: bytes | memoryview, frame: bytes) -> Action:
+        """A reply to a call another replica's manager made goes back to that replica.
+
+        So do the ``message_cache`` calls that carry a reply too large for one
+        frame: only the manager that made the call can put the chunks together.
+        """
+        session = relay.manager_session(method, rest)
+        origin = self.reply_routes.origin_of(session) if session else None
+        if origin is None or origin == self.replica_id:
+            return ToManager(frame, peer)
+        return ToReplica(origin, frame)
+
+    def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None:
+        """Why a ``message_cache`` call for ``receiver`` may not reach it, or ``None``.
+
+        hypha-rpc joins the pieces of a large message on the receiving side
+        and reads their payload over the header the hub stamped, so the hub
+        walks them here, where every piece for this client passes, whichever
+        replica it came from (:mod:`switchboard.hub.uploads`).
+        """
+        if receiver.uploads is None:
+            receiver.uploads = Uploads(
+                clock=self.clock, keep=False, max_bytes=self.settings.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+            )
+        uploads = receiver.uploads
+        try:
+            call = parse_cache_call(op, payload_map(rest))
+            if call.op == "create":
+                uploads.create(sender, call.key, overwrite=call.overwrite)
+            elif call.op in ("append", "set"):
+                uploads.add(sender, call.key, call.index, call.data)
+            elif call.op == "remove":
+                uploads.remove(sender, call.key)
+            else:
+                uploads.finish(sender, call.key)
+        except (ProtocolError, PermissionDenied, LimitExceeded) as exc:
+            self.metrics.bad_frames.inc()
+            receiver.log.info("refused a chunk from %s: %s", sender, exc)
+            return str(exc)
+        return None
+
+    # -- a frame for one client, wherever it is ----------------------------------
+
+    def toward(self, target: str, item: Undelivered, *, new_call: bool = False) -> Action:
+        """Where a frame for the client ``target`` goes from here.
+
+        An event (a point-to-point emit) never takes a direct link (see
+        :class:`Forward`), so it cannot overtake a broadcast its sender emitted before it.
+        """
+        if target in self.aliases:
+            return ToAlias(target, item.frame)
+        peer = self.peers.get(target)
+        if peer is not None:
+            if self.draining and new_call and not peer.closed:
+                # this replica is going away: the call waits for the client to reappear
+                # elsewhere, and is no longer in flight here (the drain must not wait for it)
+                self.inflight.closed(item.caller, item.session or "")
+                return RetryLater(target, item)
+            return Deliver(peer, item)
+        if target in self.transit:  # it is moving between connections: the frame waits for it
+            return Hold(target, item, self.elsewhere(target, item))
+        return self.elsewhere(target, item)
+
+    def elsewhere(self, target: str, item: Undelivered) -> Action:
+        """A client that is not here: behind frames already waiting for it, else to its replica."""
+        if self.retry.pending(target):  # keep order
+            return RetryLater(target, item)
+        return Forward(target, item)
+
+    def from_manager(self, data: bytes, *, sender: str, workspace: str | None, user: dict[str, Any]) -> Action | None:
+        """A frame the manager's RPC emitted, stamped as the trusted ``sender`` (the manager, or the
+        HTTP caller it acts for; ``workspace`` ``None``: the target's)."""
+        env = envelope.decode(data)
+        target = env.main.get("to")
+        if not isinstance(target, str) or "/" not in target:
+            log.warning("manager emitted a message without a full target: %r", target, extra={"replica": self.replica_id})
+            return None
+        frame = envelope.stamp(
+            env, sender=sender, workspace=workspace or target.partition("/")[0], user=user, to=target, trusted=True
+        )
+        if target == self.manager_address:
+            return ToManager(frame)
+        if classify(env.main.get("method"), env.session, env.rest).kind is CALL:
+            self.inflight.opened(sender, env.session, target, self.peers)  # type: ignore[arg-type]  # its reply is never refused
+        return self.toward(target, Undelivered(frame, env.session, sender))
+
+    def undeliverable(self, target: str, session: str | None, caller: str) -> Action | None:
+        """Nobody has ``target``: a caller that waits is told at once; fire-and-forget frames are
+        dropped (a reject for each would start a storm)."""
+        self.metrics.undeliverable.inc()
+        if not session:
+            return None
+        self.inflight.closed(caller, session)
+        reject = envelope.reject_frame(
+            session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
+        )
+        if caller == self.manager_address or caller in self.aliases:
+            return ToManager(reject)
+        if (sender := self.peers.get(caller)) is not None:
+            return Send(sender, reject)
+        if "/" in caller:  # a frame another replica sent here (held for a client in transit)
+            return self.toward(caller, Undelivered(reject, None, target))
+        return None
+
+    # -- frames other replicas routed here -------------------------------------
+
+    def relayed(self, peer: Peer, data: bytes) -> Action | None:
+        """A frame another replica routed to a client here (as it came off the bus or a link).
+
+        Calls into and replies to our clients count as in flight; the pieces
+        of a chunked message pass the client's uploads; a frame for a
+        connection that just ended waits for its client if it is in transit,
+        and a call to a client that left fails at once, not at its timeout.
+        """
+        try:
+            origin, origin_session, frame = relay.unwrap(data)
+        except ProtocolError as exc:
+            peer.log.warning("dropped a relayed frame: %s", exc)
+            return None
+        if origin is not None and origin_session is not None:
+            self.reply_routes.remember(origin_session, origin)
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return None if peer.closed else Send(peer, frame)  # not ours to judge: its receiver drops it
+        caller, session = env.main.get("from"), env.session
+        if peer.closed:
+            # a manager call stays wrapped with its origin: sent on, it still finds its way back
+            item = (Undelivered(data, None, "", False) if origin is not None
+                    else Undelivered(frame, session, str(caller or ""), env.type != "method"))
+            return Hold(peer.id, item, self._bounce(peer.id, session, caller))
+        traits = classify(env.main.get("method"), session, env.rest)
+        if traits.op is not None and isinstance(caller, str):
+            refused = self.upload_refusal(peer, caller, traits.op, env.rest)
+            if refused is not None:
+                if session and "/" in caller:
+                    reject = envelope.reject_frame(session=session, target=peer.id, caller=caller, message=refused)
+                    return self.toward(caller, Undelivered(reject, None, peer.id))
+                return None
+        if traits.kind is CALL:
+            self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
+        elif traits.answers is not None and self.inflight.busy(peer.id):
+            self.inflight.closed(peer.id, traits.answers)
+        return Send(peer, frame)
+
+    def _bounce(self, target: str, session: str | None, caller: Any) -> Action | None:
+        """A call that reached this replica as its client left: its caller fails now."""
+        if session and isinstance(caller, str) and "/" in caller:
+            reject = envelope.reject_frame(
+                session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
+            )
+            return self.toward(caller, Undelivered(reject, None, target))
+        return None
+
+    def manager_reply(self, frame: bytes) -> Action | None:
+        """A reply (or a piece of one) to a call our manager made, sent back by the provider's replica."""
+        try:
+            env = envelope.decode(frame)
+        except ProtocolError as exc:
+            log.warning("dropped a malformed manager reply: %s", exc, extra={"replica": self.replica_id})
+            return None
+        answers = classify(env.main.get("method"), env.session, env.rest).answers
+        if answers is not None:
+            self.inflight.closed(self.manager_address, answers)
+        return ToManager(frame)
+
+    def replay_wanted(self, data: bytes) -> bool:
+        """Whether a lost link's unacked frame may be published again.
+
+        A receiver that handled it just before the loss (its ack still on the
+        way) gets it a second time: harmless for a reply (its caller has
+        forgotten the session), not for a call whose reply already passed
+        through here, which would run twice.
+        """
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return True
+        if classify(env.main.get("method"), env.session, env.rest).kind is not CALL:
+            return True
+        return self.inflight.is_open(str(env.main.get("from")), env.session)  # type: ignore[arg-type]
+
+    @staticmethod
+    def item_of(data: bytes) -> Undelivered | None:
+        """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed."""
+        try:
+            _, _, frame = relay.unwrap(data)
+            env = envelope.decode(frame)
+        except ProtocolError:
+            return None
+        return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
+
+    def __repr__(self) -> str:
+        return f"<Router replica={self.replica_id} in_flight={len(self.inflight)} draining={self.draining}>"
