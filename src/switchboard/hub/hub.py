@@ -28,6 +28,7 @@ from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
 from switchboard.hub.inflight import InFlight
+from switchboard.hub.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
@@ -61,8 +62,6 @@ class Hub:
         issuer: TokenIssuer,
         counts: ConnectionCounts | None = None,
     ) -> None:
-        from switchboard.hub.manager import WorkspaceManager  # manager needs the hub type
-
         self.settings = settings
         self.registry = registry
         self.bus = bus

@@ -14,11 +14,14 @@ import json
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hypha_rpc import RPC
 from hypha_rpc.utils.schema import schema_function
 
+from switchboard.backends.base import Registry
+from switchboard.clock import Clock
+from switchboard.config import Settings
 from switchboard.errors import (
     BackendError,
     LimitExceeded,
@@ -26,7 +29,7 @@ from switchboard.errors import (
     PermissionDenied,
     ProtocolError,
 )
-from switchboard.hub.auth import Permission, child_user
+from switchboard.hub.auth import Permission, TokenIssuer, child_user
 from switchboard.hub.manager_door import CALLER, ManagerDoor
 from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
@@ -36,10 +39,24 @@ from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, l
 from switchboard.protocol.values import plain
 from switchboard.tasks import spawn
 
-if TYPE_CHECKING:
-    from switchboard.hub.hub import Hub
-
 log = logging.getLogger("switchboard.manager")
+
+
+class Hub(Protocol):
+    """What the manager needs of the hub that hosts it (the hub is :class:`switchboard.hub.hub.Hub`)."""
+
+    settings: Settings
+    clock: Clock
+    registry: Registry
+    issuer: TokenIssuer
+    manager_id: str
+    registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
+
+    def peer_for(self, address: str) -> Peer | None: ...
+
+    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
+
+    async def route_from_manager(self, data: bytes) -> None: ...
 
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
