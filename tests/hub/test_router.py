@@ -161,23 +161,59 @@ def test_a_frame_is_a_call_a_reply_a_chunk_or_other(method: Any, session: Any, r
 
 # -- a client's frame × where its target is -------------------------------------
 
-TARGETS = [  # (target, the action for a call to it, and for a reply or an event)
-    (HERE, Deliver),
-    (AWAY, Hold),
-    (ELSEWHERE, Forward),
-    (ALIAS, ToAlias),
+MANAGER = "manager"  # stands for */<manager_id>
+CLOSED = f"{WS}/closed"  # a client here whose connection just ended (the dispatch holds or fails its frames)
+
+
+def chunk_create(to: str) -> dict[str, Any]:
+    return chunk(to, "create")
+
+
+# Every kind of frame for one target × where the target is × whether this replica drains.
+#    frame         target     idle       draining
+TABLE = [
+    (call,         HERE,      Deliver,   RetryLater),  # a new call waits for the client elsewhere
+    (call,         CLOSED,    Deliver,   Deliver),
+    (call,         AWAY,      Hold,      Hold),
+    (call,         ELSEWHERE, Forward,   Forward),  # another replica's, or nobody's: the publish tells
+    (call,         ALIAS,     ToAlias,   ToAlias),
+    (call,         MANAGER,   ToManager, ToManager),
+    (reply,        HERE,      Deliver,   Deliver),  # what is under way finishes here
+    (reply,        CLOSED,    Deliver,   Deliver),
+    (reply,        AWAY,      Hold,      Hold),
+    (reply,        ELSEWHERE, Forward,   Forward),
+    (reply,        ALIAS,     ToAlias,   ToAlias),
+    (reply,        MANAGER,   ToManager, ToManager),
+    (chunk_create, HERE,      Deliver,   Deliver),
+    (chunk_create, CLOSED,    Deliver,   Deliver),
+    (chunk_create, AWAY,      Hold,      Hold),
+    (chunk_create, ELSEWHERE, Forward,   Forward),
+    (chunk_create, ALIAS,     ToAlias,   ToAlias),
+    (chunk_create, MANAGER,   ToManager, ToManager),
+    (event,        HERE,      Deliver,   Deliver),
+    (event,        CLOSED,    Deliver,   Deliver),
+    (event,        AWAY,      Hold,      Hold),
+    (event,        ELSEWHERE, Forward,   Forward),
+    (event,        ALIAS,     ToAlias,   ToAlias),
+    (event,        MANAGER,   ToManager, ToManager),
 ]
 
 
-@pytest.mark.parametrize(("target", "action"), TARGETS)
-@pytest.mark.parametrize("frame", [call, reply, event, lambda to: chunk(to, "create")])
-def test_a_frame_for_one_client_goes_where_the_client_is(frame: Any, target: str, action: type) -> None:
+@pytest.mark.parametrize("draining", [False, True], ids=["idle", "draining"])
+@pytest.mark.parametrize(("frame", "target", "idle", "when_draining"), TABLE)
+def test_a_frame_for_one_client_goes_where_the_client_is(
+    frame: Any, target: str, idle: type, when_draining: type, draining: bool
+) -> None:
     t = Table()
-    done = t.route(frame(target), {"args": ["k1"]} if frame not in (call, reply, event) else None)
-    assert type(done) is action, done
+    t.router.draining = draining
+    t.peers[CLOSED] = make_peer("closed")
+    t.peers[CLOSED].close(1006, "dropped")
+    to = t.manager if target == MANAGER else target
+    done = t.route(frame(to), {"args": ["k1"]} if frame is chunk_create else None)
+    assert type(done) is (when_draining if draining else idle), done
     if isinstance(done, Deliver | Forward | Hold | RetryLater):
         sent = head(done.item.frame)
-        assert (sent["from"], sent["ws"], sent["to"]) == (ME, WS, target), "stamped by the hub"
+        assert (sent["from"], sent["ws"], sent["to"]) == (ME, WS, to), "stamped by the hub"
         assert done.item.caller == ME
         assert done.item.event == (frame is event), "an event keeps to the bus's shared path"
 
@@ -199,12 +235,6 @@ def test_a_frame_held_for_a_client_in_transit_goes_on_as_usual_if_its_holding_is
     assert type(done.otherwise) is Forward
 
 
-def test_a_client_here_whose_connection_just_ended_is_still_delivered_to_its_peer() -> None:
-    t = Table()
-    t.here.close(1006, "dropped")  # the dispatch then holds the frame, or fails its caller
-    assert type(t.route(call(HERE))) is Deliver
-
-
 def test_a_target_in_my_own_workspace_may_be_named_by_client_id_alone() -> None:
     done = Table().route(call("here"))
     assert type(done) is Deliver
@@ -212,22 +242,6 @@ def test_a_target_in_my_own_workspace_may_be_named_by_client_id_alone() -> None:
 
 
 # -- draining -------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("frame", "target", "action"),
-    [
-        (call, HERE, RetryLater),  # waits for the client to reappear on another replica
-        (reply, HERE, Deliver),  # a call under way finishes here
-        (event, HERE, Deliver),
-        (call, ELSEWHERE, Forward),
-        (call, AWAY, Hold),
-    ],
-)
-def test_while_draining_only_new_calls_to_clients_here_wait(frame: Any, target: str, action: type) -> None:
-    t = Table()
-    t.router.draining = True
-    assert type(t.route(frame(target))) is action
 
 
 def test_a_call_that_waits_for_the_drain_is_no_longer_in_flight_here() -> None:

@@ -1,0 +1,177 @@
+"""The router's decisions carried out: two hubs on one embedded bus and registry, on the fake clock.
+
+:mod:`tests.hub.test_router` says which action a frame gets; here the hub does
+it, and a client's connection shows the result. "Another replica's client"
+and "nobody's" are the same decision for the router (``Forward``): only the
+publish tells them apart, so they are told apart here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+import pytest
+
+from switchboard.backends.memory import MemoryBus, MemoryRegistry
+from switchboard.hub.auth import Permission, User
+from switchboard.hub.hub import Hub
+from switchboard.hub.peer import Peer
+from switchboard.hub.remote import CLIENT_CHANNEL
+from switchboard.protocol import envelope
+from switchboard.server.app import build_hub
+from switchboard.testing.clock import FakeClock
+from switchboard.testing.hub import settings_for_tests
+
+pytestmark = pytest.mark.timeout(10)
+
+WS = "ws-1"
+USER = User(id="alice", grants={WS: Permission.READ_WRITE})
+
+
+class Wire:
+    """A client's connection as its peer sees it: every frame taken at once."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes | str] = []
+
+    def try_send(self, frame: bytes | str) -> bool:
+        self.frames.append(frame)
+        return True
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.frames.append(data)
+
+    async def send_text(self, text: str) -> None:
+        self.frames.append(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
+
+    def heads(self) -> list[dict[str, Any]]:
+        heads = []
+        for frame in self.frames:
+            if isinstance(frame, bytes):
+                unpacker = msgpack.Unpacker(raw=False)
+                unpacker.feed(frame)
+                heads.append(next(unpacker))
+        return heads
+
+    def methods(self) -> list[str]:
+        return [str(h.get("method", h["type"])) for h in self.heads()]
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+class Pair:
+    """Replicas ``a`` and ``b`` sharing one bus and one registry."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        bus, registry = MemoryBus(), MemoryRegistry(clock=self.clock)
+        self.a: Hub = build_hub(settings_for_tests(replica_id="a"), clock=self.clock, bus=bus, registry=registry)
+        self.b: Hub = build_hub(settings_for_tests(replica_id="b"), clock=self.clock, bus=bus, registry=registry)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def connect(self, hub: Hub, client_id: str) -> tuple[Peer, Wire]:
+        wire = Wire()
+        peer = Peer(workspace=WS, client_id=client_id, user=USER, transport=wire, max_queue_bytes=1 << 20,
+                    replica_id=hub.replica_id)
+        await hub.attach(peer, reconnecting=False)
+        info = {"id": f"{WS}/{client_id}:built-in", "name": "built-in", "config": {"visibility": "public"}}
+        await hub.registry.register(info)  # type: ignore[arg-type]
+        self.tasks.append(asyncio.create_task(peer.run_writer()))
+        await settle()
+        return peer, wire
+
+    async def send(self, hub: Hub, sender: Peer, main: dict[str, Any]) -> None:
+        await hub.handle_binary(sender, envelope.encode(main))
+        await settle()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+@pytest.fixture
+async def pair() -> Any:
+    p = Pair()
+    yield p
+    await p.close()
+
+
+def call(to: str, session: str = "s1") -> dict[str, Any]:
+    return {"type": "method", "to": to, "method": "services.s.f", "session": session}
+
+
+async def test_a_call_to_a_client_here_reaches_it_and_its_reply_comes_back(pair: Pair) -> None:
+    caller, caller_wire = await pair.connect(pair.a, "caller")
+    prov, prov_wire = await pair.connect(pair.a, "prov")
+    await pair.send(pair.a, caller, call("prov"))
+    assert prov_wire.methods() == ["services.s.f"]
+    assert pair.a.inflight.is_open(caller.id, "s1")
+    await pair.send(pair.a, prov, {"type": "method", "to": caller.id, "method": "s1.resolve"})
+    assert caller_wire.methods() == ["s1.resolve"]
+    assert len(pair.a.inflight) == 0
+
+
+async def test_a_call_to_another_replicas_client_is_published_and_counted_in_flight_on_both(pair: Pair) -> None:
+    caller, caller_wire = await pair.connect(pair.a, "caller")
+    prov, prov_wire = await pair.connect(pair.b, "prov")
+    await pair.send(pair.a, caller, call("prov"))
+    assert prov_wire.methods() == ["services.s.f"]
+    assert pair.a.inflight.is_open(caller.id, "s1")
+    assert pair.b.inflight.busy(prov.id), "the callee's replica counts it too (a drain waits for it)"
+    await pair.send(pair.b, prov, {"type": "method", "to": caller.id, "method": "s1.resolve"})
+    assert caller_wire.methods() == ["s1.resolve"]
+    assert len(pair.a.inflight) == len(pair.b.inflight) == 0
+
+
+async def test_a_call_to_nobody_is_rejected_at_once_and_an_event_to_nobody_is_dropped(pair: Pair) -> None:
+    caller, caller_wire = await pair.connect(pair.a, "caller")
+    await pair.send(pair.a, caller, call("nobody"))
+    assert caller_wire.methods() == ["s1.reject"]
+    await pair.send(pair.a, caller, {"type": "my-event", "to": "nobody"})
+    assert caller_wire.methods() == ["s1.reject"], "no reject storm for fire-and-forget frames"
+    assert len(pair.a.inflight) == 0
+
+
+async def test_a_call_to_a_client_whose_connection_just_ended_waits_unless_it_said_goodbye(pair: Pair) -> None:
+    caller, caller_wire = await pair.connect(pair.a, "caller")
+    dropped, _ = await pair.connect(pair.a, "dropped")
+    left, _ = await pair.connect(pair.a, "left")
+    dropped.client_closed(1006)  # no goodbye: it comes back
+    left.client_closed(1000)  # goodbye: it has left
+    await pair.send(pair.a, caller, call("dropped", "s1"))
+    await pair.send(pair.a, caller, call("left", "s2"))
+    assert pair.a.transit.holding == 1, "held for the client in transit"
+    assert caller_wire.methods() == ["s2.reject"]
+
+
+async def test_while_draining_a_new_call_to_a_client_here_waits_for_it_elsewhere(pair: Pair) -> None:
+    caller, caller_wire = await pair.connect(pair.a, "caller")
+    prov, prov_wire = await pair.connect(pair.a, "prov")
+    pair.a.router.draining = True
+    await pair.a.bus.unsubscribe(CLIENT_CHANNEL + prov.id)  # as the drain does once prov waits for nothing
+    await pair.send(pair.a, caller, call("prov"))
+    assert prov_wire.methods() == []
+    assert pair.a.retry.pending(f"{WS}/prov")
+    assert not pair.a.inflight.is_open(caller.id, "s1"), "the drain does not wait for it"
+    await pair.a.retry.close()
+
+
+async def test_a_broadcast_reaches_the_subscribers_of_the_workspace_on_every_replica(pair: Pair) -> None:
+    sender, sender_wire = await pair.connect(pair.a, "sender")
+    _, here = await pair.connect(pair.a, "here")
+    there_peer, there = await pair.connect(pair.b, "there")
+    pair.a.peers[f"{WS}/here"].subscriptions.add("news")
+    there_peer.subscriptions.add("news")
+    await pair.send(pair.a, sender, {"type": "news", "to": "*", "data": 1})
+    assert here.methods() == ["news"]
+    assert there.methods() == ["news"]
+    assert sender_wire.methods() == [], "not subscribed: not sent"
