@@ -335,10 +335,6 @@ class Hub:
             self.inflight.forget_peer(acting.address)
             await self.bus.unsubscribe(channel)
 
-    async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
-        """Deliver an event to every subscribed client of ``workspace`` on every replica."""
-        await self.dispatch.broadcast(workspace, event_type, frame)
-
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
