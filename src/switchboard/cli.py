@@ -70,7 +70,8 @@ def serve(**values: Any) -> None:
     ))
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
-    server = HubServer(uvicorn_config(create_app(settings), settings))
+    app = create_app(settings)
+    server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
     server.run()
     # Drained and shut down: skip the interpreter's teardown, which after
     # thousands of connections spends most of a second freeing memory the
