@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.protocol import handshake
+from switchboard.server import versions
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.state import Phase, ServerState
@@ -43,6 +44,7 @@ class HubServer(uvicorn.Server):
     """
 
     def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        versions.check()
         super().__init__(config)
         self.state = state
         self._stopping: asyncio.Task[None] | None = None
