@@ -41,9 +41,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from websockets.exceptions import InvalidState
-from websockets.frames import CloseCode, Frame, Opcode
+from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import State
+from websockets.protocol import SEND_EOF, State
 from websockets.server import ServerProtocol
 
 from switchboard.server import ws_asgi
@@ -131,10 +131,10 @@ class HubWebSocketProtocol(asyncio.Protocol):
                 self._upgrade(event)
         if writes := conn.data_to_send():
             self._write(writes)
-        if conn.parser_exc is not None and not self.closing:  # websockets failed it (1002, 1009, ...)
-            self.closing = True
-            sent = conn.close_sent
-            self._disconnect(sent.code if sent is not None else 1006, sent.reason if sent is not None else "")
+            if not self.closing and SEND_EOF in writes:  # websockets failed the connection (1002, 1009, ...)
+                self.closing = True
+                sent = _close_in(writes)
+                self._disconnect(sent.code if sent is not None else 1006, sent.reason if sent is not None else "")
         if scanner is not None:
             if not scanner.busy:
                 self._message_since = None
@@ -200,7 +200,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
                 self._cancel("pong")
                 self._later("ping", KEEPALIVE, self._send_ping)
         elif opcode is Opcode.CLOSE:
-            self._closed_by_client()
+            self._closed_by_client(Close.parse(frame.data))
 
     def _message(self, data: bytes) -> None:
         message: bytes | str = data
@@ -217,12 +217,11 @@ class HubWebSocketProtocol(asyncio.Protocol):
             self.asgi.received(message)
             self.pause_reading()  # until the app has taken it, as uvicorn does
 
-    def _closed_by_client(self) -> None:
+    def _closed_by_client(self, close: Close) -> None:
         """The client's close frame: websockets answers it (or it answers ours) and ends the stream."""
-        close = self.conn.close_rcvd
         if not self.closing:
             self.closing = True
-            self._disconnect(close.code if close is not None else 1005, close.reason if close is not None else "")
+            self._disconnect(close.code, close.reason)
         self._cancel("close")
         if self.handed_over:  # websockets' answer may not be written after the end of the stream
             self.transport.close()
@@ -401,3 +400,12 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def _cancel(self, name: str) -> None:
         if (timer := self._timers.pop(name, None)) is not None:
             timer.cancel()
+
+
+def _close_in(writes: list[bytes]) -> Close | None:
+    """The close frame among what websockets wrote, if any (a server's frames are unmasked and a
+    close frame's payload fits the 7-bit length: RFC 6455 §5.5)."""
+    for data in writes:
+        if len(data) >= 2 and data[0] == 0x88:
+            return Close.parse(data[2 : 2 + (data[1] & 0x7F)])
+    return None
