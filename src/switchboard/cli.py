@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from switchboard.config import Settings, env_name
-from switchboard.errors import ConfigError
+from switchboard.errors import ConfigError, UnsupportedServer
 
 
 def _settings_options(fn: Any) -> Any:
@@ -70,7 +70,11 @@ def serve(**values: Any) -> None:
     ))
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
-    server = HubServer(uvicorn_config(create_app(settings), settings))
+    app = create_app(settings)
+    try:
+        server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
+    except UnsupportedServer as exc:  # the start-up check (server/versions.py)
+        raise click.ClickException(str(exc)) from None
     server.run()
     # Drained and shut down: skip the interpreter's teardown, which after
     # thousands of connections spends most of a second freeing memory the

@@ -4,6 +4,7 @@
 
     SwitchboardError
     ├── ConfigError (ValueError)          a setting has a bad value
+    ├── UnsupportedServer (RuntimeError)  uvicorn or websockets outside the versions tested
     ├── ProtocolError                     a peer sent something we cannot accept
     │   ├── HandshakeError                the first frame was refused (carries a close code)
     │   └── FrameTooLarge                 a frame above the size limit
@@ -30,6 +31,10 @@ class SwitchboardError(Exception):
 
 class ConfigError(SwitchboardError, ValueError):
     """A setting (CLI flag or ``SWITCHBOARD_*`` variable) has a bad value."""
+
+
+class UnsupportedServer(SwitchboardError, RuntimeError):
+    """The installed uvicorn or websockets is not a version the server was tested with."""
 
 
 class ProtocolError(SwitchboardError):

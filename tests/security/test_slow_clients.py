@@ -54,7 +54,7 @@ def address(url: str) -> tuple[str, int]:
 
 
 def open_connections(server: RunningServer) -> int:
-    return len(server.server.server_state.connections)
+    return len(server.app.state.switchboard.connections.transports)
 
 
 @contextlib.asynccontextmanager

@@ -48,7 +48,7 @@ from switchboard.testing.stalled import (
     echo_p50,
     flood_call,
     read_until_closed,
-    uvicorn_connection,
+    connection_transport,
 )
 from switchboard.testing.wait import eventually
 
@@ -123,7 +123,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             info = await stalled.open("stalled")
             target = f"{info['workspace']}/stalled"
             peer = srv.hub.peers[target]
-            connection = uvicorn_connection(srv, stalled.local_address)
+            connection = connection_transport(srv, stalled.local_address)
             assert connection is not None, (
                 "the stalled stream's connection is not known to the server"
             )
@@ -175,7 +175,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 closed_after: float | None = None
                 with contextlib.suppress(AssertionError):  # asserted below, after the report
                     await eventually(
-                        lambda: uvicorn_connection(srv, stalled.local_address) is None,
+                        lambda: connection_transport(srv, stalled.local_address) is None,
                         timeout=DROP_WITHIN,
                         what="the server to close the stalled client's TCP connection",
                     )

@@ -15,6 +15,7 @@ import pytest
 from hypha_rpc import connect_to_server
 
 import switchboard.server.runner as runner
+from switchboard.server.app import create_app
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
@@ -76,5 +77,6 @@ async def test_calls_work_on_either_protocol(hub_url: str) -> None:
 
 
 def test_the_hub_serves_websockets_with_its_own_protocol() -> None:
-    config = runner.uvicorn_config(object(), settings_for_tests())  # type: ignore[arg-type]
+    settings = settings_for_tests()
+    config = runner.uvicorn_config(create_app(settings), settings)
     assert issubclass(config.ws, HubWebSocketProtocol)

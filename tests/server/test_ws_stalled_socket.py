@@ -13,11 +13,11 @@ hypha-rpc clients (one per transport) keep calling each other. What must hold:
 * what the server holds for it stays bounded: its send queue never passes the
   limit, its connection's write buffer stays small, and so does the RSS;
 * the server lets go of the TCP connection in bounded time, while the client
-  still does not read: it leaves uvicorn's connections and the server's socket
+  still does not read: it leaves the server's connections and the server's socket
   leaves the process (psutil); a *close* would wait for ever for the client to
   drain the write buffer;
 * shutting the server down afterwards, with that client still connected and
-  still not reading, does not hang (uvicorn waits for every connection);
+  still not reading, does not hang (it waits for every connection);
 * the steady clients keep working.
 
 A second test has the stalled client send its close frame (still without
@@ -58,7 +58,7 @@ from switchboard.testing.stalled import (
     collect_rejects,
     flood_call,
     read_until_closed,
-    uvicorn_connection,
+    connection_transport,
 )
 from switchboard.testing.wait import eventually
 
@@ -221,7 +221,7 @@ async def _exercise(
         target = f"{info['workspace']}/stalled"
         peer = srv.hub.peers[target]
         report["peer"] = peer
-        assert uvicorn_connection(srv, stalled.local_address) is not None, (
+        assert connection_transport(srv, stalled.local_address) is not None, (
             "the stalled client's connection is not known to the server"
         )
         assert server_socket_open(port, stalled.local_address)
@@ -273,7 +273,7 @@ async def _exercise(
             with contextlib.suppress(AssertionError):  # asserted by the caller, after the report
                 await eventually(
                     lambda: (
-                        uvicorn_connection(srv, stalled.local_address) is None
+                        connection_transport(srv, stalled.local_address) is None
                         and not server_socket_open(port, stalled.local_address)
                     ),
                     timeout=RELEASE_WITHIN,
@@ -309,9 +309,8 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
         info = await stalled.handshake("half-closed")
         target = f"{info['workspace']}/half-closed"
         peer = srv.hub.peers[target]
-        connection = uvicorn_connection(srv, stalled.local_address)
-        assert connection is not None
-        assert connection.transport is not None
+        transport = connection_transport(srv, stalled.local_address)
+        assert transport is not None
         async with ws_connect(srv.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder:
             await flooder.send(json.dumps({"client_id": "flooder"}))
             assert (
@@ -326,13 +325,13 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
                 sent += 1
                 with contextlib.suppress(AssertionError):
                     await eventually(
-                        lambda: connection.transport.get_write_buffer_size() > 0,
+                        lambda: transport.get_write_buffer_size() > 0,
                         timeout=0.5,
                         what="bytes buffered in the server for the stalled client",
                     )
                     break
             report["sent"] = sent
-            assert connection.transport.get_write_buffer_size() > 0, "never backed up"
+            assert transport.get_write_buffer_size() > 0, "never backed up"
             assert not peer.closed, (peer.close_code, peer.close_reason)
             await stalled.send_close()
             await eventually(
@@ -346,7 +345,7 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
             with contextlib.suppress(AssertionError):  # asserted below, after the report
                 await eventually(
                     lambda: (
-                        uvicorn_connection(srv, stalled.local_address) is None
+                        connection_transport(srv, stalled.local_address) is None
                         and not server_socket_open(port, stalled.local_address)
                     ),
                     timeout=RELEASE_WITHIN,

@@ -17,6 +17,9 @@ and httptools keeps growing an unfinished header without limit. Here:
   clients send their head in the same round trip as the connect, so a burst of
   them is let in, over the bound, rather than refused.
 
+It also lists its connections (:class:`~switchboard.server.connections.Connections`)
+and names the connection's transport for the app's task (:mod:`switchboard.server.reset`).
+
 The class is handed to uvicorn as ``Config(http=...)`` (documented: an
 ``asyncio.Protocol`` class) by :func:`switchboard.server.runner.uvicorn_config`,
 through :meth:`HubHttpProtocol.configured`, which binds the bounds. It hooks only
@@ -30,6 +33,9 @@ import logging
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from switchboard.server import reset
+from switchboard.server.connections import Connections
 
 log = logging.getLogger("switchboard.server")
 
@@ -86,10 +92,12 @@ class HubHttpProtocol(HttpToolsProtocol):
     """The protocol class given to uvicorn (``http=``); use :meth:`configured` for one with bounds."""
 
     watch: ClassVar[HeadWatch]  # set on the subclass :meth:`configured` makes
+    listed_in: ClassVar[Connections]  # (uvicorn's class has a ``connections`` of its own)
 
     @classmethod
     def configured(
-        cls, *, header_timeout: float, max_head_bytes: int, per_address: int, overall: int
+        cls, *, header_timeout: float, max_head_bytes: int, per_address: int, overall: int,
+        connections: Connections,
     ) -> type[HubHttpProtocol]:
         """A subclass bound to these limits, with its own count of waiting connections
         (one per server: servers in one process do not share it)."""
@@ -99,7 +107,7 @@ class HubHttpProtocol(HttpToolsProtocol):
             per_address=per_address,
             overall=overall,
         )
-        return type(cls.__name__, (cls,), {"watch": watch})
+        return type(cls.__name__, (cls,), {"watch": watch, "listed_in": connections})
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
@@ -107,6 +115,8 @@ class HubHttpProtocol(HttpToolsProtocol):
         self.head_transport = transport
         peer = transport.get_extra_info("peername")
         self.address = peer[0] if isinstance(peer, tuple) else peer
+        self.peername = peer
+        self.listed_in.opened(peer, transport)
         self.head_since = 0.0
         self.head_bytes = 0
         self.head_timer: asyncio.TimerHandle | None = None
@@ -119,7 +129,11 @@ class HubHttpProtocol(HttpToolsProtocol):
         if self.head_timer is None and not self.in_request and not self.unanswered:
             self._head_started()  # even bytes that begin no request (blank lines) start the clock
         waiting = self.head_timer
-        super().data_received(data)
+        token = reset.CURRENT.set(self.head_transport)  # for the app's task, if a request starts here
+        try:
+            super().data_received(data)
+        finally:
+            reset.CURRENT.reset(token)
         if waiting is not None and self.head_timer is waiting:  # the same head, still unfinished
             self.head_bytes += len(data)
             if self.head_bytes > self.watch.max_bytes:
@@ -127,6 +141,7 @@ class HubHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_ended()
+        self.listed_in.closed(self.peername, self.head_transport)
         super().connection_lost(exc)
 
     # -- httptools parser callbacks ---------------------------------------------------

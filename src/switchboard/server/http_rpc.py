@@ -287,7 +287,7 @@ class DownstreamResponse(Response):
 
 async def _drop_connection(peer: Peer, receive: Receive) -> None:
     """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.reset`)."""
-    if not reset(receive):
+    if not reset():  # the transport of this request's connection
         return
     peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, peer.close_reason)
     # let the server see the connection go before the app returns, or it

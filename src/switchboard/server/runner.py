@@ -16,44 +16,86 @@ from starlette.applications import Starlette
 
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
+from switchboard.protocol import handshake
+from switchboard.server import versions
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
+from switchboard.server.state import Phase, ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger("switchboard.server")
 
+# Seconds the hub's clients have to let go of their connections once the drain
+# sent them away, and the app to be done with the WebSockets left after that
+# (a handshake under way, a stalled client's connection being reset).
+PEERS_GRACE = 5.0
+LEFTOVER_GRACE = 8.0
+RESTARTING = "Server restarting, please reconnect"
+
 
 class HubServer(uvicorn.Server):
-    """uvicorn, but connected clients are drained before uvicorn waits for them.
+    """uvicorn, stopped through :meth:`stop`: the one way a hub shuts down (signal, CLI, tests).
 
-    uvicorn's own shutdown waits for open responses to finish, and a hub's
-    responses (WebSockets, HTTP streams) never finish by themselves.
+    uvicorn's own shutdown closes the listening socket first and then waits for
+    open responses to finish, and a hub's responses (WebSockets, HTTP streams)
+    never finish by themselves. So the drain runs before uvicorn is told to
+    exit: while it runs, readiness says 503 and new clients are turned away
+    with a 503 they retry elsewhere.
     """
 
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        versions.check()
+        super().__init__(config)
+        self.state = state
+        self._stopping: asyncio.Task[None] | None = None
+        self._signalled = False
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """First SIGTERM/SIGINT: drain and exit 0. A second one: exit at once."""
-        if self.should_exit:
+        """uvicorn's signal handler. First SIGTERM/SIGINT: drain and exit 0 (not re-raised, unlike
+        uvicorn: a drained exit is a clean exit). A second one: exit at once."""
+        if self._signalled or self.should_exit:
             log.warning("second signal %s: exiting now", sig)
             os._exit(1)
+        self._signalled = True
         log.info("signal %s: draining", sig)
-        self.should_exit = True  # unlike uvicorn, do not re-raise it: a drained exit is a clean exit
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not serving yet
+            self.should_exit = True
+            return
+        loop.call_soon_threadsafe(self._begin_stop)  # wakes the loop; a signal handler must not do more
 
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        app = self.config.loaded_app if self.config.loaded else self.config.app
-        state = getattr(getattr(_inner_app(app), "state", None), "switchboard", None)
-        if state is not None:
-            await state.drain()
-        await super().shutdown(sockets)
+    def _begin_stop(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._stop(), name="stop")
 
+    async def stop(self) -> None:
+        """Drain the hub, close what is left, then let uvicorn stop (idempotent)."""
+        self._begin_stop()
+        assert self._stopping is not None
+        await asyncio.shield(self._stopping)
 
-def _inner_app(app: object) -> object:
-    """The Starlette app under uvicorn's middleware wrappers."""
-    while hasattr(app, "app") and not hasattr(app, "state"):
-        app = app.app
-    return app
+    async def _stop(self) -> None:
+        state = self.state
+        try:
+            if state.phase is Phase.READY:
+                state.phase = Phase.DRAINING
+                hub = state.hub
+                timeout = hub.settings.drain_timeout
+                log.info("draining %d clients (at most %.1fs)", len(state.peers), timeout,
+                         extra={"replica": hub.replica_id})
+                await hub.drain(timeout, code=handshake.CLOSE_RESTARTING, reason=RESTARTING)
+                if not await state.peers_gone(PEERS_GRACE):
+                    log.warning("%d clients still connected %gs after being told to leave",
+                                len(state.peers), PEERS_GRACE)
+            await state.connections.shut_down(LEFTOVER_GRACE)
+        finally:
+            self.should_exit = True
 
 
 def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
+    """uvicorn's settings for ``app``; its protocols report to the app's :class:`ServerState`."""
+    connections = app.state.switchboard.connections
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -64,14 +106,19 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
             max_head_bytes=settings.max_head_bytes,
             per_address=settings.max_incomplete_heads_per_address,
             overall=settings.max_incomplete_heads,
+            connections=connections,
         ),
-        # uvicorn's websockets-sansio, with synchronous paths for routing and a bound on
-        # how long a client may take to finish a message
-        ws=HubWebSocketProtocol.configured(frame_timeout=settings.frame_timeout),
-        ws_max_size=settings.max_message_bytes,
-        # No permessage-deflate: compressing every frame cost 80% of a replica's
-        # CPU on 64 KiB payloads (bench/compare.py), for bandwidth a hub's
-        # networks rarely lack; clients simply do not get the extension.
+        # the hub's own WebSocket protocol, with synchronous paths for routing and a bound on
+        # how long a client may take to finish a message. No permessage-deflate: compressing
+        # every frame cost 80% of a replica's CPU on 64 KiB payloads (bench/compare.py), for
+        # bandwidth a hub's networks rarely lack; clients simply do not get the extension.
+        ws=HubWebSocketProtocol.configured(
+            app=app,
+            connections=connections,
+            max_size=settings.max_message_bytes,
+            frame_timeout=settings.frame_timeout,
+        ),
+        ws_max_size=settings.max_message_bytes,  # for uvicorn's own protocols (tests run on them too)
         ws_per_message_deflate=False,
         log_config=None,  # leave logging to the application: keeps our loggers enabled
         access_log=False,
@@ -99,7 +146,7 @@ class RunningServer:
     url: str
     hub: Hub
     app: Starlette
-    server: uvicorn.Server
+    server: HubServer
 
 
 @contextlib.asynccontextmanager
@@ -110,8 +157,7 @@ async def running(settings: Settings, *, hub: Hub | None = None) -> AsyncIterato
     settings = replace(settings, port=port)
     hub = hub or build_hub(settings)
     app = create_app(settings, hub)
-    server = HubServer(uvicorn_config(app, settings))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         for _ in range(500):
@@ -122,7 +168,12 @@ async def running(settings: Settings, *, hub: Hub | None = None) -> AsyncIterato
             raise RuntimeError("server did not start within 5 s")
         yield RunningServer(url=settings.public_base_url, hub=hub, app=app, server=server)
     finally:
-        server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(_stopped(server, task), 10)
         sock.close()
+
+
+async def _stopped(server: HubServer, serving: asyncio.Task[None]) -> None:
+    if not serving.done():
+        await server.stop()
+    await serving

@@ -1,19 +1,13 @@
-"""What the ASGI layer knows about itself: phase (starting, ready, draining) and live peers."""
+"""What the ASGI layer knows about itself: phase (starting, ready, draining), live peers, connections."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import logging
 
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
-
-log = logging.getLogger("switchboard.server")
-
-# 1012 "Service Restart": every client treats a server close as "reconnect",
-# and this code says why to anyone reading logs or captures.
-CLOSE_RESTARTING = 1012
+from switchboard.server.connections import Connections
 
 
 class Phase(enum.Enum):
@@ -30,6 +24,8 @@ class ServerState:
         self.hub = hub
         self.phase = Phase.STARTING
         self.peers: set[Peer] = set()
+        #: filled by the server's protocols (:func:`switchboard.server.runner.uvicorn_config`)
+        self.connections = Connections()
         self._none_left = asyncio.Event()
 
     @property
@@ -53,17 +49,12 @@ class ServerState:
         if not self.peers:
             self._none_left.set()
 
-    async def drain(self) -> None:
-        """Readiness 503 at once; calls in flight finish (up to the drain timeout); clients move on."""
-        if self.phase in (Phase.DRAINING, Phase.STOPPED):
-            return
-        self.phase = Phase.DRAINING
-        timeout = self.hub.settings.drain_timeout
-        log.info("draining %d clients (at most %.1fs)", len(self.peers), timeout, extra={"replica": self.hub.replica_id})
-        await self.hub.drain(timeout, code=CLOSE_RESTARTING, reason="Server restarting, please reconnect")
+    async def peers_gone(self, timeout: float) -> bool:
+        """Wait until no peer is left, at most ``timeout`` seconds; ``False`` if some still are."""
         if self.peers:
             self._none_left.clear()
             try:
-                await asyncio.wait_for(self._none_left.wait(), 5.0)
+                await asyncio.wait_for(self._none_left.wait(), timeout)
             except TimeoutError:
-                log.warning("%d clients still connected 5s after being told to leave", len(self.peers))
+                return False
+        return True

@@ -26,8 +26,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
+from switchboard.server import ws_asgi
 from switchboard.server.inbox import Inbox
-from switchboard.server.reset import reset, server_transport
+from switchboard.server.reset import current_transport, reset
 from switchboard.server.state import ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
@@ -72,8 +73,9 @@ class WebSocketTransport:
 
 
 def hub_protocol(websocket: WebSocket) -> HubWebSocketProtocol | None:
-    """The connection's uvicorn protocol, if it is ours (with the synchronous paths)."""
-    proto = getattr(websocket._receive, "__self__", None)  # Starlette keeps uvicorn's receive there
+    """The connection itself, if it runs on the hub's protocol (with the synchronous paths)."""
+    extension = websocket.scope.get("extensions", {}).get(ws_asgi.EXTENSION)
+    proto = extension.get("connection") if extension else None
     return proto if isinstance(proto, HubWebSocketProtocol) else None
 
 
@@ -181,11 +183,11 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             await inbox.close(FINISH_GRACE)
         await hub.detach(peer)
         if writer is not None:
-            await _finish(websocket, peer, writer)
+            await _finish(peer, writer)
 
 
 def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
-    """Where the client's messages go once read, if uvicorn runs our protocol (else: ASGI's queue)."""
+    """Where the client's messages go once read, on the hub's protocol (else: ASGI's queue)."""
     proto = hub_protocol(websocket)
     if proto is None:
         return None
@@ -269,7 +271,7 @@ async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox
             proto.on_message = None
 
 
-async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) -> None:
+async def _finish(peer: Peer, writer: asyncio.Task[None]) -> None:
     """Let the writer end and the connection flush, bounded; reset a connection that will not.
 
     A client that stops reading (and may even have sent its close frame) keeps
@@ -280,14 +282,14 @@ async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WRITER_GRACE
     await asyncio.wait((writer,), timeout=WRITER_GRACE)
-    transport = server_transport(websocket._receive)  # Starlette keeps uvicorn's receive there
+    transport = current_transport()
     if transport is not None:
         for _ in range(int(WRITER_GRACE / _DRAIN_POLL) + 1):  # bounded by the deadline too
             if not transport.get_write_buffer_size() or loop.time() >= deadline:
                 break
             await asyncio.sleep(_DRAIN_POLL)
         stuck = not writer.done() or transport.get_write_buffer_size()
-        if stuck and reset(websocket._receive):
+        if stuck and reset(transport):
             peer.log.warning(
                 "connection not drained %gs after %r: dropping it", WRITER_GRACE, peer.close_reason
             )

@@ -1,50 +1,53 @@
-"""uvicorn's sans-I/O WebSocket protocol, with a synchronous path for a hub's hot loop.
+"""The hub's WebSocket connections: websockets' sans-I/O ``ServerProtocol`` on an asyncio transport.
 
-Under plain ASGI every client message costs a queue, a task switch and two
-system calls: uvicorn queues it for ``receive``, pauses reading until the app
-has taken it, and resumes reading afterwards. Every frame the hub sends costs
-a task switch too, since ASGI's ``send`` must be awaited. For a hub that does
-little more than route each frame, those are a large share of its time
-(bench/ab.py). Here, once the app has set :attr:`on_message`, each message
-is handed to it in the event-loop callback that parsed it, and
-:meth:`send_now` writes a frame without awaiting when nothing holds it back.
-The handshake, the close and the disconnect still go through ASGI.
+uvicorn parses the HTTP upgrade request and hands the connection to the
+protocol class given as ``Config(ws=...)``; from there on this class owns it,
+and ``websockets``' public sans-I/O API does the framing: bytes in with
+``receive_data``, events out with ``events_received``, bytes to write with
+``data_to_send``. The app runs on ASGI for the handshake (:mod:`ws_asgi`), so
+that ``/ws`` is an ordinary Starlette route, and finds the connection itself in
+the scope's ``switchboard.websocket`` extension for the hot path:
 
-A draining replica sends its clients away with :meth:`HubWebSocketProtocol.hand_over`:
-a text frame that says so and then the end of the stream (TCP FIN), no close
-frame, reading on until the client closes its side. A close frame would put
-an unmodified hypha-rpc client in the closing state until the TCP connection
-is gone, and a call it sends meanwhile fails ("Failed to send the request");
-a stream that simply ends makes it wait for its reconnection instead. What
-the client sent before it saw the end is still routed, as it is after a
-close frame the hub sent (uvicorn would drop it).
+* once the app has set :attr:`on_message`, each message is handed to it in
+  the event-loop callback that parsed it: no ASGI queue, no task switch, no
+  pause and resume of reading per message (bench/ab.py);
+* :meth:`send_now` writes a frame without awaiting when nothing holds it back;
+* :meth:`hand_over` sends a draining replica's client away: a text frame that
+  says so, then the end of the stream (TCP FIN) without a close frame, reading
+  on until the client closes its side (at most :data:`HAND_OVER_READ`). A
+  close frame would put an unmodified hypha-rpc client in the closing state,
+  where a call it sends fails; a stream that just ends makes it wait for its
+  reconnection, and what it sent before it saw the end is still routed;
 
-A client also gets ``frame_timeout`` seconds to finish each message it
-starts (a frame partly received, or a fragmented message): one that stalls
-inside a frame would otherwise keep it in memory until the keepalive notices
-(up to 40 s), and one sent as fragments could trickle for ever, answering
-pings between them. Past the bound the connection is failed with 1008, which drops what was
-buffered. Whether a message is under way is read from the frame headers
-(:mod:`switchboard.server.frame_scan`); time the server spends not reading
-(its own backpressure) does not count against the client.
+A client also gets ``frame_timeout`` seconds to finish each message it starts
+(a frame partly received, or a fragmented message): past the bound the
+connection is failed with 1008. Whether a message is under way is read from
+the frame headers (:mod:`switchboard.server.frame_scan`); time the server
+spends not reading (its own backpressure) does not count against the client.
 
-uvicorn is pinned (pyproject.toml); this relies on its protocol's parts
-``frames``/``curr_msg_data_type`` (the message being assembled), ``conn`` (the
-``websockets`` sans-I/O connection), ``queue`` (ASGI's), ``loop``,
-``handshake_initiated``/``close_sent`` and ``writable``/``read_paused``.
+What this needs from uvicorn is its documented ``ws=`` option and the way it
+calls the class (keyword arguments ``config``, ``server_state``, ``app_state``,
+then ``connection_made`` and ``data_received`` with the request head): checked
+at start-up against the tested versions (:mod:`switchboard.server.versions`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.exceptions import InvalidState
-from websockets.frames import CloseCode
+from websockets.frames import Close, CloseCode, Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import SEND_EOF, State
+from websockets.server import ServerProtocol
 
+from switchboard.server import ws_asgi
+from switchboard.server.connections import Connections
 from switchboard.server.frame_scan import FrameScanner
 
 log = logging.getLogger("switchboard.server")
@@ -54,134 +57,285 @@ log = logging.getLogger("switchboard.server")
 # within a round trip, and a drain is held up by a client that does not close
 # (a stalled one, or one whose loop is blocked) for no longer than this.
 HAND_OVER_READ = 1.0
+# Seconds a client has to answer the hub's close frame (as under uvicorn).
+CLOSE_TIMEOUT = 10.0
+# A ping every KEEPALIVE seconds, failed (1011) when its pong is KEEPALIVE late (uvicorn's defaults).
+KEEPALIVE = 20.0
 
 MessageHandler = Callable[[bytes | str], None]
 
 
-class HubWebSocketProtocol(WebSocketsSansIOProtocol):
-    """The protocol class given to uvicorn (``ws=``) by :func:`switchboard.server.runner.uvicorn_config`."""
+class HubWebSocketProtocol(asyncio.Protocol):
+    """One upgraded connection; the class given to uvicorn is made by :meth:`configured`."""
+
+    app: ClassVar[ws_asgi.ASGIApp]
+    connections: ClassVar[Connections]
+    max_size: ClassVar[int | None] = None
+    frame_timeout: ClassVar[float | None] = None
 
     #: Takes every complete message from now on, instead of the ASGI queue; must not raise.
     on_message: MessageHandler | None = None
-    #: Seconds a client has to finish a message it started; ``None``: no bound (see :meth:`configured`).
-    frame_timeout: ClassVar[float | None] = None
-    _scanner: FrameScanner | None = None
-    _message_since: float | None = None  # when the message under way began, by the loop's clock
-    _message_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def configured(cls, *, frame_timeout: float) -> type[HubWebSocketProtocol]:
-        """A subclass that bounds the time a client may take to finish a message."""
-        return type(cls.__name__, (cls,), {"frame_timeout": frame_timeout})
+    def configured(
+        cls, *, app: ws_asgi.ASGIApp, connections: Connections, max_size: int | None, frame_timeout: float | None
+    ) -> type[HubWebSocketProtocol]:
+        """A subclass bound to one server's app, its connections and the limits on what a client sends."""
+        bound = {"app": app, "connections": connections, "max_size": max_size, "frame_timeout": frame_timeout}
+        return type(cls.__name__, (cls,), bound)
+
+    def __init__(self, *, app_state: dict[str, Any] | None = None, **_uvicorn: Any) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.conn = ServerProtocol(max_size=self.max_size)  # logs to websockets' own "websockets.server"
+        self.app_state = app_state or {}
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.address: tuple[str, int] | None = None
+        self.asgi: ws_asgi.AsgiWebSocket | None = None  # once the request head is in
+        self.accepted = False  # the 101 is written
+        self.closing = False  # the hub wrote its last frame (a close, a refusal, or the end after a notice)
+        self.handed_over = False  # the stream has ended after a notice: nothing more may be written
+        self.disconnected = False
+        self.read_paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._frames: list[bytes] = []  # the fragments of the message under way
+        self._text = False
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._ping: bytes | None = None
+        self._scanner: FrameScanner | None = None
+        self._message_since: float | None = None  # when the message under way began, by the loop's clock
+
+    def __repr__(self) -> str:
+        state = "closing" if self.closing else "open" if self.accepted else "connecting"
+        return f"<{type(self).__name__} {self.address} {state}{' paused' if self.read_paused else ''}>"
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.address = tuple(peer[:2]) if isinstance(peer, tuple) else None  # type: ignore[assignment]
+        self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
         scanner = self._scanner
-        if scanner is None:
-            super().data_received(data)  # the opening handshake's request, in one piece from uvicorn
-            if self.handshake_initiated and self.frame_timeout is not None:
-                self._scanner = FrameScanner()
-            return
-        was_busy, ended = scanner.busy, scanner.messages
-        scanner.feed(data)
-        super().data_received(data)
-        if not scanner.busy:
-            self._message_since = None
-        elif not was_busy or scanner.messages != ended:  # a new message began in this read
-            self._message_since = self.loop.time()
-            if self._message_timer is None and (timeout := self.frame_timeout) is not None:
-                self._message_timer = self.loop.call_later(timeout, self._message_overdue)
+        if scanner is not None:
+            was_busy, ended = scanner.busy, scanner.messages
+            scanner.feed(data)
+        conn = self.conn
+        conn.receive_data(data)
+        for event in conn.events_received():
+            if isinstance(event, Frame):
+                self._frame(event)
+            else:
+                self._upgrade(event)
+        if writes := conn.data_to_send():
+            self._write(writes)
+            if not self.closing and SEND_EOF in writes:  # websockets failed the connection (1002, 1009, ...)
+                self.closing = True
+                sent = _close_in(writes)
+                self._disconnect(sent.code if sent is not None else 1006, sent.reason if sent is not None else "")
+        if scanner is not None:
+            if not scanner.busy:
+                self._message_since = None
+            elif not was_busy or scanner.messages != ended:  # a new message began in this read
+                self._message_since = self.loop.time()
+                if "message" not in self._timers and (timeout := self.frame_timeout) is not None:
+                    self._later("message", timeout, self._message_overdue)
+
+    def eof_received(self) -> None:
+        return None  # the transport closes: the client ended its side
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._message_timer is not None:
-            self._message_timer.cancel()
-            self._message_timer = None
-        super().connection_lost(exc)
+        self.connections.discard(self)
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self.disconnected = self.closing = True
+        self._writable.set()  # wake a send waiting for a buffer that will never drain
+        self._disconnect(1005 if self.accepted else 1006)
 
-    def _message_overdue(self) -> None:
-        """The timer: fail the connection if the message under way is late, else wait on."""
-        self._message_timer = None
-        since, timeout = self._message_since, self.frame_timeout
-        if since is None or timeout is None or self.close_sent or self.transport.is_closing():
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- what the client sends --------------------------------------------------------
+
+    def _upgrade(self, request: Request) -> None:
+        """The request head uvicorn passed on: validate it, then run the app on its scope."""
+        response = self.conn.accept(request)
+        if response.status_code != 101:
+            self.respond(response)
             return
-        now = self.loop.time()
-        if self.read_paused:  # the server is not reading: the client is not the one holding it up
-            since = self._message_since = now
-        if (left := since + timeout - now) > 0:
-            self._message_timer = self.loop.call_later(left, self._message_overdue)
+        transport = self.transport
+        server = transport.get_extra_info("sockname")
+        scope = ws_asgi.scope(
+            request, scheme="wss" if transport.get_extra_info("sslcontext") else "ws",
+            server=tuple(server[:2]) if isinstance(server, tuple) else None, client=self.address,
+            state=self.app_state, connection=self,
+        )
+        self.asgi = ws_asgi.AsgiWebSocket(self, response)
+        self.asgi.run(self.app, scope)
+        if self.frame_timeout is not None:
+            self._scanner = FrameScanner()
+
+    def _frame(self, frame: Frame) -> None:
+        opcode = frame.opcode
+        if opcode is Opcode.BINARY or opcode is Opcode.TEXT:
+            self._text = opcode is Opcode.TEXT
+            if frame.fin:
+                self._message(frame.data)
+            else:
+                self._frames = [frame.data]
+        elif opcode is Opcode.CONT:
+            self._frames.append(frame.data)
+            if frame.fin:
+                data, self._frames = b"".join(self._frames), []
+                self._message(data)
+        elif opcode is Opcode.PONG:
+            if self._ping is not None and bytes(frame.data) == self._ping:
+                self._ping = None
+                self._cancel("pong")
+                self._later("ping", KEEPALIVE, self._send_ping)
+        elif opcode is Opcode.CLOSE:
+            self._closed_by_client(Close.parse(frame.data))
+
+    def _message(self, data: bytes) -> None:
+        message: bytes | str = data
+        if self._text:
+            try:
+                message = data.decode()
+            except UnicodeDecodeError:
+                self.fail(CloseCode.INVALID_DATA, "invalid UTF-8")
+                return
+        handler = self.on_message
+        if handler is not None:
+            handler(message)
+        elif not self.closing and self.asgi is not None:  # after the hub's close, ASGI's reader is past caring
+            self.asgi.received(message)
+            self.pause_reading()  # until the app has taken it, as uvicorn does
+
+    def _closed_by_client(self, close: Close) -> None:
+        """The client's close frame: websockets answers it (or it answers ours) and ends the stream."""
+        if not self.closing:
+            self.closing = True
+            self._disconnect(close.code, close.reason)
+        self._cancel("close")
+        if self.handed_over:  # websockets' answer may not be written after the end of the stream
+            self.transport.close()
+
+    def _disconnect(self, code: int, reason: str = "") -> None:
+        if self.asgi is not None:
+            self.asgi.disconnected(code, reason)
+
+    # -- for the app (ws_asgi) and the hub ----------------------------------------------
+
+    async def writable(self) -> None:
+        """Until the transport takes writes again (or the connection is gone)."""
+        await self._writable.wait()
+
+    def accept(self, response: Response) -> None:
+        self.accepted = True
+        self.respond(response)
+        self._later("ping", KEEPALIVE, self._send_ping)
+
+    def respond(self, response: Response) -> None:
+        """Write the handshake's answer; anything but a 101 ends the connection."""
+        if self.closing:
             return
-        reason = f"Message not completed within {timeout:g}s"
-        log.info("closing WebSocket from %s: %s", self.client, reason)
-        self.frames = []  # the fragments uvicorn holds; the connection drops its own buffer
-        self.conn.fail(CloseCode.POLICY_VIOLATION, reason)
-        self.transport.write(b"".join(self.conn.data_to_send()))
-        self.close_sent = True
-        self.queue.put_nowait({"type": "websocket.disconnect", "code": 1008, "reason": reason})
-        if self.transport.get_write_buffer_size():
-            self.transport.abort()  # a client that is not reading would hold the close up
-        else:
+        self.conn.send_response(response)
+        self.closing = response.status_code != 101
+        self._write(self.conn.data_to_send())
+
+    def refuse(self, status: int) -> None:
+        """Answer an upgrade the app did not accept with ``status`` (403, 500)."""
+        if not self.accepted:
+            self.respond(self.conn.reject(status, "" if status == 403 else "Internal Server Error"))
+
+    def app_done(self) -> None:
+        """The app returned: close, unless a close under way does it in time."""
+        if not self.closing:
             self.transport.close()
 
     def hand_messages_to(self, handler: MessageHandler) -> bool:
-        """Give messages to ``handler`` from now on, unless some wait in ASGI's queue:
+        """Give messages to ``handler`` from now on, unless some wait for ASGI's ``receive``:
         they would be overtaken, so ``False`` says to ``receive`` those first."""
-        if not self.queue.empty():
+        if self.asgi is not None and self.asgi.waiting:
             return False
         self.on_message = handler
         return True
 
-    def send_receive_event_to_app(self) -> None:
-        handler = self.on_message
-        if handler is None:
-            super().send_receive_event_to_app()  # uvicorn drops it once close_sent
+    def send_now(self, message: bytes | str) -> bool:
+        """Frame and write ``message`` if that need not wait; ``False`` while the client is not
+        reading (then the caller awaits ASGI's ``send``, which reports why) or once closing."""
+        if self.closing or not self._writable.is_set() or not self.accepted:
+            return False
+        conn = self.conn
+        try:
+            if type(message) is str:
+                conn.send_text(message.encode())
+            else:
+                conn.send_binary(message)  # type: ignore[arg-type]
+        except InvalidState:  # the client's close frame came in
+            return False
+        writes = conn.data_to_send()
+        self.transport.write(writes[0] if len(writes) == 1 else b"".join(writes))
+        return True
+
+    def close(self, code: int, reason: str) -> None:
+        """Send a close frame; the client has :data:`CLOSE_TIMEOUT` to answer it."""
+        if self.closing or self.transport.is_closing():
             return
-        data = self.frames[0] if len(self.frames) == 1 else b"".join(self.frames)
-        if self.curr_msg_data_type == "text":
-            try:
-                message: bytes | str = data.decode()
-            except UnicodeDecodeError:
-                super().send_receive_event_to_app()  # uvicorn closes with 1007, as for any app
-                return
-        else:
-            message = data
-        self.frames = []
-        handler(message)
+        self.closing = True
+        self._disconnect(code, reason)
+        with contextlib.suppress(InvalidState):
+            self.conn.send_close(code, reason)
+        self._write(self.conn.data_to_send())
+        self.resume_reading()  # the client's answer must be read
+        self._later("close", CLOSE_TIMEOUT, self.transport.close)
 
     def hand_over(self, notice: str) -> bool:
         """Send ``notice``, then end the stream; keep reading until the client closes (bounded).
 
         ``False`` when the connection is already closing (then close it as usual).
         """
-        if self.close_sent or self.disconnected or self.transport.is_closing() or not self.transport.can_write_eof():
+        if self.closing or not self.accepted or self.transport.is_closing() or not self.transport.can_write_eof():
             return False
-        self.stop_keepalive()  # nothing may be written after the end of the stream
         try:
             self.conn.send_text(notice.encode())
         except InvalidState:  # the client's close frame came in
             return False
+        self._cancel("ping")
+        self._cancel("pong")  # nothing may be written after the end of the stream
+        self.closing = self.handed_over = True
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.transport.write_eof()
-        self.close_sent = True  # for uvicorn: no more writes, its shutdown only closes the transport
-        self.close_timer = self.loop.call_later(HAND_OVER_READ, self.transport.close)
+        self._later("hand over", HAND_OVER_READ, self.transport.close)
         return True
 
-    def send_now(self, message: bytes | str) -> bool:
-        """Frame and write ``message`` as ``send`` would, if that would not wait.
+    def fail(self, code: int, reason: str) -> None:
+        """Fail the connection: a close frame if one may still be written, then close at once."""
+        self._frames = []
+        if not self.closing:
+            self.closing = True
+            self._disconnect(code, reason)
+            self.conn.fail(code, reason)
+            self._write(self.conn.data_to_send())
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()  # a client that is not reading would hold the close up
+        else:
+            self.transport.close()
 
-        ``send`` only ever waits while writing is paused (the client is not
-        reading): then, or once the connection is closing, this says ``False``
-        and the caller awaits ``send`` instead, which reports why.
-        """
-        if self.close_sent or self.disconnected or not self.writable.is_set():
-            return False
-        try:
-            if isinstance(message, str):
-                self.conn.send_text(message.encode())
-            else:
-                self.conn.send_binary(message)
-        except InvalidState:  # the client's close frame came in
-            return False
-        self.transport.write(b"".join(self.conn.data_to_send()))
-        return True
+    def shutdown(self) -> None:
+        """The server stops: close an open connection (1012), refuse a handshake under way (500)."""
+        if self.accepted:
+            self.close(CloseCode.SERVICE_RESTART, "")
+            self.transport.close()
+        else:
+            self.refuse(500)
+            self.transport.close()
 
     def pause_reading(self) -> None:
         """Stop reading the client while earlier messages are still being handled."""
@@ -195,3 +349,63 @@ class HubWebSocketProtocol(WebSocketsSansIOProtocol):
             self.transport.resume_reading()
             if self._message_since is not None:  # the time spent paused was the server's
                 self._message_since = self.loop.time()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _write(self, writes: list[bytes]) -> None:
+        """Write what ``websockets`` has to send; its end-of-stream marker closes the transport."""
+        if self.handed_over:
+            return  # the stream has ended
+        data = b"".join(writes)
+        if data:
+            self.transport.write(data)
+        if b"" in writes:
+            self.transport.close()
+
+    def _send_ping(self) -> None:
+        self._timers.pop("ping", None)
+        if self.closing or self.conn.state is not State.OPEN:
+            return
+        self._ping = os.urandom(4)
+        self.conn.send_ping(self._ping)
+        self._write(self.conn.data_to_send())
+        self._later("pong", KEEPALIVE, self._pong_overdue)
+
+    def _pong_overdue(self) -> None:
+        self._timers.pop("pong", None)
+        if not self.closing:
+            log.info("closing WebSocket from %s: keepalive ping timeout", self.address)
+            self.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
+
+    def _message_overdue(self) -> None:
+        """The frame timer: fail the connection if the message under way is late, else wait on."""
+        self._timers.pop("message", None)
+        since, timeout = self._message_since, self.frame_timeout
+        if since is None or timeout is None or self.closing or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.read_paused:  # the server is not reading: the client is not the one holding it up
+            since = self._message_since = now
+        if (left := since + timeout - now) > 0:
+            self._later("message", left, self._message_overdue)
+            return
+        reason = f"Message not completed within {timeout:g}s"
+        log.info("closing WebSocket from %s: %s", self.address, reason)
+        self.fail(CloseCode.POLICY_VIOLATION, reason)
+
+    def _later(self, name: str, delay: float, callback: Callable[[], object]) -> None:
+        self._cancel(name)
+        self._timers[name] = self.loop.call_later(delay, callback)
+
+    def _cancel(self, name: str) -> None:
+        if (timer := self._timers.pop(name, None)) is not None:
+            timer.cancel()
+
+
+def _close_in(writes: list[bytes]) -> Close | None:
+    """The close frame among what websockets wrote, if any (a server's frames are unmasked and a
+    close frame's payload fits the 7-bit length: RFC 6455 §5.5)."""
+    for data in writes:
+        if len(data) >= 2 and data[0] == 0x88:
+            return Close.parse(data[2 : 2 + (data[1] & 0x7F)])
+    return None

@@ -28,12 +28,9 @@ def flood_call(target: str, n: int, blob: bytes) -> bytes:
     return msgpack.packb(main) + msgpack.packb({"args": [blob], "with_kwargs": False, "promise": "*", "t": 30})
 
 
-def uvicorn_connection(server: Any, client: tuple[str, int]) -> Any:
-    """uvicorn's protocol object for the connection from ``client``, or ``None`` once it is gone."""
-    for connection in list(server.server.server_state.connections):
-        if tuple(getattr(connection, "client", None) or ()) == client:
-            return connection
-    return None
+def connection_transport(server: Any, client: tuple[str, int]) -> Any:
+    """The server's transport for the connection from ``client``, or ``None`` once it is gone."""
+    return server.app.state.switchboard.connections.transports.get(tuple(client))
 
 
 async def read_until_closed(sock: socket.socket, timeout: float) -> tuple[int, str]:
@@ -102,9 +99,9 @@ class Peaks:
         v = self.values
         v["rss"] = max(v["rss"], self._process.memory_info().rss)
         v["queued"] = max(v["queued"], self._peer.queued_bytes)
-        live = uvicorn_connection(self._server, self._client)
-        if live is not None and live.transport is not None:
-            v["write_buffer"] = max(v["write_buffer"], live.transport.get_write_buffer_size())
+        live = connection_transport(self._server, self._client)
+        if live is not None:
+            v["write_buffer"] = max(v["write_buffer"], live.get_write_buffer_size())
 
     async def run(self) -> None:
         for _ in range(20_000):  # 200 s at most; cancelled long before
