@@ -1,8 +1,11 @@
 """Settings: read once, at the edge, into one frozen value.
 
 Each setting is a CLI flag of ``switchboard serve`` and a ``SWITCHBOARD_*``
-environment variable (the flag wins). Every default states the goal it serves;
-``python -m switchboard.config`` prints the table the README shows.
+environment variable (the flag wins). :meth:`Settings.load` is the one parser
+of both: the command line hands it the flags' raw text, it casts and checks
+each value and names the flag or variable a bad one came from. Every default
+states the goal it serves; ``python -m switchboard.config`` prints the table
+the README shows.
 """
 
 from __future__ import annotations
@@ -245,46 +248,43 @@ class Settings:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            minimum = f.metadata.get("minimum")
-            value = getattr(self, f.name)
-            if minimum is not None and value < minimum:
-                raise ConfigError(f"{env_name(f.name)}={value!r}: must be at least {minimum}")
+            _check_minimum(f, getattr(self, f.name), _named(f.name))
         if self.port > 65535 or self.link_port > 65535:
             which = "port" if self.port > 65535 else "link_port"
-            raise ConfigError(f"{env_name(which)}={getattr(self, which)}: must be at most 65535")
+            raise ConfigError(f"{_named(which)}={getattr(self, which)}: must be at most 65535")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ConfigError(f"{env_name('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
+            raise ConfigError(f"{_named('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
         if not ids.is_id(f"manager-{self.server_id}"):
-            raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
+            raise ConfigError(f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
+            raise ConfigError(f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
         if self.redis_url and not self.jwt_secret:
             raise ConfigError(
-                f"{env_name('jwt_secret')} is required with {env_name('redis_url')}: "
+                f"{_named('jwt_secret')} is required with {_named('redis_url')}: "
                 "replicas must share it so tokens and reconnection work across them"
             )
         if self.redis_url and not self.public_url:
             raise ConfigError(
-                f"{env_name('public_url')} is required with {env_name('redis_url')}: set it to the "
+                f"{_named('public_url')} is required with {_named('redis_url')}: set it to the "
                 "address clients use for the hub (e.g. the load balancer); every replica must share it, "
                 "since it is written into every service reference"
             )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())
         if not ids.is_id(self.replica_id):
-            raise ConfigError(f"{env_name('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
+            raise ConfigError(f"{_named('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
         origins = self.cors_origin_list
         if "*" in origins and len(origins) > 1:
-            raise ConfigError(f"{env_name('cors_origins')}={self.cors_origins!r}: '*' stands alone")
+            raise ConfigError(f"{_named('cors_origins')}={self.cors_origins!r}: '*' stands alone")
         for origin in origins:
             scheme, sep, rest = origin.partition("://")
             if origin != "*" and (scheme not in ("http", "https") or not sep or not rest or "/" in rest):
                 raise ConfigError(
-                    f"{env_name('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
+                    f"{_named('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
                     "(scheme://host[:port], no path), nor '*'"
                 )
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
-            raise ConfigError(f"{env_name('public_url')}={self.public_url!r}: must start with http:// or https://")
+            raise ConfigError(f"{_named('public_url')}={self.public_url!r}: must start with http:// or https://")
 
     @property
     def cors_origin_list(self) -> list[str]:
@@ -296,27 +296,63 @@ class Settings:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from ``SWITCHBOARD_*`` variables, then ``overrides`` on top."""
-        environ = os.environ if environ is None else environ
+    def load(cls, flags: Mapping[str, str | bool | None] | None = None,
+             environ: Mapping[str, str] | None = None) -> Settings:
+        """Settings from command-line ``flags`` (raw text, ``None``: not given) over ``SWITCHBOARD_*``.
+
+        A flag wins over its variable; a setting given neither keeps its default.
+        """
+        flags = flags or {}
+        unknown = set(flags) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            raw = environ.get(env_name(f.name))
-            if raw is not None:
-                values[f.name] = _cast(f, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
+            value = read(f.name, flags.get(f.name), environ)
+            if value is not None:
+                values[f.name] = value
         return cls(**values)
+
+
+def read(name: str, flag: str | bool | None = None, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting: ``flag`` if given, else its ``SWITCHBOARD_*`` variable, cast and checked; else ``None``."""
+    f = _FIELDS[name]
+    if flag is not None:
+        source, raw = flag_name(name), flag
+    else:
+        environ = os.environ if environ is None else environ
+        source, raw = env_name(name), environ.get(env_name(name))
+        if raw is None:
+            return None
+    value = raw if isinstance(raw, bool) else _cast(f, raw, source)
+    _check_minimum(f, value, source)
+    return value
 
 
 def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def _cast(f: dataclasses.Field[Any], raw: str) -> Any:
+def _named(name: str) -> str:
+    """A setting as messages name it, both ways it can be given: ``--port/SWITCHBOARD_PORT``."""
+    return f"{flag_name(name)}/{env_name(name)}"
+
+
+def _check_minimum(f: dataclasses.Field[Any], value: Any, source: str) -> None:
+    minimum = f.metadata.get("minimum")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{source}={value!r}: must be at least {minimum}")
+
+
+_TRUE = ("1", "true", "t", "yes", "y", "on")  # the words click accepted before this parser was the only one
+_FALSE = ("0", "false", "f", "no", "n", "off")
+
+
+def _cast(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
     kind = type(f.default)
     try:
         if kind is bool:
@@ -326,20 +362,23 @@ def _cast(f: dataclasses.Field[Any], raw: str) -> Any:
             return word in _TRUE
         return kind(raw)
     except ValueError:
-        expected = "one of " + ", ".join(_TRUE + _FALSE) if kind is bool else kind.__name__
-        raise ConfigError(f"{env_name(f.name)}={raw!r}: expected {expected}") from None
+        expected = {bool: "one of " + ", ".join(_TRUE + _FALSE), int: "an integer", float: "a number"}
+        raise ConfigError(f"{source}={raw!r}: expected {expected.get(kind, kind.__name__)}") from None
 
 
 def settings_table() -> str:
     """The settings as a markdown table (the README embeds it)."""
     rows = ["| flag / variable | default | what | why this default |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_name(f.name)
         if isinstance(f.default, bool):
             flag = f"{flag}/--no-{flag[2:]}"
         default = f.default if f.default != "" else "(empty)"
         rows.append(f"| `{flag}` / `{env_name(f.name)}` | `{default}` | {f.metadata['help']} | {f.metadata['why']} |")
     return "\n".join(rows)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 if __name__ == "__main__":
