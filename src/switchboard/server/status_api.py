@@ -29,16 +29,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from switchboard.errors import BackendError
+from switchboard.errors import AuthError, BackendError, RequestRefused
 from switchboard.hub.auth import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.server import http_services
+from switchboard.server.http_errors import error_response
 
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
 
-log = logging.getLogger("switchboard.status")
+log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 2.0  # seconds between samples: the console's "every couple of seconds"
 HISTORY = 90  # samples kept: three minutes
@@ -244,11 +245,8 @@ async def status(request: Request) -> Response:
     sampler: StatusSampler | None = getattr(request.app.state, "status_sampler", None)
     try:
         viewer, workspaces = await workspaces_for(hub, request)
-    except http_services.HttpError as exc:
-        return JSONResponse({"success": False, "detail": str(exc)}, status_code=exc.status)
-    except BackendError as exc:
-        return JSONResponse({"success": False, "detail": f"Hub backend unavailable, please retry: {exc}"},
-                            status_code=503)
+    except (AuthError, RequestRefused, BackendError) as exc:
+        return error_response(exc)
     body = {
         "server": {"id": hub.settings.server_id, "manager_id": hub.manager_id, "replica": hub.replica_id,
                    "public_base_url": hub.settings.public_base_url, "phase": state.phase.value},
