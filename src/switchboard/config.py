@@ -254,8 +254,10 @@ class Settings:
             raise ConfigError(f"{_named(which)}={getattr(self, which)}: must be at most 65535")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{_named('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
-        if not ids.is_id(f"manager-{self.server_id}"):
-            raise ConfigError(f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
+        if not ids.is_id(self.manager_id):
+            raise ConfigError(
+                f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less {ids.MANAGER_PREFIX!r})"
+            )
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
         if self.redis_url and not self.jwt_secret:
@@ -290,6 +292,11 @@ class Settings:
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list (``["*"]``, some origins, or empty)."""
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def manager_id(self) -> str:
+        """The client id of this hub's manager (the same on every replica)."""
+        return ids.manager_id(self.server_id)
 
     @property
     def public_base_url(self) -> str:

@@ -28,6 +28,7 @@ from switchboard.testing.wait import eventually
 
 SECRET = "links-test-secret"
 DEADLINE = 5.0
+LINK_LOGGERS = ("switchboard.backends.redis.links", "switchboard.backends.redis.link_socket")
 
 
 def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> Any:
@@ -211,7 +212,7 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
 
 
 async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog) -> None:
-    caplog.set_level(logging.WARNING, "switchboard.links")
+    caplog.set_level(logging.WARNING, "switchboard.backends.redis")
     a = await bus_with_links("a")
     intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
     ch, got = channel(), []
@@ -225,7 +226,7 @@ async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog
     said = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "switchboard.links" and r.levelno >= logging.WARNING
+        if r.name in LINK_LOGGERS and r.levelno >= logging.WARNING
     ]
     assert len(said) == 2, said  # once by each side
     assert sum("handshake refused" in line for line in said) == 1

@@ -383,7 +383,7 @@ async def test_a_connection_that_dies_while_services_re_register_is_a_failed_att
 
 
 async def test_events_and_one_log_line_per_attempt(hub, rec, caplog):
-    caplog.set_level(logging.INFO, logger="switchboard.client")
+    caplog.set_level(logging.INFO, logger="switchboard.client")  # and its modules' loggers
     t = transport(hub, rec)
     await t.open()
     await restart(hub, A, seconds=3)
@@ -396,7 +396,7 @@ async def test_events_and_one_log_line_per_attempt(hub, rec, caplog):
     assert attempts[0].delay == 0
     assert attempts[0].error is None
     assert all(e.delay <= DEFAULTS.max_delay and e.elapsed >= 0 for e in attempts)
-    lines = [r.getMessage() for r in caplog.records if r.name == "switchboard.client"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "switchboard.client.transport"]
     assert sum("reconnecting to" in line for line in lines) == back.attempts
     assert any(line.startswith("client c1: reconnected to") for line in lines)
 

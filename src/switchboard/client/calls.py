@@ -37,7 +37,7 @@ from hypha_rpc.utils import ObjectProxy
 from switchboard.client.errors import CallInterrupted, ClientClosed, GaveUp, Refused
 from switchboard.client.transport import State, Transport
 
-log = logging.getLogger("switchboard.client")
+log = logging.getLogger(__name__)
 
 CONFIG_KEY = "idempotent"
 _MARK = "__switchboard_idempotent__"

@@ -18,7 +18,7 @@ from switchboard.client.transport import State, Transport
 from switchboard.client.wire import Dial
 from switchboard.clock import Clock
 
-log = logging.getLogger("switchboard.client")
+log = logging.getLogger(__name__)
 
 # Manager methods that may safely run twice: retried once after a reconnection.
 MANAGER_IDEMPOTENT = frozenset({
@@ -73,7 +73,7 @@ async def connect(
     info = await transport.open()
     rpc: RPC | None = None
     try:
-        rpc_kwargs.setdefault("logger", logging.getLogger("switchboard.client.rpc"))
+        rpc_kwargs.setdefault("logger", log.getChild("rpc"))
         rpc = RPC(
             transport, client_id=client_id, workspace=info["workspace"],
             default_context={"connection_type": "websocket"},

@@ -124,4 +124,4 @@ class Listeners:
             _log.error("connection event handler failed", exc_info=task.exception())
 
 
-_log = logging.getLogger("switchboard.client")
+_log = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from switchboard.client.policy import GOING_AWAY, Outage, ReconnectPolicy, Verdi
 from switchboard.clock import Clock, SystemClock
 from switchboard.errors import SwitchboardError
 
-log = logging.getLogger("switchboard.client")
+log = logging.getLogger(__name__)
 
 # A connection that drops sooner than this after becoming ready resumes the
 # outage it ended (same deadline, same backoff step), so a server that

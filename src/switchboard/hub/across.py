@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.hub.inflight import chunked_reply_session, is_call, reply_session
 from switchboard.hub.retry import Undelivered
-from switchboard.protocol import envelope, relay
+from switchboard.protocol import envelope, ids, relay
 from switchboard.protocol.chunks import cache_op
 from switchboard.protocol.services import ServiceQuery
 from switchboard.tasks import spawn
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from switchboard.hub.relay import ReplyRoutes
     from switchboard.hub.retry import RetryWindow
 
-CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the replica holding the client listens
+CLIENT_CHANNEL = ids.CLIENT_CHANNEL  # + "<workspace>/<client id>": the replica holding the client listens
 WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
 REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
 

@@ -46,7 +46,7 @@ class Gatekeeper:
         Returns ``(user, workspace, reconnecting)`` or raises
         :class:`HandshakeError` with the message the client will see.
         """
-        if hello.client_id == f"manager-{self.settings.server_id}":
+        if hello.client_id == self.settings.manager_id:
             raise HandshakeError(
                 f"Failed to establish connection: client_id {hello.client_id!r} is reserved "
                 "for the hub's manager", CLOSE_GOING_AWAY,

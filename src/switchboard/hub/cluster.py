@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from switchboard.hub.hub import Hub
 
-log = logging.getLogger("switchboard.cluster")
+log = logging.getLogger(__name__)
 
 PRESENCE_PREFIX = "sb:presence:"
 LEADER_KEY = "sb:leader"

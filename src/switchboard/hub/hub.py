@@ -48,10 +48,10 @@ from switchboard.hub.transit import Transit
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.chunks import parse_cache_call
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceQuery
 
-log = logging.getLogger("switchboard.hub")
+log = logging.getLogger(__name__)
 
 # Seconds a connection's last reconnection token is handed out again instead of a
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
@@ -98,7 +98,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         self.counts = counts or MemoryConnectionCounts()
         self.gate = Gatekeeper(settings=settings, issuer=issuer, registry=registry, counts=self.counts, clock=clock)
         self.replica_id = settings.replica_id
-        self.manager_id = f"manager-{settings.server_id}"
+        self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
@@ -200,7 +200,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
             await self.arrived(peer)
         return {
             "type": "connection_info",
-            "hypha_version": "0.21.135",
+            "hypha_version": HYPHA_VERSION,
             "server": "switchboard",
             "public_base_url": self.settings.public_base_url,
             "local_base_url": self.settings.public_base_url,

@@ -32,6 +32,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, ids
 from switchboard.protocol import services as svc_ids
+from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
 from switchboard.protocol.values import plain
 from switchboard.tasks import spawn
@@ -39,7 +40,7 @@ from switchboard.tasks import spawn
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
 
-log = logging.getLogger("switchboard.manager")
+log = logging.getLogger(__name__)
 
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
@@ -141,7 +142,7 @@ class WorkspaceManager:
                 "visibility": "public",
                 "server_id": s.server_id,
                 "public_base_url": s.public_base_url,
-                "hypha_version": "0.21.135",
+                "hypha_version": HYPHA_VERSION,
             },
         }
         for name, (fn, props) in methods.items():

@@ -12,7 +12,7 @@ from switchboard.hub.auth import User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.uploads import Uploads
 
-log = logging.getLogger("switchboard.peer")
+log = logging.getLogger(__name__)
 
 # Close codes with which a client says goodbye (1000 normal closure, 1001 going
 # away: a page closed): it has left. A connection that ends otherwise on the

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from switchboard.clock import Clock
 from switchboard.tasks import cancel_and_wait, spawn
 
-log = logging.getLogger("switchboard.hub")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,11 @@ CLOSE_GOING_AWAY = 1001  # refused by policy after auth (workspace, duplicate id
 CLOSE_TRY_AGAIN = 1013  # overloaded or draining: retry later
 CLOSE_RESTARTING = 1012  # a draining replica sends its clients to a sibling
 
+# The Hypha version the hub says it is, in connection_info and the manager's
+# service config: that of the reference server whose protocol it speaks
+# (clients may read it to pick features; none of 0.21.x refuses it).
+HYPHA_VERSION = "0.21.135"
+
 
 @dataclass(frozen=True, slots=True)
 class Hello:

@@ -18,6 +18,14 @@ MAX_ID_LENGTH = 128
 _ID = re.compile(r"[A-Za-z0-9_\-|.]{1,128}")
 GRAMMAR = "letters, digits, '_', '-', '|' and '.', at most 128"
 
+MANAGER_PREFIX = "manager-"  # the hub's manager is the client "manager-<server id>" in every workspace
+CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the channel of the replica holding the client
+
+
+def manager_id(server_id: str) -> str:
+    """The client id of the hub's manager, as clients see it: ``manager-<server id>``."""
+    return MANAGER_PREFIX + server_id
+
 
 def is_id(value: object) -> bool:
     """Does ``value`` follow the grammar of client ids, workspaces and service names?"""

@@ -24,7 +24,7 @@ from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 
 async def liveness(request: Request) -> Response:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 #: Seconds a connection must have waited for its head before a newer one may evict it.
 EVICT_AFTER = 1.0

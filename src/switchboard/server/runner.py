@@ -20,7 +20,7 @@ from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 
 class HubServer(uvicorn.Server):

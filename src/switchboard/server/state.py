@@ -9,7 +9,7 @@ import logging
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 # 1012 "Service Restart": every client treats a server close as "reconnect",
 # and this code says why to anyone reading logs or captures.

@@ -31,7 +31,7 @@ from switchboard.server.reset import reset, server_transport
 from switchboard.server.state import ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 _LEGACY_PARAMS = ("client_id", "workspace", "token")
 

@@ -47,7 +47,7 @@ from websockets.frames import CloseCode
 
 from switchboard.server.frame_scan import FrameScanner
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 # Seconds a client sent away by hand_over() has to close its side before the
 # connection is closed anyway: what it sent before it saw the end arrives

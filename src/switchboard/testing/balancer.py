@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 
-logger = logging.getLogger("switchboard.testing")
+logger = logging.getLogger(__name__)
 
 _CHUNK = 65536
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-logger = logging.getLogger("switchboard.testing")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _CHUNK = 65536

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 
-logger = logging.getLogger("switchboard.testing")
+logger = logging.getLogger(__name__)
 
 BINARY_ENV = "SWITCHBOARD_TEST_REDIS_SERVER"
 _POLL = 0.02

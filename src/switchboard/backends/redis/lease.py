@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ConfigError
 
-logger = logging.getLogger("switchboard.lease")
+logger = logging.getLogger(__name__)
 
 # KEYS[1] = lease key, ARGV[1] = owner id, ARGV[2] = ttl in ms.
 _RENEW = """

@@ -39,7 +39,7 @@ from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
 from switchboard.tasks import cancel_and_wait, spawn
 
-logger = logging.getLogger("switchboard.links")
+logger = logging.getLogger(__name__)
 
 # After a failed dial, frames keep going through Redis for this long before
 # dialling again: a replica whose link port is unreachable costs one attempt
