@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -20,9 +20,7 @@ from switchboard.backends.redis import RedisBus, RedisRegistry
 from switchboard.clock import SystemClock
 from switchboard.protocol.services import ServiceQuery
 from switchboard.testing import ValkeyServer
-
-# How long an asynchronous backend may take to deliver a published message.
-DELIVERY_TIMEOUT = 5.0
+from switchboard.testing.wait import eventually
 
 
 # ---------------------------------------------------------------------------
@@ -89,16 +87,6 @@ def svc(full_id: str, app_id: str = "*", **config: Any) -> dict[str, Any]:
 
 def ids(infos: list[dict[str, Any]]) -> list[str]:
     return sorted(i["id"] for i in infos)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait (bounded) for a backend that delivers asynchronously."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DELIVERY_TIMEOUT
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"no {what} within {DELIVERY_TIMEOUT}s")
-        await asyncio.sleep(0.001)
 
 
 async def settle() -> None:

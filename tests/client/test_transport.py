@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from support.stub_hub import StubHub
 from switchboard.client import (
     ClientClosed,
     Disconnected,
@@ -21,7 +22,6 @@ from switchboard.client import (
     State,
     Transport,
 )
-from switchboard.client.testing import StubHub
 from switchboard.testing import FakeClock
 from switchboard.testing.wait import eventually
 

@@ -33,8 +33,8 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from support.stalled import collect_rejects, echo_p50, flood_call
 from switchboard.testing.replica import ReplicaProcess
-from switchboard.testing.stalled import collect_rejects, echo_p50, flood_call
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgpack
@@ -29,6 +29,7 @@ from switchboard.server.runner import RunningServer, running
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import TEST_SECRET as SECRET
 from switchboard.testing.hub import settings_for_tests as make_settings
+from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,15 +119,6 @@ def rpc_frame(main: dict[str, Any], extra: Any = None) -> bytes:
     return frame + msgpack.packb(extra, use_bin_type=True) if extra is not None else frame
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def assert_hub_unharmed(server: RunningServer, connect: Any, *bad_client_ids: str) -> None:
     """One bad client never hurts another: the hub still serves, and kept no trace of it."""
     api = await connect()
@@ -135,7 +127,7 @@ async def assert_hub_unharmed(server: RunningServer, connect: Any, *bad_client_i
     def leftovers() -> list[str]:
         return [pid for pid in server.hub.peers if pid.rpartition("/")[2] in bad_client_ids]
 
-    await wait_until(lambda: not leftovers(), f"bad peers to be forgotten (left: {leftovers()})")
+    await eventually(lambda: not leftovers(), f"bad peers to be forgotten (left: {leftovers()})")
     tracked = server.app.state.switchboard.peers
     assert not [p for p in tracked if p.client_id in bad_client_ids]
 
@@ -501,7 +493,7 @@ async def test_a_frame_above_the_size_limit_closes_the_connection_with_1009(serv
         await ws.send(rpc_frame({"type": "method", "to": "bulky"}, {"blob": b"x" * MAX_FRAME}))
         await drain_until_closed(ws)
         assert ws.close_code == 1009
-    await wait_until(lambda: peer_id not in server.hub.peers, "the oversized client to be detached")
+    await eventually(lambda: peer_id not in server.hub.peers, "the oversized client to be detached")
     await assert_hub_unharmed(server, connect, "bulky")
 
 

@@ -34,8 +34,7 @@ import msgpack
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
-from switchboard.testing.hub import running, settings_for_tests
-from switchboard.testing.stalled import (
+from support.stalled import (
     FRAME,
     MAX_FLOOD,
     RSS_BOUND,
@@ -50,6 +49,7 @@ from switchboard.testing.stalled import (
     read_until_closed,
     uvicorn_connection,
 )
+from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

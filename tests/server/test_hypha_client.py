@@ -7,15 +7,9 @@ import asyncio
 import pytest
 from hypha_rpc.rpc import RemoteException
 
+from switchboard.testing.wait import eventually
+
 pytestmark = pytest.mark.timeout(60)
-
-
-async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # 1. connecting --------------------------------------------------------------
@@ -223,7 +217,7 @@ async def test_emitted_events_reach_subscribers_only(connect):
     carol.on("my-event", got_carol.append)
     assert await bob.subscribe(["my-event"]) is True
     await alice.emit({"type": "my-event", "to": "*", "data": {"n": 1}})
-    await wait_until(lambda: got_bob, what="bob's event")
+    await eventually(lambda: got_bob, what="bob's event")
     ws = alice.config["workspace"]
     assert got_bob[0]["data"] == {"n": 1}
     assert got_bob[0]["from"] == f"{ws}/alice"
@@ -245,7 +239,7 @@ async def test_server_events_on_connect_service_changes_and_disconnect(connect):
     await other.register_service({"id": "svc", "f": lambda: 1})
     await other.unregister_service("svc")
     await other.disconnect()
-    await wait_until(lambda: any(e["type"] == "client_disconnected" for e in events), what="disconnect event")
+    await eventually(lambda: any(e["type"] == "client_disconnected" for e in events), what="disconnect event")
     kinds = [(e["type"], e["data"].get("id")) for e in events]
     assert ("client_connected", f"{ws}/other") in kinds
     assert ("service_added", f"{ws}/other:svc") in kinds
@@ -294,7 +288,7 @@ async def test_a_client_that_reconnects_with_its_token_gets_its_identity_back(co
     # cut the connection from the server side without a goodbye
     peer = server.hub.peers[f"{ws}/phoenix"]
     peer.close(1011, "test: connection dropped")
-    await wait_until(lambda: server.hub.peers.get(f"{ws}/phoenix") not in (None, peer), 10, "reconnection")
+    await eventually(lambda: server.hub.peers.get(f"{ws}/phoenix") not in (None, peer), "reconnection", timeout=10)
     assert server.hub.peers[f"{ws}/phoenix"].workspace == ws
     for _ in range(200):
         try:

@@ -45,8 +45,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from switchboard.testing.hub import RunningServer, running, settings_for_tests
-from switchboard.testing.stalled import (
+from support.stalled import (
     FRAME,
     MAX_FLOOD,
     RSS_BOUND,
@@ -60,6 +59,7 @@ from switchboard.testing.stalled import (
     read_until_closed,
     uvicorn_connection,
 )
+from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]

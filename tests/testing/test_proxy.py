@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from switchboard.testing import FaultProxy, ThreadedFaultProxy, ValkeyServer
+from switchboard.testing.wait import eventually
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"
@@ -62,14 +63,6 @@ async def fresh_ping(proxy: FaultProxy) -> bytes:
         return await raw_ping(stream)
     finally:
         stream[1].close()
-
-
-async def eventually(predicate: Callable[[], bool], what: str, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def closing(client: aredis.Redis, check: Callable[[aredis.Redis], Awaitable[None]]) -> None:
