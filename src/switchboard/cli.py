@@ -14,7 +14,6 @@ from switchboard import config
 from switchboard.config import Settings, env_name, flag_name
 from switchboard.errors import ConfigError
 
-
 _METAVAR = {int: "INTEGER", float: "NUMBER", str: "TEXT"}
 
 

@@ -324,11 +324,12 @@ class Settings:
 def read(name: str, flag: str | bool | None = None, environ: Mapping[str, str] | None = None) -> Any:
     """One setting: ``flag`` if given, else its ``SWITCHBOARD_*`` variable, cast and checked; else ``None``."""
     f = _FIELDS[name]
-    if flag is not None:
-        source, raw = flag_name(name), flag
-    else:
+    raw: str | bool | None = flag
+    source = flag_name(name)
+    if raw is None:
         environ = os.environ if environ is None else environ
-        source, raw = env_name(name), environ.get(env_name(name))
+        source = env_name(name)
+        raw = environ.get(source)
         if raw is None:
             return None
     value = raw if isinstance(raw, bool) else _cast(f, raw, source)
@@ -360,7 +361,7 @@ _FALSE = ("0", "false", "f", "no", "n", "off")
 
 
 def _cast(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
-    kind = type(f.default)
+    kind: type[Any] = type(f.default)  # every setting has a default, of the setting's type
     try:
         if kind is bool:
             word = raw.strip().lower()

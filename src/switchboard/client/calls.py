@@ -188,6 +188,11 @@ def wrap_service(service: Any, transport: Transport) -> Any:
     return proxy_type.fromDict(_wrap(service, "", names, transport, str(service_id)))
 
 
+def _returning(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """A resolver for a function found in the service itself (fixed for its lifetime)."""
+    return lambda: fn
+
+
 def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in dict.keys(tree) if isinstance(tree, dict) else tree:
@@ -196,7 +201,7 @@ def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport
         if key == "config" or not (callable(value) or isinstance(value, Mapping)):
             out[key] = value
         elif callable(value):
-            out[key] = RemoteCall(lambda fn=value: fn, transport, name=f"{sid}.{path}", idempotent=path in names)
+            out[key] = RemoteCall(_returning(value), transport, name=f"{sid}.{path}", idempotent=path in names)
         else:
             out[key] = _wrap(value, path + ".", names, transport, sid)
     return out

@@ -57,7 +57,7 @@ async def connect(
     same budget. Raises :class:`GaveUp` or :class:`Refused`.
     """
     url_list = [urls] if isinstance(urls, str) else list(urls)
-    overrides = {"max_wait": max_wait, "initial_delay": initial_delay, "max_delay": max_delay, "jitter": jitter}
+    overrides: dict[str, Any] = {"max_wait": max_wait, "initial_delay": initial_delay, "max_delay": max_delay, "jitter": jitter}
     if policy is None:
         policy = ReconnectPolicy.from_env(**overrides)
     elif any(v is not None for v in overrides.values()):

@@ -77,7 +77,8 @@ def parse_reply(text: str, url: str) -> dict[str, Any] | str:
         raise ProtocolError(f"{url} answered the handshake with an unexpected frame (type {kind!r})")
     if not isinstance(data.get("workspace"), str) or not isinstance(data.get("manager_id"), str):
         raise ProtocolError(f"{url} sent connection_info without workspace or manager_id")
-    return data
+    info: dict[str, Any] = data
+    return info
 
 
 def check_info(info: dict[str, Any], *, workspace: str | None, url: str) -> None:

@@ -53,9 +53,9 @@ class _RouterLink:
 
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
-        self.handler: Callable[[bytes], None] | None = None
+        self.handler: Callable[[bytes | dict[str, Any]], None] | None = None  # hypha-rpc takes both
 
-    def on_message(self, handler: Callable[[bytes], None]) -> None:
+    def on_message(self, handler: Callable[[bytes | dict[str, Any]], None]) -> None:
         self.handler = handler
 
     def on_connected(self, handler: Any) -> None:

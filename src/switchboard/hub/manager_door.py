@@ -50,8 +50,8 @@ class ManagerDoor:
     def __init__(
         self,
         *,
-        handler: Callable[[], Callable[[bytes], None] | None],
-        send: Callable[[bytes], None],
+        handler: Callable[[], Callable[[bytes | dict[str, Any]], None] | None],
+        send: Callable[[bytes], object],
         uploads: Uploads,
     ) -> None:
         self._handler = handler  # the RPC's message handler, once it runs

@@ -23,7 +23,7 @@ async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]
 
 async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str | None]:
     """:func:`read_status` on a client already open (one pipelined round trip per step)."""
-    members = sorted(m.decode() for m in await redis.smembers(REPLICAS_KEY))
+    members = sorted(_text(m) for m in await redis.smembers(REPLICAS_KEY))
     async with redis.pipeline(transaction=False) as pipe:
         for member in members:
             pipe.hgetall(PRESENCE_PREFIX + member)
@@ -33,6 +33,11 @@ async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str 
     replicas = [{k.decode(): v.decode() for k, v in raw.items()} for raw in raws if raw]
     leader = holder.decode().partition("#")[0] if holder else None
     return sorted(replicas, key=lambda r: r.get("id", "")), leader
+
+
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client is made without decode_responses: bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float | None = None) -> str:

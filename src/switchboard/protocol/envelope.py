@@ -43,7 +43,8 @@ class Envelope:
 
     @property
     def type(self) -> str:
-        return self.main["type"]
+        kind: str = self.main["type"]  # checked by decode()
+        return kind
 
     @property
     def session(self) -> str | None:
@@ -89,7 +90,7 @@ def decode(frame: bytes) -> Envelope:
 
 def encode(main: dict[str, Any], rest: bytes | memoryview = b"") -> bytes:
     """Pack a header and append the payload bytes unchanged."""
-    head = msgpack.packb(main, use_bin_type=True)
+    head: bytes = msgpack.packb(main, use_bin_type=True)
     return head + rest if rest else head
 
 

@@ -117,5 +117,6 @@ def parse_control(text: str) -> str | None:
     except (ValueError, RecursionError):  # RecursionError: "[[[[..." of a few hundred chars
         return None
     if isinstance(data, dict) and data.get("type") in ("ping", "refresh_token"):
-        return data["type"]
+        kind: str = data["type"]
+        return kind
     return None

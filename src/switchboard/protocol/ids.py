@@ -10,6 +10,7 @@ client supplies is checked here before it goes anywhere.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from switchboard.errors import ProtocolError
 
@@ -27,7 +28,7 @@ def manager_id(server_id: str) -> str:
     return MANAGER_PREFIX + server_id
 
 
-def is_id(value: object) -> bool:
+def is_id(value: object) -> TypeGuard[str]:
     """Does ``value`` follow the grammar of client ids, workspaces and service names?"""
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
@@ -37,4 +38,4 @@ def check_id(value: object, what: str) -> str:
     if not is_id(value):
         shown = value[:64] if isinstance(value, str) else type(value).__name__
         raise ProtocolError(f"invalid {what} {shown!r}: use {GRAMMAR}")
-    return value  # type: ignore[return-value]
+    return value

@@ -61,7 +61,8 @@ def ack(count: int) -> bytes:
 def ack_count(body: bytes) -> int:
     if len(body) != _COUNT.size:
         raise ProtocolError("link ACK must carry one 8-byte count")
-    return _COUNT.unpack(body)[0]
+    count: int = _COUNT.unpack(body)[0]
+    return count
 
 
 def hint(channel: str) -> bytes:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import msgpack
@@ -237,7 +238,7 @@ def check_extra(rest: bytes | memoryview, *, sender: str) -> None:
     check_promise(promise, sender)
 
 
-def check_keys(found: set[str]) -> None:
+def check_keys(found: AbstractSet[str]) -> None:
     if found:
         raise ProtocolError(
             f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
@@ -328,7 +329,7 @@ def _not_msgpack(what: str) -> Iterator[None]:
         raise ProtocolError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
-def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
+def _keys_of_small(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
     with _not_msgpack("message payload"):
         extra = msgpack.unpackb(rest, strict_map_key=False)
     if type(extra) is not dict:
@@ -336,7 +337,7 @@ def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
     return RESERVED.intersection(extra), extra.get("promise")
 
 
-def _keys_of_large(rest: bytes | memoryview) -> tuple[set[str], Any]:
+def _keys_of_large(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
     scanner = Scanner(objects=1, payload=0)
     if scanner.feed(rest, WALK_BUDGET):
         if not scanner.complete:

@@ -103,7 +103,7 @@ class HubHttpProtocol(HttpToolsProtocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # a TCP server hands a Transport
         self.head_transport = transport
         peer = transport.get_extra_info("peername")
         self.address = peer[0] if isinstance(peer, tuple) else peer

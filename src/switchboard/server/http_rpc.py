@@ -106,6 +106,14 @@ def _bearer(request: Request) -> str | None:
     return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
+def _stream_of(peer: Peer) -> StreamTransport:
+    """The transport of a peer this module attached: always a :class:`StreamTransport`."""
+    transport = peer.transport
+    if not isinstance(transport, StreamTransport):
+        raise TypeError(f"{peer.id} is not the peer of an HTTP stream")
+    return transport
+
+
 def cookie_name(peer_id: str) -> str:
     """Per-peer name: clients sharing one cookie jar (a browser) keep apart."""
     return "sb_rpc_" + hashlib.sha256(peer_id.encode()).hexdigest()[:16]
@@ -245,7 +253,7 @@ class DownstreamResponse(Response):
     ) -> None:
         self.state, self.peer, self.info, self.keepalive = state, peer, info, keepalive
         self.status_code = 200
-        self.transport: StreamTransport = peer.transport  # type: ignore[assignment]
+        self.transport = _stream_of(peer)
         cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
         if "workspace" in request.path_params:  # /{workspace}/rpc: the POSTs go to another "directory"
             cookie += "; Path=/"
@@ -311,7 +319,7 @@ async def _write(peer: Peer) -> None:
 
 async def _keepalive(peer: Peer, clock: Clock, interval: float) -> None:
     """Ping only an idle stream: every frame sent moves the deadline."""
-    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    transport = _stream_of(peer)
     while not peer.closed:
         idle = clock.monotonic() - transport.last_sent
         if idle >= interval:
@@ -368,7 +376,7 @@ def _stream_peer(hub: Hub, peer_id: str) -> Peer:
 
 def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
     """The stream's cookie, or the peer's own user's token (see the module docstring)."""
-    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    transport = _stream_of(peer)
     presented = request.cookies.get(cookie_name(peer.id), "")
     if presented and hmac.compare_digest(presented.encode(), transport.session.encode()):
         return

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -38,7 +39,8 @@ def routes() -> list[Route]:
 
 
 def _state(request: Request) -> ServerState:
-    return request.app.state.switchboard
+    state: ServerState = request.app.state.switchboard
+    return state
 
 
 def _token(request: Request) -> str | None:
@@ -81,7 +83,7 @@ def _respond(value: Any, as_msgpack: bool) -> Response:
     return JSONResponse(_jsonable(value))
 
 
-async def _guard(request: Request, handler: Any) -> Response:
+async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
     if not _state(request).accepting:
         response = refusal(503, "Server is draining or starting, please retry")
         response.headers["Retry-After"] = "1"

@@ -155,7 +155,8 @@ class CDPConnection:
             self._pending.pop(ident, None)
         if "error" in reply:
             raise BrowserError(f"{method}: {reply['error'].get('message')}")
-        return reply.get("result", {})
+        result: dict[str, Any] = reply.get("result", {})
+        return result
 
     async def _read(self) -> None:
         try:

@@ -109,7 +109,7 @@ class ProxyConnection:
         proxy = self._proxy
         try:
             await proxy._flowing.wait()  # a dead network holds new connections too
-            up_r, self._up_w = await asyncio.wait_for(
+            up_r, up_w = await asyncio.wait_for(
                 asyncio.open_connection(proxy.upstream_host, proxy.upstream_port),
                 proxy.connect_timeout,
             )
@@ -117,8 +117,9 @@ class ProxyConnection:
             logger.warning("proxy conn %s: upstream connect failed: %r", self.id, exc)
             self.reset()
             return
-        self.upstream_addr = self._up_w.get_extra_info("sockname")
-        up = asyncio.create_task(self._pump(self._client_r, self._up_w, up=True))
+        self._up_w = up_w
+        self.upstream_addr = up_w.get_extra_info("sockname")
+        up = asyncio.create_task(self._pump(self._client_r, up_w, up=True))
         down = asyncio.create_task(self._pump(up_r, self._client_w, up=False))
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)

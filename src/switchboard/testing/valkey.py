@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +104,7 @@ class ValkeyServer:
         self.extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[subprocess.Popen[bytes], float], ValkeyServer] | None = None
 
     # -- properties ---------------------------------------------------------
 
@@ -244,7 +246,7 @@ class ValkeyServer:
             port=self._port,
             socket_timeout=0.5,
             socket_connect_timeout=0.5,
-            retry=None,
+            retry=Retry(NoBackoff(), 0),  # a probe: one try each time
         )
         try:
             while True:
