@@ -20,8 +20,12 @@ def test_nothing_given_keeps_every_documented_default() -> None:
 
 
 def test_a_variable_is_cast_to_the_type_of_its_default() -> None:
-    env = {"SWITCHBOARD_PORT": "9000", "SWITCHBOARD_CALL_TIMEOUT": "2.5", "SWITCHBOARD_LINKS": "off",
-           "SWITCHBOARD_HOST": "0.0.0.0"}
+    env = {
+        "SWITCHBOARD_PORT": "9000",
+        "SWITCHBOARD_CALL_TIMEOUT": "2.5",
+        "SWITCHBOARD_LINKS": "off",
+        "SWITCHBOARD_HOST": "0.0.0.0",
+    }
     loaded = Settings.load({}, env)
     assert (loaded.port, loaded.call_timeout, loaded.links, loaded.host) == (9000, 2.5, False, "0.0.0.0")
 
@@ -44,7 +48,11 @@ def test_a_flag_not_given_leaves_the_variable() -> None:
         ({}, {"SWITCHBOARD_CALL_TIMEOUT": "soon"}, "SWITCHBOARD_CALL_TIMEOUT='soon': expected a number"),
         ({}, {"SWITCHBOARD_LINKS": "maybe"}, "SWITCHBOARD_LINKS='maybe': expected one of 1, true"),
         ({"port": "-1"}, {}, "--port=-1: must be at least 0"),
-        ({}, {"SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES": "1"}, "SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES=1: must be at least 2"),
+        (
+            {},
+            {"SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES": "1"},
+            "SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES=1: must be at least 2",
+        ),
         ({"port": "70000"}, {}, "--port/SWITCHBOARD_PORT=70000: must be at most 65535"),
         ({"log_level": "LOUD"}, {}, "--log-level/SWITCHBOARD_LOG_LEVEL='LOUD': use DEBUG, INFO, WARNING or ERROR"),
     ],
@@ -62,7 +70,9 @@ def test_an_unknown_setting_is_refused() -> None:
 
 def test_one_setting_can_be_read_alone() -> None:
     assert read("redis_url", None, {"SWITCHBOARD_REDIS_URL": "redis://r:6379/0"}) == "redis://r:6379/0"
-    assert read("redis_url", "redis://flag:6379/0", {"SWITCHBOARD_REDIS_URL": "redis://r:6379/0"}) == "redis://flag:6379/0"
+    assert (
+        read("redis_url", "redis://flag:6379/0", {"SWITCHBOARD_REDIS_URL": "redis://r:6379/0"}) == "redis://flag:6379/0"
+    )
     assert read("redis_url", None, {}) is None
 
 

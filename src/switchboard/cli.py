@@ -24,8 +24,10 @@ def _settings_options(fn: Any) -> Any:
     for f in reversed(dataclasses.fields(Settings)):
         kind = type(f.default)
         default = "(empty)" if f.default == "" else f.default
-        help_text = (f"{f.metadata['help']} Why the default: {f.metadata['why']}. "
-                     f"[env var: {env_name(f.name)}; default: {default}]")
+        help_text = (
+            f"{f.metadata['help']} Why the default: {f.metadata['why']}. "
+            f"[env var: {env_name(f.name)}; default: {default}]"
+        )
         flag = flag_name(f.name)
         decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
         fn = click.option(*decls, f.name, default=None, metavar=_METAVAR.get(kind), help=help_text)(fn)
@@ -50,10 +52,12 @@ def serve(**values: Any) -> None:
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
-        defaults={"replica": settings.replica_id, "client": "-"},
-    ))
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
+            defaults={"replica": settings.replica_id, "client": "-"},
+        )
+    )
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     server = HubServer(uvicorn_config(create_app(settings), settings))
@@ -68,8 +72,12 @@ def serve(**values: Any) -> None:
 
 
 @main.command()
-@click.option("--redis-url", default=None, metavar="TEXT",
-              help=f"Redis/Valkey URL the replicas share. [env var: {env_name('redis_url')}; required]")
+@click.option(
+    "--redis-url",
+    default=None,
+    metavar="TEXT",
+    help=f"Redis/Valkey URL the replicas share. [env var: {env_name('redis_url')}; required]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(redis_url: str | None, as_json: bool) -> None:
     """Show the replicas of a hub: id, address, age, clients, leader, subscription health."""

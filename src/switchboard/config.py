@@ -54,8 +54,11 @@ class Settings:
     )
     cors_origins: str = setting(
         "*",
-        "Origins (scheme://host[:port], comma-separated) whose web pages may use the HTTP endpoints: HTTP-streaming transport, service calls, status API; '*' any, empty none. Cookies are never allowed cross-origin.",
-        "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other pages from using the hub at all",
+        "Origins (scheme://host[:port], comma-separated) whose web pages may use the HTTP endpoints: HTTP-streaming "
+        "transport, service calls, status API; '*' any, empty none. Cookies are never allowed cross-origin.",
+        "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's "
+        "cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other "
+        "pages from using the hub at all",
     )
     redis_url: str = setting(
         "",
@@ -87,32 +90,43 @@ class Settings:
     )
     header_timeout: float = setting(
         10.0,
-        "Seconds an HTTP connection has to send a complete request head (request line and headers), from its start or from the first byte of a later request; then 408 and closed.",
-        "10 s: a real client sends its head in one packet, so this costs it nothing, and a slowloris connection holds its socket for seconds instead of minutes",
+        "Seconds an HTTP connection has to send a complete request head (request line and headers), from its start "
+        "or from the first byte of a later request; then 408 and closed.",
+        "10 s: a real client sends its head in one packet, so this costs it nothing, and a slowloris connection "
+        "holds its socket for seconds instead of minutes",
         minimum=0.1,
     )
     max_head_bytes: int = setting(
         64 * 1024,
         "Largest HTTP request head (request line and headers) accepted, in bytes; a larger one gets 431 and is closed.",
-        "64 KiB: four times h11's default and twice nginx's (4 × 8 KiB), room for any real token or cookie; httptools alone would buffer an endless header",
+        "64 KiB: four times h11's default and twice nginx's (4 × 8 KiB), room for any real token or cookie; "
+        "httptools alone would buffer an endless header",
         minimum=1024,
     )
     max_incomplete_heads_per_address: int = setting(
         32,
-        "HTTP connections from one address that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
-        "32: an honest client's head follows its connect within a round trip, so a burst of them is never turned away, while one address cannot hold hundreds of half-open requests; raise it behind a proxy that opens idle connections ahead of requests",
+        "HTTP connections from one address that may wait for their request heads at once; one more closes the "
+        "longest-waiting (408), if it has waited a second.",
+        "32: an honest client's head follows its connect within a round trip, so a burst of them is never turned "
+        "away, while one address cannot hold hundreds of half-open requests; raise it behind a proxy that opens idle "
+        "connections ahead of requests",
         minimum=1,
     )
     max_incomplete_heads: int = setting(
         1024,
-        "HTTP connections from all addresses that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
-        "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses together can hold",
+        "HTTP connections from all addresses that may wait for their request heads at once; one more closes the "
+        "longest-waiting (408), if it has waited a second.",
+        "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses "
+        "together can hold",
         minimum=1,
     )
     frame_timeout: float = setting(
         20.0,
-        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented message); then closed with 1008 and the partial message dropped.",
-        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out after 20 s: its pong cannot overtake the frame)",
+        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented "
+        "message); then closed with 1008 and the partial message dropped.",
+        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk "
+        "on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out "
+        "after 20 s: its pong cannot overtake the frame)",
         minimum=0.1,
     )
     reconnection_token_lifetime: float = setting(
@@ -142,7 +156,8 @@ class Settings:
     max_upload_bytes: int = setting(
         32 * 1024 * 1024,
         "Bytes of chunked messages (above 256 KiB) one client may have the hub hold at once; freed when it leaves.",
-        "32 MiB: two of the largest single frames; the hub holds a chunked message only for the manager or while pieces arrive out of order",
+        "32 MiB: two of the largest single frames; the hub holds a chunked message only for the manager or while "
+        "pieces arrive out of order",
         minimum=1024 * 1024,
     )
     max_connections_per_user: int = setting(
@@ -159,7 +174,8 @@ class Settings:
     )
     max_messages_per_second: float = setting(
         1000.0,
-        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
+        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). "
+        "Replies to open calls are never refused.",
         "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )
@@ -184,13 +200,20 @@ class Settings:
     undeliverable_retry_window: float = setting(
         6.0,
         "Seconds a frame for a registered but unreachable client is retried before its caller is failed.",
-        "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, not an error",
+        "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, "
+        "not an error",
         minimum=0,
     )
     transit_grace: float = setting(
         5.0,
-        "Seconds a client whose connection ended without a goodbye (a draining replica handing it to a sibling, a dropped connection) may take to come back with its reconnection token: meanwhile its registrations stay listed, frames for it wait, and its departure (service_removed, client_disconnected) is announced only if it is not back by then. 0: announce at once.",
-        "5 s: in 140 rolling restarts of 3 replicas (1874 clients moved) a client was back after 12 ms at the median, 49 ms at p99 and 1.09 s at most (an unmodified hypha-rpc client backing off 1 s after a short-lived connection): 4.6x headroom, room for hypha-rpc's third attempt (about 3.3 s), and below the 6 s retry window; the price is that a client that dropped for good is announced gone, and calls to it fail, 5 s later",
+        "Seconds a client whose connection ended without a goodbye (a draining replica handing it to a sibling, a "
+        "dropped connection) may take to come back with its reconnection token: meanwhile its registrations stay "
+        "listed, frames for it wait, and its departure (service_removed, client_disconnected) is announced only if "
+        "it is not back by then. 0: announce at once.",
+        "5 s: in 140 rolling restarts of 3 replicas (1874 clients moved) a client was back after 12 ms at the "
+        "median, 49 ms at p99 and 1.09 s at most (an unmodified hypha-rpc client backing off 1 s after a short-lived "
+        "connection): 4.6x headroom, room for hypha-rpc's third attempt (about 3.3 s), and below the 6 s retry "
+        "window; the price is that a client that dropped for good is announced gone, and calls to it fail, 5 s later",
         minimum=0,
     )
     subscription_reconcile_interval: float = setting(
@@ -225,8 +248,10 @@ class Settings:
     )
     links: bool = setting(
         True,
-        "With several replicas: send a client's frames straight to the replica holding it, over a direct TCP link, once that route is learned (Redis stays the fallback).",
-        "on: skipping the Redis hop took a cross-replica echo from about 0.87 to 0.65 ms and the hub's CPU per call down by about 70% (bench/compare.py); turn off only where replicas cannot reach each other",
+        "With several replicas: send a client's frames straight to the replica holding it, over a direct TCP link, "
+        "once that route is learned (Redis stays the fallback).",
+        "on: skipping the Redis hop took a cross-replica echo from about 0.87 to 0.65 ms and the hub's CPU per call "
+        "down by about 70% (bench/compare.py); turn off only where replicas cannot reach each other",
     )
     link_host: str = setting(
         "",
@@ -236,15 +261,20 @@ class Settings:
     link_port: int = setting(
         0,
         "TCP port of the link listener (0: any free port).",
-        "any free port: replicas learn each other's link address from their traffic, so none needs to be fixed; set one if a firewall must allow it",
+        "any free port: replicas learn each other's link address from their traffic, so none needs to be fixed; set "
+        "one if a firewall must allow it",
         minimum=0,
     )
     link_advertise: str = setting(
         "",
-        "host or host:port other replicas dial for links (empty: --link-host and the bound port; a wildcard host becomes this machine's address).",
-        "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through NAT or a proxy",
+        "host or host:port other replicas dial for links (empty: --link-host and the bound port; a wildcard host "
+        "becomes this machine's address).",
+        "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through "
+        "NAT or a proxy",
     )
-    log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
+    log_level: str = setting(
+        "INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message"
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -259,7 +289,9 @@ class Settings:
                 f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less {ids.MANAGER_PREFIX!r})"
             )
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
+            raise ConfigError(
+                f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://"
+            )
         if self.redis_url and not self.jwt_secret:
             raise ConfigError(
                 f"{_named('jwt_secret')} is required with {_named('redis_url')}: "
@@ -303,8 +335,9 @@ class Settings:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @classmethod
-    def load(cls, flags: Mapping[str, str | bool | None] | None = None,
-             environ: Mapping[str, str] | None = None) -> Settings:
+    def load(
+        cls, flags: Mapping[str, str | bool | None] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
         """Settings from command-line ``flags`` (raw text, ``None``: not given) over ``SWITCHBOARD_*``.
 
         A flag wins over its variable; a setting given neither keeps its default.

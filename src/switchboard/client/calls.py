@@ -193,7 +193,9 @@ def _returning(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
     return lambda: fn
 
 
-def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str) -> dict[str, Any]:
+def _wrap(
+    tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in dict.keys(tree) if isinstance(tree, dict) else tree:
         value = dict.__getitem__(tree, key) if isinstance(tree, dict) else tree[key]

@@ -20,10 +20,7 @@ PROCESS_CHUNKS = _CHUNKS + "process"
 def is_call(method: Any, session: str | None) -> bool:
     """A call that starts work: chunk transfers are plumbing, not calls of their own."""
     return (
-        bool(session)
-        and isinstance(method, str)
-        and method.startswith("services.")
-        and not method.startswith(_CHUNKS)
+        bool(session) and isinstance(method, str) and method.startswith("services.") and not method.startswith(_CHUNKS)
     )
 
 
@@ -126,8 +123,7 @@ class InFlight:
     def waits_before(self, caller: str, cutoff: int) -> bool:
         """Does ``caller`` wait for a reply to a call opened before ``cutoff``?"""
         return any(
-            key[0] == caller and self._opened_at.get(key, cutoff + 1) <= cutoff
-            for key in self._by_peer.get(caller, ())
+            key[0] == caller and self._opened_at.get(key, cutoff + 1) <= cutoff for key in self._by_peer.get(caller, ())
         )
 
     def busy(self, peer: str) -> bool:

@@ -87,8 +87,11 @@ def remote_error_type(exc: RemoteException) -> str | None:
     traceback, the wrapping ``Exception: Traceback ...`` excepted. ``None`` if
     the text names none.
     """
-    names = [m.group(1) for m in _RAISED.finditer(str(exc))
-             if not (m.group(1) == "Exception" and str(exc).startswith("Traceback", m.end()))]
+    names = [
+        m.group(1)
+        for m in _RAISED.finditer(str(exc))
+        if not (m.group(1) == "Exception" and str(exc).startswith("Traceback", m.end()))
+    ]
     return names[-1] if names else None
 
 

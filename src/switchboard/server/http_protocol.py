@@ -77,9 +77,7 @@ class HeadWatch:
     @staticmethod
     def _evict(conn: HubHttpProtocol, now: float) -> None:
         if now - conn.head_since >= EVICT_AFTER:
-            conn.head_failed(
-                TIMEOUT_408, "evicted: too many connections waiting for a request head"
-            )
+            conn.head_failed(TIMEOUT_408, "evicted: too many connections waiting for a request head")
 
 
 class HubHttpProtocol(HttpToolsProtocol):
@@ -103,7 +101,8 @@ class HubHttpProtocol(HttpToolsProtocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # a TCP server hands a Transport
+    # a TCP server hands its protocols an asyncio.Transport, not just a BaseTransport
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.head_transport = transport
         peer = transport.get_extra_info("peername")
         self.address = peer[0] if isinstance(peer, tuple) else peer
