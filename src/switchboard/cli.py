@@ -10,39 +10,27 @@ from typing import Any
 
 import click
 
-from switchboard.config import Settings, env_name
+from switchboard import config
+from switchboard.config import Settings, env_name, flag_name
 from switchboard.errors import ConfigError, UnsupportedServer
+
+_METAVAR = {int: "INTEGER", float: "NUMBER", str: "TEXT"}
 
 
 def _settings_options(fn: Any) -> Any:
-    """One ``--flag`` per setting, each also read from its ``SWITCHBOARD_*`` variable."""
+    """One ``--flag`` per setting. Click only collects the flags' raw text:
+    :meth:`Settings.load` casts and checks it, and reads the ``SWITCHBOARD_*``
+    variables, so flags and variables share one parser and one set of messages."""
     for f in reversed(dataclasses.fields(Settings)):
         kind = type(f.default)
-        minimum = f.metadata.get("minimum")
-        if kind is int:
-            ptype: Any = click.IntRange(min=int(minimum)) if minimum is not None else int
-        elif kind is float:
-            ptype = click.FloatRange(min=minimum) if minimum is not None else float
-        else:
-            ptype = str
-        help_text = f"{f.metadata['help']} Why the default: {f.metadata['why']}."
-        flag = "--" + f.name.replace("_", "-")
-        if kind is bool:
-            fn = click.option(
-                f"{flag}/--no-{flag[2:]}", f.name, default=f.default, envvar=env_name(f.name),
-                show_default=True, show_envvar=True, help=help_text,
-            )(fn)
-            continue
-        fn = click.option(
-            flag,
-            f.name,
-            type=ptype,
-            default=f.default,
-            envvar=env_name(f.name),
-            show_default=f.default != "",
-            show_envvar=True,
-            help=help_text,
-        )(fn)
+        default = "(empty)" if f.default == "" else f.default
+        help_text = (
+            f"{f.metadata['help']} Why the default: {f.metadata['why']}. "
+            f"[env var: {env_name(f.name)}; default: {default}]"
+        )
+        flag = flag_name(f.name)
+        decls = [f"{flag}/--no-{flag[2:]}"] if kind is bool else [flag]
+        fn = click.option(*decls, f.name, default=None, metavar=_METAVAR.get(kind), help=help_text)(fn)
     return fn
 
 
@@ -60,14 +48,16 @@ def serve(**values: Any) -> None:
     from switchboard.server.runner import HubServer, uvicorn_config
 
     try:
-        settings = Settings(**values)
+        settings = Settings.load(values)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
-        defaults={"replica": settings.replica_id, "client": "-"},
-    ))
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
+            defaults={"replica": settings.replica_id, "client": "-"},
+        )
+    )
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     app = create_app(settings)
@@ -86,15 +76,23 @@ def serve(**values: Any) -> None:
 
 
 @main.command()
-@click.option("--redis-url", envvar=env_name("redis_url"), required=True, show_envvar=True,
-              help="Redis/Valkey URL the replicas share.")
+@click.option(
+    "--redis-url",
+    default=None,
+    metavar="TEXT",
+    help=f"Redis/Valkey URL the replicas share. [env var: {env_name('redis_url')}; required]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def status(redis_url: str, as_json: bool) -> None:
+def status(redis_url: str | None, as_json: bool) -> None:
     """Show the replicas of a hub: id, address, age, clients, leader, subscription health."""
     import asyncio
     import json
 
     from switchboard.hub.status import read_status, render_table
+
+    redis_url = config.read("redis_url", redis_url)
+    if not redis_url:
+        raise click.UsageError(f"Missing option '--redis-url' (or {env_name('redis_url')}).")
 
     try:
         replicas, leader = asyncio.run(read_status(redis_url))

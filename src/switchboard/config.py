@@ -1,8 +1,11 @@
 """Settings: read once, at the edge, into one frozen value.
 
 Each setting is a CLI flag of ``switchboard serve`` and a ``SWITCHBOARD_*``
-environment variable (the flag wins). Every default states the goal it serves;
-``python -m switchboard.config`` prints the table the README shows.
+environment variable (the flag wins). :meth:`Settings.load` is the one parser
+of both: the command line hands it the flags' raw text, it casts and checks
+each value and names the flag or variable a bad one came from. Every default
+states the goal it serves; ``python -m switchboard.config`` prints the table
+the README shows.
 """
 
 from __future__ import annotations
@@ -51,8 +54,11 @@ class Settings:
     )
     cors_origins: str = setting(
         "*",
-        "Origins (scheme://host[:port], comma-separated) whose web pages may use the HTTP endpoints: HTTP-streaming transport, service calls, status API; '*' any, empty none. Cookies are never allowed cross-origin.",
-        "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other pages from using the hub at all",
+        "Origins (scheme://host[:port], comma-separated) whose web pages may use the HTTP endpoints: HTTP-streaming "
+        "transport, service calls, status API; '*' any, empty none. Cookies are never allowed cross-origin.",
+        "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's "
+        "cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other "
+        "pages from using the hub at all",
     )
     redis_url: str = setting(
         "",
@@ -84,32 +90,43 @@ class Settings:
     )
     header_timeout: float = setting(
         10.0,
-        "Seconds an HTTP connection has to send a complete request head (request line and headers), from its start or from the first byte of a later request; then 408 and closed.",
-        "10 s: a real client sends its head in one packet, so this costs it nothing, and a slowloris connection holds its socket for seconds instead of minutes",
+        "Seconds an HTTP connection has to send a complete request head (request line and headers), from its start "
+        "or from the first byte of a later request; then 408 and closed.",
+        "10 s: a real client sends its head in one packet, so this costs it nothing, and a slowloris connection "
+        "holds its socket for seconds instead of minutes",
         minimum=0.1,
     )
     max_head_bytes: int = setting(
         64 * 1024,
         "Largest HTTP request head (request line and headers) accepted, in bytes; a larger one gets 431 and is closed.",
-        "64 KiB: four times h11's default and twice nginx's (4 × 8 KiB), room for any real token or cookie; httptools alone would buffer an endless header",
+        "64 KiB: four times h11's default and twice nginx's (4 × 8 KiB), room for any real token or cookie; "
+        "httptools alone would buffer an endless header",
         minimum=1024,
     )
     max_incomplete_heads_per_address: int = setting(
         32,
-        "HTTP connections from one address that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
-        "32: an honest client's head follows its connect within a round trip, so a burst of them is never turned away, while one address cannot hold hundreds of half-open requests; raise it behind a proxy that opens idle connections ahead of requests",
+        "HTTP connections from one address that may wait for their request heads at once; one more closes the "
+        "longest-waiting (408), if it has waited a second.",
+        "32: an honest client's head follows its connect within a round trip, so a burst of them is never turned "
+        "away, while one address cannot hold hundreds of half-open requests; raise it behind a proxy that opens idle "
+        "connections ahead of requests",
         minimum=1,
     )
     max_incomplete_heads: int = setting(
         1024,
-        "HTTP connections from all addresses that may wait for their request heads at once; one more closes the longest-waiting (408), if it has waited a second.",
-        "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses together can hold",
+        "HTTP connections from all addresses that may wait for their request heads at once; one more closes the "
+        "longest-waiting (408), if it has waited a second.",
+        "1024: bounds the sockets and buffered heads (at most 64 MiB at the default head size) that many addresses "
+        "together can hold",
         minimum=1,
     )
     frame_timeout: float = setting(
         20.0,
-        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented message); then closed with 1008 and the partial message dropped.",
-        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out after 20 s: its pong cannot overtake the frame)",
+        "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented "
+        "message); then closed with 1008 and the partial message dropped.",
+        "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk "
+        "on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out "
+        "after 20 s: its pong cannot overtake the frame)",
         minimum=0.1,
     )
     reconnection_token_lifetime: float = setting(
@@ -139,7 +156,8 @@ class Settings:
     max_upload_bytes: int = setting(
         32 * 1024 * 1024,
         "Bytes of chunked messages (above 256 KiB) one client may have the hub hold at once; freed when it leaves.",
-        "32 MiB: two of the largest single frames; the hub holds a chunked message only for the manager or while pieces arrive out of order",
+        "32 MiB: two of the largest single frames; the hub holds a chunked message only for the manager or while "
+        "pieces arrive out of order",
         minimum=1024 * 1024,
     )
     max_connections_per_user: int = setting(
@@ -156,7 +174,8 @@ class Settings:
     )
     max_messages_per_second: float = setting(
         1000.0,
-        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). Replies to open calls are never refused.",
+        "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). "
+        "Replies to open calls are never refused.",
         "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )
@@ -181,13 +200,20 @@ class Settings:
     undeliverable_retry_window: float = setting(
         6.0,
         "Seconds a frame for a registered but unreachable client is retried before its caller is failed.",
-        "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, not an error",
+        "6 s: covers one 5 s subscription-reconcile interval plus a subscribe round trip, so a repair costs a delay, "
+        "not an error",
         minimum=0,
     )
     transit_grace: float = setting(
         5.0,
-        "Seconds a client whose connection ended without a goodbye (a draining replica handing it to a sibling, a dropped connection) may take to come back with its reconnection token: meanwhile its registrations stay listed, frames for it wait, and its departure (service_removed, client_disconnected) is announced only if it is not back by then. 0: announce at once.",
-        "5 s: in 140 rolling restarts of 3 replicas (1874 clients moved) a client was back after 12 ms at the median, 49 ms at p99 and 1.09 s at most (an unmodified hypha-rpc client backing off 1 s after a short-lived connection): 4.6x headroom, room for hypha-rpc's third attempt (about 3.3 s), and below the 6 s retry window; the price is that a client that dropped for good is announced gone, and calls to it fail, 5 s later",
+        "Seconds a client whose connection ended without a goodbye (a draining replica handing it to a sibling, a "
+        "dropped connection) may take to come back with its reconnection token: meanwhile its registrations stay "
+        "listed, frames for it wait, and its departure (service_removed, client_disconnected) is announced only if "
+        "it is not back by then. 0: announce at once.",
+        "5 s: in 140 rolling restarts of 3 replicas (1874 clients moved) a client was back after 12 ms at the "
+        "median, 49 ms at p99 and 1.09 s at most (an unmodified hypha-rpc client backing off 1 s after a short-lived "
+        "connection): 4.6x headroom, room for hypha-rpc's third attempt (about 3.3 s), and below the 6 s retry "
+        "window; the price is that a client that dropped for good is announced gone, and calls to it fail, 5 s later",
         minimum=0,
     )
     subscription_reconcile_interval: float = setting(
@@ -222,8 +248,10 @@ class Settings:
     )
     links: bool = setting(
         True,
-        "With several replicas: send a client's frames straight to the replica holding it, over a direct TCP link, once that route is learned (Redis stays the fallback).",
-        "on: skipping the Redis hop took a cross-replica echo from about 0.87 to 0.65 ms and the hub's CPU per call down by about 70% (bench/compare.py); turn off only where replicas cannot reach each other",
+        "With several replicas: send a client's frames straight to the replica holding it, over a direct TCP link, "
+        "once that route is learned (Redis stays the fallback).",
+        "on: skipping the Redis hop took a cross-replica echo from about 0.87 to 0.65 ms and the hub's CPU per call "
+        "down by about 70% (bench/compare.py); turn off only where replicas cannot reach each other",
     )
     link_host: str = setting(
         "",
@@ -233,58 +261,64 @@ class Settings:
     link_port: int = setting(
         0,
         "TCP port of the link listener (0: any free port).",
-        "any free port: replicas learn each other's link address from their traffic, so none needs to be fixed; set one if a firewall must allow it",
+        "any free port: replicas learn each other's link address from their traffic, so none needs to be fixed; set "
+        "one if a firewall must allow it",
         minimum=0,
     )
     link_advertise: str = setting(
         "",
-        "host or host:port other replicas dial for links (empty: --link-host and the bound port; a wildcard host becomes this machine's address).",
-        "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through NAT or a proxy",
+        "host or host:port other replicas dial for links (empty: --link-host and the bound port; a wildcard host "
+        "becomes this machine's address).",
+        "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through "
+        "NAT or a proxy",
     )
-    log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
+    log_level: str = setting(
+        "INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message"
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            minimum = f.metadata.get("minimum")
-            value = getattr(self, f.name)
-            if minimum is not None and value < minimum:
-                raise ConfigError(f"{env_name(f.name)}={value!r}: must be at least {minimum}")
+            _check_minimum(f, getattr(self, f.name), _named(f.name))
         if self.port > 65535 or self.link_port > 65535:
             which = "port" if self.port > 65535 else "link_port"
-            raise ConfigError(f"{env_name(which)}={getattr(self, which)}: must be at most 65535")
+            raise ConfigError(f"{_named(which)}={getattr(self, which)}: must be at most 65535")
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ConfigError(f"{env_name('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
-        if not ids.is_id(f"manager-{self.server_id}"):
-            raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
+            raise ConfigError(f"{_named('log_level')}={self.log_level!r}: use DEBUG, INFO, WARNING or ERROR")
+        if not ids.is_id(self.manager_id):
+            raise ConfigError(
+                f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less {ids.MANAGER_PREFIX!r})"
+            )
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
+            raise ConfigError(
+                f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://"
+            )
         if self.redis_url and not self.jwt_secret:
             raise ConfigError(
-                f"{env_name('jwt_secret')} is required with {env_name('redis_url')}: "
+                f"{_named('jwt_secret')} is required with {_named('redis_url')}: "
                 "replicas must share it so tokens and reconnection work across them"
             )
         if self.redis_url and not self.public_url:
             raise ConfigError(
-                f"{env_name('public_url')} is required with {env_name('redis_url')}: set it to the "
+                f"{_named('public_url')} is required with {_named('redis_url')}: set it to the "
                 "address clients use for the hub (e.g. the load balancer); every replica must share it, "
                 "since it is written into every service reference"
             )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())
         if not ids.is_id(self.replica_id):
-            raise ConfigError(f"{env_name('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
+            raise ConfigError(f"{_named('replica_id')}={self.replica_id!r}: use {ids.GRAMMAR}")
         origins = self.cors_origin_list
         if "*" in origins and len(origins) > 1:
-            raise ConfigError(f"{env_name('cors_origins')}={self.cors_origins!r}: '*' stands alone")
+            raise ConfigError(f"{_named('cors_origins')}={self.cors_origins!r}: '*' stands alone")
         for origin in origins:
             scheme, sep, rest = origin.partition("://")
             if origin != "*" and (scheme not in ("http", "https") or not sep or not rest or "/" in rest):
                 raise ConfigError(
-                    f"{env_name('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
+                    f"{_named('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
                     "(scheme://host[:port], no path), nor '*'"
                 )
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
-            raise ConfigError(f"{env_name('public_url')}={self.public_url!r}: must start with http:// or https://")
+            raise ConfigError(f"{_named('public_url')}={self.public_url!r}: must start with http:// or https://")
 
     @property
     def cors_origin_list(self) -> list[str]:
@@ -292,32 +326,75 @@ class Settings:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     @property
+    def manager_id(self) -> str:
+        """The client id of this hub's manager (the same on every replica)."""
+        return ids.manager_id(self.server_id)
+
+    @property
     def public_base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Settings from ``SWITCHBOARD_*`` variables, then ``overrides`` on top."""
-        environ = os.environ if environ is None else environ
+    def load(
+        cls, flags: Mapping[str, str | bool | None] | None = None, environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        """Settings from command-line ``flags`` (raw text, ``None``: not given) over ``SWITCHBOARD_*``.
+
+        A flag wins over its variable; a setting given neither keeps its default.
+        """
+        flags = flags or {}
+        unknown = set(flags) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            raw = environ.get(env_name(f.name))
-            if raw is not None:
-                values[f.name] = _cast(f, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
+            value = read(f.name, flags.get(f.name), environ)
+            if value is not None:
+                values[f.name] = value
         return cls(**values)
+
+
+def read(name: str, flag: str | bool | None = None, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting: ``flag`` if given, else its ``SWITCHBOARD_*`` variable, cast and checked; else ``None``."""
+    f = _FIELDS[name]
+    raw: str | bool | None = flag
+    source = flag_name(name)
+    if raw is None:
+        environ = os.environ if environ is None else environ
+        source = env_name(name)
+        raw = environ.get(source)
+        if raw is None:
+            return None
+    value = raw if isinstance(raw, bool) else _cast(f, raw, source)
+    _check_minimum(f, value, source)
+    return value
 
 
 def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
-def _cast(f: dataclasses.Field[Any], raw: str) -> Any:
-    kind = type(f.default)
+def _named(name: str) -> str:
+    """A setting as messages name it, both ways it can be given: ``--port/SWITCHBOARD_PORT``."""
+    return f"{flag_name(name)}/{env_name(name)}"
+
+
+def _check_minimum(f: dataclasses.Field[Any], value: Any, source: str) -> None:
+    minimum = f.metadata.get("minimum")
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{source}={value!r}: must be at least {minimum}")
+
+
+_TRUE = ("1", "true", "t", "yes", "y", "on")  # the words click accepted before this parser was the only one
+_FALSE = ("0", "false", "f", "no", "n", "off")
+
+
+def _cast(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
+    kind: type[Any] = type(f.default)  # every setting has a default, of the setting's type
     try:
         if kind is bool:
             word = raw.strip().lower()
@@ -326,20 +403,23 @@ def _cast(f: dataclasses.Field[Any], raw: str) -> Any:
             return word in _TRUE
         return kind(raw)
     except ValueError:
-        expected = "one of " + ", ".join(_TRUE + _FALSE) if kind is bool else kind.__name__
-        raise ConfigError(f"{env_name(f.name)}={raw!r}: expected {expected}") from None
+        expected = {bool: "one of " + ", ".join(_TRUE + _FALSE), int: "an integer", float: "a number"}
+        raise ConfigError(f"{source}={raw!r}: expected {expected.get(kind, kind.__name__)}") from None
 
 
 def settings_table() -> str:
     """The settings as a markdown table (the README embeds it)."""
     rows = ["| flag / variable | default | what | why this default |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
-        flag = "--" + f.name.replace("_", "-")
+        flag = flag_name(f.name)
         if isinstance(f.default, bool):
             flag = f"{flag}/--no-{flag[2:]}"
         default = f.default if f.default != "" else "(empty)"
         rows.append(f"| `{flag}` / `{env_name(f.name)}` | `{default}` | {f.metadata['help']} | {f.metadata['why']} |")
     return "\n".join(rows)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 if __name__ == "__main__":

@@ -15,11 +15,13 @@
     ├── LimitExceeded                     a per-client quota was hit
     ├── BackendError                      the registry or bus failed (e.g. Redis down)
     │   └── LeaseLost                         this replica no longer holds a lease (backends/redis/lease.py)
+    ├── RequestRefused                    an HTTP request answered with a status of its own
     └── client errors (client/errors.py):  GaveUp (ConnectionError), Refused (ConnectionAbortedError),
                                            CallInterrupted, ClientClosed
 
 Where a caller expects a stdlib type the class subclasses it too, so
-``except PermissionError`` keeps working.
+``except PermissionError`` keeps working. The HTTP endpoints answer each of
+these with the status ``server/http_errors.py`` maps it to.
 """
 
 from __future__ import annotations
@@ -81,3 +83,16 @@ class LimitExceeded(SwitchboardError):
 
 class BackendError(SwitchboardError):
     """The shared registry or event bus failed."""
+
+
+class RequestRefused(SwitchboardError):
+    """An HTTP request refused with ``status`` and ``detail``, where no other class says it.
+
+    Raised where the status depends on the step that failed (the same
+    ``HandshakeError`` is a 400 when parsed, a 409 when attaching); every other
+    error is given its status by ``server/http_errors.py``.
+    """
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail

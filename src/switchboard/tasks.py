@@ -16,7 +16,7 @@ import logging
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
-log = logging.getLogger("switchboard.tasks")
+log = logging.getLogger(__name__)
 
 RECANCEL_EVERY = 0.05
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -20,9 +20,7 @@ from switchboard.backends.redis import RedisBus, RedisRegistry
 from switchboard.clock import SystemClock
 from switchboard.protocol.services import ServiceQuery
 from switchboard.testing import ValkeyServer
-
-# How long an asynchronous backend may take to deliver a published message.
-DELIVERY_TIMEOUT = 5.0
+from switchboard.testing.wait import eventually
 
 
 # ---------------------------------------------------------------------------
@@ -89,16 +87,6 @@ def svc(full_id: str, app_id: str = "*", **config: Any) -> dict[str, Any]:
 
 def ids(infos: list[dict[str, Any]]) -> list[str]:
     return sorted(i["id"] for i in infos)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait (bounded) for a backend that delivers asynchronously."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DELIVERY_TIMEOUT
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"no {what} within {DELIVERY_TIMEOUT}s")
-        await asyncio.sleep(0.001)
 
 
 async def settle() -> None:
@@ -300,9 +288,7 @@ class TestFind:
                 ["ws1/cA:built-in", "ws1/cA:echo", "ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"],
                 id="workspace",
             ),
-            pytest.param(
-                ServiceQuery("ws2"), ["ws2/cA:built-in", "ws2/cC:echo"], id="other-workspace"
-            ),
+            pytest.param(ServiceQuery("ws2"), ["ws2/cA:built-in", "ws2/cC:echo"], id="other-workspace"),
             pytest.param(ServiceQuery("ws3"), [], id="empty-workspace"),
             pytest.param(
                 ServiceQuery("ws1", "cB"),
@@ -310,17 +296,11 @@ class TestFind:
                 id="client",
             ),
             pytest.param(ServiceQuery("ws1", "c"), [], id="client-prefix-is-not-a-match"),
-            pytest.param(
-                ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"], id="service"
-            ),
+            pytest.param(ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"], id="service"),
             pytest.param(ServiceQuery("ws1", "cB", "echo"), ["ws1/cB:echo"], id="exact"),
             pytest.param(ServiceQuery("ws1", "cB", "nope"), [], id="exact-missing"),
-            pytest.param(
-                ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"], id="app-id"
-            ),
-            pytest.param(
-                ServiceQuery("ws1", "*", "echo", "app1"), ["ws1/cA:echo"], id="service-and-app"
-            ),
+            pytest.param(ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"], id="app-id"),
+            pytest.param(ServiceQuery("ws1", "*", "echo", "app1"), ["ws1/cA:echo"], id="service-and-app"),
             pytest.param(ServiceQuery("*"), sorted(s["id"] for s in SERVICES), id="all-workspaces"),
             pytest.param(
                 ServiceQuery("*", "*", "built-in"),
@@ -332,9 +312,7 @@ class TestFind:
                 ["ws1/cA:built-in", "ws1/cA:echo", "ws2/cA:built-in"],
                 id="all-workspaces-client",
             ),
-            pytest.param(
-                ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"], id="all-workspaces-app"
-            ),
+            pytest.param(ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"], id="all-workspaces-app"),
         ],
     )
     async def test_query(self, filled: Registry, query: ServiceQuery, expected: list[str]) -> None:

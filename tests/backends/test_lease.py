@@ -19,6 +19,7 @@ from switchboard.backends.redis.lease import (
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError, ConfigError
 from switchboard.testing import ValkeyServer
+from switchboard.testing.wait import eventually
 
 TTL = 0.3
 RENEW = 0.1
@@ -36,9 +37,7 @@ async def make_lease(valkey_lease: ValkeyServer) -> AsyncIterator[Callable[[str]
     clients: list[aioredis.Redis] = []
 
     def make(owner: str) -> RedisLease:
-        client = aioredis.Redis.from_url(
-            valkey_lease.url, socket_timeout=2.0, socket_connect_timeout=2.0
-        )
+        client = aioredis.Redis.from_url(valkey_lease.url, socket_timeout=2.0, socket_connect_timeout=2.0)
         clients.append(client)
         return RedisLease(client, policy=POLICY, owner_id=owner, clock=SystemClock())
 
@@ -46,14 +45,6 @@ async def make_lease(valkey_lease: ValkeyServer) -> AsyncIterator[Callable[[str]
     for client in clients:
         async with asyncio.timeout(5):
             await client.aclose()
-
-
-async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 def test_policy_validation() -> None:
@@ -151,7 +142,7 @@ async def test_two_electors_exactly_one_leads_and_failover_after_crash(
     (e1, r1), (e2, r2) = elector(make_lease("one")), elector(make_lease("two"))
     tasks = {e1: asyncio.create_task(e1.run()), e2: asyncio.create_task(e2.run())}
     try:
-        await wait_for(lambda: e1.is_leader or e2.is_leader, "a leader")
+        await eventually(lambda: e1.is_leader or e2.is_leader, "a leader", timeout=3.0)
         # Watch for several TTLs: one leader throughout, elected once, never lost.
         watch_until = time.monotonic() + 3 * TTL
         while time.monotonic() < watch_until:
@@ -200,7 +191,7 @@ async def test_leader_without_redis_steps_down_before_ttl_lapses(
     task = asyncio.create_task(el.run())
     try:
         await asyncio.wait_for(rec.elected_event.wait(), 3.0)
-        await wait_for(lambda: len(renewed_at) >= 2, "two renewals")
+        await eventually(lambda: len(renewed_at) >= 2, "two renewals", timeout=3.0)
         valkey_lease.kill()  # SIGKILL: Redis vanishes mid-lease (blocks the loop for ms)
         await asyncio.wait_for(rec.lost_event.wait(), TTL + 2.0)
         lost_at, exc = rec.lost[0]

@@ -24,14 +24,11 @@ from switchboard.clock import SystemClock
 from switchboard.protocol import link as wire
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.replica import free_port
-from switchboard.testing.wait import eventually
+from switchboard.testing.wait import eventually, scaled
 
 SECRET = "links-test-secret"
-DEADLINE = 5.0
-
-
-def until(check: Callable[[], bool], what: str, timeout: float = DEADLINE) -> Any:
-    return eventually(check, timeout=timeout, what=what, interval=0.005)
+DEADLINE = scaled(5.0)
+LINK_LOGGERS = ("switchboard.backends.redis.links", "switchboard.backends.redis.link_socket")
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +69,8 @@ async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes
     """Publish once through Redis and wait until the receiver has offered its link."""
     before = len(got)
     assert await sender.publish(ch, b"first") == 1
-    await until(lambda: len(got) > before, "first delivery")
-    await until(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
+    await eventually(lambda: len(got) > before, "first delivery")
+    await eventually(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
 
 
 async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, str, list[bytes]]:
@@ -107,7 +104,7 @@ async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> No
     for i in range(50):
         assert await a.publish(ch, b"%d" % i) == 1
 
-    await until(lambda: len(got) == 51, "all frames")
+    await eventually(lambda: len(got) == 51, "all frames")
     assert got == [b"first"] + [b"%d" % i for i in range(50)]
     assert a.stats.links.direct == 50
     assert b.stats.links.received == 50
@@ -119,7 +116,7 @@ async def test_workspace_and_replica_channels_always_go_through_redis(bus_with_l
     await b.subscribe("sb:ws:shared", got.append)
     for _ in range(3):
         assert await a.publish("sb:ws:shared", b"event") == 1
-    await until(lambda: len(got) == 3, "broadcasts")
+    await eventually(lambda: len(got) == 3, "broadcasts")
     assert got == [b"event"] * 3  # untouched: no origin tag on broadcast channels
     assert a.stats.links.direct == 0
     assert b.stats.links.dials == 0
@@ -135,10 +132,10 @@ async def test_a_frame_for_a_client_that_moved_follows_it_through_redis(bus_with
     await c.subscribe(ch, on_c.append)  # ... and reconnected to c
     assert await a.publish(ch, b"after the move") == 1  # the stale link still takes it
 
-    await until(lambda: on_c == [b"after the move"], "delivery on the new replica")
+    await eventually(lambda: on_c == [b"after the move"], "delivery on the new replica")
     assert on_b == [b"first"]
     assert b.stats.links.nacked == 1
-    await until(lambda: a.links.route_of(ch) == c.replica_id, "the route to the new replica")
+    await eventually(lambda: a.links.route_of(ch) == c.replica_id, "the route to the new replica")
 
 
 async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_links) -> None:
@@ -151,7 +148,7 @@ async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_li
     await b.unsubscribe(ch)
     assert await a.publish(ch, b"to nobody") == 1  # counted on the link's word ...
 
-    await until(lambda: lost == [(ch, b"to nobody")], "the undelivered report")  # ... and corrected
+    await eventually(lambda: lost == [(ch, b"to nobody")], "the undelivered report")  # ... and corrected
     assert a.links.route_of(ch) is None
     assert got == [b"first"]
 
@@ -161,14 +158,14 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
 ) -> None:
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
         assert proxy.reset_all() >= 1
-        await until(lambda: a.links.route_count == 0, "the broken route forgotten")
+        await eventually(lambda: a.links.route_count == 0, "the broken route forgotten")
         assert await a.publish(ch, b"via redis") == 1
-        await until(lambda: got[-1:] == [b"via redis"], "delivery through Redis")
+        await eventually(lambda: got[-1:] == [b"via redis"], "delivery through Redis")
 
-        await until(lambda: a.links.route_of(ch) == b.replica_id, "the route learned again")
+        await eventually(lambda: a.links.route_of(ch) == b.replica_id, "the route learned again")
         direct = a.stats.links.direct
         assert await a.publish(ch, b"direct again") == 1
-        await until(lambda: got[-1:] == [b"direct again"], "delivery over the new link")
+        await eventually(lambda: got[-1:] == [b"direct again"], "delivery over the new link")
         assert a.stats.links.direct == direct + 1
 
 
@@ -180,7 +177,7 @@ async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_de
         started = time.monotonic()
         for i in range(5):
             assert await a.publish(ch, b"into the void %d" % i) == 1  # the link still takes them
-        await until(
+        await eventually(
             lambda: a.links.route_count == 0,
             "the silent link dropped",
             timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
@@ -188,45 +185,39 @@ async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_de
         took = time.monotonic() - started
         assert links_mod.DEAD_AFTER - 0.1 <= took <= links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT
 
-        await until(lambda: len(got) == 6, "the unacked frames, through Redis")
+        await eventually(lambda: len(got) == 6, "the unacked frames, through Redis")
         assert sorted(got[1:]) == [b"into the void %d" % i for i in range(5)]
         assert a.stats.links.replayed == 5
         assert await a.publish(ch, b"after") == 1
-        await until(lambda: got[-1:] == [b"after"], "delivery through Redis")
+        await eventually(lambda: got[-1:] == [b"after"], "delivery through Redis")
 
 
 async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> None:
     a, b, ch, got = await linked(bus_with_links)
     for i in range(20):
         assert await a.publish(ch, b"%d" % i) == 1
-    await until(lambda: len(got) == 21, "all frames")
+    await eventually(lambda: len(got) == 21, "all frames")
     link = a.links._routes[ch]
-    await until(
-        lambda: not link.unacked, "the delayed ack", timeout=1.0
-    )  # nothing travels back: ACK_DELAY
+    await eventually(lambda: not link.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
 
     await b.close()  # the link dies with nothing unacked
-    await until(lambda: a.links.route_count == 0, "the route forgotten")
+    await eventually(lambda: a.links.route_count == 0, "the route forgotten")
     assert a.stats.links.replayed == 0
 
 
 async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog) -> None:
-    caplog.set_level(logging.WARNING, "switchboard.links")
+    caplog.set_level(logging.WARNING, "switchboard.backends.redis")
     a = await bus_with_links("a")
     intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
     ch, got = channel(), []
     await intruder.subscribe(ch, got.append)
     assert await a.publish(ch, b"first") == 1
-    await until(lambda: got == [b"first"], "delivery through Redis")
+    await eventually(lambda: got == [b"first"], "delivery through Redis")
 
-    await until(lambda: a.links.stats.refused == 1, "the HELLO refused")
+    await eventually(lambda: a.links.stats.refused == 1, "the HELLO refused")
     assert a.links.route_of(ch) is None
-    await until(lambda: intruder.links.stats.dial_failures == 1, "the intruder's dial failed")
-    said = [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == "switchboard.links" and r.levelno >= logging.WARNING
-    ]
+    await eventually(lambda: intruder.links.stats.dial_failures == 1, "the intruder's dial failed")
+    said = [r.getMessage() for r in caplog.records if r.name in LINK_LOGGERS and r.levelno >= logging.WARNING]
     assert len(said) == 2, said  # once by each side
     assert sum("handshake refused" in line for line in said) == 1
 
@@ -252,8 +243,8 @@ async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_lin
     await b.subscribe(ch, got.append)
     for i in range(20):
         assert await a.publish(ch, b"%d" % i) == 1
-    await until(lambda: len(got) == 20, "every frame through Redis")
-    await until(lambda: b.links.stats.dial_failures == 1, "the failed dial")
+    await eventually(lambda: len(got) == 20, "every frame through Redis")
+    await eventually(lambda: b.links.stats.dial_failures == 1, "the failed dial")
     assert b.links.stats.dials == 1  # quiet for REDIAL_AFTER, not one dial per frame
 
 
@@ -271,9 +262,7 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
-    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(
-        await reader.readexactly(5 + wire.NONCE_SIZE)
-    )[0]
+    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(await reader.readexactly(5 + wire.NONCE_SIZE))[0]
     assert kind == wire.CHALLENGE
     hello = wire.hello(wire.link_key(SECRET), nonce, "slowpoke", b.replica_id, bytes(32))
     started = time.monotonic()
@@ -306,12 +295,12 @@ async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with
         proxy.blackhole()
         assert await a.publish(ch, b"answered") == 1
         assert await a.publish(ch, b"unanswered") == 1
-        await until(
+        await eventually(
             lambda: a.links.route_count == 0,
             "the silent link dropped",
             timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
         )
-        await until(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
+        await eventually(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
         assert sorted(asked) == [b"answered", b"unanswered"]
         assert got == [b"first", b"unanswered"]
         assert (a.stats.links.replayed, a.stats.links.not_replayed) == (1, 1)

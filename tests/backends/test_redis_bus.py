@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -26,18 +25,7 @@ from switchboard.backends.redis import (
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
 from switchboard.testing import FakeClock, FaultProxy, ValkeyServer
-
-DEADLINE = 5.0
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> float:
-    """Poll ``condition`` until true (bounded); return the seconds it took."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"no {what} within {timeout}s")
-        await asyncio.sleep(0.005)
-    return time.monotonic() - start
+from switchboard.testing.wait import eventually
 
 
 async def delivered(bus: RedisBus, publisher: Any, channel: str, got: list[bytes]) -> bool:
@@ -140,7 +128,7 @@ async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, pu
         got.append(data)
 
     await bus.subscribe("fragile", handler)
-    with caplog.at_level(logging.ERROR, logger="switchboard.bus"):
+    with caplog.at_level(logging.ERROR, logger="switchboard.backends.redis"):
         assert await publisher.publish("fragile", b"boom") == 1
         assert await delivered(bus, publisher, "fragile", got)
 
@@ -346,16 +334,8 @@ async def test_redis_restarted_empty_delivery_resumes_without_manual_step(make_b
             with own.client() as admin:
                 assert admin.dbsize() == 0
 
-            async def works() -> bool:
-                try:
-                    return await delivered(bus, publisher, "survivor", got)
-                except BackendError:
-                    return False
-
-            deadline = time.monotonic() + DEADLINE
-            while not await works():
-                assert time.monotonic() < deadline, "delivery did not resume"
-                await asyncio.sleep(0.01)
+            # a BackendError while Redis is away counts as "not yet"
+            await eventually(lambda: delivered(bus, publisher, "survivor", got), "delivery to resume")
             assert bus.stats.reconnects >= 1
         finally:
             await bus.close()
@@ -517,9 +497,7 @@ async def test_probe_replaces_a_silent_connection_on_the_clock() -> None:
         await bus.close()
 
 
-async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(
-    make_bus, valkey_bus, publisher
-):
+async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(make_bus, valkey_bus, publisher):
     bus = make_bus(valkey_bus.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
 

@@ -79,8 +79,14 @@ class Pair:
 
     async def connect(self, hub: Hub, client_id: str) -> tuple[Peer, Wire]:
         wire = Wire()
-        peer = Peer(workspace=WS, client_id=client_id, user=USER, transport=wire, max_queue_bytes=1 << 20,
-                    replica_id=hub.replica_id)
+        peer = Peer(
+            workspace=WS,
+            client_id=client_id,
+            user=USER,
+            transport=wire,
+            max_queue_bytes=1 << 20,
+            replica_id=hub.replica_id,
+        )
         await hub.attach(peer, reconnecting=False)
         info = {"id": f"{WS}/{client_id}:built-in", "name": "built-in", "config": {"visibility": "public"}}
         await hub.registry.register(info)  # type: ignore[arg-type]

@@ -29,10 +29,15 @@ def test_a_call_whose_reply_came_back_is_not_sent_again() -> None:
 
 def test_a_manager_call_carried_with_its_origin_is_judged_the_same_way() -> None:
     hub = build_hub(settings_for_tests())
-    frame = envelope.encode({
-        "type": "method", "from": hub.manager_address, "to": TARGET, "method": "services.built-in.get_service",
-        "session": "s2",
-    })
+    frame = envelope.encode(
+        {
+            "type": "method",
+            "from": hub.manager_address,
+            "to": TARGET,
+            "method": "services.built-in.get_service",
+            "session": "s2",
+        }
+    )
     wrapped = relay.wrap_manager_call(hub.replica_id, "s2", frame)
     hub.inflight.opened(hub.manager_address, "s2", TARGET, set())
     assert hub.bus.replay_wanted(CLIENT_CHANNEL + TARGET, wrapped)

@@ -82,8 +82,13 @@ class Table:
             clock=self.clock, window=1.0, interval=0.1, publish=_published, give_up=lambda *_: None
         )
         self.router = Router(
-            settings=self.settings, clock=self.clock, metrics=self.metrics, peers=self.peers,
-            aliases={ALIAS}, transit=self.transit, retry=self.retry,
+            settings=self.settings,
+            clock=self.clock,
+            metrics=self.metrics,
+            peers=self.peers,
+            aliases={ALIAS},
+            transit=self.transit,
+            retry=self.retry,
         )
         self.manager = self.router.manager_address
 
@@ -172,30 +177,30 @@ def chunk_create(to: str) -> dict[str, Any]:
 # Every kind of frame for one target × where the target is × whether this replica drains.
 #    frame         target     idle       draining
 TABLE = [
-    (call,         HERE,      Deliver,   RetryLater),  # a new call waits for the client elsewhere
-    (call,         CLOSED,    Deliver,   Deliver),
-    (call,         AWAY,      Hold,      Hold),
-    (call,         ELSEWHERE, Forward,   Forward),  # another replica's, or nobody's: the publish tells
-    (call,         ALIAS,     ToAlias,   ToAlias),
-    (call,         MANAGER,   ToManager, ToManager),
-    (reply,        HERE,      Deliver,   Deliver),  # what is under way finishes here
-    (reply,        CLOSED,    Deliver,   Deliver),
-    (reply,        AWAY,      Hold,      Hold),
-    (reply,        ELSEWHERE, Forward,   Forward),
-    (reply,        ALIAS,     ToAlias,   ToAlias),
-    (reply,        MANAGER,   ToManager, ToManager),
-    (chunk_create, HERE,      Deliver,   Deliver),
-    (chunk_create, CLOSED,    Deliver,   Deliver),
-    (chunk_create, AWAY,      Hold,      Hold),
-    (chunk_create, ELSEWHERE, Forward,   Forward),
-    (chunk_create, ALIAS,     ToAlias,   ToAlias),
-    (chunk_create, MANAGER,   ToManager, ToManager),
-    (event,        HERE,      Deliver,   Deliver),
-    (event,        CLOSED,    Deliver,   Deliver),
-    (event,        AWAY,      Hold,      Hold),
-    (event,        ELSEWHERE, Forward,   Forward),
-    (event,        ALIAS,     ToAlias,   ToAlias),
-    (event,        MANAGER,   ToManager, ToManager),
+    (call, HERE, Deliver, RetryLater),  # a new call waits for the client elsewhere
+    (call, CLOSED, Deliver, Deliver),
+    (call, AWAY, Hold, Hold),
+    (call, ELSEWHERE, Forward, Forward),  # another replica's, or nobody's: the publish tells
+    (call, ALIAS, ToAlias, ToAlias),
+    (call, MANAGER, ToManager, ToManager),
+    (reply, HERE, Deliver, Deliver),  # what is under way finishes here
+    (reply, CLOSED, Deliver, Deliver),
+    (reply, AWAY, Hold, Hold),
+    (reply, ELSEWHERE, Forward, Forward),
+    (reply, ALIAS, ToAlias, ToAlias),
+    (reply, MANAGER, ToManager, ToManager),
+    (chunk_create, HERE, Deliver, Deliver),
+    (chunk_create, CLOSED, Deliver, Deliver),
+    (chunk_create, AWAY, Hold, Hold),
+    (chunk_create, ELSEWHERE, Forward, Forward),
+    (chunk_create, ALIAS, ToAlias, ToAlias),
+    (chunk_create, MANAGER, ToManager, ToManager),
+    (event, HERE, Deliver, Deliver),
+    (event, CLOSED, Deliver, Deliver),
+    (event, AWAY, Hold, Hold),
+    (event, ELSEWHERE, Forward, Forward),
+    (event, ALIAS, ToAlias, ToAlias),
+    (event, MANAGER, ToManager, ToManager),
 ]
 
 
@@ -402,9 +407,9 @@ def test_a_chunk_for_a_client_here_on_another_senders_key_is_refused() -> None:
     t.peers[other.id] = other
     assert type(t.route(chunk(HERE, "create"), {"args": ["k1"]})) is Deliver
     assert "in use by another sender" in reject_of(t.route(chunk(HERE, "append"), {"args": ["k1", b"x"]}, other))
-    assert "in use by another sender" in error_of(
-        t.route(chunk(HERE, "remove", None), {"args": ["k1"]}, other)
-    ), "no session to reject: an error frame"
+    assert "in use by another sender" in error_of(t.route(chunk(HERE, "remove", None), {"args": ["k1"]}, other)), (
+        "no session to reject: an error frame"
+    )
 
 
 def test_a_chunked_message_whose_payload_sets_a_reserved_key_is_refused_at_its_process() -> None:

@@ -24,12 +24,12 @@ from switchboard.clock import SystemClock
 from switchboard.protocol import link as wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import free_port
-from switchboard.testing.wait import eventually
+from switchboard.testing.wait import eventually, scaled
 
 pytestmark = pytest.mark.timeout(60)
 
 SECRET = "replay-test-secret"
-DEADLINE = 5.0
+DEADLINE = scaled(5.0)
 
 
 class Tap:
@@ -59,9 +59,7 @@ class Tap:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         self._writers += [writer, up_writer]
 
-        async def pump(
-            src: asyncio.StreamReader, dst: asyncio.StreamWriter, keep: bytearray | None
-        ) -> None:
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, keep: bytearray | None) -> None:
             while data := await src.read(65536):
                 if keep is not None:
                     keep += data
@@ -107,10 +105,6 @@ def channel() -> str:
     return f"sb:client:ws-{uuid.uuid4().hex[:6]}/c"
 
 
-def until(check: Callable[[], Any], what: str) -> Any:
-    return eventually(check, timeout=DEADLINE, what=what, interval=0.005)
-
-
 def link_port(bus: RedisBus) -> int:
     assert bus.links is not None
     return int(bus.links.origin.rsplit(":", 1)[1])
@@ -129,7 +123,7 @@ async def recorded_handshake(buses, tap: Tap) -> tuple[RedisBus, RedisBus, str, 
     ch, got = channel(), []
     await b.subscribe(ch, got.append)
     assert await a.publish(ch, b"first") == 1  # through Redis: b then dials a, via the tap
-    await until(lambda: a.links.route_of(ch) == b.replica_id, "the legitimate link")
+    await eventually(lambda: a.links.route_of(ch) == b.replica_id, "the legitimate link")
     assert len(tap.sent) == 1
     assert tap.sent[0]
     return a, b, ch, got, bytes(tap.sent[0])
@@ -167,11 +161,11 @@ async def test_a_replayed_hello_opens_no_link_and_delivers_nothing(buses, tap) -
     assert wire.WELCOME not in kinds
     assert closed
     assert on_a == []
-    await until(lambda: a.links.stats.refused == refused + 1, "the replay counted as refused")
+    await eventually(lambda: a.links.stats.refused == refused + 1, "the replay counted as refused")
     # the legitimate link is untouched: a's frames for b still go straight to it
     direct = a.stats.links.direct
     assert await a.publish(ch_b, b"still direct") == 1
-    await until(lambda: on_b[-1:] == [b"still direct"], "delivery over the legitimate link")
+    await eventually(lambda: on_b[-1:] == [b"still direct"], "delivery over the legitimate link")
     assert a.stats.links.direct == direct + 1
     assert a.links.route_of(ch_b) == b.replica_id
 
@@ -187,4 +181,4 @@ async def test_a_hello_recorded_for_one_replica_is_refused_by_another(buses, tap
     assert wire.WELCOME not in kinds
     assert closed
     assert on_c == []
-    await until(lambda: c.links.stats.refused == 1, "the replay counted as refused")
+    await eventually(lambda: c.links.stats.refused == 1, "the replay counted as refused")

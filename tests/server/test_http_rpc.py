@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,16 +18,9 @@ from switchboard.config import Settings
 from switchboard.server import http_rpc
 from switchboard.server.runner import RunningServer, running
 from switchboard.server.state import Phase
+from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def connect_http(connect: Any, **config: Any) -> Any:
@@ -92,7 +85,7 @@ async def raw_stream(url: str, client_id: str, *, token: str | None = None, **pa
         httpx.AsyncClient(base_url=url, timeout=10, headers=headers) as http,
         http.stream("GET", "/rpc", params={"client_id": client_id, **params}) as response,
     ):
-        assert response.status_code == 200, (await response.aread())
+        assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"] == "application/x-msgpack-stream"
         stream = RawStream(http, response)
         stream.info = await stream.frame()
@@ -160,9 +153,7 @@ async def test_http_provider_calls_back_into_its_caller(connect: Any) -> None:
 
 async def test_megabyte_payloads_cross_the_http_transport_both_ways(connect: Any) -> None:
     provider = await connect_http(connect, client_id="big-provider")
-    await provider.register_service(
-        {"id": "big", "config": {"visibility": "public"}, "double": lambda b: b + b[::-1]}
-    )
+    await provider.register_service({"id": "big", "config": {"visibility": "public"}, "double": lambda b: b + b[::-1]})
     payload = bytes(range(256)) * (5 * 1024) + b"tail"  # 1.25 MiB + 4
     for caller in (await connect(client_id="ws-big"), await connect_http(connect, client_id="http-big")):
         svc = await caller.get_service(f"{provider.config['workspace']}/big-provider:big")
@@ -171,13 +162,15 @@ async def test_megabyte_payloads_cross_the_http_transport_both_ways(connect: Any
         assert result == payload + payload[::-1]
 
 
-async def test_the_clients_own_token_refresh_gets_a_new_token_down_the_stream(server: RunningServer, connect: Any) -> None:
+async def test_the_clients_own_token_refresh_gets_a_new_token_down_the_stream(
+    server: RunningServer, connect: Any
+) -> None:
     api = await connect_http(connect, client_id="refresher")
     connection = api.rpc._connection
     first = connection._reconnection_token
     # The client POSTs {"type":"refresh_token"} 2 s after connecting; the answer
     # replaces its token with a new object (the value may be equal within a second).
-    await wait_until(lambda: connection._reconnection_token is not first, timeout=10, what="a token refresh")
+    await eventually(lambda: connection._reconnection_token is not first, timeout=10, what="a token refresh")
     user = server.hub.issuer.verify(connection._reconnection_token)
     assert (user.client_id, user.current_workspace) == ("refresher", api.config["workspace"])
 
@@ -189,7 +182,7 @@ async def test_disconnect_removes_the_http_clients_services(server: RunningServe
     watcher = await connect(client_id="watcher", token=await provider.generate_token())
     assert f"{ws}/leaver:gone-soon" in {s["id"] for s in await watcher.list_services()}
     await provider.disconnect()
-    await wait_until(lambda: f"{ws}/leaver" not in server.hub.peers, what="the peer to be detached")
+    await eventually(lambda: f"{ws}/leaver" not in server.hub.peers, what="the peer to be detached")
     assert not {s["id"] for s in await watcher.list_services()} & {f"{ws}/leaver:gone-soon"}
 
 
@@ -199,17 +192,10 @@ async def test_client_resumes_on_a_new_stream_when_the_server_drops_it(server: R
     await provider.register_service({"id": "kept", "config": {"visibility": "public"}, "f": lambda: "back"})
     old = server.hub.peers[peer_id]
     old.close(1012, "Service restart")  # the stream ends; the client retries after 2 s
-    await wait_until(lambda: server.hub.peers.get(peer_id) not in (None, old), timeout=10, what="a new stream")
+    await eventually(lambda: server.hub.peers.get(peer_id) not in (None, old), timeout=10, what="a new stream")
     caller = await connect(client_id="resume-caller")
-    deadline = asyncio.get_running_loop().time() + 5
-    while True:  # the client re-registers its services once the new connection_info arrives
-        try:
-            svc = await caller.get_service(f"{peer_id}:kept")
-            break
-        except Exception:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
+    # the client re-registers its services once the new connection_info arrives
+    svc = await eventually(lambda: caller.get_service(f"{peer_id}:kept"), "the service registered again", interval=0.05)
     assert await svc.f() == "back"
 
 
@@ -343,14 +329,14 @@ async def test_a_new_get_supersedes_the_old_stream(server: RunningServer) -> Non
             assert old_peer.closed
             assert (await second.post(msgpack.packb({"type": "ping"}))).status_code == 200
             assert await second.frame_of_type("pong")
-    await wait_until(lambda: not server.hub.peers, what="both streams to be detached")
+    await eventually(lambda: not server.hub.peers, what="both streams to be detached")
 
 
 async def test_closing_the_stream_detaches_the_peer(server: RunningServer) -> None:
     async with raw_stream(server.url, "short") as stream:
         peer_id = stream.peer_id
         assert peer_id in server.hub.peers
-    await wait_until(lambda: peer_id not in server.hub.peers, what="the peer to be detached")
+    await eventually(lambda: peer_id not in server.hub.peers, what="the peer to be detached")
 
 
 @pytest.mark.parametrize(
@@ -415,7 +401,7 @@ async def test_idle_stream_gets_pings_and_the_client_ignores_them(fast_keepalive
         peer = fast_keepalive_server.hub.peers[f"{api.config['workspace']}/pinged"]
         connected_at = peer.transport.last_sent
         # Only pings go down an idle stream: wait until one went out a second after connecting.
-        await wait_until(lambda: peer.transport.last_sent - connected_at > 1.0, what="pings on an idle stream")
+        await eventually(lambda: peer.transport.last_sent - connected_at > 1.0, what="pings on an idle stream")
         assert await api.echo("still here") == "still here"
         assert fast_keepalive_server.hub.peers[peer.id] is peer  # never reconnected
     finally:

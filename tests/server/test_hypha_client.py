@@ -7,15 +7,9 @@ import asyncio
 import pytest
 from hypha_rpc.rpc import RemoteException
 
+from switchboard.testing.wait import eventually
+
 pytestmark = pytest.mark.timeout(60)
-
-
-async def wait_until(predicate, timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # 1. connecting --------------------------------------------------------------
@@ -88,13 +82,29 @@ async def test_service_not_found_is_a_clear_error(connect):
 async def test_positional_keyword_and_every_msgpack_type_round_trip(connect):
     provider = await connect(client_id="prov")
     await provider.register_service(
-        {"id": "echo", "config": {"visibility": "public"}, "echo": lambda x: x,
-         "mix": lambda a, b, c=3, **kw: [a, b, c, kw]}
+        {
+            "id": "echo",
+            "config": {"visibility": "public"},
+            "echo": lambda x: x,
+            "mix": lambda a, b, c=3, **kw: [a, b, c, kw],
+        }
     )
     caller = await connect(client_id="caller")
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:echo")
-    values = [None, True, 0, -1, 2**40, 1.5, "text", "ünïcode", b"\x00\xff", [1, [2, [3]]],
-              {"a": {"b": [1, 2, {"c": None}]}}, []]
+    values = [
+        None,
+        True,
+        0,
+        -1,
+        2**40,
+        1.5,
+        "text",
+        "ünïcode",
+        b"\x00\xff",
+        [1, [2, [3]]],
+        {"a": {"b": [1, 2, {"c": None}]}},
+        [],
+    ]
     for value in values:
         assert await svc.echo(value) == value
     assert await svc.mix(1, 2) == [1, 2, 3, {}]
@@ -105,8 +115,7 @@ async def test_ten_mebibyte_payloads_each_way(connect):
     provider = await connect(client_id="prov")
     big_back = bytes(range(256)) * (10 * 1024 * 4)  # 10 MiB
     await provider.register_service(
-        {"id": "big", "config": {"visibility": "public"},
-         "size": lambda data: len(data), "give": lambda: big_back}
+        {"id": "big", "config": {"visibility": "public"}, "size": lambda data: len(data), "give": lambda: big_back}
     )
     caller = await connect(client_id="caller")
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:big")
@@ -223,7 +232,7 @@ async def test_emitted_events_reach_subscribers_only(connect):
     carol.on("my-event", got_carol.append)
     assert await bob.subscribe(["my-event"]) is True
     await alice.emit({"type": "my-event", "to": "*", "data": {"n": 1}})
-    await wait_until(lambda: got_bob, what="bob's event")
+    await eventually(lambda: got_bob, what="bob's event")
     ws = alice.config["workspace"]
     assert got_bob[0]["data"] == {"n": 1}
     assert got_bob[0]["from"] == f"{ws}/alice"
@@ -245,7 +254,7 @@ async def test_server_events_on_connect_service_changes_and_disconnect(connect):
     await other.register_service({"id": "svc", "f": lambda: 1})
     await other.unregister_service("svc")
     await other.disconnect()
-    await wait_until(lambda: any(e["type"] == "client_disconnected" for e in events), what="disconnect event")
+    await eventually(lambda: any(e["type"] == "client_disconnected" for e in events), what="disconnect event")
     kinds = [(e["type"], e["data"].get("id")) for e in events]
     assert ("client_connected", f"{ws}/other") in kinds
     assert ("service_added", f"{ws}/other:svc") in kinds
@@ -294,7 +303,7 @@ async def test_a_client_that_reconnects_with_its_token_gets_its_identity_back(co
     # cut the connection from the server side without a goodbye
     peer = server.hub.peers[f"{ws}/phoenix"]
     peer.close(1011, "test: connection dropped")
-    await wait_until(lambda: server.hub.peers.get(f"{ws}/phoenix") not in (None, peer), 10, "reconnection")
+    await eventually(lambda: server.hub.peers.get(f"{ws}/phoenix") not in (None, peer), "reconnection", timeout=10)
     assert server.hub.peers[f"{ws}/phoenix"].workspace == ws
     for _ in range(200):
         try:
@@ -314,10 +323,16 @@ async def test_a_second_live_client_with_the_same_id_is_refused(connect):
 
 async def test_a_service_whose_methods_shadow_dict_methods_is_served(connect):
     provider = await connect(client_id="prov")
-    await provider.register_service({
-        "id": "dict-like", "config": {"visibility": "public"},
-        "get": lambda key: f"got {key}", "keys": lambda: ["k"], "items": lambda: [], "pop": lambda: 1,
-    })
+    await provider.register_service(
+        {
+            "id": "dict-like",
+            "config": {"visibility": "public"},
+            "get": lambda key: f"got {key}",
+            "keys": lambda: ["k"],
+            "items": lambda: [],
+            "pop": lambda: 1,
+        }
+    )
     svc = await provider.get_service("dict-like")
     assert await svc.get("x") == "got x"
     assert svc.config.workspace == provider.config["workspace"]

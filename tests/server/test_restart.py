@@ -9,6 +9,7 @@ import pytest
 from hypha_rpc import connect_to_server
 
 from switchboard.server.runner import bind, running
+from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,10 +27,7 @@ async def test_clients_resume_after_a_restart_with_their_services(settings):
         await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "alive"})
     # the hub is gone; its memory with it. A new process on the same port:
     async with running(settings) as again:
-        deadline = asyncio.get_running_loop().time() + 20
-        while f"{ws}/prov" not in again.hub.peers:
-            assert asyncio.get_running_loop().time() < deadline, "client did not come back"
-            await asyncio.sleep(0.05)
+        await eventually(lambda: f"{ws}/prov" in again.hub.peers, "the client back", timeout=20, interval=0.05)
         caller = await connect_to_server({"server_url": again.url, "client_id": "caller"})
         try:
             for _ in range(200):

@@ -15,12 +15,15 @@ def test_the_installed_versions_are_the_tested_ones() -> None:
     versions.check()  # the pins of pyproject.toml
 
 
-@pytest.mark.parametrize("installed", [
-    {"uvicorn": "0.55.0", "websockets": "17.4"},
-    {"uvicorn": "0.53.2", "websockets": "17.4"},
-    {"uvicorn": "0.54.0", "websockets": "18.0"},
-    {"uvicorn": "1.0.0rc1", "websockets": "17.4"},
-])
+@pytest.mark.parametrize(
+    "installed",
+    [
+        {"uvicorn": "0.55.0", "websockets": "17.4"},
+        {"uvicorn": "0.53.2", "websockets": "17.4"},
+        {"uvicorn": "0.54.0", "websockets": "18.0"},
+        {"uvicorn": "1.0.0rc1", "websockets": "17.4"},
+    ],
+)
 def test_an_untested_release_is_refused_with_what_to_install(installed: dict[str, str]) -> None:
     with pytest.raises(UnsupportedServer) as refused:
         versions.check(installed)

@@ -89,8 +89,9 @@ async def test_text_that_is_not_utf8_fails_the_connection_with_1007(server: Runn
         info = await raw.hello("garbled")
         raw.send_frame(0x81, b"\xff\xfe")  # a TEXT frame that does not decode
         assert (await raw.close_code())[0] == 1007
-    await eventually(lambda: f"{info['workspace']}/garbled" not in server.hub.peers, timeout=5,
-                     what="the client to be detached")
+    await eventually(
+        lambda: f"{info['workspace']}/garbled" not in server.hub.peers, timeout=5, what="the client to be detached"
+    )
 
 
 async def test_a_frame_that_breaks_the_framing_fails_the_connection_with_1002(server: RunningServer) -> None:
@@ -98,8 +99,9 @@ async def test_a_frame_that_breaks_the_framing_fails_the_connection_with_1002(se
         info = await raw.hello("unmasked")
         raw.writer.write(b"\x82\x01x")  # a client's frame must be masked (RFC 6455 §5.1)
         assert (await raw.close_code())[0] == 1002
-    await eventually(lambda: f"{info['workspace']}/unmasked" not in server.hub.peers, timeout=5,
-                     what="the client to be detached")
+    await eventually(
+        lambda: f"{info['workspace']}/unmasked" not in server.hub.peers, timeout=5, what="the client to be detached"
+    )
 
 
 @pytest.mark.parametrize(("code", "leaves"), [(1000, True), (4000, False)])

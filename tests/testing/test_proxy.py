@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from switchboard.testing import FaultProxy, ThreadedFaultProxy, ValkeyServer
+from switchboard.testing.wait import eventually
 
 PING = b"*1\r\n$4\r\nPING\r\n"
 PONG = b"+PONG\r\n"
@@ -64,14 +65,6 @@ async def fresh_ping(proxy: FaultProxy) -> bytes:
         stream[1].close()
 
 
-async def eventually(predicate: Callable[[], bool], what: str, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def closing(client: aredis.Redis, check: Callable[[aredis.Redis], Awaitable[None]]) -> None:
     try:
         await check(client)
@@ -94,9 +87,7 @@ async def test_bytes_pass_through_and_are_counted(proxy: FaultProxy) -> None:
     stream[1].close()
 
 
-async def test_blackhole_times_out_while_the_connection_stays_open(
-    proxy: FaultProxy, valkey: ValkeyServer
-) -> None:
+async def test_blackhole_times_out_while_the_connection_stays_open(proxy: FaultProxy, valkey: ValkeyServer) -> None:
     stream = await raw_connect(proxy)
     assert await raw_ping(stream) == PONG
     upstream = proxy.connections[0].upstream_addr
@@ -159,9 +150,7 @@ async def test_delay_adds_latency_each_way_and_keeps_order(proxy: FaultProxy) ->
         proxy.delay(-1)
 
 
-async def test_reset_all_sends_rst_and_new_connections_work(
-    proxy: FaultProxy, valkey: ValkeyServer
-) -> None:
+async def test_reset_all_sends_rst_and_new_connections_work(proxy: FaultProxy, valkey: ValkeyServer) -> None:
     stream = await raw_connect(proxy)
     assert await raw_ping(stream) == PONG
     with valkey.client() as admin:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -14,19 +13,12 @@ from redis.retry import Retry
 
 from switchboard.testing import ValkeyServer, ValkeyServerError
 from switchboard.testing.valkey import BINARY_ENV, find_server_binary
+from switchboard.testing.wait import eventually_blocking
 
 
 def no_retry() -> Retry:
     """Fail on the first error, so a test sees exactly what the server did."""
     return Retry(NoBackoff(), 0)
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def pubsub_clients(server: ValkeyServer) -> int:
@@ -130,7 +122,7 @@ def test_context_manager_stops_the_server() -> None:
         pid = server.pid
         assert pid is not None
     assert not server.is_running()
-    wait_until(lambda: not psutil.pid_exists(pid), "valkey process to disappear")
+    eventually_blocking(lambda: not psutil.pid_exists(pid), "the valkey process gone", interval=0.02)
 
 
 def test_failed_start_raises_with_the_log_tail_and_cleans_up() -> None:

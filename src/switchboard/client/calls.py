@@ -37,7 +37,7 @@ from hypha_rpc.utils import ObjectProxy
 from switchboard.client.errors import CallInterrupted, ClientClosed, GaveUp, Refused
 from switchboard.client.transport import State, Transport
 
-log = logging.getLogger("switchboard.client")
+log = logging.getLogger(__name__)
 
 CONFIG_KEY = "idempotent"
 _MARK = "__switchboard_idempotent__"
@@ -188,7 +188,14 @@ def wrap_service(service: Any, transport: Transport) -> Any:
     return proxy_type.fromDict(_wrap(service, "", names, transport, str(service_id)))
 
 
-def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str) -> dict[str, Any]:
+def _returning(fn: Callable[..., Any]) -> Callable[[], Callable[..., Any]]:
+    """A resolver for a function found in the service itself (fixed for its lifetime)."""
+    return lambda: fn
+
+
+def _wrap(
+    tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in dict.keys(tree) if isinstance(tree, dict) else tree:
         value = dict.__getitem__(tree, key) if isinstance(tree, dict) else tree[key]
@@ -196,7 +203,7 @@ def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport
         if key == "config" or not (callable(value) or isinstance(value, Mapping)):
             out[key] = value
         elif callable(value):
-            out[key] = RemoteCall(lambda fn=value: fn, transport, name=f"{sid}.{path}", idempotent=path in names)
+            out[key] = RemoteCall(_returning(value), transport, name=f"{sid}.{path}", idempotent=path in names)
         else:
             out[key] = _wrap(value, path + ".", names, transport, sid)
     return out

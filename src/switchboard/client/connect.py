@@ -18,13 +18,24 @@ from switchboard.client.transport import State, Transport
 from switchboard.client.wire import Dial
 from switchboard.clock import Clock
 
-log = logging.getLogger("switchboard.client")
+log = logging.getLogger(__name__)
 
 # Manager methods that may safely run twice: retried once after a reconnection.
-MANAGER_IDEMPOTENT = frozenset({
-    "get_service", "get_service_info", "list_services", "list_clients", "echo", "ping",
-    "get_workspace_info", "parse_token", "check_status", "subscribe", "unsubscribe",
-})
+MANAGER_IDEMPOTENT = frozenset(
+    {
+        "get_service",
+        "get_service_info",
+        "list_services",
+        "list_clients",
+        "echo",
+        "ping",
+        "get_workspace_info",
+        "parse_token",
+        "check_status",
+        "subscribe",
+        "unsubscribe",
+    }
+)
 
 
 async def connect(
@@ -57,15 +68,27 @@ async def connect(
     same budget. Raises :class:`GaveUp` or :class:`Refused`.
     """
     url_list = [urls] if isinstance(urls, str) else list(urls)
-    overrides = {"max_wait": max_wait, "initial_delay": initial_delay, "max_delay": max_delay, "jitter": jitter}
+    overrides: dict[str, Any] = {
+        "max_wait": max_wait,
+        "initial_delay": initial_delay,
+        "max_delay": max_delay,
+        "jitter": jitter,
+    }
     if policy is None:
         policy = ReconnectPolicy.from_env(**overrides)
     elif any(v is not None for v in overrides.values()):
         raise TypeError("pass either policy= or the individual reconnect settings, not both")
     client_id = client_id or shortuuid.uuid()
     transport = Transport(
-        url_list, client_id=client_id, workspace=workspace, token=token,
-        reconnection_token=reconnection_token, policy=policy, clock=clock, dial=dial, rng=rng,
+        url_list,
+        client_id=client_id,
+        workspace=workspace,
+        token=token,
+        reconnection_token=reconnection_token,
+        policy=policy,
+        clock=clock,
+        dial=dial,
+        rng=rng,
         ping_interval=ping_interval,
     )
     if on_event is not None:
@@ -73,11 +96,15 @@ async def connect(
     info = await transport.open()
     rpc: RPC | None = None
     try:
-        rpc_kwargs.setdefault("logger", logging.getLogger("switchboard.client.rpc"))
+        rpc_kwargs.setdefault("logger", log.getChild("rpc"))
         rpc = RPC(
-            transport, client_id=client_id, workspace=info["workspace"],
+            transport,
+            client_id=client_id,
+            workspace=info["workspace"],
             default_context={"connection_type": "websocket"},
-            server_base_url=info.get("public_base_url"), method_timeout=method_timeout, **rpc_kwargs,
+            server_base_url=info.get("public_base_url"),
+            method_timeout=method_timeout,
+            **rpc_kwargs,
         )
         await _registered(rpc, method_timeout)
         manager = await rpc.get_manager_service({"timeout": method_timeout, "case_conversion": "snake"})
@@ -155,16 +182,18 @@ class Client:
 
     # -- services ------------------------------------------------------------------------------
 
-    async def register_service(self, service: dict[str, Any], config: dict[str, Any] | None = None,
-                               **kwargs: Any) -> Any:
+    async def register_service(
+        self, service: dict[str, Any], config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         """Register ``service`` (re-registered after every reconnection); ``@idempotent`` functions are declared."""
         return await self.rpc.register_service(calls.declare_idempotent(service), config, **kwargs)
 
     async def unregister_service(self, service: dict[str, Any] | str, notify: bool = True) -> None:
         await self.rpc.unregister_service(service, notify)
 
-    async def get_service(self, query: str | dict[str, Any], config: dict[str, Any] | None = None,
-                          **kwargs: Any) -> Any:
+    async def get_service(
+        self, query: str | dict[str, Any], config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         """A service, its functions wrapped: idempotent ones retried after a reconnection, others fail fast."""
         svc = await self._manager_call("get_service")(query, config={**(config or {}), **kwargs})
         return calls.wrap_service(svc, self.transport)
@@ -249,8 +278,12 @@ class Client:
     # -- reconnection --------------------------------------------------------------------------
 
     def _manager_call(self, name: str) -> calls.RemoteCall:
-        return calls.RemoteCall(lambda: getattr(self._manager, name), self.transport,
-                                name=f"manager.{name}", idempotent=name in MANAGER_IDEMPOTENT)
+        return calls.RemoteCall(
+            lambda: getattr(self._manager, name),
+            self.transport,
+            name=f"manager.{name}",
+            idempotent=name in MANAGER_IDEMPOTENT,
+        )
 
     def _refresh_config(self) -> None:
         config = dict(self._manager.get("config") or {})

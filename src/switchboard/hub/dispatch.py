@@ -249,4 +249,3 @@ class Dispatch:
 
     def __repr__(self) -> str:
         return f"<Dispatch replica={self.replica_id} tasks={len(self._background)}>"
-

@@ -37,7 +37,7 @@ from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceQuery
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class Hub:
         self.counts = counts or MemoryConnectionCounts()
         self.gate = Gatekeeper(settings=settings, issuer=issuer, registry=registry, counts=self.counts, clock=clock)
         self.replica_id = settings.replica_id
-        self.manager_id = f"manager-{settings.server_id}"
+        self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
@@ -89,7 +89,10 @@ class Hub:
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
         )
         self.remote = Remote(
-            bus=bus, registry=registry, replica_id=self.replica_id, manager_address=self.manager_address,
+            bus=bus,
+            registry=registry,
+            replica_id=self.replica_id,
+            manager_address=self.manager_address,
             aliases=self._acting,
         )
         self.retry = RetryWindow(
@@ -101,19 +104,35 @@ class Hub:
             hold_until=self.transit.deadline,
         )
         self.router = Router(
-            settings=settings, clock=clock, metrics=metrics, peers=self.peers, aliases=self._acting,
-            transit=self.transit, retry=self.retry,
+            settings=settings,
+            clock=clock,
+            metrics=metrics,
+            peers=self.peers,
+            aliases=self._acting,
+            transit=self.transit,
+            retry=self.retry,
         )
         self.moves = Moves(
-            registry=registry, remote=self.remote, clock=clock, metrics=metrics, peers=self.peers,
-            transit=self.transit, retry=self.retry,
+            registry=registry,
+            remote=self.remote,
+            clock=clock,
+            metrics=metrics,
+            peers=self.peers,
+            transit=self.transit,
+            retry=self.retry,
             deliver=lambda target, item: self.dispatch.deliver(target, item),
             announce_gone=self.announce_gone,
         )
         self.dispatch = Dispatch(
-            router=self.router, remote=self.remote, moves=self.moves, retry=self.retry,
-            to_manager=self.manager.receive, members=self._by_workspace, aliases=self._acting,
-            metrics=metrics, token=self.reconnection_token,
+            router=self.router,
+            remote=self.remote,
+            moves=self.moves,
+            retry=self.retry,
+            to_manager=self.manager.receive,
+            members=self._by_workspace,
+            aliases=self._acting,
+            metrics=metrics,
+            token=self.reconnection_token,
         )
         self.drainer = Drainer(
             router=self.router, moves=self.moves, bus=bus, clock=clock, peers=self.peers, retry=self.retry
@@ -190,7 +209,9 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data))
+        await self.bus.subscribe(
+            CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data)
+        )
         if first_in_workspace:
             await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
         self.metrics.clients.set(len(self.peers))
@@ -199,7 +220,7 @@ class Hub:
             await self.moves.arrived(peer)
         return {
             "type": "connection_info",
-            "hypha_version": "0.21.135",
+            "hypha_version": HYPHA_VERSION,
             "server": "switchboard",
             "public_base_url": self.settings.public_base_url,
             "local_base_url": self.settings.public_base_url,
@@ -366,4 +387,3 @@ class Hub:
 
     def __repr__(self) -> str:
         return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"
-

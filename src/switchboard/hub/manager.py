@@ -35,11 +35,12 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, ids
 from switchboard.protocol import services as svc_ids
+from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
 from switchboard.protocol.values import plain
 from switchboard.tasks import spawn
 
-log = logging.getLogger("switchboard.manager")
+log = logging.getLogger(__name__)
 
 
 class Hub(Protocol):
@@ -58,6 +59,7 @@ class Hub(Protocol):
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
+
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
 
@@ -69,9 +71,9 @@ class _RouterLink:
 
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
-        self.handler: Callable[[bytes], None] | None = None
+        self.handler: Callable[[bytes | dict[str, Any]], None] | None = None  # hypha-rpc takes both
 
-    def on_message(self, handler: Callable[[bytes], None]) -> None:
+    def on_message(self, handler: Callable[[bytes | dict[str, Any]], None]) -> None:
         self.handler = handler
 
     def on_connected(self, handler: Any) -> None:
@@ -100,8 +102,11 @@ class WorkspaceManager:
             handler=lambda: self.link.handler,
             send=lambda frame: spawn(self._sending, hub.route_from_manager(frame)),
             uploads=Uploads(
-                clock=hub.clock, keep=True, max_bytes=s.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                clock=hub.clock,
+                keep=True,
+                max_bytes=s.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS,
+                idle_timeout=UPLOAD_IDLE_TIMEOUT,
             ),
         )
 
@@ -158,7 +163,7 @@ class WorkspaceManager:
                 "visibility": "public",
                 "server_id": s.server_id,
                 "public_base_url": s.public_base_url,
-                "hypha_version": "0.21.135",
+                "hypha_version": HYPHA_VERSION,
             },
         }
         for name, (fn, props) in methods.items():
@@ -212,7 +217,8 @@ class WorkspaceManager:
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
         found = await self.hub.registry.find(query)
         allowed = [
-            i for i in found
+            i
+            for i in found
             if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
         ]
         if not allowed:
@@ -326,7 +332,9 @@ class WorkspaceManager:
         else:
             await self.hub.emit_event(ws, "service_removed", removed)
 
-    async def get_service_info(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> ServiceInfo:
+    async def get_service_info(
+        self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None
+    ) -> ServiceInfo:
         """The registered info of one service."""
         peer = self._caller(context)
         config = plain(config) or {}
@@ -340,7 +348,9 @@ class WorkspaceManager:
         timeout = float(config.get("timeout") or 10.0)
         return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
 
-    async def list_services(self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None) -> list[ServiceInfo]:
+    async def list_services(
+        self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
+    ) -> list[ServiceInfo]:
         """Services visible to the caller, filtered by ``query``."""
         peer = self._caller(context)
         q, filters = list_query(plain(query), peer.workspace)
@@ -351,7 +361,9 @@ class WorkspaceManager:
             if q.workspace == "*" and ws != peer.workspace and svc_ids.visibility(info) != "public":
                 continue
             if not svc_ids.may_list(
-                info, caller_workspace=peer.workspace, has_read=peer.user.can(ws, Permission.READ),
+                info,
+                caller_workspace=peer.workspace,
+                has_read=peer.user.can(ws, Permission.READ),
                 include_unlisted=include_unlisted,
             ):
                 continue
@@ -404,13 +416,18 @@ class WorkspaceManager:
             raise ProtocolError(str(exc)) from None
         expires_in = config.get("expires_in") or 3600
         if (
-            not isinstance(expires_in, int | float) or isinstance(expires_in, bool)
+            not isinstance(expires_in, int | float)
+            or isinstance(expires_in, bool)
             or not 0 < expires_in <= MAX_TOKEN_LIFETIME
         ):
             raise ProtocolError(f"expires_in must be a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
         user = child_user(peer.user, workspace=ws, permission=permission)
         return self.hub.issuer.issue(
-            user, workspace=ws, permission=permission, expires_in=float(expires_in), client_id=client_id,
+            user,
+            workspace=ws,
+            permission=permission,
+            expires_in=float(expires_in),
+            client_id=client_id,
         )
 
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -440,9 +457,19 @@ class WorkspaceManager:
         ws = ids.check_id(workspace or peer.workspace, "workspace")
         self._require(peer, ws, Permission.READ)
         return {
-            "type": "workspace", "id": ws, "name": ws, "description": "", "persistent": False,
-            "owners": [], "read_only": False, "icon": None, "covers": [], "docs": None,
-            "service_types": {}, "config": {}, "status": {"ready": True},
+            "type": "workspace",
+            "id": ws,
+            "name": ws,
+            "description": "",
+            "persistent": False,
+            "owners": [],
+            "read_only": False,
+            "icon": None,
+            "covers": [],
+            "docs": None,
+            "service_types": {},
+            "config": {},
+            "status": {"ready": True},
         }
 
     async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -145,8 +145,9 @@ class Moves:
         """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
         if released is None or not released.frames:
             return
-        self.log.debug("sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client,
-                       released.away)
+        self.log.debug(
+            "sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client, released.away
+        )
 
         async def send_all() -> None:
             for item in released.frames:
@@ -171,8 +172,9 @@ class Moves:
         grace = self.transit.grace
         self._begin(peer.id)
         try:
-            marked = await self.registry.begin_transit(peer.workspace, peer.client_id, owner=self.replica_id,
-                                                       grace=grace)
+            marked = await self.registry.begin_transit(
+                peer.workspace, peer.client_id, owner=self.replica_id, grace=grace
+            )
         except BackendError as exc:
             peer.log.warning("cannot put the client in transit: %s", exc)
             marked = False
@@ -200,8 +202,11 @@ class Moves:
             return
         peer.returned, peer.returned_at = True, self.clock.monotonic()
         self.metrics.transit_seconds.observe(away)
-        peer.log.info("back after %.3f s in transit%s", away,
-                      f", {len(released.frames)} frames held here" if released and released.frames else "")
+        peer.log.info(
+            "back after %.3f s in transit%s",
+            away,
+            f", {len(released.frames)} frames held here" if released and released.frames else "",
+        )
         await self._notice("back", peer.id)
 
     def salvage(self, peer: Peer) -> None:

@@ -12,7 +12,7 @@ from switchboard.hub.auth import User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.uploads import Uploads
 
-log = logging.getLogger("switchboard.peer")
+log = logging.getLogger(__name__)
 
 # Close codes with which a client says goodbye (1000 normal closure, 1001 going
 # away: a page closed): it has left. A connection that ends otherwise on the
@@ -112,9 +112,7 @@ class Peer:
             return False
         size = len(frame)
         if self._queued_bytes + size > self.max_queue_bytes and self._queue:
-            self.log.warning(
-                "send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes
-            )
+            self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes)
             self.close(1008, "Send queue full: client is not reading fast enough")
             return False
         if self._writer_running and not self._queue and not self._writing and self.transport.try_send(frame):

@@ -15,12 +15,12 @@ from collections.abc import Callable, Container
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
-from switchboard.protocol import relay
+from switchboard.protocol import ids, relay
 from switchboard.protocol.services import ServiceQuery
 
 log = logging.getLogger(__name__)
 
-CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the replica holding the client listens
+CLIENT_CHANNEL = ids.CLIENT_CHANNEL
 WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
 REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
 
@@ -49,7 +49,7 @@ class Remote:
 
         def on_undelivered(channel: str, data: bytes) -> None:
             if channel.startswith(CLIENT_CHANNEL):
-                undelivered(channel[len(CLIENT_CHANNEL):], data)
+                undelivered(channel[len(CLIENT_CHANNEL) :], data)
 
         def on_replay(channel: str, data: bytes) -> bool:
             return not channel.startswith(CLIENT_CHANNEL) or replay_wanted(data)

@@ -131,7 +131,9 @@ class Router:
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
         self.draining = False
         s = settings
-        self._rate_refusal = f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+        self._rate_refusal = (
+            f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+        )
         self._pending_refusal = f"Too many pending calls: at most {s.max_pending_calls} may wait for a reply"
 
     # -- a client's own frames -------------------------------------------------
@@ -174,7 +176,9 @@ class Router:
         if refusal:
             self.metrics.rate_limited.inc()
             if session:
-                return Send(peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal))
+                return Send(
+                    peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal)
+                )
             return None
         if route.kind == "manager":
             if traits.answers is not None:
@@ -237,8 +241,11 @@ class Router:
         """
         if receiver.uploads is None:
             receiver.uploads = Uploads(
-                clock=self.clock, keep=False, max_bytes=self.settings.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                clock=self.clock,
+                keep=False,
+                max_bytes=self.settings.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS,
+                idle_timeout=UPLOAD_IDLE_TIMEOUT,
             )
         uploads = receiver.uploads
         try:
@@ -291,7 +298,9 @@ class Router:
         env = envelope.decode(data)
         target = env.main.get("to")
         if not isinstance(target, str) or "/" not in target:
-            log.warning("manager emitted a message without a full target: %r", target, extra={"replica": self.replica_id})
+            log.warning(
+                "manager emitted a message without a full target: %r", target, extra={"replica": self.replica_id}
+            )
             return None
         frame = envelope.stamp(
             env, sender=sender, workspace=workspace or target.partition("/")[0], user=user, to=target, trusted=True
@@ -344,8 +353,11 @@ class Router:
         caller, session = env.main.get("from"), env.session
         if peer.closed:
             # a manager call stays wrapped with its origin: sent on, it still finds its way back
-            item = (Undelivered(data, None, "", False) if origin is not None
-                    else Undelivered(frame, session, str(caller or ""), env.type != "method"))
+            item = (
+                Undelivered(data, None, "", False)
+                if origin is not None
+                else Undelivered(frame, session, str(caller or ""), env.type != "method")
+            )
             return Hold(peer.id, item, self._bounce(peer.id, session, caller))
         traits = classify(env.main.get("method"), session, env.rest)
         if traits.op is not None and isinstance(caller, str):

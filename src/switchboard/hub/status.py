@@ -23,7 +23,7 @@ async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]
 
 async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str | None]:
     """:func:`read_status` on a client already open (one pipelined round trip per step)."""
-    members = sorted(m.decode() for m in await redis.smembers(REPLICAS_KEY))
+    members = sorted(_text(m) for m in await redis.smembers(REPLICAS_KEY))
     async with redis.pipeline(transaction=False) as pipe:
         for member in members:
             pipe.hgetall(PRESENCE_PREFIX + member)
@@ -35,6 +35,11 @@ async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str 
     return sorted(replicas, key=lambda r: r.get("id", "")), leader
 
 
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client is made without decode_responses: bytes)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float | None = None) -> str:
     now = time.time() if now is None else now
     header = ("REPLICA", "ADDRESS", "AGE", "CLIENTS", "LEADER", "SUBSCRIPTIONS", "BUS")
@@ -42,10 +47,17 @@ def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float 
     for r in replicas:
         age = now - float(r.get("started", now))
         subs = f"{r.get('confirmed', '?')}/{r.get('desired', '?')} confirmed"
-        rows.append((
-            r.get("id", "?"), r.get("address", "?"), _age(age), r.get("clients", "?"),
-            "yes" if r.get("id") == leader else "", subs, r.get("bus", "?"),
-        ))
+        rows.append(
+            (
+                r.get("id", "?"),
+                r.get("address", "?"),
+                _age(age),
+                r.get("clients", "?"),
+                "yes" if r.get("id") == leader else "",
+                subs,
+                r.get("bus", "?"),
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.append(f"{len(replicas)} replicas; leader: {leader or 'none'}")

@@ -16,6 +16,11 @@ CLOSE_GOING_AWAY = 1001  # refused by policy after auth (workspace, duplicate id
 CLOSE_TRY_AGAIN = 1013  # overloaded or draining: retry later
 CLOSE_RESTARTING = 1012  # a draining replica sends its clients to a sibling
 
+# The Hypha version the hub says it is, in connection_info and the manager's
+# service config: that of the reference server whose protocol it speaks
+# (clients may read it to pick features; none of 0.21.x refuses it).
+HYPHA_VERSION = "0.21.135"
+
 
 @dataclass(frozen=True, slots=True)
 class Hello:
@@ -33,15 +38,11 @@ def parse_hello(text: str | bytes) -> Hello:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise HandshakeError(
-                "Failed to decode authentication information", CLOSE_UNSUPPORTED
-            ) from None
+            raise HandshakeError("Failed to decode authentication information", CLOSE_UNSUPPORTED) from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        raise HandshakeError(
-            "Failed to decode authentication information", CLOSE_UNSUPPORTED
-        ) from None
+        raise HandshakeError("Failed to decode authentication information", CLOSE_UNSUPPORTED) from None
     if not isinstance(data, dict):
         raise HandshakeError(
             "Failed to decode authentication information: expected a JSON object",
@@ -49,9 +50,7 @@ def parse_hello(text: str | bytes) -> Hello:
         )
     client_id = data.get("client_id")
     if not isinstance(client_id, str) or not client_id:
-        raise HandshakeError(
-            "Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY
-        )
+        raise HandshakeError("Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY)
     if not ids.is_id(client_id):
         raise HandshakeError(
             f"Failed to establish connection: invalid client_id {client_id[:64]!r} "
@@ -112,5 +111,6 @@ def parse_control(text: str) -> str | None:
     except (ValueError, RecursionError):  # RecursionError: "[[[[..." of a few hundred chars
         return None
     if isinstance(data, dict) and data.get("type") in ("ping", "refresh_token"):
-        return data["type"]
+        kind: str = data["type"]
+        return kind
     return None

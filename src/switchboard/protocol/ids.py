@@ -10,6 +10,7 @@ client supplies is checked here before it goes anywhere.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from switchboard.errors import ProtocolError
 
@@ -18,8 +19,16 @@ MAX_ID_LENGTH = 128
 _ID = re.compile(r"[A-Za-z0-9_\-|.]{1,128}")
 GRAMMAR = "letters, digits, '_', '-', '|' and '.', at most 128"
 
+MANAGER_PREFIX = "manager-"  # the hub's manager is the client "manager-<server id>" in every workspace
+CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the channel of the replica holding the client
 
-def is_id(value: object) -> bool:
+
+def manager_id(server_id: str) -> str:
+    """The client id of the hub's manager, as clients see it: ``manager-<server id>``."""
+    return MANAGER_PREFIX + server_id
+
+
+def is_id(value: object) -> TypeGuard[str]:
     """Does ``value`` follow the grammar of client ids, workspaces and service names?"""
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
@@ -29,4 +38,4 @@ def check_id(value: object, what: str) -> str:
     if not is_id(value):
         shown = value[:64] if isinstance(value, str) else type(value).__name__
         raise ProtocolError(f"invalid {what} {shown!r}: use {GRAMMAR}")
-    return value  # type: ignore[return-value]
+    return value

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import msgpack
@@ -174,9 +175,7 @@ class Scanner:
                     self._skip = pos - end
                     pos = end
             elif kind != _ARRAY and kind != _MAP:
-                raise ProtocolError(
-                    f"message payload is not valid msgpack (byte 0x{data[start]:02x})"
-                )
+                raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
             walked += 1
             if is_key:
                 self._promise_next = promise_key
@@ -214,9 +213,7 @@ class Scanner:
         if self._capture is not None and len(self._capture) > MAX_PROMISE:
             raise ProtocolError(f"a message's promise may take at most {MAX_PROMISE} bytes")
 
-    def _stop(
-        self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True
-    ) -> bool:
+    def _stop(self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True) -> bool:
         """End this feed at ``pos``: keep what follows for the next, and the promise so far."""
         if done and pos < len(data):  # out of budget, the walk ends here: nothing to keep
             self._carry = bytes(data[pos:])
@@ -237,11 +234,9 @@ def check_extra(rest: bytes | memoryview, *, sender: str) -> None:
     check_promise(promise, sender)
 
 
-def check_keys(found: set[str]) -> None:
+def check_keys(found: AbstractSet[str]) -> None:
     if found:
-        raise ProtocolError(
-            f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
-        )
+        raise ProtocolError(f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message")
 
 
 def check_promise(promise: Any, sender: str) -> None:
@@ -328,7 +323,7 @@ def _not_msgpack(what: str) -> Iterator[None]:
         raise ProtocolError(f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
-def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
+def _keys_of_small(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
     with _not_msgpack("message payload"):
         extra = msgpack.unpackb(rest, strict_map_key=False)
     if type(extra) is not dict:
@@ -336,7 +331,7 @@ def _keys_of_small(rest: bytes | memoryview) -> tuple[set[str], Any]:
     return RESERVED.intersection(extra), extra.get("promise")
 
 
-def _keys_of_large(rest: bytes | memoryview) -> tuple[set[str], Any]:
+def _keys_of_large(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
     scanner = Scanner(objects=1, payload=0)
     if scanner.feed(rest, WALK_BUDGET):
         if not scanner.complete:

@@ -24,7 +24,7 @@ from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 
 async def liveness(request: Request) -> Response:
@@ -55,8 +55,7 @@ def build_hub(
     secret = settings.jwt_secret
     if not secret:
         log.warning(
-            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and "
-            "reconnection do not survive a restart",
+            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and reconnection do not survive a restart",
             extra={"replica": settings.replica_id},
         )
         secret = TokenIssuer.generate_secret()
@@ -78,7 +77,9 @@ def build_hub(
                 port=settings.link_port,
                 advertise=settings.link_advertise,
                 max_frame=settings.max_message_bytes + (64 << 10),  # room for the relay's wrapping
-            ) if settings.links else None,
+            )
+            if settings.links
+            else None,
         )
     counts = None
     if redis is not None:
@@ -112,10 +113,16 @@ def _middleware(settings: Settings) -> list[Middleware]:
     origins = settings.cors_origin_list
     if not origins:
         return []
-    return [Middleware(
-        CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["*"], allow_credentials=False, max_age=600,
-    )]
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            allow_credentials=False,
+            max_age=600,
+        )
+    ]
 
 
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:

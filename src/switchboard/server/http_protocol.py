@@ -37,7 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from switchboard.server import reset
 from switchboard.server.connections import Connections
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 #: Seconds a connection must have waited for its head before a newer one may evict it.
 EVICT_AFTER = 1.0
@@ -83,9 +83,7 @@ class HeadWatch:
     @staticmethod
     def _evict(conn: HubHttpProtocol, now: float) -> None:
         if now - conn.head_since >= EVICT_AFTER:
-            conn.head_failed(
-                TIMEOUT_408, "evicted: too many connections waiting for a request head"
-            )
+            conn.head_failed(TIMEOUT_408, "evicted: too many connections waiting for a request head")
 
 
 class HubHttpProtocol(HttpToolsProtocol):
@@ -96,7 +94,12 @@ class HubHttpProtocol(HttpToolsProtocol):
 
     @classmethod
     def configured(
-        cls, *, header_timeout: float, max_head_bytes: int, per_address: int, overall: int,
+        cls,
+        *,
+        header_timeout: float,
+        max_head_bytes: int,
+        per_address: int,
+        overall: int,
         connections: Connections,
     ) -> type[HubHttpProtocol]:
         """A subclass bound to these limits, with its own count of waiting connections
@@ -111,6 +114,7 @@ class HubHttpProtocol(HttpToolsProtocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
+    # a TCP server hands its protocols an asyncio.Transport, not just a BaseTransport
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.head_transport = transport
         peer = transport.get_extra_info("peername")

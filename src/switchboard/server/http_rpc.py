@@ -45,20 +45,21 @@ from typing import Any
 
 import msgpack
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from switchboard.clock import Clock
-from switchboard.errors import AuthError, BackendError, HandshakeError, ProtocolError
+from switchboard.errors import AuthError, BackendError, HandshakeError, ProtocolError, RequestRefused
 from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 from switchboard.protocol import envelope, handshake
+from switchboard.server.http_errors import refusal, status_of
 from switchboard.server.reset import reset
 from switchboard.server.state import ServerState
 
-log = logging.getLogger("switchboard.http_rpc")
+log = logging.getLogger(__name__)
 
 KEEPALIVE_INTERVAL = 15.0  # half the client's default read timeout (method_timeout=30)
 STREAM_TYPE = "application/x-msgpack-stream"
@@ -100,21 +101,17 @@ def _query(request: Request, name: str) -> str | None:
     return path
 
 
-class Refused(Exception):
-    """A request answered with ``status`` and a JSON ``detail``."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.detail = status, detail
-
-
-def _error(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"success": False, "detail": detail}, status_code=status)
-
-
 def _bearer(request: Request) -> str | None:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def _stream_of(peer: Peer) -> StreamTransport:
+    """The transport of a peer this module attached: always a :class:`StreamTransport`."""
+    transport = peer.transport
+    if not isinstance(transport, StreamTransport):
+        raise TypeError(f"{peer.id} is not the peer of an HTTP stream")
+    return transport
 
 
 def cookie_name(peer_id: str) -> str:
@@ -186,21 +183,24 @@ async def open_stream(request: Request, *, keepalive: float) -> Response:
     state: ServerState = request.app.state.switchboard
     hub = state.hub
     if request.method != "GET":
-        return _error(405, "GET /rpc opens a stream; use GET")
+        return refusal(405, "GET /rpc opens a stream; use GET")
     if not state.accepting:
-        return _error(503, "Server is not accepting connections, retry later")
+        return refusal(503, "Server is not accepting connections, retry later")
     if _bearer(request) is None and _cross_origin(request, hub.settings.public_base_url):
         hub.metrics.handshake_failures.inc()
-        detail = ("Permission denied: an anonymous HTTP stream opened from another origin cannot send: "
-                  "the browser returns no cookie across origins and the client sends no token. " + REMEDY)
+        detail = (
+            "Permission denied: an anonymous HTTP stream opened from another origin cannot send: "
+            "the browser returns no cookie across origins and the client sends no token. " + REMEDY
+        )
         log.info("stream refused (403): cross-origin without a token", extra={"replica": hub.replica_id})
-        return _error(403, detail)
+        return refusal(403, detail)
     try:
         peer, info = await _admit(request, hub)
-    except Refused as exc:
+    except (RequestRefused, BackendError) as exc:
         hub.metrics.handshake_failures.inc()
-        log.info("stream refused (%d): %s", exc.status, exc.detail, extra={"replica": hub.replica_id})
-        return _error(exc.status, exc.detail)
+        status, detail = status_of(exc)
+        log.info("stream refused (%d): %s", status, detail, extra={"replica": hub.replica_id})
+        return refusal(status, detail)
     state.track(peer)
     return DownstreamResponse(request, state, peer, info, keepalive=keepalive)
 
@@ -220,18 +220,16 @@ def _cross_origin(request: Request, public_base_url: str) -> bool:
 
 
 async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
-    """Admit and attach the caller as a peer, or raise :class:`Refused` with the status."""
+    """Admit and attach the caller as a peer, or raise what ``http_errors`` answers with its status."""
     fields = {k: _query(request, k) for k in ("client_id", "workspace", "reconnection_token")}
     try:
         hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
     except HandshakeError as exc:
-        raise Refused(400, str(exc)) from None
+        raise RequestRefused(400, str(exc)) from None
     try:
         user, workspace, reconnecting = await hub.admit(hello)
     except HandshakeError as exc:
-        raise Refused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
-    except BackendError as exc:
-        raise Refused(503, f"Hub backend unavailable, please retry: {exc}") from None
+        raise RequestRefused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
     transport = StreamTransport(hub.clock)
     peer = Peer(
         workspace=workspace,
@@ -244,9 +242,8 @@ async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
     try:
         info = await hub.attach(peer, reconnecting=reconnecting)
     except HandshakeError as exc:
-        raise Refused(409, str(exc)) from None
-    except BackendError as exc:  # the client retries a 503 with backoff
-        raise Refused(503, f"Hub backend unavailable, please retry: {exc}") from None
+        raise RequestRefused(409, str(exc)) from None
+    # a BackendError goes on: a 503, which the client retries with backoff
     return peer, info
 
 
@@ -258,7 +255,7 @@ class DownstreamResponse(Response):
     ) -> None:
         self.state, self.peer, self.info, self.keepalive = state, peer, info, keepalive
         self.status_code = 200
-        self.transport: StreamTransport = peer.transport  # type: ignore[assignment]
+        self.transport = _stream_of(peer)
         cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
         if "workspace" in request.path_params:  # /{workspace}/rpc: the POSTs go to another "directory"
             cookie += "; Path=/"
@@ -324,7 +321,7 @@ async def _write(peer: Peer) -> None:
 
 async def _keepalive(peer: Peer, clock: Clock, interval: float) -> None:
     """Ping only an idle stream: every frame sent moves the deadline."""
-    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    transport = _stream_of(peer)
     while not peer.closed:
         idle = clock.monotonic() - transport.last_sent
         if idle >= interval:
@@ -352,52 +349,50 @@ async def post_message(request: Request) -> Response:
         _authorize(request, hub, peer)
         body = await _read_body(request, limit)
         await _dispatch(hub, peer, body)
-    except Refused as exc:
-        log.info("POST /rpc refused (%d): %s", exc.status, exc.detail, extra={"replica": hub.replica_id})
-        return _error(exc.status, exc.detail)
+    except (RequestRefused, AuthError) as exc:
+        status, detail = status_of(exc)
+        log.info("POST /rpc refused (%d): %s", status, detail, extra={"replica": hub.replica_id})
+        return refusal(status, detail)
     return Response(status_code=200)
 
 
 def _param(request: Request, name: str) -> str:
     value = _query(request, name)
     if not value:
-        raise Refused(400, f"Query parameter {name!r} is required")
+        raise RequestRefused(400, f"Query parameter {name!r} is required")
     return value
 
 
 def _check_declared_size(request: Request, limit: int) -> None:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise Refused(413, f"Message of {declared} bytes exceeds the limit of {limit} bytes")
+        raise RequestRefused(413, f"Message of {declared} bytes exceeds the limit of {limit} bytes")
 
 
 def _stream_peer(hub: Hub, peer_id: str) -> Peer:
     peer = hub.peers.get(peer_id)
     if peer is None or not isinstance(peer.transport, StreamTransport) or peer.closed:
-        raise Refused(400, f"No open HTTP stream for client {peer_id} here: open GET /rpc first")
+        raise RequestRefused(400, f"No open HTTP stream for client {peer_id} here: open GET /rpc first")
     return peer
 
 
 def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
     """The stream's cookie, or the peer's own user's token (see the module docstring)."""
-    transport: StreamTransport = peer.transport  # type: ignore[assignment]
+    transport = _stream_of(peer)
     presented = request.cookies.get(cookie_name(peer.id), "")
     if presented and hmac.compare_digest(presented.encode(), transport.session.encode()):
         return
     token = _bearer(request)
     if token is None:
-        raise Refused(
+        raise RequestRefused(
             403,
             f"Permission denied: not the owner of the stream of {peer.id}: a POST must carry that stream's "
             f"cookie or a token of its user. {REMEDY}",
         )
-    try:
-        user = hub.issuer.verify(token)
-    except AuthError as exc:
-        raise Refused(401, f"Authentication error: {exc}") from None
+    user = hub.issuer.verify(token)  # AuthError: 401
     same_client = user.client_id in (None, peer.client_id)
     if user.id != peer.user.id or not same_client or not user.can(peer.workspace, Permission.READ):
-        raise Refused(403, f"Permission denied: this token cannot send as {peer.id}")
+        raise RequestRefused(403, f"Permission denied: this token cannot send as {peer.id}")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -405,7 +400,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise Refused(413, f"Message exceeds the limit of {limit} bytes")
+            raise RequestRefused(413, f"Message exceeds the limit of {limit} bytes")
     return bytes(body)
 
 
@@ -414,7 +409,7 @@ async def _dispatch(hub: Hub, peer: Peer, body: bytes) -> None:
     try:
         env = envelope.decode(body)
     except ProtocolError as exc:
-        raise Refused(400, f"Invalid message: {exc}") from None
+        raise RequestRefused(400, f"Invalid message: {exc}") from None
     if env.type in _CONTROL and "to" not in env.main and not len(env.rest):
         hub.handle_text(peer, json.dumps({"type": env.type}))
     else:

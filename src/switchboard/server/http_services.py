@@ -7,30 +7,23 @@ import base64
 import json
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
-from hypha_rpc.rpc import RemoteException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from switchboard.errors import (
-    AuthError,
-    BackendError,
-    FrameTooLarge,
-    NotFound,
-    PermissionDenied,
-    ProtocolError,
-    SwitchboardError,
-)
+from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.auth import Permission, User, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
+from switchboard.server.http_errors import refusal, status_of
 from switchboard.server.state import ServerState
 
-log = logging.getLogger("switchboard.http")
+log = logging.getLogger(__name__)
 
 ANONYMOUS_HTTP = User(id="anonymouz-http", roles=("anonymous",))
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
@@ -45,18 +38,9 @@ def routes() -> list[Route]:
     ]
 
 
-class HttpError(SwitchboardError):
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-
-
-def _error(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"success": False, "detail": detail}, status_code=status)
-
-
 def _state(request: Request) -> ServerState:
-    return request.app.state.switchboard
+    state: ServerState = request.app.state.switchboard
+    return state
 
 
 def _token(request: Request) -> str | None:
@@ -67,7 +51,7 @@ def _token(request: Request) -> str | None:
         try:
             return base64.b64decode(auth[6:]).decode().partition(":")[2] or None
         except ValueError:
-            raise HttpError(401, "Authentication error: malformed Basic credentials") from None
+            raise AuthError("malformed Basic credentials") from None
     return auth.strip() or request.cookies.get("access_token") or None
 
 
@@ -76,10 +60,7 @@ def _user(request: Request) -> tuple[User, str]:
     token = _token(request)
     if token is None:
         return ANONYMOUS_HTTP, "ws-anonymous"
-    try:
-        user = _state(request).hub.issuer.verify(token)
-    except AuthError as exc:
-        raise HttpError(401, f"Authentication error: {exc}") from None
+    user = _state(request).hub.issuer.verify(token)  # AuthError: 401
     return user, user.current_workspace or user_workspace(user.id)
 
 
@@ -102,46 +83,21 @@ def _respond(value: Any, as_msgpack: bool) -> Response:
     return JSONResponse(_jsonable(value))
 
 
-def _map_exception(exc: BaseException) -> tuple[int, str]:
-    if isinstance(exc, HttpError):
-        return exc.status, str(exc)
-    if isinstance(exc, NotFound):
-        return 404, f"KeyError: {exc}"
-    if isinstance(exc, PermissionDenied):
-        return 403, f"PermissionError: {exc}"
-    if isinstance(exc, FrameTooLarge):
-        return 413, str(exc)
-    if isinstance(exc, ProtocolError):
-        return 400, f"ValueError: {exc}"
-    if isinstance(exc, BackendError):
-        return 503, f"Hub backend unavailable, please retry: {exc}"
-    if isinstance(exc, TimeoutError):
-        return 504, "TimeoutError: the service did not answer in time"
-    if isinstance(exc, RemoteException):
-        text = str(exc)
-        if "PermissionError" in text:
-            return 403, f"RemoteException: {text}"
-        if any(t in text for t in ("TypeError", "ValueError", "AssertionError")):
-            return 400, f"RemoteException: {text}"
-        return 500, f"RemoteException: {text}"
-    return 500, f"{type(exc).__name__}: {exc}"
-
-
-async def _guard(request: Request, handler: Any) -> Response:
+async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
     if not _state(request).accepting:
-        response = _error(503, "Server is draining or starting, please retry")
+        response = refusal(503, "Server is draining or starting, please retry")
         response.headers["Retry-After"] = "1"
         return response
     try:
         return await handler()
     except Exception as exc:
-        status, detail = _map_exception(exc)
+        status, detail = status_of(exc)
         if status >= 500:
             _state(request).hub.metrics.call_errors.inc()
             log.warning("HTTP %s %s failed: %s", request.method, request.url.path, detail)
         else:
             log.info("HTTP %s %s refused (%d): %s", request.method, request.url.path, status, detail)
-        return _error(status, detail)
+        return refusal(status, detail)
 
 
 async def list_services(request: Request) -> Response:
@@ -151,8 +107,7 @@ async def list_services(request: Request) -> Response:
         found = await _state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
-            i for i in found
-            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+            i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
         ]
         return JSONResponse(_jsonable(visible))
 
@@ -172,7 +127,7 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     ws = request.path_params["workspace"]
     service_id = request.path_params["service_id"]
     if "/" in service_id:
-        raise HttpError(400, "service_id must not contain '/'")
+        raise RequestRefused(400, "service_id must not contain '/'")
     mode = request.query_params.get("_mode")
     info = await _state(request).hub.manager.resolve(f"{ws}/{service_id}", workspace=own_ws, user=user, mode=mode)
     svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
@@ -197,12 +152,16 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not body:
         return {}, as_msgpack
     try:
-        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        data = (
+            msgpack.unpackb(bytes(body), raw=False)
+            if as_msgpack
+            else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        )
     except (ValueError, RecursionError, msgpack.UnpackException) as exc:
         kind = "msgpack" if as_msgpack else "JSON"
-        raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None
+        raise RequestRefused(400, f"Request body is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
-        raise HttpError(400, f"Request body must be an object of keyword arguments, got {type(data).__name__}")
+        raise RequestRefused(400, f"Request body must be an object of keyword arguments, got {type(data).__name__}")
     return data, as_msgpack
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from switchboard.tasks import cancel_and_wait
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 Handle = Callable[[bytes | str], Awaitable[None] | None]
 

@@ -23,7 +23,7 @@ from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 # Seconds the hub's clients have to let go of their connections once the drain
 # sent them away, and the app to be done with the WebSockets left after that
@@ -82,12 +82,14 @@ class HubServer(uvicorn.Server):
                 state.phase = Phase.DRAINING
                 hub = state.hub
                 timeout = hub.settings.drain_timeout
-                log.info("draining %d clients (at most %.1fs)", len(state.peers), timeout,
-                         extra={"replica": hub.replica_id})
+                log.info(
+                    "draining %d clients (at most %.1fs)", len(state.peers), timeout, extra={"replica": hub.replica_id}
+                )
                 await hub.drain(timeout, code=handshake.CLOSE_RESTARTING, reason=RESTARTING)
                 if not await state.peers_gone(PEERS_GRACE):
-                    log.warning("%d clients still connected %gs after being told to leave",
-                                len(state.peers), PEERS_GRACE)
+                    log.warning(
+                        "%d clients still connected %gs after being told to leave", len(state.peers), PEERS_GRACE
+                    )
             await state.connections.shut_down(LEFTOVER_GRACE)
         finally:
             self.should_exit = True

@@ -26,9 +26,12 @@ from websockets.http11 import Request, Response
 if TYPE_CHECKING:
     from switchboard.server.ws_protocol import HubWebSocketProtocol
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
-ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[
+    [dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
+    Awaitable[None],
+]
 
 #: The scope extension under which the hub finds the connection itself (its synchronous paths).
 EXTENSION = "switchboard.websocket"

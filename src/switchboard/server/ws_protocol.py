@@ -50,7 +50,7 @@ from switchboard.server import ws_asgi
 from switchboard.server.connections import Connections
 from switchboard.server.frame_scan import FrameScanner
 
-log = logging.getLogger("switchboard.server")
+log = logging.getLogger(__name__)
 
 # Seconds a client sent away by hand_over() has to close its side before the
 # connection is closed anyway: what it sent before it saw the end arrives
@@ -172,9 +172,12 @@ class HubWebSocketProtocol(asyncio.Protocol):
         transport = self.transport
         server = transport.get_extra_info("sockname")
         scope = ws_asgi.scope(
-            request, scheme="wss" if transport.get_extra_info("sslcontext") else "ws",
-            server=tuple(server[:2]) if isinstance(server, tuple) else None, client=self.address,
-            state=self.app_state, connection=self,
+            request,
+            scheme="wss" if transport.get_extra_info("sslcontext") else "ws",
+            server=tuple(server[:2]) if isinstance(server, tuple) else None,
+            client=self.address,
+            state=self.app_state,
+            connection=self,
         )
         self.asgi = ws_asgi.AsgiWebSocket(self, response)
         self.asgi.run(self.app, scope)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-logger = logging.getLogger("switchboard.testing")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _CHUNK = 65536
@@ -92,9 +92,7 @@ class ProxyConnection:
         self._shutdown(rst=False)
 
     def info(self) -> ConnectionInfo:
-        return ConnectionInfo(
-            self.id, self.client_addr, self.upstream_addr, self.bytes_up, self.bytes_down
-        )
+        return ConnectionInfo(self.id, self.client_addr, self.upstream_addr, self.bytes_up, self.bytes_down)
 
     def _shutdown(self, *, rst: bool) -> None:
         if self.closed:
@@ -109,7 +107,7 @@ class ProxyConnection:
         proxy = self._proxy
         try:
             await proxy._flowing.wait()  # a dead network holds new connections too
-            up_r, self._up_w = await asyncio.wait_for(
+            up_r, up_w = await asyncio.wait_for(
                 asyncio.open_connection(proxy.upstream_host, proxy.upstream_port),
                 proxy.connect_timeout,
             )
@@ -117,8 +115,9 @@ class ProxyConnection:
             logger.warning("proxy conn %s: upstream connect failed: %r", self.id, exc)
             self.reset()
             return
-        self.upstream_addr = self._up_w.get_extra_info("sockname")
-        up = asyncio.create_task(self._pump(self._client_r, self._up_w, up=True))
+        self._up_w = up_w
+        self.upstream_addr = up_w.get_extra_info("sockname")
+        up = asyncio.create_task(self._pump(self._client_r, up_w, up=True))
         down = asyncio.create_task(self._pump(up_r, self._client_w, up=False))
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
@@ -129,9 +128,7 @@ class ProxyConnection:
             down.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
 
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool
-    ) -> bool:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool) -> bool:
         """Copy one direction until EOF; True if it ended with a reset.
 
         Reading and writing are split by a queue so that added latency delays
@@ -225,12 +222,8 @@ class FaultProxy:
             flowing, self._flowing = self._flowing, asyncio.Event()
             if flowing.is_set():
                 self._flowing.set()
-            self._server = await asyncio.start_server(
-                self._on_client, "127.0.0.1", self._want_port, reuse_address=True
-            )
-            logger.info(
-                "fault proxy :%s -> %s:%s", self.port, self.upstream_host, self.upstream_port
-            )
+            self._server = await asyncio.start_server(self._on_client, "127.0.0.1", self._want_port, reuse_address=True)
+            logger.info("fault proxy :%s -> %s:%s", self.port, self.upstream_host, self.upstream_port)
         return self
 
     async def stop(self) -> None:
@@ -338,9 +331,7 @@ class ThreadedFaultProxy:
         connect_timeout: float = 5.0,
         call_timeout: float = 10.0,
     ) -> None:
-        self.proxy = FaultProxy(
-            upstream_host, upstream_port, port=port, connect_timeout=connect_timeout
-        )
+        self.proxy = FaultProxy(upstream_host, upstream_port, port=port, connect_timeout=connect_timeout)
         self.call_timeout = call_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -349,9 +340,7 @@ class ThreadedFaultProxy:
         if self._thread is not None:
             return self
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="switchboard-fault-proxy", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop.run_forever, name="switchboard-fault-proxy", daemon=True)
         self._thread.start()
         try:
             self._run(self.proxy.start())

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-logger = logging.getLogger("switchboard.testing")
+logger = logging.getLogger(__name__)
 
 BINARY_ENV = "SWITCHBOARD_TEST_REDIS_SERVER"
 _POLL = 0.02
@@ -102,7 +104,7 @@ class ValkeyServer:
         self.extra_args = tuple(extra_args)
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[subprocess.Popen[bytes], float], ValkeyServer] | None = None
 
     # -- properties ---------------------------------------------------------
 
@@ -223,9 +225,7 @@ class ValkeyServer:
             *self.extra_args,
         ]
         with open(self._dir / "valkey.log", "ab") as log:
-            proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self._proc = proc
         # A test that forgets stop() must not leak a server past interpreter exit.
         self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout)
@@ -244,7 +244,7 @@ class ValkeyServer:
             port=self._port,
             socket_timeout=0.5,
             socket_connect_timeout=0.5,
-            retry=None,
+            retry=Retry(NoBackoff(), 0),  # a probe: one try each time
         )
         try:
             while True:
@@ -253,8 +253,7 @@ class ValkeyServer:
                     tail = self.log_tail()
                     hint = " (address in use)" if "in use" in tail else ""
                     raise ValkeyServerError(
-                        f"valkey-server exited with code {code} during start{hint}; "
-                        f"log tail:\n{tail}"
+                        f"valkey-server exited with code {code} during start{hint}; log tail:\n{tail}"
                     )
                 with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
                     if probe.ping():

@@ -40,10 +40,11 @@ from switchboard.backends.redis.links import Links, LinkSettings, LinkStats
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
+from switchboard.protocol import ids
 from switchboard.protocol import link as link_wire
 from switchboard.tasks import cancel_and_wait, spawn
 
-logger = logging.getLogger("switchboard.bus")
+logger = logging.getLogger(__name__)
 
 _BATCH = 200  # channels per SUBSCRIBE command when re-wiring
 
@@ -90,7 +91,7 @@ class RedisBus(ConnectionKeeping):
         backoff_max: float = 2.0,
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
-        unicast_prefix: str = "sb:client:",
+        unicast_prefix: str = ids.CLIENT_CHANNEL,
         links: LinkSettings | None = None,
     ) -> None:
         self.replica_id = replica_id
@@ -127,8 +128,11 @@ class RedisBus(ConnectionKeeping):
         self.links: Links | None = None
         if links is not None:
             self.links = Links(
-                replica_id=replica_id, clock=clock, settings=links,
-                deliver=self._deliver_direct, on_nack=self._on_nack,
+                replica_id=replica_id,
+                clock=clock,
+                settings=links,
+                deliver=self._deliver_direct,
+                on_nack=self._on_nack,
                 on_replay=lambda channel, data: self.replay_wanted is None or self.replay_wanted(channel, data),
             )
 

@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ConfigError
 
-logger = logging.getLogger("switchboard.lease")
+logger = logging.getLogger(__name__)
 
 # KEYS[1] = lease key, ARGV[1] = owner id, ARGV[2] = ttl in ms.
 _RENEW = """
@@ -110,9 +110,7 @@ class RedisLease:
 
     async def try_acquire(self) -> bool:
         """Take the lease if nobody holds it."""
-        return bool(
-            await self.redis.set(self.policy.key, self.owner_id, nx=True, px=self.policy.ttl_ms)
-        )
+        return bool(await self.redis.set(self.policy.key, self.owner_id, nx=True, px=self.policy.ttl_ms))
 
     async def renew(self) -> bool:
         """Extend the lease to a full TTL, only if this owner still holds it."""

@@ -23,7 +23,7 @@ from switchboard.protocol import link as wire
 if TYPE_CHECKING:
     from switchboard.backends.redis.links import Links
 
-logger = logging.getLogger("switchboard.links")
+logger = logging.getLogger(__name__)
 
 # A link whose unsent bytes exceed this stops taking frames until it drains:
 # they go through Redis instead, so one slow replica never grows our memory.

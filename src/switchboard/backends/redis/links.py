@@ -39,7 +39,7 @@ from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
 from switchboard.tasks import cancel_and_wait, spawn
 
-logger = logging.getLogger("switchboard.links")
+logger = logging.getLogger(__name__)
 
 # After a failed dial, frames keep going through Redis for this long before
 # dialling again: a replica whose link port is unreachable costs one attempt
@@ -61,7 +61,9 @@ class LinkSettings:
     secret: str
     host: str = "127.0.0.1"
     port: int = 0
-    advertise: str = ""  # "host" or "host:port" others dial; empty: ``host``, or this machine's address if that is a wildcard
+    advertise: str = (
+        ""  # "host" or "host:port" others dial; empty: ``host``, or this machine's address if that is a wildcard
+    )
     max_frame: int = 64 << 20
     dial_timeout: float = 2.0
 
@@ -136,9 +138,7 @@ class Links:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: self._track(Link(self, self._accept())), *self._bind
-        )
+        self._server = await loop.create_server(lambda: self._track(Link(self, self._accept())), *self._bind)
         port = self._server.sockets[0].getsockname()[1]
         self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
         spawn(self._tasks, self._heartbeat_loop(), "switchboard-link-heartbeat")
@@ -228,9 +228,7 @@ class Links:
     async def _dial(self, replica: str, host: str, port: int) -> None:
         self.stats.dials += 1
         # the route named ``replica``: only it can answer a HELLO bound to its id
-        handshake = wire.Dial(
-            self._key, self.replica_id, replica, secrets.token_bytes(wire.NONCE_SIZE)
-        )
+        handshake = wire.Dial(self._key, self.replica_id, replica, secrets.token_bytes(wire.NONCE_SIZE))
         link: Link | None = None
         try:
             async with asyncio.timeout(self._dial_timeout):

@@ -1,0 +1,97 @@
+"""Settings: flags and ``SWITCHBOARD_*`` variables go through one parser, with one set of messages."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from switchboard.cli import main
+from switchboard.config import Settings, read
+from switchboard.errors import ConfigError
+
+
+def test_nothing_given_keeps_every_documented_default() -> None:
+    loaded = Settings.load({}, {})
+    for f in dataclasses.fields(Settings):
+        if f.name != "replica_id":  # empty by default, then made unique per process
+            assert getattr(loaded, f.name) == f.default, f.name
+
+
+def test_a_variable_is_cast_to_the_type_of_its_default() -> None:
+    env = {
+        "SWITCHBOARD_PORT": "9000",
+        "SWITCHBOARD_CALL_TIMEOUT": "2.5",
+        "SWITCHBOARD_LINKS": "off",
+        "SWITCHBOARD_HOST": "0.0.0.0",
+    }
+    loaded = Settings.load({}, env)
+    assert (loaded.port, loaded.call_timeout, loaded.links, loaded.host) == (9000, 2.5, False, "0.0.0.0")
+
+
+def test_a_flag_wins_over_its_variable() -> None:
+    env = {"SWITCHBOARD_PORT": "9000", "SWITCHBOARD_LINKS": "on"}
+    loaded = Settings.load({"port": "9001", "links": False}, env)
+    assert (loaded.port, loaded.links) == (9001, False)
+
+
+def test_a_flag_not_given_leaves_the_variable() -> None:
+    assert Settings.load({"port": None}, {"SWITCHBOARD_PORT": "9000"}).port == 9000
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        ({"port": "x"}, {}, "--port='x': expected an integer"),
+        ({}, {"SWITCHBOARD_PORT": "x"}, "SWITCHBOARD_PORT='x': expected an integer"),
+        ({}, {"SWITCHBOARD_CALL_TIMEOUT": "soon"}, "SWITCHBOARD_CALL_TIMEOUT='soon': expected a number"),
+        ({}, {"SWITCHBOARD_LINKS": "maybe"}, "SWITCHBOARD_LINKS='maybe': expected one of 1, true"),
+        ({"port": "-1"}, {}, "--port=-1: must be at least 0"),
+        (
+            {},
+            {"SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES": "1"},
+            "SWITCHBOARD_ORPHAN_REAP_MIN_FAILURES=1: must be at least 2",
+        ),
+        ({"port": "70000"}, {}, "--port/SWITCHBOARD_PORT=70000: must be at most 65535"),
+        ({"log_level": "LOUD"}, {}, "--log-level/SWITCHBOARD_LOG_LEVEL='LOUD': use DEBUG, INFO, WARNING or ERROR"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_where_it_came_from(flags, env, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.load(flags, env)
+    assert str(info.value).startswith(message)
+
+
+def test_an_unknown_setting_is_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown settings: prot"):
+        Settings.load({"prot": "1"}, {})
+
+
+def test_one_setting_can_be_read_alone() -> None:
+    assert read("redis_url", None, {"SWITCHBOARD_REDIS_URL": "redis://r:6379/0"}) == "redis://r:6379/0"
+    assert (
+        read("redis_url", "redis://flag:6379/0", {"SWITCHBOARD_REDIS_URL": "redis://r:6379/0"}) == "redis://flag:6379/0"
+    )
+    assert read("redis_url", None, {}) is None
+
+
+def test_serve_refuses_a_bad_value_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWITCHBOARD_MAX_PENDING_CALLS", "many")
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 2  # a usage error, as click gives for any bad option
+    assert "SWITCHBOARD_MAX_PENDING_CALLS='many': expected an integer" in result.output
+
+
+def test_serve_help_names_each_variable_and_default() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=1000)
+    assert "--port INTEGER" in result.output
+    assert "[env var: SWITCHBOARD_PORT; default: 9527]" in result.output
+    assert "--links / --no-links" in result.output
+
+
+def test_status_needs_a_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHBOARD_REDIS_URL", raising=False)
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 2
+    assert "--redis-url' (or SWITCHBOARD_REDIS_URL)" in result.output
