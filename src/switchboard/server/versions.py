@@ -13,9 +13,7 @@ subtly; so the server refuses to start on an untested one, and says why.
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-import uvicorn
-import websockets
+from importlib import metadata
 
 from switchboard.errors import UnsupportedServer
 
@@ -27,7 +25,7 @@ TESTED: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 
 
 def installed() -> dict[str, str]:
-    return {"uvicorn": uvicorn.__version__, "websockets": websockets.__version__}
+    return {name: metadata.version(name) for name in TESTED}
 
 
 def check(versions: Mapping[str, str] | None = None) -> None:

@@ -15,11 +15,12 @@ import asyncio
 import email.utils
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from starlette.types import ASGIApp, Message
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ASGIApp = Callable[
-    [dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]],
-    Awaitable[None],
-]
 
 #: The scope extension under which the hub finds the connection itself (its synchronous paths).
 EXTENSION = "switchboard.websocket"
@@ -150,7 +147,7 @@ class AsgiWebSocket:
         if (wanted := self._wanted) is not None and not wanted.done():
             wanted.set_result(None)
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> Message:
         events = self._events
         while not events:
             self._wanted = asyncio.get_running_loop().create_future()
@@ -162,7 +159,7 @@ class AsgiWebSocket:
 
     # -- from the app -----------------------------------------------------------------
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: Message) -> None:
         proto = self._proto
         await proto.writable()
         if proto.disconnected:

@@ -38,8 +38,9 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+from starlette.types import ASGIApp
 from websockets.exceptions import InvalidState
 from websockets.frames import Close, CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
@@ -68,7 +69,8 @@ MessageHandler = Callable[[bytes | str], None]
 class HubWebSocketProtocol(asyncio.Protocol):
     """One upgraded connection; the class given to uvicorn is made by :meth:`configured`."""
 
-    app: ClassVar[ws_asgi.ASGIApp]
+    #: a one-element tuple: a function kept as a plain class attribute would be bound as a method
+    served: ClassVar[tuple[ASGIApp]]
     connections: ClassVar[Connections]
     max_size: ClassVar[int | None] = None
     frame_timeout: ClassVar[float | None] = None
@@ -78,10 +80,10 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     @classmethod
     def configured(
-        cls, *, app: ws_asgi.ASGIApp, connections: Connections, max_size: int | None, frame_timeout: float | None
+        cls, *, app: ASGIApp, connections: Connections, max_size: int | None, frame_timeout: float | None
     ) -> type[HubWebSocketProtocol]:
         """A subclass bound to one server's app, its connections and the limits on what a client sends."""
-        bound = {"app": app, "connections": connections, "max_size": max_size, "frame_timeout": frame_timeout}
+        bound = {"served": (app,), "connections": connections, "max_size": max_size, "frame_timeout": frame_timeout}
         return type(cls.__name__, (cls,), bound)
 
     def __init__(self, *, app_state: dict[str, Any] | None = None, **_uvicorn: Any) -> None:
@@ -114,7 +116,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
-        self.address = tuple(peer[:2]) if isinstance(peer, tuple) else None  # type: ignore[assignment]
+        self.address = (peer[0], peer[1]) if isinstance(peer, tuple) else None
         self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -127,7 +129,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         for event in conn.events_received():
             if isinstance(event, Frame):
                 self._frame(event)
-            else:
+            elif isinstance(event, Request):  # the one event before the frames: the upgrade request
                 self._upgrade(event)
         if writes := conn.data_to_send():
             self._write(writes)
@@ -180,20 +182,22 @@ class HubWebSocketProtocol(asyncio.Protocol):
             connection=self,
         )
         self.asgi = ws_asgi.AsgiWebSocket(self, response)
-        self.asgi.run(self.app, scope)
+        self.asgi.run(self.served[0], scope)
         if self.frame_timeout is not None:
             self._scanner = FrameScanner()
 
     def _frame(self, frame: Frame) -> None:
+        # websockets' reader builds every frame's payload as bytes (its type says BytesLike)
+        payload = cast(bytes, frame.data)
         opcode = frame.opcode
         if opcode is Opcode.BINARY or opcode is Opcode.TEXT:
             self._text = opcode is Opcode.TEXT
             if frame.fin:
-                self._message(frame.data)
+                self._message(payload)
             else:
-                self._frames = [frame.data]
+                self._frames = [payload]
         elif opcode is Opcode.CONT:
-            self._frames.append(frame.data)
+            self._frames.append(payload)
             if frame.fin:
                 data, self._frames = b"".join(self._frames), []
                 self._message(data)
