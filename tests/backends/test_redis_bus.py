@@ -140,7 +140,7 @@ async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, pu
         got.append(data)
 
     await bus.subscribe("fragile", handler)
-    with caplog.at_level(logging.ERROR, logger="switchboard.bus"):
+    with caplog.at_level(logging.ERROR, logger="switchboard.backends.redis"):
         assert await publisher.publish("fragile", b"boom") == 1
         assert await delivered(bus, publisher, "fragile", got)
 

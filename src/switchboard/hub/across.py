@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from switchboard.hub.peer import Peer
     from switchboard.hub.relay import ReplyRoutes
     from switchboard.hub.retry import RetryWindow
+    from switchboard.protocol.services import ServiceInfo
+    from switchboard.replicas.unicast import Unicast
 
 CLIENT_CHANNEL = "sb:client:"  # + "<workspace>/<client id>": the replica holding the client listens
 WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
@@ -41,6 +43,7 @@ class AcrossReplicas:
     replica_id: str
     manager_address: str
     bus: EventBus
+    unicast: Unicast
     registry: Registry
     gate: Gatekeeper
     peers: dict[str, Peer]
@@ -167,41 +170,19 @@ class AcrossReplicas:
             self.inflight.closed(peer.id, replied)
         return True
 
-    def _on_undelivered(self, channel: str, data: bytes) -> None:
-        """A frame the bus had counted as delivered reached nobody after all (a direct
-        link sent it back and Redis found no subscriber): the same path as a publish to nobody."""
-        if not channel.startswith(CLIENT_CHANNEL):
-            return
-        target = channel[len(CLIENT_CHANNEL):]
-        try:
-            _, _, frame = relay.unwrap(data)
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return
-        caller = str(env.main.get("from", ""))
-        self.metrics.publishes_to_nobody.inc()
-        spawn(self._background, self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
-
-    def _replay_wanted(self, channel: str, data: bytes) -> bool:
-        """A call whose reply already came back was delivered: sent again, it would run twice.
-
-        A lost link's unacked frames are published again, and a receiver that
-        handled one just before the loss (its ack still on the way) gets it a
-        second time: harmless for a reply (the caller has forgotten the
-        session), not for a call. Calls our clients (or our manager) made are
-        in flight until their reply passes through here.
-        """
-        if not channel.startswith(CLIENT_CHANNEL):
-            return True
-        try:
-            _, _, frame = relay.unwrap(data)
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return True
-        session = env.session
-        if not is_call(env.main.get("method"), session):
-            return True
-        return self.inflight.is_open(str(env.main.get("from")), session)  # type: ignore[arg-type]
+    async def _take_lost(self) -> None:
+        """Frames counted as delivered that reached nobody after all (a direct link gave
+        them back and Redis found no subscriber): the same path as a publish to nobody."""
+        async for channel, data in self.unicast.lost():
+            target = channel.removeprefix(CLIENT_CHANNEL)
+            try:
+                _, _, frame = relay.unwrap(data)
+                env = envelope.decode(frame)
+            except ProtocolError:
+                continue
+            caller = str(env.main.get("from", ""))
+            self.metrics.publishes_to_nobody.inc()
+            spawn(self._background, self._retry_or_fail(target, Undelivered(frame, env.session, caller)))
 
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
         if self.hold(target, item):
@@ -220,10 +201,10 @@ class AcrossReplicas:
         except BackendError:
             return True  # the registry is unreachable: a retry may well succeed
 
-    async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+    async def _publish(self, channel: str, data: bytes) -> int:
         """Publish; a bus failure counts as "nobody received it", never as a crash."""
         try:
-            return await self.bus.publish(channel, data, direct=direct)
+            return await self.bus.publish(channel, data)
         except BackendError as exc:
             self.log.warning("publish failed: %s", exc)
             return 0
@@ -252,13 +233,17 @@ class AcrossReplicas:
 
     def _send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
         """Over a direct link to the client's replica, if one is known and takes it now."""
-        return self.bus.try_direct(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
+        return self.unicast.send(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
 
     async def _publish_to_client(
         self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
     ) -> bool:
         frame = self._for_client(frame, session, caller)
-        return await self._publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+        try:
+            return await self.unicast.publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+        except BackendError as exc:
+            self.log.warning("publish failed: %s", exc)
+            return False
 
     def _on_bus_broadcast(self, data: bytes) -> None:
         origin, _, frame = data.partition(b"\n")
@@ -274,15 +259,14 @@ class AcrossReplicas:
             workspace = str(env.main.get("ws", ""))
         self._broadcast_local(workspace, env.type, frame)
 
-    async def repair_registry(self) -> int:
-        """Retry what a backend outage left undone; return how many registrations were re-written."""
+    async def repair_registry(self) -> list[ServiceInfo]:
+        """Retry what a backend outage left undone; return the registrations to re-write, if any."""
         await self.gate.retry_uncounted()
         for ws, cid in list(self.unpurged):
             if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
                 await self.purge(ws, cid, owner=self.replica_id)
             self.unpurged.discard((ws, cid))
         if not self.registry_dirty:
-            return 0
+            return []
         self.registry_dirty = False
-        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
-        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
+        return [info for peer in list(self.peers.values()) for info in peer.services.values()]

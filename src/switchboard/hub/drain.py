@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from switchboard.hub.across import CLIENT_CHANNEL
 
 if TYPE_CHECKING:
-    from switchboard.backends.base import EventBus
     from switchboard.clock import Clock
     from switchboard.hub.inflight import InFlight
     from switchboard.hub.peer import Peer
     from switchboard.hub.retry import RetryWindow, Undelivered
     from switchboard.hub.transit import Transit
+    from switchboard.replicas.unicast import Unicast
 
 # Seconds between looks at what this replica still holds for the clients it sent away.
 HANDOVER_POLL = 0.02
@@ -40,7 +40,7 @@ class Draining:
     """The drain; the attributes below are the hub's own."""
 
     draining: bool
-    bus: EventBus
+    unicast: Unicast
     clock: Clock
     inflight: InFlight
     peers: dict[str, Peer]
@@ -75,7 +75,7 @@ class Draining:
             for peer in list(self.peers.values()):
                 if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
                     unsubscribed.add(peer.id)
-                    await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
+                    await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
                 if peer.id in unsubscribed and not peer.closed and not self.inflight.busy_before(peer.id, cutoff):
                     now = self.clock.monotonic()
                     since = ready_since.setdefault(peer.id, now)

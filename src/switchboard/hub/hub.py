@@ -50,6 +50,9 @@ from switchboard.protocol import envelope, relay
 from switchboard.protocol.chunks import parse_cache_call
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, Hello
 from switchboard.protocol.services import ServiceQuery
+from switchboard.replicas.links import LinkSettings
+from switchboard.replicas.unicast import Unicast
+from switchboard.tasks import spawn
 
 log = logging.getLogger("switchboard.hub")
 
@@ -86,6 +89,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         metrics: HubMetrics,
         issuer: TokenIssuer,
         counts: ConnectionCounts | None = None,
+        links: LinkSettings | None = None,
     ) -> None:
         from switchboard.hub.manager import WorkspaceManager  # manager needs the hub type
 
@@ -106,6 +110,8 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         self.manager = WorkspaceManager(self)
         self.reply_routes = ReplyRoutes(clock)
         self.inflight = InFlight()
+        # frames for clients of other replicas: over direct links (``links``) or through the bus
+        self.unicast = Unicast(bus, replica_id=self.replica_id, clock=clock, calls=self.inflight, links=links)
         self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
         self._background: set[asyncio.Task[Any]] = set()
         # registry writes that failed while the backend was away, repaired by the cluster loop
@@ -127,14 +133,14 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
             hold_until=self.transit.deadline,
         )
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
-        bus.on_undelivered = self._on_undelivered
-        bus.replay_wanted = self._replay_wanted
 
     # -- lifecycle -----------------------------------------------------------
 
     async def start(self) -> None:
         if not await self.bus.start():
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
+        await self.unicast.start()
+        spawn(self._background, self._take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
         await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self._on_bus_replica)
         await self.start_moves()
@@ -153,6 +159,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         for companion in reversed(self.companions):
             await companion.stop()
         await self.manager.stop()
+        await self.unicast.close()
         await self.bus.close()
         await self.registry.close()
 
@@ -191,7 +198,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self._on_bus_client(peer, data))
+        await self.unicast.subscribe(CLIENT_CHANNEL + peer.id, lambda data: self._on_bus_client(peer, data))
         if first_in_workspace:
             await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self._on_bus_broadcast)
         self.metrics.clients.set(len(self.peers))
@@ -244,7 +251,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         await self.gate.count_out(peer)
         if not current:
             return
-        await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
+        await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
         if workspace_empty:
             channel = WORKSPACE_CHANNEL + peer.workspace
             await self.bus.unsubscribe(channel)
@@ -313,7 +320,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
         channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
-        await self.bus.subscribe(channel, lambda data: self._receive_as(acting, relay.unwrap(data)[2]))
+        await self.unicast.subscribe(channel, lambda data: self._receive_as(acting, relay.unwrap(data)[2]))
         token = ACTING_AS.set(acting)
         try:
             yield acting
@@ -321,7 +328,7 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
             ACTING_AS.reset(token)
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
-            await self.bus.unsubscribe(channel)
+            await self.unicast.unsubscribe(channel)
 
     def _receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

@@ -13,18 +13,12 @@ from typing import Any
 
 import msgpack
 
-_CHUNKS = "services.built-in.message_cache."
-PROCESS_CHUNKS = _CHUNKS + "process"
+from switchboard.protocol.calls import is_call
+from switchboard.protocol.chunks import MESSAGE_CACHE
 
+__all__ = ["InFlight", "chunked_reply_session", "is_call", "reply_session"]
 
-def is_call(method: Any, session: str | None) -> bool:
-    """A call that starts work: chunk transfers are plumbing, not calls of their own."""
-    return (
-        bool(session)
-        and isinstance(method, str)
-        and method.startswith("services.")
-        and not method.startswith(_CHUNKS)
-    )
+PROCESS_CHUNKS = MESSAGE_CACHE + "process"
 
 
 def chunked_reply_session(method: Any, rest: bytes | memoryview) -> str | None:

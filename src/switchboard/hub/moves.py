@@ -77,7 +77,7 @@ class Moves:
 
         async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
 
-        async def _publish(self, channel: str, data: bytes, *, direct: bool = True) -> int: ...
+        async def _publish(self, channel: str, data: bytes) -> int: ...
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -286,7 +286,7 @@ class Moves:
 
     async def _notice(self, kind: str, client: str, **extra: Any) -> None:
         body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
-        await self._publish(TRANSIT_CHANNEL, body, direct=False)
+        await self._publish(TRANSIT_CHANNEL, body)
 
     def _on_notice(self, data: bytes) -> None:
         try:

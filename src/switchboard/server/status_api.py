@@ -33,6 +33,7 @@ from switchboard.errors import BackendError
 from switchboard.hub.auth import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
+from switchboard.replicas.cluster import Cluster
 from switchboard.server import http_services
 
 if TYPE_CHECKING:
@@ -135,10 +136,8 @@ class StatusSampler:
         cluster = _cluster(hub)
         if cluster is None:
             return [me]
-        from switchboard.hub.status import read_presence
-
         try:
-            presences, leader = await read_presence(cluster.redis)
+            presences, leader = await cluster.presence.read_all()
         except Exception as exc:  # Redis away: show this replica alone
             log.info("status: presence not readable: %s", exc, extra={"replica": hub.replica_id})
             return [me]
@@ -163,9 +162,9 @@ class StatusSampler:
         return sorted(rows, key=lambda r: str(r["id"]))
 
 
-def _cluster(hub: Hub) -> Any:
+def _cluster(hub: Hub) -> Cluster | None:
     for companion in hub.companions:
-        if hasattr(companion, "redis") and hasattr(companion, "started_at"):
+        if isinstance(companion, Cluster):
             return companion
     return None
 

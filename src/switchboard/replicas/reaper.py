@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from switchboard.clock import Clock
 from switchboard.errors import ConfigError
 
-logger = logging.getLogger("switchboard.reaper")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from switchboard.backends.redis.reaper import (
+from switchboard.replicas.reaper import (
     FailureLedger,
     OrphanReaper,
     PassReport,
