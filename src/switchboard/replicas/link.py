@@ -17,7 +17,7 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from typing import Protocol
+from typing import Protocol, cast
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
@@ -69,8 +69,8 @@ class Link(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # cast, not isinstance: uvloop's transports implement asyncio.Transport without subclassing it
+        self._transport = transport = cast(asyncio.Transport, transport)
         with contextlib.suppress(OSError, AttributeError):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
