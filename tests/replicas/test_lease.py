@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from switchboard.backends.redis.lease import RedisLease
-from switchboard.replicas.lease import LeaderElector, LeaseLost, LeasePolicy
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError, ConfigError
+from switchboard.replicas.lease import LeaderElector, LeaseLost, LeasePolicy
 from switchboard.testing import ValkeyServer
 
 TTL = 0.3

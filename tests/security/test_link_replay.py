@@ -21,9 +21,9 @@ import pytest
 from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.inflight import InFlight
+from switchboard.protocol import link as wire
 from switchboard.replicas.links import Links, LinkSettings
 from switchboard.replicas.unicast import Unicast
-from switchboard.protocol import link as wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import free_port
 from switchboard.testing.wait import eventually
