@@ -113,6 +113,12 @@ class EventBus(Protocol):
 
     async def unsubscribe(self, channel: str) -> None: ...
 
+    @property
+    def subscriptions(self) -> tuple[int, int] | None:
+        """``(desired, confirmed)`` channels: confirmed once the store acknowledged them on
+        the live connection; ``None`` where nothing needs confirming (one process)."""
+        ...
+
     async def close(self) -> None: ...
 
 

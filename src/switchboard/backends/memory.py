@@ -115,6 +115,10 @@ class MemoryBus:
     async def unsubscribe(self, channel: str) -> None:
         self._handlers.pop(channel, None)
 
+    @property
+    def subscriptions(self) -> None:
+        return None  # a subscription is a dict entry: there is nothing to confirm
+
     async def close(self) -> None:
         self._handlers.clear()
 

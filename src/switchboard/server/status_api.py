@@ -120,14 +120,14 @@ class StatusSampler:
         hub = self.hub
         here = hub.metrics.totals()
         bus_ok, bus_why = hub.bus.health
-        stats = getattr(hub.bus, "stats", None)
+        desired, confirmed = hub.bus.subscriptions or (None, None)
         me: dict[str, Any] = {
             "id": hub.replica_id,
             "address": hub.settings.public_base_url,
             "age_seconds": round(time.time() - self._started, 1),
             "clients": len(hub.peers),
             "leader": False,
-            "subscriptions": {"confirmed": getattr(stats, "confirmed", None), "desired": getattr(stats, "desired", None)},
+            "subscriptions": {"confirmed": confirmed, "desired": desired},
             "bus": "ok" if bus_ok else f"down: {bus_why}",
             "self": True,
             "_at": time.monotonic(), "_received": here["received"], "_errors": here["errors"],

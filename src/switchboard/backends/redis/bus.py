@@ -225,6 +225,11 @@ class RedisBus(ConnectionKeeping):
         desired, confirmed = len(self.subs.desired), len(self.subs.confirmed)
         return replace(self._counts, desired=desired, confirmed=confirmed)
 
+    @property
+    def subscriptions(self) -> tuple[int, int]:
+        """``(desired, confirmed)``: what the reconciler still has to wire is the difference."""
+        return len(self.subs.desired), len(self.subs.confirmed)
+
     def is_confirmed(self, channel: str) -> bool:
         return self.subs.is_confirmed(channel)
 
