@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from switchboard.backends.redis.subscriptions import SubscriptionSet
     from switchboard.clock import Clock
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("switchboard.bus")
 
 
 class ConnectionKeeping:
