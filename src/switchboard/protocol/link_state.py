@@ -37,14 +37,14 @@ WRITE_HIGH_WATER = 16 << 20
 PING_FRAME = wire.encode(wire.PING, b"")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Opened:
     """The other side proved it is ``peer``."""
 
     peer: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivered:
     """A frame for our ``channel``: hand it to its subscriber, or :meth:`LinkState.send_back` it."""
 
@@ -52,14 +52,14 @@ class Delivered:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hinted:
     """The other side holds ``channel``: its frames may go straight there."""
 
     channel: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SentBack:
     """A frame we delivered whose channel the other side no longer holds."""
 

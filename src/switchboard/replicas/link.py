@@ -118,7 +118,8 @@ class Link(asyncio.Protocol):
         """Send a frame for ``channel``; ``False``: the link cannot take it now (use Redis)."""
         if self.closed or self.paused or not self.state.deliver(channel, data):
             return False
-        self._kick()
+        if not self._in_turn:  # else it goes out with the rest at the turn's end
+            self._kick()
         return True
 
     def hint(self, channel: str) -> None:
