@@ -77,6 +77,19 @@ def test_redis_errors_are_translated_inside_the_redis_backend() -> None:
     outside = [
         m for m, tree in MODULES.items()
         if not m.startswith(("switchboard.backends.redis", "switchboard.testing"))
-        and "RedisError" in ast.unparse(tree)
+        and "RedisError" in names_in(tree)
     ]
     assert outside == []
+
+
+def names_in(tree: ast.Module) -> set[str]:
+    """Every name the code uses or imports (docstrings and comments aside)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(alias.name for alias in node.names)
+    return names
