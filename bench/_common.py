@@ -131,8 +131,11 @@ class Child:
         err = await asyncio.to_thread(open, self.log_path, "ab")
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                self.python, *self.argv,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=err,
+                self.python,
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
                 limit=1 << 20,
             )
         finally:
@@ -195,8 +198,16 @@ def reply(msg: dict[str, Any]) -> None:
 class ServerProc:
     """One server process (a replica of either hub, or a floor relay) on a loopback port."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, *, env: dict[str, str] | None = None,
-                 ready_path: str = "/health/readiness", ws_path: str = "/ws") -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        port: int,
+        *,
+        env: dict[str, str] | None = None,
+        ready_path: str = "/health/readiness",
+        ws_path: str = "/ws",
+    ) -> None:
         self.name = name
         self.cmd = cmd
         self.port = port
@@ -222,8 +233,9 @@ class ServerProc:
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=self.dir, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir, stdin=subprocess.DEVNULL
+            )
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         t0 = time.perf_counter()
@@ -254,8 +266,13 @@ class ServerProc:
             dump = py_spy_dump(self.proc.pid)  # where it hangs, if py-spy is installed
             self.proc.kill()
             self.proc.wait(10)
-            return {"ok": False, "seconds": None, "detail": f"still running {bound:g}s after SIGTERM: killed",
-                    "py_spy_dump": dump, "log_tail": self.log_tail(4000)}
+            return {
+                "ok": False,
+                "seconds": None,
+                "detail": f"still running {bound:g}s after SIGTERM: killed",
+                "py_spy_dump": dump,
+                "log_tail": self.log_tail(4000),
+            }
         return {"ok": True, "seconds": time.perf_counter() - t0, "exit_code": code}
 
     def kill(self) -> None:
@@ -394,8 +411,9 @@ class FailoverProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-async def _splice(r1: asyncio.StreamReader, w1: asyncio.StreamWriter,
-                  r2: asyncio.StreamReader, w2: asyncio.StreamWriter) -> None:
+async def _splice(
+    r1: asyncio.StreamReader, w1: asyncio.StreamWriter, r2: asyncio.StreamReader, w2: asyncio.StreamWriter
+) -> None:
     async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             while data := await r.read(1 << 16):
@@ -414,8 +432,9 @@ async def _splice(r1: asyncio.StreamReader, w1: asyncio.StreamWriter,
 # --------------------------------------------------------------------------- polling
 
 
-async def poll_until_works(call: Callable[[], Awaitable[Any]], t0: float, bound: float,
-                           attempt_timeout: float = 0.5) -> dict[str, Any]:
+async def poll_until_works(
+    call: Callable[[], Awaitable[Any]], t0: float, bound: float, attempt_timeout: float = 0.5
+) -> dict[str, Any]:
     """Retry ``call()`` until it succeeds; seconds since ``t0`` (perf_counter)."""
     errors: dict[str, int] = {}
     attempts = 0

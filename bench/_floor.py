@@ -39,12 +39,12 @@ def frame(to: str, frm: str, req: int, kind: int, payload: bytes) -> bytes:
 
 def parse(data: bytes) -> tuple[str, str, int, int, bytes]:
     n = data[0]
-    to = data[1:1 + n].decode()
+    to = data[1 : 1 + n].decode()
     m = data[1 + n]
-    frm = data[2 + n:2 + n + m].decode()
+    frm = data[2 + n : 2 + n + m].decode()
     o = 2 + n + m
     req, kind = struct.unpack_from(">IB", data, o)
-    return to, frm, req, kind, data[o + 5:]
+    return to, frm, req, kind, data[o + 5 :]
 
 
 # --------------------------------------------------------------------------- relay
@@ -87,7 +87,7 @@ async def relay(port: int, redis_url: str) -> None:
         await ws.send("ok")
         try:
             async for data in ws:
-                to = data[1:1 + data[0]].decode()
+                to = data[1 : 1 + data[0]].decode()
                 peer = local.get(to)
                 if peer is not None:
                     await peer.send(data)
@@ -104,8 +104,16 @@ async def relay(port: int, redis_url: str) -> None:
         return None
 
     reader = asyncio.create_task(from_redis())
-    async with serve(handler, "127.0.0.1", port, max_size=MAX_FRAME, compression=None,
-                     ping_interval=None, process_request=health, max_queue=None):
+    async with serve(
+        handler,
+        "127.0.0.1",
+        port,
+        max_size=MAX_FRAME,
+        compression=None,
+        ping_interval=None,
+        process_request=health,
+        max_queue=None,
+    ):
         await asyncio.sleep(CHILD_MAX_LIFETIME)
     reader.cancel()
 

@@ -60,16 +60,27 @@ def ensure_venv(log: Callable[[str], None] = print) -> dict[str, str]:
     with open(install_log, "ab") as out:
         for cmd in (
             [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-U", "pip"],
-            [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check",
-             f"--uploaded-prior-to={UPLOADED_PRIOR_TO}", *REQUIREMENTS],
+            [
+                str(PYTHON),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                f"--uploaded-prior-to={UPLOADED_PRIOR_TO}",
+                *REQUIREMENTS,
+            ],
         ):
             out.write(f"$ {' '.join(cmd)}\n".encode())
             out.flush()
             if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=900).returncode:
                 tail = install_log.read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"installing Hypha failed: {' '.join(cmd)}\n{tail}")
-    check = subprocess.run([str(PYTHON), "-c", "import hypha, hypha_rpc; print(hypha.__version__)"],
-                           capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [str(PYTHON), "-c", "import hypha, hypha_rpc; print(hypha.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if check.returncode or check.stdout.strip() != HYPHA_VERSION:
         raise RuntimeError(f"Hypha venv is not usable: {check.stdout}{check.stderr[-2000:]}")
     MARKER.write_text(spec() + "\n")
@@ -78,16 +89,35 @@ def ensure_venv(log: Callable[[str], None] = print) -> dict[str, str]:
 
 def versions() -> dict[str, str]:
     out = subprocess.run(
-        [str(PYTHON), "-c", "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
-         "('hypha', 'hypha-rpc', 'uvicorn', 'websockets', 'redis', 'fastapi', 'sqlmodel')}))"],
-        capture_output=True, text=True, timeout=60)
+        [
+            str(PYTHON),
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
+            "('hypha', 'hypha-rpc', 'uvicorn', 'websockets', 'redis', 'fastapi', 'sqlmodel')}))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return {"versions_json": out.stdout.strip()}
 
 
 def replica(name: str, port: int, redis_url: str, public_port: int) -> ServerProc:
-    cmd = [str(PYTHON), "-m", "hypha.server", "--host", "127.0.0.1", "--port", str(port),
-           "--redis-uri", redis_url, "--server-id", name,
-           "--public-base-url", f"http://127.0.0.1:{public_port}"]
+    cmd = [
+        str(PYTHON),
+        "-m",
+        "hypha.server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--redis-uri",
+        redis_url,
+        "--server-id",
+        name,
+        "--public-base-url",
+        f"http://127.0.0.1:{public_port}",
+    ]
     return ServerProc(name, cmd, port, env=ENV)
 
 

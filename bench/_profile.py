@@ -83,10 +83,26 @@ async def profile(seconds: float) -> None:
         run = asyncio.create_task(concurrent(eps, DEFAULT.tp_callers, seconds + 1.0, 1.0, pids))
         await asyncio.sleep(1.5)
         for s in servers:
-            spies.append(await asyncio.create_subprocess_exec(
-                py_spy(), "record", "--pid", str(s.pid), "--duration", str(int(seconds)), "--rate", "100",
-                "--format", "raw", "--function", "--nonblocking", "--output", str(work / f"{s.name}.txt"),
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.STDOUT))
+            spies.append(
+                await asyncio.create_subprocess_exec(
+                    py_spy(),
+                    "record",
+                    "--pid",
+                    str(s.pid),
+                    "--duration",
+                    str(int(seconds)),
+                    "--rate",
+                    "100",
+                    "--format",
+                    "raw",
+                    "--function",
+                    "--nonblocking",
+                    "--output",
+                    str(work / f"{s.name}.txt"),
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.STDOUT,
+                )
+            )
         result = await run
         for sp in spies:
             await asyncio.wait_for(sp.wait(), seconds + 30)
@@ -100,8 +116,10 @@ async def profile(seconds: float) -> None:
         for s in servers:
             await asyncio.to_thread(s.kill)
         await asyncio.to_thread(valkey.stop)
-    print(f"workload 3 under py-spy: {result['calls_per_s']:.0f} calls/s, errors {result['errors']}, "
-          f"CPU util % {({k: round(v) for k, v in result['cpu_util_pct'].items()})}")
+    print(
+        f"workload 3 under py-spy: {result['calls_per_s']:.0f} calls/s, errors {result['errors']}, "
+        f"CPU util % { ({k: round(v) for k, v in result['cpu_util_pct'].items()}) }"
+    )
     for s in servers:
         raw = work / f"{s.name}.txt"
         if not raw.exists():

@@ -29,10 +29,15 @@ from _common import CHILD_MAX_LIFETIME, reply, stdin_lines
 async def provider(url: str, client_id: str, token: str = "", workspace: str = "") -> None:
     from hypha_rpc import connect_to_server
 
-    server = await connect_to_server({
-        "server_url": url, "client_id": client_id, "token": token or None,
-        "workspace": workspace or None, "method_timeout": 30,
-    })
+    server = await connect_to_server(
+        {
+            "server_url": url,
+            "client_id": client_id,
+            "token": token or None,
+            "workspace": workspace or None,
+            "method_timeout": 30,
+        }
+    )
 
     def echo(x: Any) -> Any:
         return x
@@ -59,8 +64,12 @@ async def idle() -> None:
     async def handshake(url: str) -> Any:
         ws = await connect(url, ping_interval=None, compression=None, max_size=1 << 20, open_timeout=20)
         try:
-            hello = {"client_id": f"idle-{uuid.uuid4().hex[:16]}", "workspace": None,
-                     "token": None, "reconnection_token": None}
+            hello = {
+                "client_id": f"idle-{uuid.uuid4().hex[:16]}",
+                "workspace": None,
+                "token": None,
+                "reconnection_token": None,
+            }
             await ws.send(json.dumps(hello))
             info = json.loads(await asyncio.wait_for(ws.recv(), 20))
             if info.get("type") != "connection_info":
@@ -102,8 +111,14 @@ async def idle() -> None:
         for url, want in cmd["open"].items():
             jobs += [one(url) for _ in range(max(0, want - len(conns.get(url, []))))]
         await asyncio.gather(*jobs)
-        reply({"open": {u: len(c) for u, c in conns.items()}, "errors": dict(errors),
-               "seconds": time.perf_counter() - t0, "rss": psutil.Process().memory_info().rss})
+        reply(
+            {
+                "open": {u: len(c) for u, c in conns.items()},
+                "errors": dict(errors),
+                "seconds": time.perf_counter() - t0,
+                "rss": psutil.Process().memory_info().rss,
+            }
+        )
     for group in conns.values():
         for ws in group:
             ws.transport.abort()

@@ -79,9 +79,21 @@ class Params:
 
 DEFAULT = Params()
 QUICK = Params(
-    rounds=1, small_n=300, small_warmup=50, block=100, sizes=((64 << 10, 40), (4 << 20, 3)),
-    tp_seconds=2.0, tp_warmup=0.5, cb_n=100, idle_levels=(10, 200, 500), idle_latency_n=100,
-    quiet_bound=10.0, drop_bound=30.0, recover_bound=30.0, terminate_bound=20.0, workload_bound=90.0,
+    rounds=1,
+    small_n=300,
+    small_warmup=50,
+    block=100,
+    sizes=((64 << 10, 40), (4 << 20, 3)),
+    tp_seconds=2.0,
+    tp_warmup=0.5,
+    cb_n=100,
+    idle_levels=(10, 200, 500),
+    idle_latency_n=100,
+    quiet_bound=10.0,
+    drop_bound=30.0,
+    recover_bound=30.0,
+    terminate_bound=20.0,
+    workload_bound=90.0,
 )
 
 
@@ -96,8 +108,15 @@ class Endpoint:
     cb: Callable[[bytes], Awaitable[Any]]
 
 
-async def timed(call: Callable[[], Awaitable[Any]], expect: Any, n: int, samples: list[float],
-                errors: Counter[str], t_end: float, timeout: float = CALL_TIMEOUT) -> None:
+async def timed(
+    call: Callable[[], Awaitable[Any]],
+    expect: Any,
+    n: int,
+    samples: list[float],
+    errors: Counter[str],
+    t_end: float,
+    timeout: float = CALL_TIMEOUT,
+) -> None:
     """``n`` sequential calls (none started after ``t_end``); latencies appended to ``samples``."""
     for _ in range(n):
         if time.perf_counter() > t_end:
@@ -116,8 +135,15 @@ async def timed(call: Callable[[], Awaitable[Any]], expect: Any, n: int, samples
             samples.append(dt)
 
 
-async def seq_latency(variants: dict[str, Callable[[], Awaitable[Any]]], expect: Any, n: int,
-                      warmup: int, block: int, bound: float, timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
+async def seq_latency(
+    variants: dict[str, Callable[[], Awaitable[Any]]],
+    expect: Any,
+    n: int,
+    warmup: int,
+    block: int,
+    bound: float,
+    timeout: float = CALL_TIMEOUT,
+) -> dict[str, Any]:
     """Sequential calls of each variant, alternating in blocks so that drift hits all alike.
 
     The machine is shared: a burst of foreign load inflates the pooled p99 of whichever
@@ -142,17 +168,27 @@ async def seq_latency(variants: dict[str, Callable[[], Awaitable[Any]]], expect:
                 if len(got) >= 50:
                     block_p99[name].append(pct(sorted(got), 99))
     out: dict[str, Any] = {
-        k: {**summarize_ms(v), "errors": dict(errors[k]), "blocks": len(block_p99[k]),
-            "p99_block_median_ms": statistics.median(block_p99[k]) * 1e3 if block_p99[k] else None}
+        k: {
+            **summarize_ms(v),
+            "errors": dict(errors[k]),
+            "blocks": len(block_p99[k]),
+            "p99_block_median_ms": statistics.median(block_p99[k]) * 1e3 if block_p99[k] else None,
+        }
         for k, v in samples.items()
     }
     out["wall_s"] = time.perf_counter() - t0
     return out
 
 
-async def concurrent(endpoints: list[Any], callers: int, seconds: float, warmup: float,
-                     pids: dict[str, int | None], payload: Any = SMALL,
-                     timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
+async def concurrent(
+    endpoints: list[Any],
+    callers: int,
+    seconds: float,
+    warmup: float,
+    pids: dict[str, int | None],
+    payload: Any = SMALL,
+    timeout: float = CALL_TIMEOUT,
+) -> dict[str, Any]:
     """``callers`` tasks spread over ``endpoints`` (an ``Endpoint`` or anything else with an async
     ``echo``), each calling echo in a loop, for ``seconds``; the CPU each of ``pids`` spent."""
     state = {"count": False, "stop": False}
@@ -228,18 +264,27 @@ class RpcSide:
         hello = await self.provider.request(None, 60)
         self.workspace, self.token = hello["workspace"], hello["token"]
         await self.proxy.start()
-        self.provider_fo = Child("provider-fo", [WORKERS, "provider", self.proxy.url, "provider-fo",
-                                                 self.token, self.workspace], self.work)
+        self.provider_fo = Child(
+            "provider-fo", [WORKERS, "provider", self.proxy.url, "provider-fo", self.token, self.workspace], self.work
+        )
         await self.provider_fo.start()
         await self.provider_fo.request(None, 60)
 
     async def connect(self, index: int, name: str) -> Any:
         from hypha_rpc import connect_to_server
 
-        client = await asyncio.wait_for(connect_to_server({
-            "server_url": self.servers[index].url, "client_id": f"{name}-{uuid.uuid4().hex[:8]}",
-            "token": self.token, "workspace": self.workspace, "method_timeout": CALL_TIMEOUT,
-        }), 60)
+        client = await asyncio.wait_for(
+            connect_to_server(
+                {
+                    "server_url": self.servers[index].url,
+                    "client_id": f"{name}-{uuid.uuid4().hex[:8]}",
+                    "token": self.token,
+                    "workspace": self.workspace,
+                    "method_timeout": CALL_TIMEOUT,
+                }
+            ),
+            60,
+        )
         self.clients.append(client)
         return client
 
@@ -324,9 +369,14 @@ def make_servers(kind: str, redis_url: str) -> list[ServerProc]:
         if kind == "switchboard":
             from switchboard.testing.replica import ReplicaProcess
 
-            cmd = ReplicaProcess(replica_id=f"sb-{name}", redis_url=redis_url, jwt_secret=JWT_SECRET,
-                                 port=ports[i], public_url=f"http://127.0.0.1:{ports[0]}",
-                                 args=["--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING")]).command()
+            cmd = ReplicaProcess(
+                replica_id=f"sb-{name}",
+                redis_url=redis_url,
+                jwt_secret=JWT_SECRET,
+                port=ports[i],
+                public_url=f"http://127.0.0.1:{ports[0]}",
+                args=["--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING")],
+            ).command()
             env = dict(SWITCHBOARD_ENV)
             if os.environ.get("BENCH_SWITCHBOARD_SRC"):  # --switchboard-ref: that revision's src/
                 env["PYTHONPATH"] = os.environ["BENCH_SWITCHBOARD_SRC"]
@@ -391,8 +441,15 @@ async def cpu_of(pids: dict[str, int | None], coro: Awaitable[dict[str, Any]]) -
     return r
 
 
-async def workloads(kind: str, side: RpcSide | FloorSide, servers: list[ServerProc], valkey: Any,
-                    idle: Child, p: Params, out: dict[str, Any]) -> None:
+async def workloads(
+    kind: str,
+    side: RpcSide | FloorSide,
+    servers: list[ServerProc],
+    valkey: Any,
+    idle: Child,
+    p: Params,
+    out: dict[str, Any],
+) -> None:
     """Fills ``out`` as it goes, so that a failure late in the round keeps what was measured."""
     a, b = servers
     server_pids = {"replica_a": a.pid, "replica_b": b.pid, "valkey": valkey.pid}
@@ -402,18 +459,34 @@ async def workloads(kind: str, side: RpcSide | FloorSide, servers: list[ServerPr
 
     # 1. small echo, sequential
     say(f"   1. echo {len(SMALL)} B x{p.small_n}, same vs cross")
-    out["echo_small"] = await cpu_of(pids, seq_latency(
-        {"same": lambda: same.echo(SMALL), "cross": lambda: cross.echo(SMALL)},
-        SMALL, p.small_n, p.small_warmup, p.block, p.workload_bound))
+    out["echo_small"] = await cpu_of(
+        pids,
+        seq_latency(
+            {"same": lambda: same.echo(SMALL), "cross": lambda: cross.echo(SMALL)},
+            SMALL,
+            p.small_n,
+            p.small_warmup,
+            p.block,
+            p.workload_bound,
+        ),
+    )
 
     # 2. large payloads
     out["echo_sizes"] = {}
     for size, n in p.sizes:
         say(f"   2. echo {size >> 10} KiB x{n}, same vs cross")
         payload = os.urandom(size)
-        r = await cpu_of(pids, seq_latency(
-            {"same": lambda pl=payload: same.echo(pl), "cross": lambda pl=payload: cross.echo(pl)},
-            payload, n, max(1, n // 10), max(1, n // 2), p.workload_bound))
+        r = await cpu_of(
+            pids,
+            seq_latency(
+                {"same": lambda pl=payload: same.echo(pl), "cross": lambda pl=payload: cross.echo(pl)},
+                payload,
+                n,
+                max(1, n // 10),
+                max(1, n // 2),
+                p.workload_bound,
+            ),
+        )
         for k in ("same", "cross"):
             p50 = r[k].get("p50_ms")
             r[k]["MBps_p50"] = size / (p50 / 1e3) / 1e6 if p50 else None
@@ -426,9 +499,17 @@ async def workloads(kind: str, side: RpcSide | FloorSide, servers: list[ServerPr
 
     # 4. callback round trip
     say(f"   4. callback round trip x{p.cb_n}, same vs cross")
-    out["callback"] = await cpu_of(pids, seq_latency(
-        {"same": lambda: same.cb(SMALL), "cross": lambda: cross.cb(SMALL)},
-        SMALL, p.cb_n, max(5, p.cb_n // 10), max(1, p.cb_n // 3), p.workload_bound))
+    out["callback"] = await cpu_of(
+        pids,
+        seq_latency(
+            {"same": lambda: same.cb(SMALL), "cross": lambda: cross.cb(SMALL)},
+            SMALL,
+            p.cb_n,
+            max(5, p.cb_n // 10),
+            max(1, p.cb_n // 3),
+            p.workload_bound,
+        ),
+    )
 
     # 5. idle clients
     out["idle"] = await idle_levels(side, servers, valkey, idle, same, cross, p)
@@ -439,20 +520,29 @@ async def workloads(kind: str, side: RpcSide | FloorSide, servers: list[ServerPr
         await recovery(side, servers, p, rec)
 
 
-async def idle_levels(side: Any, servers: list[ServerProc], valkey: Any, idle: Child,
-                      same: Endpoint, cross: Endpoint, p: Params) -> dict[str, Any]:
+async def idle_levels(
+    side: Any, servers: list[ServerProc], valkey: Any, idle: Child, same: Endpoint, cross: Endpoint, p: Params
+) -> dict[str, Any]:
     a, b = servers
     levels: list[dict[str, Any]] = []
     for level in p.idle_levels:
         say(f"   5. {level} idle clients per replica")
-        opened = await idle.request({"open": {a.ws_url: level, b.ws_url: level},
-                                     "concurrency": p.idle_concurrency}, timeout=600)
+        opened = await idle.request(
+            {"open": {a.ws_url: level, b.ws_url: level}, "concurrency": p.idle_concurrency}, timeout=600
+        )
         quiet = await wait_quiet([a.pid, b.pid, valkey.pid], p.quiet_bound)
         rss = {"replica_a": a.rss(), "replica_b": b.rss(), "valkey": pid_rss(valkey.pid)}
-        lat = await seq_latency({"same": lambda: same.echo(SMALL), "cross": lambda: cross.echo(SMALL)},
-                                SMALL, p.idle_latency_n, 20, max(1, p.idle_latency_n // 3), p.workload_bound)
-        levels.append({"idle_per_replica": level, "opened": opened, "quiet_wait_s": quiet,
-                       "rss_bytes": rss, "latency": lat})
+        lat = await seq_latency(
+            {"same": lambda: same.echo(SMALL), "cross": lambda: cross.echo(SMALL)},
+            SMALL,
+            p.idle_latency_n,
+            20,
+            max(1, p.idle_latency_n // 3),
+            p.workload_bound,
+        )
+        levels.append(
+            {"idle_per_replica": level, "opened": opened, "quiet_wait_s": quiet, "rss_bytes": rss, "latency": lat}
+        )
     per_conn: dict[str, Any] = {}
     lo, hi = levels[0], levels[-1]
     dn = hi["idle_per_replica"] - lo["idle_per_replica"]
@@ -489,8 +579,9 @@ async def recovery(side: RpcSide, servers: list[ServerProc], p: Params, out: dic
         out["errors"] = dict(errors)  # reported as a problem: a client was refused
     t0 = time.perf_counter()
     await asyncio.to_thread(a.kill)
-    ex, fr = await asyncio.gather(poll_until_works(existing, t0, p.recover_bound),
-                                  poll_until_works(fresh, t0, p.recover_bound))
+    ex, fr = await asyncio.gather(
+        poll_until_works(existing, t0, p.recover_bound), poll_until_works(fresh, t0, p.recover_bound)
+    )
     out["sigkill_existing_proxy"] = ex
     out["sigkill_fresh_lookup"] = fr
     out["proxy_routed_ports"] = side.proxy.routed

@@ -88,6 +88,7 @@ async def block(echo: Any, n: int) -> list[float]:
 
 async def burst(echo: Any, n: int, callers: int) -> float:
     """Calls per second of ``callers`` concurrent callers making ``n`` calls in all."""
+
     async def one(k: int) -> None:
         for _ in range(k):
             if await asyncio.wait_for(echo(SMALL), CALL_TIMEOUT) != SMALL:
@@ -116,12 +117,16 @@ async def run(args: argparse.Namespace) -> None:
             ratios.append(statistics.median(got["new"]) / statistics.median(got["base"]))
         for name, values in samples.items():
             values.sort()
-            say(f"{name:>4}: p50 {pct(values, 50) * 1e3:.3f} ms  p90 {pct(values, 90) * 1e3:.3f} ms"
-                f"  ({len(values)} calls)")
+            say(
+                f"{name:>4}: p50 {pct(values, 50) * 1e3:.3f} ms  p90 {pct(values, 90) * 1e3:.3f} ms"
+                f"  ({len(values)} calls)"
+            )
         new, base = sorted(samples["new"]), sorted(samples["base"])
-        say(f"new/base p50 x{pct(new, 50) / pct(base, 50):.3f}, p90 x{pct(new, 90) / pct(base, 90):.3f}; "
+        say(
+            f"new/base p50 x{pct(new, 50) / pct(base, 50):.3f}, p90 x{pct(new, 90) / pct(base, 90):.3f}; "
             f"median of {len(ratios)} block ratios x{statistics.median(ratios):.3f}"
-            f" (range {min(ratios):.3f}-{max(ratios):.3f})")
+            f" (range {min(ratios):.3f}-{max(ratios):.3f})"
+        )
         if args.callers:
             rates: dict[str, list[float]] = {p.name: [] for p in pairs}
             for i in range(args.blocks):
@@ -130,8 +135,10 @@ async def run(args: argparse.Namespace) -> None:
             for name, values in rates.items():
                 say(f"{name:>4}: {args.callers} concurrent callers, median {statistics.median(values):,.0f} calls/s")
             per_block = [n / b for n, b in zip(rates["new"], rates["base"], strict=True)]
-            say(f"new/base throughput x{statistics.median(rates['new']) / statistics.median(rates['base']):.3f}; "
-                f"median of block ratios x{statistics.median(per_block):.3f}")
+            say(
+                f"new/base throughput x{statistics.median(rates['new']) / statistics.median(rates['base']):.3f}; "
+                f"median of block ratios x{statistics.median(per_block):.3f}"
+            )
     finally:
         for p in pairs:
             await p.stop()
@@ -142,8 +149,12 @@ def main() -> None:
     parser.add_argument("--base", default="HEAD", metavar="GIT_REF", help="the revision to compare against")
     parser.add_argument("--blocks", type=int, default=20, help="blocks per revision (default 20)")
     parser.add_argument("--block-size", type=int, default=250, help="calls per block (default 250)")
-    parser.add_argument("--callers", type=int, default=0,
-                        help="then also N concurrent callers on replica B, throughput per block (0: skip)")
+    parser.add_argument(
+        "--callers",
+        type=int,
+        default=0,
+        help="then also N concurrent callers on replica B, throughput per block (0: skip)",
+    )
     args = parser.parse_args()
     if args.blocks < 1 or args.block_size < 10:
         parser.error("--blocks must be at least 1 and --block-size at least 10")

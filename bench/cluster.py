@@ -159,7 +159,10 @@ def replica_args() -> list[str]:
 
     help_text = subprocess.run(
         [sys.executable, "-m", "switchboard", "serve", "--help"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     ).stdout
     args: list[str] = []
     for flag, value in REPLICA_FLAGS.items():
@@ -176,8 +179,9 @@ def source_state() -> dict[str, Any]:
 
     def git(*a: str) -> str:
         try:
-            return subprocess.run(["git", *a], cwd=root, capture_output=True, text=True,
-                                  timeout=10, check=False).stdout.strip()
+            return subprocess.run(
+                ["git", *a], cwd=root, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
 
@@ -209,9 +213,7 @@ class Cluster:
         await asyncio.to_thread(self.valkey.start)
         self.replica_args = await asyncio.to_thread(replica_args)
         for rid in ("ra", "rb"):
-            self.replicas[rid] = ReplicaProcess(
-                replica_id=rid, redis_url=self.valkey.url, args=self.replica_args
-            )
+            self.replicas[rid] = ReplicaProcess(replica_id=rid, redis_url=self.valkey.url, args=self.replica_args)
         await asyncio.gather(*(asyncio.to_thread(r.start) for r in self.replicas.values()))
         self.provider.argv = [WORKERS, "provider", self.a.url, "provider"]
         await self.provider.start()
@@ -230,10 +232,17 @@ class Cluster:
     async def connect(self, replica: Any, name: str) -> Any:
         from hypha_rpc import connect_to_server
 
-        client = await asyncio.wait_for(connect_to_server({
-            "server_url": replica.url, "client_id": f"{name}-{uuid.uuid4().hex[:6]}",
-            "token": self.token, "method_timeout": CALL_TIMEOUT,
-        }), 30)
+        client = await asyncio.wait_for(
+            connect_to_server(
+                {
+                    "server_url": replica.url,
+                    "client_id": f"{name}-{uuid.uuid4().hex[:6]}",
+                    "token": self.token,
+                    "method_timeout": CALL_TIMEOUT,
+                }
+            ),
+            30,
+        )
         self.clients.append(client)
         return client
 
@@ -323,8 +332,15 @@ class Cluster:
 
 async def echo_latency(svcs: dict[str, Any], n: int, warmup: int, block: int) -> dict[str, Any]:
     """Sequential echo latency through each service proxy, alternating blocks (``seq_latency``)."""
-    return await seq_latency({k: (lambda svc=svc: svc.echo(PAYLOAD)) for k, svc in svcs.items()},
-                             PAYLOAD, n, warmup, block, LATENCY_BOUND, timeout=CALL_TIMEOUT)
+    return await seq_latency(
+        {k: (lambda svc=svc: svc.echo(PAYLOAD)) for k, svc in svcs.items()},
+        PAYLOAD,
+        n,
+        warmup,
+        block,
+        LATENCY_BOUND,
+        timeout=CALL_TIMEOUT,
+    )
 
 
 async def poll_call(call: Any, t0: float) -> dict[str, Any]:
@@ -333,15 +349,22 @@ async def poll_call(call: Any, t0: float) -> dict[str, Any]:
 
 
 def counters(m: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    keys = ("switchboard_redis_reconnects", "switchboard_subscription_repairs",
-            "switchboard_publishes_to_nobody", "switchboard_undeliverable_messages",
-            "switchboard_reasserted_registrations", "switchboard_subscriptions_desired")
+    keys = (
+        "switchboard_redis_reconnects",
+        "switchboard_subscription_repairs",
+        "switchboard_publishes_to_nobody",
+        "switchboard_undeliverable_messages",
+        "switchboard_reasserted_registrations",
+        "switchboard_subscriptions_desired",
+    )
     return {rid: {k.removeprefix("switchboard_"): v.get(k, 0) for k in keys} for rid, v in m.items()}
 
 
 def counter_delta(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict[str, Any]:
-    return {rid: {k: after[rid][k] - before.get(rid, {}).get(k, 0) for k in after[rid]
-                  if k != "subscriptions_desired"} for rid in after}
+    return {
+        rid: {k: after[rid][k] - before.get(rid, {}).get(k, 0) for k in after[rid] if k != "subscriptions_desired"}
+        for rid in after
+    }
 
 
 async def pubsub_kill_runs(cluster: Cluster, svc: Any, repeats: int) -> dict[str, Any]:
@@ -356,9 +379,16 @@ async def pubsub_kill_runs(cluster: Cluster, svc: Any, repeats: int) -> dict[str
         full = await cluster.settled()  # all subscriptions back, not just the two the call needs
         full_s = time.perf_counter() - t0
         after = counters(await cluster.metrics())
-        runs.append({**r, "killed": killed, "settled_before": pre["ok"],
-                     "all_confirmed_s": full_s if full["ok"] else None,
-                     "all_confirmed": full, "counters": counter_delta(before, after)})
+        runs.append(
+            {
+                **r,
+                "killed": killed,
+                "settled_before": pre["ok"],
+                "all_confirmed_s": full_s if full["ok"] else None,
+                "all_confirmed": full,
+                "counters": counter_delta(before, after),
+            }
+        )
     ok = [r["seconds"] for r in runs if r["ok"]]
     return {"runs": runs, "call_works_again": spread(ok), "failed_runs": len(runs) - len(ok)}
 
@@ -383,13 +413,25 @@ async def redis_restart_runs(cluster: Cluster, caller: Any, svc: Any, repeats: i
         )
         full = await cluster.settled()
         after = counters(await cluster.metrics())
-        runs.append({"redis_down_and_up_s": up, "existing_proxy": call, "fresh_get_service": lookup,
-                     "settled_before": pre["ok"], "all_confirmed": full, "counters_after": after})
+        runs.append(
+            {
+                "redis_down_and_up_s": up,
+                "existing_proxy": call,
+                "fresh_get_service": lookup,
+                "settled_before": pre["ok"],
+                "all_confirmed": full,
+                "counters_after": after,
+            }
+        )
     return {
         "runs": runs,
         "redis_back_s": spread([r["redis_down_and_up_s"] for r in runs]),
-        "existing_proxy_works_again": spread([r["existing_proxy"]["seconds"] for r in runs if r["existing_proxy"]["ok"]]),
-        "fresh_get_service_works_again": spread([r["fresh_get_service"]["seconds"] for r in runs if r["fresh_get_service"]["ok"]]),
+        "existing_proxy_works_again": spread(
+            [r["existing_proxy"]["seconds"] for r in runs if r["existing_proxy"]["ok"]]
+        ),
+        "fresh_get_service_works_again": spread(
+            [r["fresh_get_service"]["seconds"] for r in runs if r["fresh_get_service"]["ok"]]
+        ),
         "failed_runs": sum(1 for r in runs if not (r["existing_proxy"]["ok"] and r["fresh_get_service"]["ok"])),
     }
 
@@ -411,9 +453,14 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
     levels = tuple(sorted({min(level, usable_top) for level in params.idle_levels}))
     res: dict[str, Any] = {
         "meta": {
-            "mode": mode, "params": asdict(params), "idle_levels_used": levels, "fd_limit": fds,
-            "python": platform.python_version(), "cpus": os.cpu_count(),
-            "machine": platform.machine(), "started_unix": time.time(),
+            "mode": mode,
+            "params": asdict(params),
+            "idle_levels_used": levels,
+            "fd_limit": fds,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+            "started_unix": time.time(),
             "calibration_ms_start": calibrate(),
         }
     }
@@ -431,12 +478,14 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
 
         # 1. latency
         say(f"1. latency: {params.latency_calls} sequential calls each, same vs cross")
-        lat = await echo_latency({"same": svc_same, "cross": svc_cross},
-                                 params.latency_calls, params.latency_warmup, params.latency_block)
+        lat = await echo_latency(
+            {"same": svc_same, "cross": svc_cross}, params.latency_calls, params.latency_warmup, params.latency_block
+        )
         lat["ratio_cross_same_p50"] = ratio(lat["cross"].get("p50_ms"), lat["same"].get("p50_ms"))
         lat["ratio_cross_same_p99"] = ratio(lat["cross"].get("p99_ms"), lat["same"].get("p99_ms"))
         lat["ratio_cross_same_p99_block_median"] = ratio(
-            lat["cross"].get("p99_block_median_ms"), lat["same"].get("p99_block_median_ms"))
+            lat["cross"].get("p99_block_median_ms"), lat["same"].get("p99_block_median_ms")
+        )
         res["latency"] = lat
 
         # 2. throughput
@@ -446,9 +495,15 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             svcs = []
             for i in range(params.caller_connections):
                 svcs.append(await cluster.echo_service(await cluster.connect(replica, f"tp-{name}-{i}")))
-            tp[name] = await concurrent(svcs, params.throughput_callers, params.throughput_seconds,
-                                        params.throughput_warmup, dict(cluster.pids()),
-                                        payload=PAYLOAD, timeout=CALL_TIMEOUT)
+            tp[name] = await concurrent(
+                svcs,
+                params.throughput_callers,
+                params.throughput_seconds,
+                params.throughput_warmup,
+                dict(cluster.pids()),
+                payload=PAYLOAD,
+                timeout=CALL_TIMEOUT,
+            )
         tp["ratio_cross_same"] = ratio(tp["cross"]["calls_per_s"], tp["same"]["calls_per_s"])
         res["throughput"] = tp
 
@@ -465,9 +520,13 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             say(f"3. {level} idle clients per replica")
             await cluster.settled()
             opened = await cluster.idle.request(
-                {"open": {cluster.a.url.replace("http", "ws", 1) + "/ws": level,
-                          cluster.b.url.replace("http", "ws", 1) + "/ws": level},
-                 "concurrency": params.idle_open_concurrency},
+                {
+                    "open": {
+                        cluster.a.url.replace("http", "ws", 1) + "/ws": level,
+                        cluster.b.url.replace("http", "ws", 1) + "/ws": level,
+                    },
+                    "concurrency": params.idle_open_concurrency,
+                },
                 timeout=600,
             )
             prev_open, now_open = now_open, sum(opened["open"].values())
@@ -480,33 +539,43 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             cpu1, t_idle = cluster.cpu_seconds(), time.perf_counter() - t_idle
             idle_cpu = {k: 100 * (cpu1[k] - cpu0[k]) / t_idle for k in cpu1 if k in cpu0}
             cal_before = await asyncio.to_thread(calibrate)
-            lat_level = await echo_latency({"same": svc_same, "cross": svc_cross},
-                                           params.idle_latency_calls, params.latency_warmup // 2,
-                                           params.latency_block)
+            lat_level = await echo_latency(
+                {"same": svc_same, "cross": svc_cross},
+                params.idle_latency_calls,
+                params.latency_warmup // 2,
+                params.latency_block,
+            )
             cal_after = await asyncio.to_thread(calibrate)
             lat_level["ratio_cross_same_p50"] = ratio(lat_level["cross"].get("p50_ms"), lat_level["same"].get("p50_ms"))
-            levels_out.append({
-                "idle_per_replica": level,
-                "opened": opened,
-                "open_rate_per_s": (sum(opened["open"].values()) - prev_open) / max(opened["seconds"], 1e-9),
-                "settled": settle,
-                "rss_bytes": rss,
-                "subscriptions": {rid: {"desired": v.get("switchboard_subscriptions_desired"),
-                                        "confirmed": v.get("switchboard_subscriptions_confirmed"),
-                                        "clients": v.get("switchboard_connected_clients")}
-                                  for rid, v in m.items()},
-                "latency": lat_level,
-                "idle_cpu_pct": idle_cpu,
-                "leader": await asyncio.to_thread(cluster.leader),
-                "calibration_ms": (cal_before + cal_after) / 2,
-            })
+            levels_out.append(
+                {
+                    "idle_per_replica": level,
+                    "opened": opened,
+                    "open_rate_per_s": (sum(opened["open"].values()) - prev_open) / max(opened["seconds"], 1e-9),
+                    "settled": settle,
+                    "rss_bytes": rss,
+                    "subscriptions": {
+                        rid: {
+                            "desired": v.get("switchboard_subscriptions_desired"),
+                            "confirmed": v.get("switchboard_subscriptions_confirmed"),
+                            "clients": v.get("switchboard_connected_clients"),
+                        }
+                        for rid, v in m.items()
+                    },
+                    "latency": lat_level,
+                    "idle_cpu_pct": idle_cpu,
+                    "leader": await asyncio.to_thread(cluster.leader),
+                    "calibration_ms": (cal_before + cal_after) / 2,
+                }
+            )
         base = levels_out[0]
         for lv in levels_out:
             lv["calibration_vs_base"] = ratio(lv["calibration_ms"], base["calibration_ms"])
             for kind in ("cross", "same"):
                 for p in ("p50", "p99", "p99_block_median"):
                     lv["latency"][f"ratio_{kind}_{p}_vs_base"] = ratio(
-                        lv["latency"][kind].get(f"{p}_ms"), base["latency"][kind].get(f"{p}_ms"))
+                        lv["latency"][kind].get(f"{p}_ms"), base["latency"][kind].get(f"{p}_ms")
+                    )
         per_conn = {}
         if len(levels_out) > 1:
             lo, hi = levels_out[0], levels_out[-1]
@@ -514,7 +583,9 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             for rid in ("ra", "rb"):
                 per_conn[rid] = (hi["rss_bytes"][rid] - lo["rss_bytes"][rid]) / dn
             per_conn["valkey_per_client"] = (hi["rss_bytes"]["valkey"] - lo["rss_bytes"]["valkey"]) / (2 * dn)
-            per_conn["idle_worker_per_client"] = (hi["rss_bytes"]["idle_clients"] - lo["rss_bytes"]["idle_clients"]) / (2 * dn)
+            per_conn["idle_worker_per_client"] = (hi["rss_bytes"]["idle_clients"] - lo["rss_bytes"]["idle_clients"]) / (
+                2 * dn
+            )
         res["idle"] = {"levels": levels_out, "rss_per_idle_connection_bytes": per_conn}
 
         # 4. and 5. again, with every idle client connected
@@ -525,7 +596,9 @@ async def run(params: Params, mode: str) -> dict[str, Any]:
             res["pubsub_kill_loaded"]["idle_per_replica"] = top_used
         if params.loaded_restart_repeats:
             say(f"5b. Valkey restarted with {top_used} idle clients per replica x{params.loaded_restart_repeats}")
-            res["redis_restart_loaded"] = await redis_restart_runs(cluster, cross, svc_cross, params.loaded_restart_repeats)
+            res["redis_restart_loaded"] = await redis_restart_runs(
+                cluster, cross, svc_cross, params.loaded_restart_repeats
+            )
             res["redis_restart_loaded"]["idle_per_replica"] = top_used
         res["replica_log_tails"] = {rid: r.log_tail(3000) for rid, r in cluster.replicas.items()}
     finally:
@@ -596,31 +669,43 @@ def report(res: dict[str, Any]) -> str:
     ]
     if "latency" in res:
         lat = res["latency"]
-        lines.append(f"1. Echo latency, sequential, {PAYLOAD.__len__()}-byte string "
-                     f"(n={lat['same'].get('n')} / {lat['cross'].get('n')})")
+        lines.append(
+            f"1. Echo latency, sequential, {PAYLOAD.__len__()}-byte string "
+            f"(n={lat['same'].get('n')} / {lat['cross'].get('n')})"
+        )
         for k in ("same", "cross"):
             d = lat[k]
-            lines.append(f"   {k:<6} p50 {_f(d.get('p50_ms'), '.3f')} ms  p99 {_f(d.get('p99_ms'), '.3f')} ms  "
-                         f"(median of {d.get('blocks')} block p99s {_f(d.get('p99_block_median_ms'), '.3f')} ms)  "
-                         f"mean {_f(d.get('mean_ms'), '.3f')} ms{_errs(d['errors'])}")
-        lines.append(f"   cross/same: p50 {_x(lat['ratio_cross_same_p50'])}  p99 {_x(lat['ratio_cross_same_p99'])}  "
-                     f"block-median p99 {_x(lat['ratio_cross_same_p99_block_median'])}")
+            lines.append(
+                f"   {k:<6} p50 {_f(d.get('p50_ms'), '.3f')} ms  p99 {_f(d.get('p99_ms'), '.3f')} ms  "
+                f"(median of {d.get('blocks')} block p99s {_f(d.get('p99_block_median_ms'), '.3f')} ms)  "
+                f"mean {_f(d.get('mean_ms'), '.3f')} ms{_errs(d['errors'])}"
+            )
+        lines.append(
+            f"   cross/same: p50 {_x(lat['ratio_cross_same_p50'])}  p99 {_x(lat['ratio_cross_same_p99'])}  "
+            f"block-median p99 {_x(lat['ratio_cross_same_p99_block_median'])}"
+        )
     if "throughput" in res:
         tp = res["throughput"]
         lines.append("")
-        lines.append(f"2. Throughput, {meta['params']['throughput_callers']} concurrent callers over "
-                     f"{meta['params']['caller_connections']} connections, {meta['params']['throughput_seconds']:g}s")
+        lines.append(
+            f"2. Throughput, {meta['params']['throughput_callers']} concurrent callers over "
+            f"{meta['params']['caller_connections']} connections, {meta['params']['throughput_seconds']:g}s"
+        )
         for k in ("same", "cross"):
             d = tp[k]
             cpu = d["cpu_us_per_call"]
             cpus = "  ".join(f"{n} {v:.0f}" for n, v in cpu.items() if n != "idle_clients")
-            lines.append(f"   {k:<6} {d['calls_per_s']:8.0f} calls/s  (p50 {_f(d['latency_under_load'].get('p50_ms'))} ms, "
-                         f"p99 {_f(d['latency_under_load'].get('p99_ms'))} ms){_errs(d['errors'])}")
+            lines.append(
+                f"   {k:<6} {d['calls_per_s']:8.0f} calls/s  (p50 {_f(d['latency_under_load'].get('p50_ms'))} ms, "
+                f"p99 {_f(d['latency_under_load'].get('p99_ms'))} ms){_errs(d['errors'])}"
+            )
             lines.append(f"          CPU us/call: {cpus}")
         lines.append(f"   cross/same: {_x(tp['ratio_cross_same'])}")
         hub = {k: sum(tp[k]["cpu_us_per_call"].get(r, 0) for r in ("ra", "rb", "valkey")) for k in ("same", "cross")}
-        lines.append(f"   hub CPU per call (replicas + Valkey): same {hub['same']:.0f} us, cross {hub['cross']:.0f} us "
-                     f"({_x(ratio(hub['cross'], hub['same']))}); the 2 CPUs are shared by all processes, so")
+        lines.append(
+            f"   hub CPU per call (replicas + Valkey): same {hub['same']:.0f} us, cross {hub['cross']:.0f} us "
+            f"({_x(ratio(hub['cross'], hub['same']))}); the 2 CPUs are shared by all processes, so"
+        )
         lines.append("   calls/s is bounded by the total CPU per call of hub + clients, not by the hub alone")
     if "idle" in res:
         lines.append("")
@@ -636,7 +721,9 @@ def report(res: dict[str, Any]) -> str:
                 f"{_cell(L, 'cross', 'p99_block_median')} | {_cell(L, 'same', 'p50')}  {_cell(L, 'same', 'p99_block_median')}"
                 f"{_errs({**c['errors'], **s['errors'], **lv['opened']['errors']})}"
             )
-        lines.append("   idle/rep | cross/same p50 | machine speed (calibration vs first level) | idle CPU% A    B  clients | leader")
+        lines.append(
+            "   idle/rep | cross/same p50 | machine speed (calibration vs first level) | idle CPU% A    B  clients | leader"
+        )
         for lv in res["idle"]["levels"]:
             cpu = lv["idle_cpu_pct"]
             lines.append(
@@ -655,17 +742,25 @@ def report(res: dict[str, Any]) -> str:
             )
         pc = res["idle"]["rss_per_idle_connection_bytes"]
         if pc:
-            lines.append(f"   RSS per idle connection: A {pc['ra'] / 1024:.1f} KiB, B {pc['rb'] / 1024:.1f} KiB; "
-                         f"Valkey {pc['valkey_per_client'] / 1024:.1f} KiB per client; "
-                         f"client side {pc['idle_worker_per_client'] / 1024:.1f} KiB")
-    for d, heading in _fault_sections(res, (
+            lines.append(
+                f"   RSS per idle connection: A {pc['ra'] / 1024:.1f} KiB, B {pc['rb'] / 1024:.1f} KiB; "
+                f"Valkey {pc['valkey_per_client'] / 1024:.1f} KiB per client; "
+                f"client side {pc['idle_worker_per_client'] / 1024:.1f} KiB"
+            )
+    for d, heading in _fault_sections(
+        res,
+        (
             ("pubsub_kill", "4. CLIENT KILL TYPE pubsub -> cross-replica call works again"),
-            ("pubsub_kill_loaded", "4b. same, with idle clients connected"))):
+            ("pubsub_kill_loaded", "4b. same, with idle clients connected"),
+        ),
+    ):
         lines += ["", heading]
         lines.append(f"   {_spread(d['call_works_again'])}; failed runs {d['failed_runs']}")
         alls = [r["all_confirmed_s"] for r in d["runs"] if r["all_confirmed_s"] is not None]
         if alls:
-            lines.append(f"   all subscriptions confirmed again: median {statistics.median(alls):.2f}s, max {max(alls):.2f}s")
+            lines.append(
+                f"   all subscriptions confirmed again: median {statistics.median(alls):.2f}s, max {max(alls):.2f}s"
+            )
         errs: Counter[str] = Counter()
         for r in d["runs"]:
             errs.update(r["errors"])
@@ -674,9 +769,13 @@ def report(res: dict[str, Any]) -> str:
     if "pubsub_kill" in res:
         lines.append("   (a subscription lost WITHOUT a reconnect is not injectable from outside the")
         lines.append("    process: not measured; the reconciler, every 5 s, is what would repair it)")
-    for d, heading in _fault_sections(res, (
+    for d, heading in _fault_sections(
+        res,
+        (
             ("redis_restart", "5. Valkey restart (empty) -> calls work again"),
-            ("redis_restart_loaded", "5b. same, with idle clients connected"))):
+            ("redis_restart_loaded", "5b. same, with idle clients connected"),
+        ),
+    ):
         lines += ["", f"{heading}, times from the start of the restart"]
         lines.append(f"   Valkey down and back up:       {_spread(d['redis_back_s'])}")
         lines.append(f"   existing service proxy works:  {_spread(d['existing_proxy_works_again'])}")
@@ -689,7 +788,9 @@ def report(res: dict[str, Any]) -> str:
         if errs:
             lines.append(f"   failed poll attempts: {dict(errs.most_common(4))}")
     lines.append("")
-    lines.append(f"total {meta.get('total_seconds', 0):.0f}s; raw results in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+    lines.append(
+        f"total {meta.get('total_seconds', 0):.0f}s; raw results in {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}"
+    )
     return "\n".join(lines)
 
 

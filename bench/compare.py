@@ -106,45 +106,138 @@ def metric_rows(p: Params) -> list[tuple[str, str, str, Callable[[dict[str, Any]
     rows: list[tuple[str, str, str, Callable[[dict[str, Any]], float | None], bool]] = []
     for where, label in (("same", "same replica"), ("cross", "cross replica")):
         for q in ("p50", "p90", "p99"):
-            rows.append((f"echo32_{where}_{q}", f"1. echo 32 B, {label}, {q}", "ms",
-                         _get("echo_small", where, f"{q}_ms"), False))
-    rows.append(("echo32_cpu", "1. server CPU per call (2 replicas + Valkey, same & cross)", "ms",
-                 _get("echo_small", "server_cpu_ms_per_call"), False))
+            rows.append(
+                (
+                    f"echo32_{where}_{q}",
+                    f"1. echo 32 B, {label}, {q}",
+                    "ms",
+                    _get("echo_small", where, f"{q}_ms"),
+                    False,
+                )
+            )
+    rows.append(
+        (
+            "echo32_cpu",
+            "1. server CPU per call (2 replicas + Valkey, same & cross)",
+            "ms",
+            _get("echo_small", "server_cpu_ms_per_call"),
+            False,
+        )
+    )
     for size, _ in p.sizes:
         name = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
         for where, label in (("same", "same"), ("cross", "cross")):
-            rows.append((f"echo{size}_{where}_p50", f"2. echo {name}, {label}, p50", "ms",
-                         _get("echo_sizes", str(size), where, "p50_ms"), False))
-            rows.append((f"echo{size}_{where}_mbps", f"2. echo {name}, {label}, throughput", "MB/s",
-                         _get("echo_sizes", str(size), where, "MBps_p50"), True))
-        rows.append((f"echo{size}_cpu", f"2. echo {name}, server CPU per call", "ms",
-                     _get("echo_sizes", str(size), "server_cpu_ms_per_call"), False))
-        rows.append((f"echo{size}_client_cpu", f"2. echo {name}, client CPU per call (caller + provider)", "ms",
-                     _get("echo_sizes", str(size), "client_cpu_ms_per_call"), False))
-    rows.append(("tp_calls", f"3. {p.tp_callers} callers, cross replica", "calls/s",
-                 _get("concurrent_cross", "calls_per_s"), True))
-    rows.append(("tp_p99", f"3. {p.tp_callers} callers, cross, latency p99", "ms",
-                 _get("concurrent_cross", "latency_under_load", "p99_ms"), False))
+            rows.append(
+                (
+                    f"echo{size}_{where}_p50",
+                    f"2. echo {name}, {label}, p50",
+                    "ms",
+                    _get("echo_sizes", str(size), where, "p50_ms"),
+                    False,
+                )
+            )
+            rows.append(
+                (
+                    f"echo{size}_{where}_mbps",
+                    f"2. echo {name}, {label}, throughput",
+                    "MB/s",
+                    _get("echo_sizes", str(size), where, "MBps_p50"),
+                    True,
+                )
+            )
+        rows.append(
+            (
+                f"echo{size}_cpu",
+                f"2. echo {name}, server CPU per call",
+                "ms",
+                _get("echo_sizes", str(size), "server_cpu_ms_per_call"),
+                False,
+            )
+        )
+        rows.append(
+            (
+                f"echo{size}_client_cpu",
+                f"2. echo {name}, client CPU per call (caller + provider)",
+                "ms",
+                _get("echo_sizes", str(size), "client_cpu_ms_per_call"),
+                False,
+            )
+        )
+    rows.append(
+        (
+            "tp_calls",
+            f"3. {p.tp_callers} callers, cross replica",
+            "calls/s",
+            _get("concurrent_cross", "calls_per_s"),
+            True,
+        )
+    )
+    rows.append(
+        (
+            "tp_p99",
+            f"3. {p.tp_callers} callers, cross, latency p99",
+            "ms",
+            _get("concurrent_cross", "latency_under_load", "p99_ms"),
+            False,
+        )
+    )
     rows.append(("tp_cpu", "3. server CPU per call (2 replicas + Valkey)", "µs", _server_cpu, False))
     for where in ("same", "cross"):
         for q in ("p50", "p99"):
-            rows.append((f"cb_{where}_{q}", f"4. callback round trip, {where}, {q}", "ms",
-                         _get("callback", where, f"{q}_ms"), False))
-    rows.append(("idle_rss_conn", "5. RSS per idle connection (per replica)", "KiB",
-                 _kib(_get("idle", "rss_per_connection_bytes", "replica_mean")), False))
-    rows.append(("idle_open_rate", f"5. idle handshakes per second (to {p.idle_levels[-1]}/replica)", "1/s",
-                 _open_rate, True))
+            rows.append(
+                (
+                    f"cb_{where}_{q}",
+                    f"4. callback round trip, {where}, {q}",
+                    "ms",
+                    _get("callback", where, f"{q}_ms"),
+                    False,
+                )
+            )
+    rows.append(
+        (
+            "idle_rss_conn",
+            "5. RSS per idle connection (per replica)",
+            "KiB",
+            _kib(_get("idle", "rss_per_connection_bytes", "replica_mean")),
+            False,
+        )
+    )
+    rows.append(
+        ("idle_open_rate", f"5. idle handshakes per second (to {p.idle_levels[-1]}/replica)", "1/s", _open_rate, True)
+    )
     rows.append(("idle_rss_top", f"5. RSS per replica with {p.idle_levels[-1]} idle", "MiB", _rss_top, False))
     for i, level in enumerate(p.idle_levels):
         for q in ("p50", "p99"):
-            rows.append((f"idle{level}_cross_{q}", f"5. echo cross, {level} idle/replica, {q}", "ms",
-                         lambda r, i=i, q=q: _get("latency", "cross", f"{q}_ms")(
-                             (r.get("idle", {}).get("levels") or [{}] * (i + 1))[i]), False))
-    rows.append(("idle_drop_busy", f"5. busy after {p.idle_levels[-1]}/replica idle clients drop", "s",
-                 _get("idle", "quiet_after_close_s"), False))
+            rows.append(
+                (
+                    f"idle{level}_cross_{q}",
+                    f"5. echo cross, {level} idle/replica, {q}",
+                    "ms",
+                    lambda r, i=i, q=q: _get("latency", "cross", f"{q}_ms")(
+                        (r.get("idle", {}).get("levels") or [{}] * (i + 1))[i]
+                    ),
+                    False,
+                )
+            )
+    rows.append(
+        (
+            "idle_drop_busy",
+            f"5. busy after {p.idle_levels[-1]}/replica idle clients drop",
+            "s",
+            _get("idle", "quiet_after_close_s"),
+            False,
+        )
+    )
     rows.append(("sigterm", "7. SIGTERM -> process exit", "s", _get("recovery", "sigterm_to_exit_s"), False))
-    rows.append(("sigkill", "7. SIGKILL replica -> provider callable via sibling", "s",
-                 _get("recovery", "sigkill_to_callable_s"), False))
+    rows.append(
+        (
+            "sigkill",
+            "7. SIGKILL replica -> provider callable via sibling",
+            "s",
+            _get("recovery", "sigkill_to_callable_s"),
+            False,
+        )
+    )
     rows.append(("ready", "start -> ready (one replica)", "s", _ready, False))
     return rows
 
@@ -189,8 +282,10 @@ def problems(rounds: list[dict[str, Any]]) -> list[str]:
         rec = r.get("recovery") or {}
         for k in ("sigkill_existing_proxy", "sigkill_fresh_lookup"):
             if rec.get(k) and not rec[k]["ok"]:
-                found.append(f"{tag} recovery.{k}: not callable within the bound; "
-                             f"attempt errors {json.dumps(rec[k]['errors'])[:300]}")
+                found.append(
+                    f"{tag} recovery.{k}: not callable within the bound; "
+                    f"attempt errors {json.dumps(rec[k]['errors'])[:300]}"
+                )
         if rec.get("sigterm") and not rec["sigterm"]["ok"]:
             found.append(f"{tag} recovery.sigterm: {rec['sigterm'].get('detail')}")
         elif (rec.get("sigterm") or {}).get("seconds", 0) > 5:
@@ -222,9 +317,14 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    return {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": model, "python": platform.python_version(), "platform": platform.platform(),
-            "load_avg_start": os.getloadavg()}
+    return {
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_avg_start": os.getloadavg(),
+    }
 
 
 def markdown(res: dict[str, Any]) -> str:
@@ -246,7 +346,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {row['label']} | {row['unit']} | {_fmt(row.get('switchboard'), row['unit'])} | "
             f"{_fmt(row.get('hypha'), row['unit'])} | {_fmt(row.get('floor'), row['unit'])} | "
             f"{_x(row['switchboard_over_hypha'])} | {_x(row['switchboard_over_floor'])} | "
-            f"{_x(row['hypha_over_floor'])} |")
+            f"{_x(row['hypha_over_floor'])} |"
+        )
     lines += [
         "",
         "Ratios are plain quotients of the two medians: below 1 is better for ms, s, µs, KiB and MiB, "
@@ -281,15 +382,26 @@ def chart(res: dict[str, Any], path: Path) -> None:
     top = res["meta"]["params"]["idle_levels"][-1]
     big = [sz for sz, _ in p_sizes]
     panels = [
-        ("p50 latency (ms, log)", True, [
-            ("echo32_same_p50", "32 B\nsame"), ("echo32_cross_p50", "32 B\ncross"),
-            (f"echo{big[0]}_cross_p50", f"{big[0] >> 10} KiB\ncross"),
-            ("cb_cross_p50", "callback\ncross"), (f"idle{top}_cross_p50", f"{top} idle\ncross"),
-        ]),
-        ("payload throughput (MB/s, log)", True, [
-            (f"echo{sz}_{w}_mbps", f"{sz >> 20} MiB\n{w}" if sz >= 1 << 20 else f"{sz >> 10} KiB\n{w}")
-            for sz in big for w in ("same", "cross")
-        ]),
+        (
+            "p50 latency (ms, log)",
+            True,
+            [
+                ("echo32_same_p50", "32 B\nsame"),
+                ("echo32_cross_p50", "32 B\ncross"),
+                (f"echo{big[0]}_cross_p50", f"{big[0] >> 10} KiB\ncross"),
+                ("cb_cross_p50", "callback\ncross"),
+                (f"idle{top}_cross_p50", f"{top} idle\ncross"),
+            ],
+        ),
+        (
+            "payload throughput (MB/s, log)",
+            True,
+            [
+                (f"echo{sz}_{w}_mbps", f"{sz >> 20} MiB\n{w}" if sz >= 1 << 20 else f"{sz >> 10} KiB\n{w}")
+                for sz in big
+                for w in ("same", "cross")
+            ],
+        ),
         (f"{res['meta']['params']['tp_callers']} callers, cross (calls/s)", False, [("tp_calls", "calls/s")]),
         ("memory", False, [("idle_rss_conn", "KiB per idle\nconnection")]),
         ("recovery (s)", False, [("sigterm", "SIGTERM\n-> exit"), ("sigkill", "SIGKILL ->\ncallable via B")]),
@@ -309,11 +421,18 @@ def chart(res: dict[str, Any], path: Path) -> None:
     axes.flat[0].legend(fontsize=8)
     ax = axes.flat[5]
     if "hypha" in kinds:
-        keys = [("echo32_same_p50", "32 B same p50"), ("echo32_cross_p50", "32 B cross p50"),
-                ("echo32_cross_p99", "32 B cross p99"), (f"echo{big[-1]}_cross_p50", f"{big[-1] >> 20} MiB cross p50"),
-                ("tp_cpu", "CPU per call"), ("cb_cross_p50", "callback cross p50"),
-                ("idle_rss_conn", "RSS / idle conn"), (f"idle{top}_cross_p50", f"{top} idle cross p50"),
-                ("sigterm", "SIGTERM -> exit"), ("sigkill", "SIGKILL recovery")]
+        keys = [
+            ("echo32_same_p50", "32 B same p50"),
+            ("echo32_cross_p50", "32 B cross p50"),
+            ("echo32_cross_p99", "32 B cross p99"),
+            (f"echo{big[-1]}_cross_p50", f"{big[-1] >> 20} MiB cross p50"),
+            ("tp_cpu", "CPU per call"),
+            ("cb_cross_p50", "callback cross p50"),
+            ("idle_rss_conn", "RSS / idle conn"),
+            (f"idle{top}_cross_p50", f"{top} idle cross p50"),
+            ("sigterm", "SIGTERM -> exit"),
+            ("sigkill", "SIGKILL recovery"),
+        ]
         # For calls/s the ratio is inverted so that, on this panel, below 1 always favours Switchboard.
         vals = [s[k]["switchboard_over_hypha"] for k, _ in keys]
         labels = [lab for _, lab in keys]
@@ -332,8 +451,11 @@ def chart(res: dict[str, Any], path: Path) -> None:
     else:
         ax.axis("off")
     m = res["meta"]["machine"]
-    fig.suptitle(f"Switchboard vs Hypha {_hypha.HYPHA_VERSION} (2 replicas + Valkey each, hypha-rpc 0.21.47 clients) - "
-                 f"{res['meta']['date']}, {m['cpus']} cores {m['cpu_model'] or m['processor']}", fontsize=11)
+    fig.suptitle(
+        f"Switchboard vs Hypha {_hypha.HYPHA_VERSION} (2 replicas + Valkey each, hypha-rpc 0.21.47 clients) - "
+        f"{res['meta']['date']}, {m['cpus']} cores {m['cpu_model'] or m['processor']}",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -352,12 +474,14 @@ def update_readme(md: str) -> None:
         text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         anchor = text.find("\n## ", text.index("## How it is built") + 1)
-        section = ("## Performance\n\n`python bench/compare.py` (about 10 minutes; `--quick` about 1) runs "
-                   "Switchboard and Hypha 0.21.137 side by side, each as two replicas sharing one Valkey on "
-                   "loopback, driven by the same hypha-rpc 0.21.47 client code, and a raw WebSocket relay with "
-                   "the same hops as the floor; it writes `bench/results/compare.{json,md,png}`. Latest run:\n\n"
-                   f"{block}\n\n")
-        text = text[:anchor + 1] + section + text[anchor + 1:] if anchor != -1 else text + "\n" + section
+        section = (
+            "## Performance\n\n`python bench/compare.py` (about 10 minutes; `--quick` about 1) runs "
+            "Switchboard and Hypha 0.21.137 side by side, each as two replicas sharing one Valkey on "
+            "loopback, driven by the same hypha-rpc 0.21.47 client code, and a raw WebSocket relay with "
+            "the same hops as the floor; it writes `bench/results/compare.{json,md,png}`. Latest run:\n\n"
+            f"{block}\n\n"
+        )
+        text = text[: anchor + 1] + section + text[anchor + 1 :] if anchor != -1 else text + "\n" + section
     README.write_text(text)
 
 
@@ -367,12 +491,20 @@ def update_readme(md: str) -> None:
 async def run(p: Params, kinds: list[str], command: str, mode: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     t_start = time.perf_counter()
-    res: dict[str, Any] = {"meta": {
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"), "command": command, "mode": mode, "kinds": kinds,
-        "rounds": p.rounds, "params": {k: v for k, v in p.__dict__.items() if k != "notes"},
-        "machine": machine(), "fd_limit": raise_fd_limit(), "calibration_ms_start": calibrate(),
-        "work_dir": str(work),
-    }}
+    res: dict[str, Any] = {
+        "meta": {
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "command": command,
+            "mode": mode,
+            "kinds": kinds,
+            "rounds": p.rounds,
+            "params": {k: v for k, v in p.__dict__.items() if k != "notes"},
+            "machine": machine(),
+            "fd_limit": raise_fd_limit(),
+            "calibration_ms_start": calibrate(),
+            "work_dir": str(work),
+        }
+    }
     rounds: list[dict[str, Any]] = []
     for i in range(p.rounds):
         for kind in kinds:
@@ -396,12 +528,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one round, smaller counts (about 1 min)")
     ap.add_argument("--only", choices=["switchboard", "hypha"], help="run one hub (and the floor)")
     ap.add_argument("--rounds", type=int, help="rounds per server (default 3, --quick 1)")
-    ap.add_argument("--update-readme", action="store_true",
-                    help="put the table and chart into README.md's Performance section")
-    ap.add_argument("--switchboard-ref", metavar="GIT_REF",
-                    help="run the replicas from this revision's src/ (default: the working tree)")
-    ap.add_argument("--profile-switchboard", type=float, metavar="SECONDS",
-                    help="instead: py-spy both Switchboard replicas under workload 3 and print hot spots")
+    ap.add_argument(
+        "--update-readme", action="store_true", help="put the table and chart into README.md's Performance section"
+    )
+    ap.add_argument(
+        "--switchboard-ref",
+        metavar="GIT_REF",
+        help="run the replicas from this revision's src/ (default: the working tree)",
+    )
+    ap.add_argument(
+        "--profile-switchboard",
+        type=float,
+        metavar="SECONDS",
+        help="instead: py-spy both Switchboard replicas under workload 3 and print hot spots",
+    )
     args = ap.parse_args()
     if args.switchboard_ref:
         os.environ["BENCH_SWITCHBOARD_SRC"] = checkout_src(args.switchboard_ref)
@@ -460,8 +600,9 @@ def checkout_src(ref: str) -> str:
     if archive.returncode:
         raise SystemExit(f"git archive {ref} failed: {archive.stderr.decode(errors='replace')}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True, timeout=60)
-    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", ref], capture_output=True,
-                            text=True, timeout=10).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", root, "rev-parse", "--short", ref], capture_output=True, text=True, timeout=10
+    ).stdout.strip()
     os.environ["BENCH_SWITCHBOARD_COMMIT"] = commit
     return str(dest / "src")
 
@@ -475,18 +616,21 @@ def _versions() -> dict[str, str]:
             out[pkg] = version(pkg)
     with contextlib.suppress(Exception):
         root = str(BENCH.parent)
-        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "src"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "src"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         out["switchboard_git"] = head + (" (src/ with uncommitted changes)" if dirty else "")
         if os.environ.get("BENCH_SWITCHBOARD_COMMIT"):
             out["switchboard_git"] = os.environ["BENCH_SWITCHBOARD_COMMIT"] + " (--switchboard-ref)"
     with contextlib.suppress(Exception):
         from switchboard.testing.valkey import find_server_binary
 
-        out["valkey"] = subprocess.run([find_server_binary(), "--version"], capture_output=True,
-                                       text=True, timeout=10).stdout.strip()
+        out["valkey"] = subprocess.run(
+            [find_server_binary(), "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     return out
 
 

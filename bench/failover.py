@@ -59,8 +59,11 @@ class HyphaAttempts(logging.Handler):
 
 async def sdk_client(urls: list[str], client_id: str) -> tuple[Any, Callable[[], int]]:
     attempts: list[int] = []
-    client = await connect(urls, client_id=client_id,
-                           on_event=lambda e: attempts.append(e.attempts) if isinstance(e, Reconnected) else None)
+    client = await connect(
+        urls,
+        client_id=client_id,
+        on_event=lambda e: attempts.append(e.attempts) if isinstance(e, Reconnected) else None,
+    )
     return client, lambda: attempts[-1] if attempts else 0
 
 
@@ -141,8 +144,10 @@ async def main() -> None:
     with ValkeyServer() as valkey:
         for scenario, label in (("restart", "same URL restarted"), ("failover", "failover to a sibling")):
             for kind in ("switchboard", "hypha-rpc"):
-                runs = [await one_run(kind, scenario, args.downtime, n, valkey if scenario == "failover" else None)
-                        for n in range(args.runs)]
+                runs = [
+                    await one_run(kind, scenario, args.downtime, n, valkey if scenario == "failover" else None)
+                    for n in range(args.runs)
+                ]
                 text, results[scenario, kind] = fmt(runs)
                 print(f"  {label:<22} {kind:<12} {text}", flush=True)
     for scenario in ("restart", "failover"):

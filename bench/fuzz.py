@@ -70,8 +70,13 @@ def run(name: str, strategy: Any, check: Callable[[Any], Any], label: str | None
         return True
     outcomes: collections.Counter[str] = collections.Counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck), phases=(Phase.generate, Phase.shrink))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.generate, Phase.shrink),
+    )
     @given(strategy)
     def prop(value: Any) -> None:
         outcomes[str(check(value) or "ok")] += 1
@@ -85,8 +90,10 @@ def run(name: str, strategy: Any, check: Callable[[Any], Any], label: str | None
     elapsed = time.monotonic() - started
     total = sum(outcomes.values())
     tally = ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
-    print(f"{label or name:<26} {total:>7} examples in {elapsed:7.1f}s ({total / elapsed:7.0f}/s)  {verdict.splitlines()[0]}  [{tally}]",
-          flush=True)
+    print(
+        f"{label or name:<26} {total:>7} examples in {elapsed:7.1f}s ({total / elapsed:7.0f}/s)  {verdict.splitlines()[0]}  [{tally}]",
+        flush=True,
+    )
     if verdict != "PASS":
         print(verdict, flush=True)
     return verdict == "PASS"
@@ -94,13 +101,15 @@ def run(name: str, strategy: Any, check: Callable[[Any], Any], label: str | None
 
 def main() -> int:
     print(f"fuzzing with {EXAMPLES} examples per property", flush=True)
-    ok = all([
-        run("decode", fuzz.frames, fuzz.check_frame),
-        run("hello", fuzz.hellos, fuzz.check_hello),
-        run("control", fuzz.control_texts, fuzz.check_control),
-        run("query", fuzz.ids | fuzz.values, fuzz.check_query),
-        run("registration", fuzz.registrations, fuzz.check_registration),
-    ])
+    ok = all(
+        [
+            run("decode", fuzz.frames, fuzz.check_frame),
+            run("hello", fuzz.hellos, fuzz.check_hello),
+            run("control", fuzz.control_texts, fuzz.check_control),
+            run("query", fuzz.ids | fuzz.values, fuzz.check_query),
+            run("registration", fuzz.registrations, fuzz.check_registration),
+        ]
+    )
     if not ONLY or ONLY & {"http", "websocket"}:
         try:
             with fuzz.live_hub() as hub:
@@ -110,8 +119,13 @@ def main() -> int:
 
                 def websocket(case: dict[str, Any]) -> str:
                     outcome = hub.run(fuzz.ws_case(hub, case, "raw"))
-                    hub.run(fuzz.eventually(lambda: not [p for p in hub.server.hub.peers if p.endswith("/raw")],
-                                            timeout=5, what="the raw client to be detached"))
+                    hub.run(
+                        fuzz.eventually(
+                            lambda: not [p for p in hub.server.hub.peers if p.endswith("/raw")],
+                            timeout=5,
+                            what="the raw client to be detached",
+                        )
+                    )
                     return outcome
 
                 ok = run("http", fuzz.requests, http) and ok

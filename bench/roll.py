@@ -152,8 +152,9 @@ class Replicas:
         return {r.replica_id for r in self.current if r.is_running()}
 
     def _make(self, i: int) -> ReplicaProcess:
-        return ReplicaProcess(replica_id=f"r{i}-{self.generation[i]}", redis_url=self.redis_url,
-                              port=self.ports[i], args=self.args)
+        return ReplicaProcess(
+            replica_id=f"r{i}-{self.generation[i]}", redis_url=self.redis_url, port=self.ports[i], args=self.args
+        )
 
     def start_all(self, timeout: float) -> None:
         self.current = [self._make(i) for i in range(len(self.ports))]
@@ -175,8 +176,12 @@ class Replicas:
                 replica.proc.kill()
                 code = replica.proc.wait(5)
         self.past.append(replica)
-        return {"replica": replica.replica_id, "exit_code": code, "signalled_at": started,
-                "exit_s": time.monotonic() - started}
+        return {
+            "replica": replica.replica_id,
+            "exit_code": code,
+            "signalled_at": started,
+            "exit_s": time.monotonic() - started,
+        }
 
     def start_again(self, i: int, timeout: float) -> dict[str, Any]:
         """A new incarnation on the same port; returns when it is ready (blocking)."""
@@ -304,12 +309,19 @@ def _failures(calls: list[Call]) -> dict[str, Any]:
 
 def _latency(calls: list[Call]) -> dict[str, float | None]:
     ok = [(c.end - c.start) for c in calls if not c.error]
-    return {name: (None if v is None else round(v * 1e3, 2))
-            for name, v in (("p50", pct(ok, 50)), ("p99", pct(ok, 99)), ("max", max(ok, default=None)))}
+    return {
+        name: (None if v is None else round(v * 1e3, 2))
+        for name, v in (("p50", pct(ok, 50)), ("p99", pct(ok, 99)), ("max", max(ok, default=None)))
+    }
 
 
-def figures(calls: list[Call], providers: list[str], roll: tuple[float, float], cfg: RollConfig,
-            passes: list[float] | None = None) -> dict[str, Any]:
+def figures(
+    calls: list[Call],
+    providers: list[str],
+    roll: tuple[float, float],
+    cfg: RollConfig,
+    passes: list[float] | None = None,
+) -> dict[str, Any]:
     """``passes``: the start time of each pass over the replicas (a call counts in the pass it started in)."""
     lo, hi = roll
     during = [c for c in calls if lo <= c.start <= hi]
@@ -317,9 +329,13 @@ def figures(calls: list[Call], providers: list[str], roll: tuple[float, float], 
     for kind in ("idempotent", "non_idempotent"):
         out[kind] = _failures([c for c in calls if c.kind == kind])
     callers = sorted({c.caller for c in calls})
-    out["by_caller"] = {who: {**_failures([c for c in calls if c.caller == who and c.kind == "idempotent"]),
-                              "latency_ms": _latency([c for c in during if c.caller == who and c.kind == "idempotent"])}
-                        for who in callers}
+    out["by_caller"] = {
+        who: {
+            **_failures([c for c in calls if c.caller == who and c.kind == "idempotent"]),
+            "latency_ms": _latency([c for c in during if c.caller == who and c.kind == "idempotent"]),
+        }
+        for who in callers
+    }
     out["latency_ms"] = _latency([c for c in during if c.kind == "idempotent"])
     if passes:
         bounds = [*passes[1:], float("inf")]
@@ -330,8 +346,11 @@ def figures(calls: list[Call], providers: list[str], roll: tuple[float, float], 
         out["failed_per_roll"][0] += sum(1 for c in calls if c.error and c.kind == "idempotent" and c.start < passes[0])
     gaps = {}
     for provider in providers:
-        ends = [c.end for c in calls if c.provider == provider and c.kind == "idempotent" and not c.error
-                and c.caller == "sdk"]
+        ends = [
+            c.end
+            for c in calls
+            if c.provider == provider and c.kind == "idempotent" and not c.error and c.caller == "sdk"
+        ]
         gaps[provider] = round(longest_gap(ends, lo, hi), 3)
     out["unreachable_s"] = gaps
     out["unreachable_max_s"] = max(gaps.values())
@@ -374,8 +393,11 @@ TRANSIT_LOG = re.compile(r"back after ([0-9.]+) s in transit")
 
 def transit_times(replicas: Replicas) -> list[float]:
     """How long each client was in transit, as the replica it came back to logged it (sorted)."""
-    return sorted(float(m.group(1)) for r in replicas.past + replicas.current
-                  for m in TRANSIT_LOG.finditer(r.log_tail(50_000_000)))
+    return sorted(
+        float(m.group(1))
+        for r in replicas.past + replicas.current
+        for m in TRANSIT_LOG.finditer(r.log_tail(50_000_000))
+    )
 
 
 def distribution(values: list[float]) -> dict[str, Any]:
@@ -401,8 +423,14 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
 
         async def sdk(client_id: str, url_list: list[str], **kw: Any) -> Any:
             conns[client_id] = Conn()
-            client = await connect(url_list, client_id=client_id, on_event=conns[client_id].on_event,
-                                   method_timeout=cfg.call_timeout, **joined, **kw)
+            client = await connect(
+                url_list,
+                client_id=client_id,
+                on_event=conns[client_id].on_event,
+                method_timeout=cfg.call_timeout,
+                **joined,
+                **kw,
+            )
             clients.append(client)
             return client
 
@@ -432,14 +460,17 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             # the newest replica: the plain caller's connection then lives two steps, and with a
             # pause of 2 s more than hypha-rpc's 5 s flap window (a shorter-lived one backs off)
             balancer = await Balancer(replicas.ports, prefer_newest=True).start()
-            plain = await connect_to_server({"server_url": balancer.url, "client_id": "roll-hypha",
-                                             "method_timeout": cfg.call_timeout, **joined})
+            plain = await connect_to_server(
+                {"server_url": balancer.url, "client_id": "roll-hypha", "method_timeout": cfg.call_timeout, **joined}
+            )
             clients.append(plain)
             services["hypha"] = {pid: await plain.get_service(sid) for pid, sid in ids.items()}
-        log(f"[{cfg.signal}] {len(providers)} providers on replicas {sorted(placement.values())}, "
+        log(
+            f"[{cfg.signal}] {len(providers)} providers on replicas {sorted(placement.values())}, "
             f"caller on r{replicas.index_of(caller.url)}, {cfg.rate:g} idempotent "
             f"{'calls/s from the SDK and from hypha-rpc' if cfg.hypha_caller else 'calls/s'} + "
-            f"{cfg.non_idempotent_rate:g} non-idempotent calls/s, {cfg.rolls} roll(s)")
+            f"{cfg.non_idempotent_rate:g} non-idempotent calls/s, {cfg.rolls} roll(s)"
+        )
 
         load = Load(services, cfg)
         running = asyncio.create_task(load.run())
@@ -461,9 +492,11 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
                 step["roll"] = n
                 steps.append(step)
                 failed = sum(1 for c in load.calls if c.error and c.kind == "idempotent" and c.start >= passes[-1])
-                log(f"  {step['replica']}: exit {step['exit_code']} after {step['exit_s']:.2f} s, "
+                log(
+                    f"  {step['replica']}: exit {step['exit_code']} after {step['exit_s']:.2f} s, "
                     f"{step['new_replica']} ready after {step['ready_s']:.2f} s"
-                    + (f" (roll {n + 1}: {failed} failed so far)" if cfg.rolls > 1 else ""))
+                    + (f" (roll {n + 1}: {failed} failed so far)" if cfg.rolls > 1 else "")
+                )
                 if i < cfg.replicas - 1 or n < cfg.rolls - 1:
                     await asyncio.sleep(cfg.pause)
         roll_end = time.monotonic()
@@ -474,22 +507,25 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
             await running
         result = figures(load.calls, sorted(providers), (roll_start, roll_end + cfg.settle), cfg, passes)
         result.update(config=asdict(cfg), roll_seconds=round(roll_end - roll_start, 2), steps=steps)
-        result["departures_seen"] = [(kind, str(event)[:200]) for kind, event in departures
-                                     if any(pid in str(event) for pid in providers)]
+        result["departures_seen"] = [
+            (kind, str(event)[:200]) for kind, event in departures if any(pid in str(event) for pid in providers)
+        ]
 
-        offline = {cid: [round(x, 3) for x in conn.offline()] for cid, conn in conns.items()
-                   if not cid.startswith("stranded")}
+        offline = {
+            cid: [round(x, 3) for x in conn.offline()] for cid, conn in conns.items() if not cid.startswith("stranded")
+        }
         result["sdk_offline_s"] = offline
         result["sdk_offline_max_s"] = max((max(v) for v in offline.values() if v), default=0.0)
-        result["drop_codes"] = sorted({code for cid, c in conns.items() if not cid.startswith("stranded")
-                                       for _, _, code in c.disconnects})
-        result["gave_up"] = {cid: c.gave_up for cid, c in conns.items()
-                             if c.gave_up and not cid.startswith("stranded")}
+        result["drop_codes"] = sorted(
+            {code for cid, c in conns.items() if not cid.startswith("stranded") for _, _, code in c.disconnects}
+        )
+        result["gave_up"] = {cid: c.gave_up for cid, c in conns.items() if c.gave_up and not cid.startswith("stranded")}
 
         # every provider back and callable, seen by a fresh client
         checker = await sdk("roll-checker", urls)
-        fresh = {pid: await checker.get_service(f"{p.config['workspace']}/{pid}:{SERVICE}")
-                 for pid, p in providers.items()}
+        fresh = {
+            pid: await checker.get_service(f"{p.config['workspace']}/{pid}:{SERVICE}") for pid, p in providers.items()
+        }
         answered: set[str] = set()
 
         async def all_callable() -> bool:
@@ -526,11 +562,17 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
         result["transit_s"] = transit_times(replicas)
         if cfg.keep_logs:  # for diagnosis: logs, and every call and SDK event relative to the roll's start
             result["replica_logs"] = {r.replica_id: r.log_tail(cfg.keep_logs) for r in replicas.past + replicas.current}
-            result["raw_calls"] = [(c.kind, c.provider, round(c.start - roll_start, 3), round(c.end - roll_start, 3),
-                                    c.error) for c in load.calls]
-            result["raw_events"] = {cid: {"down": [(round(t - roll_start, 3), u, code) for t, u, code in c.disconnects],
-                                          "up": [(round(t - roll_start, 3), u) for t, u, *_ in c.reconnects]}
-                                    for cid, c in conns.items()}
+            result["raw_calls"] = [
+                (c.kind, c.provider, round(c.start - roll_start, 3), round(c.end - roll_start, 3), c.error)
+                for c in load.calls
+            ]
+            result["raw_events"] = {
+                cid: {
+                    "down": [(round(t - roll_start, 3), u, code) for t, u, code in c.disconnects],
+                    "up": [(round(t - roll_start, 3), u) for t, u, *_ in c.reconnects],
+                }
+                for cid, c in conns.items()
+            }
             result["roll_start"] = roll_start
         return result
     finally:
@@ -559,32 +601,43 @@ def report(name: str, r: dict[str, Any]) -> str:
         f"  unreachable (max)    {r['unreachable_max_s']:.3f} s per client "
         f"(caller-observed; load spacing {r['baseline_gap_s']:.3f} s included)",
         f"  SDK offline (max)    {r['sdk_offline_max_s']:.3f} s, drop codes {r['drop_codes']}",
-        "  exit after signal    " + (", ".join(f"{s['replica']} {s['exit_s']:.2f} s (code {s['exit_code']})"
-                                              for s in r["steps"]) if rolls == 1 else
-                                    f"max {max(s['exit_s'] for s in r['steps']):.2f} s, codes "
-                                    f"{sorted({s['exit_code'] for s in r['steps']})}"),
+        "  exit after signal    "
+        + (
+            ", ".join(f"{s['replica']} {s['exit_s']:.2f} s (code {s['exit_code']})" for s in r["steps"])
+            if rolls == 1
+            else f"max {max(s['exit_s'] for s in r['steps']):.2f} s, codes "
+            f"{sorted({s['exit_code'] for s in r['steps']})}"
+        ),
         f"  all callable at end  {r['all_callable']} (waited {r['callable_wait_s']} s)",
         f"  owners clean         {r['owners_clean']} ({r['owners_clean_after_roll_s']} s after the roll; "
         f"reaped {r['reaped_clients']:g}; stale {r['stale_owners'] or 'none'})",
     ]
     for who, fig in r["by_caller"].items():
-        lines.append(f"  {who + ' caller':<20} {fig['failed']} of {fig['calls']} idempotent calls failed; "
-                     f"latency p50 {fig['latency_ms']['p50']} ms, p99 {fig['latency_ms']['p99']} ms, "
-                     f"max {fig['latency_ms']['max']} ms")
+        lines.append(
+            f"  {who + ' caller':<20} {fig['failed']} of {fig['calls']} idempotent calls failed; "
+            f"latency p50 {fig['latency_ms']['p50']} ms, p99 {fig['latency_ms']['p99']} ms, "
+            f"max {fig['latency_ms']['max']} ms"
+        )
     if "failed_per_roll" in r and rolls > 1:
         per = r["failed_per_roll"]
         lines.append(f"  failed per roll      {per} (mean {sum(per) / len(per):.2f})")
     if "departures_seen" in r:
-        lines.append(f"  departures announced {len(r['departures_seen'])} (client_disconnected/service_removed "
-                     f"of a provider, seen by the caller)")
+        lines.append(
+            f"  departures announced {len(r['departures_seen'])} (client_disconnected/service_removed "
+            f"of a provider, seen by the caller)"
+        )
     transit = distribution(r.get("transit_s", []))
     if transit["n"]:
-        lines.append(f"  hub: in transit      n={transit['n']} p50 {transit['p50']:.3f} s, p90 {transit['p90']:.3f} s, "
-                     f"p99 {transit['p99']:.3f} s, max {transit['max']:.3f} s")
+        lines.append(
+            f"  hub: in transit      n={transit['n']} p50 {transit['p50']:.3f} s, p90 {transit['p90']:.3f} s, "
+            f"p99 {transit['p99']:.3f} s, max {transit['max']:.3f} s"
+        )
     offline = distribution(sorted(x for v in r["sdk_offline_s"].values() for x in v))
     if offline["n"]:
-        lines.append(f"  SDK: drop to ready   n={offline['n']} p50 {offline['p50']:.3f} s, p90 {offline['p90']:.3f} s, "
-                     f"p99 {offline['p99']:.3f} s, max {offline['max']:.3f} s")
+        lines.append(
+            f"  SDK: drop to ready   n={offline['n']} p50 {offline['p50']:.3f} s, p90 {offline['p90']:.3f} s, "
+            f"p99 {offline['p99']:.3f} s, max {offline['max']:.3f} s"
+        )
     for kind in ("idempotent", "non_idempotent"):
         for err, n in r[kind]["errors"].items():
             lines.append(f"    {kind} x{n}: {err}")
@@ -609,10 +662,17 @@ async def main() -> None:
         logging.getLogger("switchboard.client").setLevel(logging.INFO)
         logging.getLogger("switchboard.client").addHandler(logging.StreamHandler())
     results: dict[str, Any] = {}
-    for sig in (["term", "kill"] if args.signal == "both" else [args.signal]):
-        cfg = RollConfig(signal=sig, rate=args.rate, clients_per_replica=args.clients_per_replica,
-                         non_idempotent_rate=args.non_idempotent_rate, pause=args.pause, rolls=args.rolls,
-                         hypha_caller=args.hypha_caller, replica_args=tuple(args.replica_args))
+    for sig in ["term", "kill"] if args.signal == "both" else [args.signal]:
+        cfg = RollConfig(
+            signal=sig,
+            rate=args.rate,
+            clients_per_replica=args.clients_per_replica,
+            non_idempotent_rate=args.non_idempotent_rate,
+            pause=args.pause,
+            rolls=args.rolls,
+            hypha_caller=args.hypha_caller,
+            replica_args=tuple(args.replica_args),
+        )
         results[sig] = await run_roll(cfg)
         print(report("SIGTERM roll" if sig == "term" else "SIGKILL roll", results[sig]), flush=True)
     RESULTS.parent.mkdir(exist_ok=True)

@@ -25,6 +25,7 @@ async def main(out: Path) -> None:
         b = ReplicaProcess(replica_id="replica-b", redis_url=valkey.url).start()
         clients = []
         try:
+
             async def client(url: str, **config):
                 made = await connect_to_server({"server_url": url, "method_timeout": 20, **config})
                 clients.append(made)
@@ -33,16 +34,27 @@ async def main(out: Path) -> None:
             lab = await client(a.url, client_id="imaging-worker")
             ws = lab.config["workspace"]
             token = await lab.generate_token({"permission": "read_write"})
-            await lab.register_service({
-                "id": "segmenter", "name": "Segmenter", "description": "Cuts images into labelled regions",
-                "config": {"visibility": "protected"},
-                "segment": lambda image, threshold=0.5: {"regions": 3}, "models": lambda: ["unet", "sam"],
-            })
+            await lab.register_service(
+                {
+                    "id": "segmenter",
+                    "name": "Segmenter",
+                    "description": "Cuts images into labelled regions",
+                    "config": {"visibility": "protected"},
+                    "segment": lambda image, threshold=0.5: {"regions": 3},
+                    "models": lambda: ["unet", "sam"],
+                }
+            )
             calc = await client(b.url, client_id="calc-worker", token=token, workspace=ws)
-            await calc.register_service({
-                "id": "calc", "name": "Calculator", "description": "Adds and multiplies",
-                "config": {"visibility": "public"}, "add": lambda a, b: a + b, "mul": lambda a, b: a * b,
-            })
+            await calc.register_service(
+                {
+                    "id": "calc",
+                    "name": "Calculator",
+                    "description": "Adds and multiplies",
+                    "config": {"visibility": "public"},
+                    "add": lambda a, b: a + b,
+                    "mul": lambda a, b: a * b,
+                }
+            )
             viewer = await client(a.url, client_id="notebook", token=token, workspace=ws)
             await client(b.url, client_id="dashboard", token=token, workspace=ws)
             svc = await viewer.get_service(f"{ws}/calc-worker:calc")

@@ -56,13 +56,17 @@ def under(*prefixes: str) -> list[str]:
 
 
 def test_the_replica_layer_backends_and_protocol_have_no_import_cycle() -> None:
-    looped = [m for m in under("switchboard.replicas", "switchboard.backends", "switchboard.protocol") if m in reachable(m)]
+    looped = [
+        m for m in under("switchboard.replicas", "switchboard.backends", "switchboard.protocol") if m in reachable(m)
+    ]
     assert looped == []
 
 
 def test_backends_know_nothing_above_them() -> None:
     for module in under("switchboard.backends"):
-        above = {m for m in GRAPH[module] if m.startswith(("switchboard.replicas", "switchboard.hub", "switchboard.server"))}
+        above = {
+            m for m in GRAPH[module] if m.startswith(("switchboard.replicas", "switchboard.hub", "switchboard.server"))
+        }
         assert not above, f"{module} imports {above}"
 
 
@@ -75,9 +79,9 @@ def test_the_replica_layer_does_not_import_the_hub_or_server() -> None:
 def test_redis_errors_are_translated_inside_the_redis_backend() -> None:
     """Above the backend a store failure is a BackendError: nothing else names RedisError."""
     outside = [
-        m for m, tree in MODULES.items()
-        if not m.startswith(("switchboard.backends.redis", "switchboard.testing"))
-        and "RedisError" in names_in(tree)
+        m
+        for m, tree in MODULES.items()
+        if not m.startswith(("switchboard.backends.redis", "switchboard.testing")) and "RedisError" in names_in(tree)
     ]
     assert outside == []
 

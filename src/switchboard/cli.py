@@ -29,8 +29,13 @@ def _settings_options(fn: Any) -> Any:
         flag = "--" + f.name.replace("_", "-")
         if kind is bool:
             fn = click.option(
-                f"{flag}/--no-{flag[2:]}", f.name, default=f.default, envvar=env_name(f.name),
-                show_default=True, show_envvar=True, help=help_text,
+                f"{flag}/--no-{flag[2:]}",
+                f.name,
+                default=f.default,
+                envvar=env_name(f.name),
+                show_default=True,
+                show_envvar=True,
+                help=help_text,
             )(fn)
             continue
         fn = click.option(
@@ -64,10 +69,12 @@ def serve(**values: Any) -> None:
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from None
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
-        defaults={"replica": settings.replica_id, "client": "-"},
-    ))
+    handler.setFormatter(
+        logging.Formatter(
+            "%(asctime)s %(levelname)s %(name)s [%(replica)s %(client)s] %(message)s",
+            defaults={"replica": settings.replica_id, "client": "-"},
+        )
+    )
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     server = HubServer(uvicorn_config(create_app(settings), settings))
@@ -82,8 +89,13 @@ def serve(**values: Any) -> None:
 
 
 @main.command()
-@click.option("--redis-url", envvar=env_name("redis_url"), required=True, show_envvar=True,
-              help="Redis/Valkey URL the replicas share.")
+@click.option(
+    "--redis-url",
+    envvar=env_name("redis_url"),
+    required=True,
+    show_envvar=True,
+    help="Redis/Valkey URL the replicas share.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(redis_url: str, as_json: bool) -> None:
     """Show the replicas of a hub: id, address, age, clients, leader, subscription health."""

@@ -241,7 +241,9 @@ class Settings:
         "host or host:port other replicas dial for links (empty: --link-host and the bound port; a wildcard host becomes this machine's address).",
         "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through NAT or a proxy",
     )
-    log_level: str = setting("INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message")
+    log_level: str = setting(
+        "INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message"
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -257,7 +259,9 @@ class Settings:
         if not ids.is_id(f"manager-{self.server_id}"):
             raise ConfigError(f"{env_name('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less 'manager-')")
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://")
+            raise ConfigError(
+                f"{env_name('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://"
+            )
         if self.redis_url and not self.jwt_secret:
             raise ConfigError(
                 f"{env_name('jwt_secret')} is required with {env_name('redis_url')}: "

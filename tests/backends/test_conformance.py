@@ -300,9 +300,7 @@ class TestFind:
                 ["ws1/cA:built-in", "ws1/cA:echo", "ws1/cB:built-in", "ws1/cB:calc", "ws1/cB:echo"],
                 id="workspace",
             ),
-            pytest.param(
-                ServiceQuery("ws2"), ["ws2/cA:built-in", "ws2/cC:echo"], id="other-workspace"
-            ),
+            pytest.param(ServiceQuery("ws2"), ["ws2/cA:built-in", "ws2/cC:echo"], id="other-workspace"),
             pytest.param(ServiceQuery("ws3"), [], id="empty-workspace"),
             pytest.param(
                 ServiceQuery("ws1", "cB"),
@@ -310,17 +308,11 @@ class TestFind:
                 id="client",
             ),
             pytest.param(ServiceQuery("ws1", "c"), [], id="client-prefix-is-not-a-match"),
-            pytest.param(
-                ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"], id="service"
-            ),
+            pytest.param(ServiceQuery("ws1", "*", "echo"), ["ws1/cA:echo", "ws1/cB:echo"], id="service"),
             pytest.param(ServiceQuery("ws1", "cB", "echo"), ["ws1/cB:echo"], id="exact"),
             pytest.param(ServiceQuery("ws1", "cB", "nope"), [], id="exact-missing"),
-            pytest.param(
-                ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"], id="app-id"
-            ),
-            pytest.param(
-                ServiceQuery("ws1", "*", "echo", "app1"), ["ws1/cA:echo"], id="service-and-app"
-            ),
+            pytest.param(ServiceQuery("ws1", "*", "*", "app1"), ["ws1/cA:echo", "ws1/cB:calc"], id="app-id"),
+            pytest.param(ServiceQuery("ws1", "*", "echo", "app1"), ["ws1/cA:echo"], id="service-and-app"),
             pytest.param(ServiceQuery("*"), sorted(s["id"] for s in SERVICES), id="all-workspaces"),
             pytest.param(
                 ServiceQuery("*", "*", "built-in"),
@@ -332,9 +324,7 @@ class TestFind:
                 ["ws1/cA:built-in", "ws1/cA:echo", "ws2/cA:built-in"],
                 id="all-workspaces-client",
             ),
-            pytest.param(
-                ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"], id="all-workspaces-app"
-            ),
+            pytest.param(ServiceQuery("*", "*", "*", "app2"), ["ws2/cC:echo"], id="all-workspaces-app"),
         ],
     )
     async def test_query(self, filled: Registry, query: ServiceQuery, expected: list[str]) -> None:

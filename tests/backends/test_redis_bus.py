@@ -517,9 +517,7 @@ async def test_probe_replaces_a_silent_connection_on_the_clock() -> None:
         await bus.close()
 
 
-async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(
-    make_bus, valkey_bus, publisher
-):
+async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(make_bus, valkey_bus, publisher):
     bus = make_bus(valkey_bus.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
 

@@ -157,9 +157,7 @@ async def test_find(registry: RedisRegistry, query: ServiceQuery, expected: list
     assert ids(await registry.find(query)) == expected
 
 
-async def test_workspace_lookup_is_one_round_trip(
-    registry: RedisRegistry, valkey_registry: ValkeyServer
-) -> None:
+async def test_workspace_lookup_is_one_round_trip(registry: RedisRegistry, valkey_registry: ValkeyServer) -> None:
     for info in SERVICES:
         await registry.register(copy.deepcopy(info))
     with valkey_registry.client() as admin:
@@ -167,9 +165,7 @@ async def test_workspace_lookup_is_one_round_trip(
         found = await registry.find(ServiceQuery("ws1", "*", "echo"))
         stats = admin.info("commandstats")
 
-    calls = {
-        k: v["calls"] for k, v in stats.items() if not k.endswith(("info", "config|resetstat"))
-    }
+    calls = {k: v["calls"] for k, v in stats.items() if not k.endswith(("info", "config|resetstat"))}
     assert calls == {"cmdstat_hvals": 1}
     assert ids(found) == ["ws1/cA:echo", "ws1/cB:echo"]
 
@@ -192,9 +188,7 @@ async def test_owner_is_the_last_registering_replica(make_registry) -> None:
     assert await r1.owned_by("r2") == [("ws1", "b"), ("ws2", "c")]
 
 
-async def test_remove_replica_state_removes_only_that_replicas(
-    make_registry, valkey_registry: ValkeyServer
-) -> None:
+async def test_remove_replica_state_removes_only_that_replicas(make_registry, valkey_registry: ValkeyServer) -> None:
     r1, r2 = make_registry("r1"), make_registry("r2")
     for sid in ("ws1/a:built-in", "ws1/a:echo", "ws2/x:echo", "ws1/moved:echo"):
         await r1.register(svc(sid))

@@ -59,9 +59,15 @@ async def test_without_redis_every_store_operation_raises_a_backend_error(valkey
     counts = RedisConnectionCounts(redis, replica_id="ra")
     valkey.kill()
     for operation in (
-        presence.write({"id": "ra"}, ttl=5.0), presence.known_and_live(), presence.read_all(),
-        presence.forget("rb"), presence.remove(),
-        lease.try_acquire(), lease.renew(), lease.release(), lease.holder(),
+        presence.write({"id": "ra"}, ttl=5.0),
+        presence.known_and_live(),
+        presence.read_all(),
+        presence.forget("rb"),
+        presence.remove(),
+        lease.try_acquire(),
+        lease.renew(),
+        lease.release(),
+        lease.holder(),
         counts.forget_replica("rb"),
     ):
         with pytest.raises(BackendError):

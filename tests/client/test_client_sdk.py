@@ -97,8 +97,9 @@ async def test_hypha_rpc_clients_and_sdk_clients_call_each_other(sdk, connect):
         for i in range(n):
             yield i
 
-    await provider.register_service({"id": "svc", "config": {"visibility": "public"},
-                                     "count": count, "numbers": numbers})
+    await provider.register_service(
+        {"id": "svc", "config": {"visibility": "public"}, "count": count, "numbers": numbers}
+    )
     stock = await connect(client_id="stock")
     svc = await stock.get_service(f"{provider.workspace}/sdk-provider:svc")
     seen: list[int] = []
@@ -149,8 +150,9 @@ async def test_a_call_in_flight_fails_fast_unless_idempotent(sdk, server):
         await gate.wait()
         return "idem"
 
-    info = await provider.register_service({"id": "slow", "config": {"visibility": "public"},
-                                            "plain": plain, "idem": idem})
+    info = await provider.register_service(
+        {"id": "slow", "config": {"visibility": "public"}, "plain": plain, "idem": idem}
+    )
     assert info["config"]["idempotent"] == ["idem"]
     svc = await caller.get_service(f"{provider.workspace}/slow-provider:slow")
     assert svc.idem.idempotent
@@ -198,8 +200,7 @@ async def test_an_idempotent_call_to_a_provider_that_is_not_connected_is_retried
         return n
 
     provider = await sdk(client_id="prov", dial=gated)
-    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "ping": ping,
-                                     "bump": lambda: 1})
+    await provider.register_service({"id": "svc", "config": {"visibility": "public"}, "ping": ping, "bump": lambda: 1})
     caller = await sdk(client_id="caller")
     svc = await caller.get_service(f"{provider.workspace}/prov:svc")
     gate.clear()  # its reconnection waits until the test lets it through
@@ -209,8 +210,12 @@ async def test_an_idempotent_call_to_a_provider_that_is_not_connected_is_retried
         await svc.bump()
 
     def refused() -> float:
-        return server.hub.metrics.registry.get_sample_value(
-            "switchboard_undeliverable_messages_total", {"replica": server.hub.replica_id}) or 0.0
+        return (
+            server.hub.metrics.registry.get_sample_value(
+                "switchboard_undeliverable_messages_total", {"replica": server.hub.replica_id}
+            )
+            or 0.0
+        )
 
     before = refused()
     call = asyncio.ensure_future(svc.ping(7))

@@ -39,8 +39,11 @@ class Events:
         return [e for e in self.seen if isinstance(e, kind)]
 
     async def wait(self, kind: type, *, count: int = 1, timeout: float = 20) -> Any:
-        found = await eventually(lambda: len(self.of(kind)) >= count and self.of(kind),
-                                 timeout=timeout, what=f"{count} {kind.__name__} event(s)")
+        found = await eventually(
+            lambda: len(self.of(kind)) >= count and self.of(kind),
+            timeout=timeout,
+            what=f"{count} {kind.__name__} event(s)",
+        )
         return found[count - 1]
 
 
@@ -82,8 +85,7 @@ async def answers(svc: Any) -> bool:
 async def test_a_replica_killed_and_restarted_gets_its_clients_and_services_back(processes, clients):
     replica = await start(processes, "solo")
     events = Events()
-    provider = await sdk(clients, replica.url, client_id="prov", on_event=events,
-                         initial_delay=0.2, max_delay=1.0)
+    provider = await sdk(clients, replica.url, client_id="prov", on_event=events, initial_delay=0.2, max_delay=1.0)
     await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "alive"})
     caller = await sdk(clients, replica.url, client_id="caller", initial_delay=0.2, max_delay=1.0)
     svc = await caller.get_service(f"{provider.workspace}/prov:s")
@@ -91,8 +93,11 @@ async def test_a_replica_killed_and_restarted_gets_its_clients_and_services_back
 
     await asyncio.to_thread(replica.kill)
     # down for a few seconds: until the provider has been retrying for 2 s
-    await eventually(lambda: any(e.elapsed >= 2.0 for e in events.of(Reconnecting)),
-                     timeout=20, what="2 s of failed reconnect attempts")
+    await eventually(
+        lambda: any(e.elapsed >= 2.0 for e in events.of(Reconnecting)),
+        timeout=20,
+        what="2 s of failed reconnect attempts",
+    )
     await asyncio.to_thread(replica.start)
 
     back = await events.wait(Reconnected)

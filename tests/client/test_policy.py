@@ -136,16 +136,21 @@ def test_classify(exc, verdict):
     assert classify(exc) is verdict
 
 
-@pytest.mark.parametrize(("status", "verdict"), [(502, Verdict.RETRY), (503, Verdict.RETRY),
-                                                 (429, Verdict.RETRY), (404, Verdict.FATAL),
-                                                 (403, Verdict.FATAL)])
+@pytest.mark.parametrize(
+    ("status", "verdict"),
+    [(502, Verdict.RETRY), (503, Verdict.RETRY), (429, Verdict.RETRY), (404, Verdict.FATAL), (403, Verdict.FATAL)],
+)
 def test_classify_http_answers_to_the_upgrade(status, verdict):
     assert classify(InvalidStatus(Response(status, "x", Headers()))) is verdict
 
 
 def test_from_env_reads_every_setting():
-    env = {"SWITCHBOARD_CLIENT_MAX_WAIT": "300", "SWITCHBOARD_CLIENT_INITIAL_DELAY": "0.25",
-           "SWITCHBOARD_CLIENT_MAX_DELAY": "5", "SWITCHBOARD_CLIENT_JITTER": "Decorrelated"}
+    env = {
+        "SWITCHBOARD_CLIENT_MAX_WAIT": "300",
+        "SWITCHBOARD_CLIENT_INITIAL_DELAY": "0.25",
+        "SWITCHBOARD_CLIENT_MAX_DELAY": "5",
+        "SWITCHBOARD_CLIENT_JITTER": "Decorrelated",
+    }
     assert ReconnectPolicy.from_env(env) == ReconnectPolicy(300, 0.25, 5, Jitter.DECORRELATED)
 
 
@@ -158,17 +163,24 @@ def test_arguments_win_over_the_environment():
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SWITCHBOARD_CLIENT_MAX_WAIT": "soon"},
-         "SWITCHBOARD_CLIENT_MAX_WAIT='soon': expected a number of seconds, e.g. 150.0"),
-        ({"SWITCHBOARD_CLIENT_MAX_DELAY": "-1"},
-         "SWITCHBOARD_CLIENT_MAX_DELAY='-1': must be a positive number of seconds"),
-        ({"SWITCHBOARD_CLIENT_MAX_WAIT": "inf"},
-         "SWITCHBOARD_CLIENT_MAX_WAIT='inf': must be a positive number of seconds"),
-        ({"SWITCHBOARD_CLIENT_JITTER": "random"},
-         "SWITCHBOARD_CLIENT_JITTER='random': use full, decorrelated or none"),
-        ({"SWITCHBOARD_CLIENT_MAX_DELAY": "0.1"},
-         "ReconnectPolicy.max_delay=0.1: must be at least initial_delay=0.5 "
-         "(from SWITCHBOARD_CLIENT_MAX_DELAY='0.1')"),
+        (
+            {"SWITCHBOARD_CLIENT_MAX_WAIT": "soon"},
+            "SWITCHBOARD_CLIENT_MAX_WAIT='soon': expected a number of seconds, e.g. 150.0",
+        ),
+        (
+            {"SWITCHBOARD_CLIENT_MAX_DELAY": "-1"},
+            "SWITCHBOARD_CLIENT_MAX_DELAY='-1': must be a positive number of seconds",
+        ),
+        (
+            {"SWITCHBOARD_CLIENT_MAX_WAIT": "inf"},
+            "SWITCHBOARD_CLIENT_MAX_WAIT='inf': must be a positive number of seconds",
+        ),
+        ({"SWITCHBOARD_CLIENT_JITTER": "random"}, "SWITCHBOARD_CLIENT_JITTER='random': use full, decorrelated or none"),
+        (
+            {"SWITCHBOARD_CLIENT_MAX_DELAY": "0.1"},
+            "ReconnectPolicy.max_delay=0.1: must be at least initial_delay=0.5 "
+            "(from SWITCHBOARD_CLIENT_MAX_DELAY='0.1')",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable_and_the_fix(env, message):

@@ -72,10 +72,26 @@ def rec() -> Recorder:
     return Recorder()
 
 
-def transport(hub: StubHub, rec: Recorder, *, urls: tuple[str, ...] = (A,),
-              policy: ReconnectPolicy = DEFAULTS, seed: int = 1, **kwargs: Any) -> Transport:
-    t = Transport(urls, client_id="c1", policy=policy, clock=hub.clock, dial=hub.dial,
-                  rng=random.Random(seed), ping_interval=0, refresh_interval=0, **kwargs)
+def transport(
+    hub: StubHub,
+    rec: Recorder,
+    *,
+    urls: tuple[str, ...] = (A,),
+    policy: ReconnectPolicy = DEFAULTS,
+    seed: int = 1,
+    **kwargs: Any,
+) -> Transport:
+    t = Transport(
+        urls,
+        client_id="c1",
+        policy=policy,
+        clock=hub.clock,
+        dial=hub.dial,
+        rng=random.Random(seed),
+        ping_interval=0,
+        refresh_interval=0,
+        **kwargs,
+    )
     t.listeners.add(rec)
     return t
 
@@ -114,8 +130,11 @@ async def test_a_budget_cut_to_42_5s_gives_up_in_the_middle_of_the_restart(hub, 
     t.on_disconnected(lost.append)
     waiting: list[asyncio.Future[None]] = []
     # a call made during the outage waits for the connection...
-    t.listeners.add(lambda e: waiting.append(asyncio.ensure_future(t.emit_message(b"call")))
-                    if isinstance(e, Disconnected) else None)
+    t.listeners.add(
+        lambda e: (
+            waiting.append(asyncio.ensure_future(t.emit_message(b"call"))) if isinstance(e, Disconnected) else None
+        )
+    )
     await t.open()
     killed = await restart(hub, A, seconds=61)
     gave = await rec.wait(GivingUp)
@@ -151,8 +170,16 @@ async def test_the_deadline_starts_at_the_first_failure_not_at_the_drop(hub, rec
             raise TimeoutError("timed out during opening handshake")
         return await hub.dial(url)
 
-    t = Transport((A,), client_id="c1", policy=ReconnectPolicy(max_wait=30), clock=hub.clock,
-                  dial=dial, rng=random.Random(3), ping_interval=0, refresh_interval=0)
+    t = Transport(
+        (A,),
+        client_id="c1",
+        policy=ReconnectPolicy(max_wait=30),
+        clock=hub.clock,
+        dial=dial,
+        rng=random.Random(3),
+        ping_interval=0,
+        refresh_interval=0,
+    )
     t.listeners.add(rec)
     await t.open()
     killed = await restart(hub, A, seconds=float("inf"))
@@ -332,13 +359,16 @@ async def test_a_server_that_accepts_then_drops_cannot_loop_forever(hub, rec, ur
 async def test_reconnection_sends_the_latest_reconnection_token_and_the_same_id(hub, rec):
     t = transport(hub, rec, workspace=None, token="user-token")
     await t.open()
-    assert hub.hellos[0][1] == {"client_id": "c1", "workspace": None, "token": "user-token",
-                                "reconnection_token": None}
+    assert hub.hellos[0][1] == {"client_id": "c1", "workspace": None, "token": "user-token", "reconnection_token": None}
     hub.live.push('{"type": "reconnection_token", "reconnection_token": "rt-refreshed"}')
     hub.live.server_close(1006)
     await rec.wait(Reconnected)
-    assert hub.hellos[1][1] == {"client_id": "c1", "workspace": None, "token": "user-token",
-                                "reconnection_token": "rt-refreshed"}
+    assert hub.hellos[1][1] == {
+        "client_id": "c1",
+        "workspace": None,
+        "token": "user-token",
+        "reconnection_token": "rt-refreshed",
+    }
     hub.live.server_close(1006)
     await rec.wait(Reconnected, after=len(rec.events))
     assert hub.hellos[2][1]["reconnection_token"] == "rt-2"  # from the last connection_info
@@ -353,8 +383,7 @@ async def test_a_drop_tells_the_rpc_to_fail_calls_in_flight_and_queues_new_ones(
     first = hub.live
     await restart(hub, A, seconds=5)
     await rec.wait(Disconnected)
-    assert lost == [f"{A} closed the connection (code 1006); calls in flight fail "
-                    "(only idempotent ones are retried)"]
+    assert lost == [f"{A} closed the connection (code 1006); calls in flight fail (only idempotent ones are retried)"]
     queued = asyncio.ensure_future(t.emit_message(b"during"))
     await rec.wait(Reconnected)
     await queued
@@ -420,8 +449,13 @@ async def test_disconnect_during_an_outage_stops_everything(hub, rec):
     t = transport(hub, rec)
     await t.open()
     waiting: list[asyncio.Future[None]] = []
-    t.listeners.add(lambda e: waiting.append(asyncio.ensure_future(t.emit_message(b"x")))
-                    if isinstance(e, Reconnecting) and e.attempt == 3 else None)
+    t.listeners.add(
+        lambda e: (
+            waiting.append(asyncio.ensure_future(t.emit_message(b"x")))
+            if isinstance(e, Reconnecting) and e.attempt == 3
+            else None
+        )
+    )
     await restart(hub, A, seconds=float("inf"))
     await rec.wait(Reconnecting, after=3)
     await t.disconnect()
@@ -439,8 +473,12 @@ async def test_keepalive_pings_and_refreshes_the_reconnection_token(hub, rec):
     await t.open()
     await eventually(lambda: len(hub.live.sent) >= 4, timeout=5, what="4 control frames", interval=0)
     await t.disconnect()
-    assert hub.live.sent[:4] == ['{"type": "ping"}', '{"type": "ping"}',
-                                 '{"type": "refresh_token"}', '{"type": "ping"}']
+    assert hub.live.sent[:4] == [
+        '{"type": "ping"}',
+        '{"type": "ping"}',
+        '{"type": "refresh_token"}',
+        '{"type": "ping"}',
+    ]
 
 
 # -- a drain's hand-over -------------------------------------------------------------------------

@@ -38,8 +38,11 @@ async def test_an_idle_replica_exits_0_within_2s_of_sigterm_removing_only_its_ke
     # its client was sent away in transit (it may come back to rb) and keeps its registration
     # until the grace is over; then rb removes it. rb's own client was never touched.
     assert sorted(owners(redis_server).values()) == ["ra", "rb"]
-    await eventually(lambda: list(owners(redis_server).values()) == ["rb"], timeout=GRACE + 5,
-                     what="the client that did not come back removed after the grace")
+    await eventually(
+        lambda: list(owners(redis_server).values()) == ["rb"],
+        timeout=GRACE + 5,
+        what="the client that did not come back removed after the grace",
+    )
     print(f"idle SIGTERM -> exit in {took:.2f}s")
 
 
@@ -63,7 +66,9 @@ async def test_a_call_in_flight_completes_while_new_work_is_refused(replicas, cl
     await eventually(lambda: _routed(a), timeout=5, what="the call reaching replica A")
     a.proc.send_signal(signal.SIGTERM)
     async with httpx.AsyncClient() as http:
-        ready = await eventually(lambda: _status(http, f"{a.url}/health/readiness", 503), timeout=2, what="readiness 503")
+        ready = await eventually(
+            lambda: _status(http, f"{a.url}/health/readiness", 503), timeout=2, what="readiness 503"
+        )
         assert ready
     # a new client is turned away before the upgrade, with a status every client
     # retries: hypha-rpc's JavaScript client takes a close during the handshake as final

@@ -35,9 +35,13 @@ async def test_metrics_show_subscription_health_and_leadership(replicas, clients
     async with httpx.AsyncClient() as http:
         text = (await http.get(f"{a.url}/metrics", timeout=5)).text
     for name in (
-        "switchboard_subscriptions_desired", "switchboard_subscriptions_confirmed",
-        "switchboard_subscription_repairs", "switchboard_bus_publishes_to_nobody",
-        "switchboard_is_leader", "switchboard_reaper_suspects", "switchboard_reaped_clients",
+        "switchboard_subscriptions_desired",
+        "switchboard_subscriptions_confirmed",
+        "switchboard_subscription_repairs",
+        "switchboard_bus_publishes_to_nobody",
+        "switchboard_is_leader",
+        "switchboard_reaper_suspects",
+        "switchboard_reaped_clients",
         "switchboard_redis_reconnects",
     ):
         assert f'{name}{{replica="ra"}}' in text or f'{name}_total{{replica="ra"}}' in text, name

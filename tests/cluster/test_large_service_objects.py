@@ -46,9 +46,7 @@ async def provider_on(replica, clients, bulk_in: str):
 
 @pytest.mark.parametrize("bulk_in", ["docs", "config"])
 @pytest.mark.parametrize("caller_on", ["same", "other"])
-async def test_get_service_returns_a_large_service_description_from_any_replica(
-    replicas, clients, bulk_in, caller_on
-):
+async def test_get_service_returns_a_large_service_description_from_any_replica(replicas, clients, bulk_in, caller_on):
     a, b = replicas.start("ra"), replicas.start("rb")
     provider = await provider_on(a, clients, bulk_in)
     token = await provider.generate_token()
@@ -65,9 +63,7 @@ async def test_get_service_returns_a_large_service_description_from_any_replica(
 async def test_a_large_service_from_another_replica_can_be_fetched_again_and_concurrently(replicas, clients):
     a, b = replicas.start("ra"), replicas.start("rb")
     provider = await provider_on(a, clients, "docs")
-    callers = [
-        await clients(b.url, client_id=f"caller{i}", token=await provider.generate_token()) for i in range(2)
-    ]
+    callers = [await clients(b.url, client_id=f"caller{i}", token=await provider.generate_token()) for i in range(2)]
     fetches = [c.get_service("prov:big", {"timeout": 15}) for c in callers for _ in range(2)]
     got = await asyncio.wait_for(asyncio.gather(*fetches), 45)
     assert [len(s["docs"]) for s in got] == [MIB] * 4

@@ -43,8 +43,11 @@ async def test_sigterm_removes_only_the_replicas_own_state(replicas, clients, re
     assert not redis_server.client().exists(PRESENCE_PREFIX + "ra")
     assert redis_server.client().exists(PRESENCE_PREFIX + "rb")
     # on-a was sent away in transit: its registration goes once the grace is over, not before
-    await eventually(lambda: f"{ws_a}/on-a" not in owners(redis_server), timeout=6,
-                     what="the client that never came back removed after its grace")
+    await eventually(
+        lambda: f"{ws_a}/on-a" not in owners(redis_server),
+        timeout=6,
+        what="the client that never came back removed after its grace",
+    )
     assert owners(redis_server).get(f"{ws_b}/on-b") == "rb"
 
 
@@ -85,7 +88,8 @@ async def test_a_sigkilled_leader_is_replaced_within_the_lease_ttl(replicas, red
     killed = loop.time()
     await eventually(
         lambda: (r.get(LEADER_KEY) or b"").decode().startswith(follower.replica_id + "#"),
-        timeout=6, what="the follower taking the lease",
+        timeout=6,
+        what="the follower taking the lease",
     )
     took = loop.time() - killed
     assert took <= 1.5 + 0.5 + 1.0, f"failover took {took:.2f}s"  # ttl + renew interval + polling slack
@@ -102,9 +106,7 @@ async def test_a_dead_replicas_registrations_are_reaped_not_left_forever(replica
     watcher = await clients(b.url, client_id="watcher")
     a.kill()
     await victim.disconnect()
-    await eventually(
-        lambda: _gone(watcher, f"{ws}/victim:s"), timeout=20, what="the dead replica's service reaped"
-    )
+    await eventually(lambda: _gone(watcher, f"{ws}/victim:s"), timeout=20, what="the dead replica's service reaped")
     assert f"{ws}/victim" not in owners(redis_server)
 
 
@@ -138,7 +140,10 @@ def test_status_prints_every_replica_and_the_leader(replicas, redis_server):
     replicas.start("rb")
     out = subprocess.run(
         [sys.executable, "-m", "switchboard", "status", "--redis-url", redis_server.url],
-        capture_output=True, text=True, timeout=30, check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     ).stdout
     assert "REPLICA" in out
     assert "ra" in out
@@ -160,8 +165,11 @@ async def test_a_redis_outage_costs_calls_but_never_the_connections(replicas, cl
     await caller.register_service({"id": "mine", "config": {"visibility": "public"}, "g": lambda: 1})
     redis_server.start()
     await eventually(lambda: _call_ok(svc), timeout=15, what="calls after Redis came back")
-    await eventually(lambda: _listed(provider, f"{caller.config['workspace']}/caller:mine"), timeout=10,
-                     what="the registration made during the outage")
+    await eventually(
+        lambda: _listed(provider, f"{caller.config['workspace']}/caller:mine"),
+        timeout=10,
+        what="the registration made during the outage",
+    )
     assert _connections(b) == peers_before, "the caller must not have been disconnected"
     assert "Exception in ASGI application" not in b.log_tail(100_000)
 

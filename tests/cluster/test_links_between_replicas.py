@@ -48,6 +48,7 @@ async def test_a_call_through_a_stale_link_to_a_provider_that_left_fails_fast(re
         assert await svc.add(i) == i + 1
     ws = provider.config["workspace"]
     await provider.disconnect()  # A forgets the channel; B's route to it is now stale
+
     async def cleaned_up() -> bool:  # A has finished cleaning up after it
         return f"{ws}/prov" not in {c["id"] for c in await caller.list_clients()}
 
@@ -130,6 +131,7 @@ async def test_manager_calls_answered_through_another_replica_are_not_left_in_fl
     for _ in range(10):  # B's manager asks the provider (on A) for its service: replies come back via A
         svc = await caller.get_service("prov:svc")
         assert await svc.f() == 1
+
     async def nothing_in_flight() -> bool:  # the last reply may still be on its way
         return await counter(b, "switchboard_calls_in_flight") == 0
 

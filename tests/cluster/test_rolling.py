@@ -35,8 +35,9 @@ roll = _load_roll()
 
 
 async def test_sigterm_roll_loses_no_idempotent_call_and_every_client_stays_reachable(redis_server):
-    cfg = roll.RollConfig(signal="term", rate=50, clients_per_replica=1, non_idempotent_rate=2,
-                          pause=1.0, warmup=1.5, settle=2.0)
+    cfg = roll.RollConfig(
+        signal="term", rate=50, clients_per_replica=1, non_idempotent_rate=2, pause=1.0, warmup=1.5, settle=2.0
+    )
     result = await roll.run_roll(cfg, valkey=redis_server)
     print("\n" + roll.report("SIGTERM roll", result))
 
@@ -65,8 +66,17 @@ async def test_twenty_sigterm_rolls_fail_no_call_of_an_sdk_or_a_plain_hypha_rpc_
     A step takes about 2.6 s (exit, start, a 1.9 s pause): the plain caller's connection then lives
     two steps, past hypha-rpc's 5 s flap window (a connection that lived less makes its next
     reconnect back off, 1 s, then 2, 4, ...: a client's own choice, not the hub's)."""
-    cfg = roll.RollConfig(signal="term", rate=50, clients_per_replica=1, non_idempotent_rate=2,
-                          pause=1.9, warmup=1.0, settle=2.0, rolls=ROLLS, hypha_caller=True)
+    cfg = roll.RollConfig(
+        signal="term",
+        rate=50,
+        clients_per_replica=1,
+        non_idempotent_rate=2,
+        pause=1.9,
+        warmup=1.0,
+        settle=2.0,
+        rolls=ROLLS,
+        hypha_caller=True,
+    )
     result = await roll.run_roll(cfg, valkey=redis_server)
     print("\n" + roll.report(f"{ROLLS} SIGTERM rolls", result))
 
@@ -86,8 +96,16 @@ GRACE = 5.0  # the replicas' default --transit-grace
 
 
 async def test_sigkill_roll_every_client_comes_back_and_the_dead_replicas_registrations_go(redis_server):
-    cfg = roll.RollConfig(signal="kill", rate=50, clients_per_replica=1, non_idempotent_rate=2,
-                          pause=1.0, warmup=1.5, settle=2.0, cleanup_timeout=40.0)
+    cfg = roll.RollConfig(
+        signal="kill",
+        rate=50,
+        clients_per_replica=1,
+        non_idempotent_rate=2,
+        pause=1.0,
+        warmup=1.5,
+        settle=2.0,
+        cleanup_timeout=40.0,
+    )
     result = await roll.run_roll(cfg, valkey=redis_server)
     print("\n" + roll.report("SIGKILL roll", result))  # failed calls are reported, not asserted
 

@@ -24,7 +24,11 @@ async def test_each_replica_shows_all_replicas_with_leader_subscriptions_and_rat
         async def both() -> dict | None:
             body = (await http.get(f"{a.url}/api/status")).json()
             rows = {r["id"]: r for r in body["replicas"]}
-            ready = set(rows) == {"ra", "rb"} and rows["rb"]["clients"] == 1 and rows["rb"]["rates"]["messages_per_second"] > 0
+            ready = (
+                set(rows) == {"ra", "rb"}
+                and rows["rb"]["clients"] == 1
+                and rows["rb"]["rates"]["messages_per_second"] > 0
+            )
             return body if ready else None
 
         body = await eventually(both, timeout=15, what="both replicas, rb with its client and traffic")

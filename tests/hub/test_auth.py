@@ -130,9 +130,7 @@ class TestUserPermission:
             ({"w": Permission.READ}, Permission.READ),
         ],
     )
-    def test_stronger_of_star_and_specific(
-        self, grants: dict[str, Permission], expected: Permission
-    ) -> None:
+    def test_stronger_of_star_and_specific(self, grants: dict[str, Permission], expected: Permission) -> None:
         assert User(id="bob", grants=grants).permission("w") is expected
 
     def test_admin_role_is_admin_everywhere(self) -> None:
@@ -240,9 +238,7 @@ class TestRoundTrip:
         assert issuer.verify(token).grants["ws-team"] is Permission.READ
 
     def test_star_grant_and_admin_role(self, issuer: TokenIssuer) -> None:
-        user = issuer.verify(
-            issuer.issue(ROOT, workspace="public", permission=Permission.ADMIN, expires_in=60)
-        )
+        user = issuer.verify(issuer.issue(ROOT, workspace="public", permission=Permission.ADMIN, expires_in=60))
 
         assert user.grants["*"] is Permission.ADMIN
         assert user.roles == ("admin",)
@@ -250,18 +246,14 @@ class TestRoundTrip:
 
     def test_child_token_keeps_parent(self, issuer: TokenIssuer) -> None:
         child = child_user(ALICE, workspace="ws-team", permission=Permission.READ)
-        user = issuer.verify(
-            issuer.issue(child, workspace="ws-team", permission=Permission.READ, expires_in=60)
-        )
+        user = issuer.verify(issuer.issue(child, workspace="ws-team", permission=Permission.READ, expires_in=60))
 
         assert user.id == child.id
         assert user.parent == "alice"
         assert user.roles == ("user",)
 
     def test_claims_follow_the_reference_layout(self, issuer: TokenIssuer) -> None:
-        token = issuer.issue(
-            ALICE, workspace="ws-work", permission=Permission.ADMIN, expires_in=100, client_id="cA"
-        )
+        token = issuer.issue(ALICE, workspace="ws-work", permission=Permission.ADMIN, expires_in=100, client_id="cA")
         claims = claims_of(token)
 
         assert jwt.get_unverified_header(token)["alg"] == "HS256"
@@ -277,9 +269,7 @@ class TestRoundTrip:
         assert "cid:cA" in scope
         assert scope[-1] == "wid:ws-work"
 
-    def test_another_replica_with_the_same_secret_accepts(
-        self, issuer: TokenIssuer, clock: FakeClock
-    ) -> None:
+    def test_another_replica_with_the_same_secret_accepts(self, issuer: TokenIssuer, clock: FakeClock) -> None:
         token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60)
 
         assert TokenIssuer(SECRET, clock).verify(token).id == "alice"
@@ -299,9 +289,7 @@ class TestExpiry:
         assert issuer.verify(token).id == "alice"
 
     @pytest.mark.parametrize("later", [60.0, 61.0, 86_400.0])
-    def test_rejected_once_expired(
-        self, issuer: TokenIssuer, clock: FakeClock, later: float
-    ) -> None:
+    def test_rejected_once_expired(self, issuer: TokenIssuer, clock: FakeClock, later: float) -> None:
         token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60)
         clock.advance(later)
 
@@ -364,9 +352,7 @@ class TestRejected:
             pytest.param({"exp": None}, "invalid token", id="no-exp"),
             pytest.param({"sub": None}, "invalid token", id="no-sub"),
             pytest.param({"scope": "ws:w#superuser"}, "bad scope entry", id="bad-perm"),
-            pytest.param(
-                {"https://amun.ai/roles": "admin"}, "roles must be a list", id="roles-str"
-            ),
+            pytest.param({"https://amun.ai/roles": "admin"}, "roles must be a list", id="roles-str"),
             pytest.param({"https://amun.ai/roles": [1]}, "roles must be a list", id="roles-int"),
         ],
     )
@@ -399,8 +385,16 @@ class TestScopeIsBuiltFromCheckedValues:
 
     @pytest.mark.parametrize(
         "scope",
-        ["ws:*#a ws:w#r wid:w x", "ws:w#r  wid:w", "ws:w x#a wid:w", "cid:a cid:b wid:w", "ws:w#r wid:w wid:v",
-         "ws:#a wid:w", "cid:a:b wid:w", "ws:w w#a wid:w"],
+        [
+            "ws:*#a ws:w#r wid:w x",
+            "ws:w#r  wid:w",
+            "ws:w x#a wid:w",
+            "cid:a cid:b wid:w",
+            "ws:w#r wid:w wid:v",
+            "ws:#a wid:w",
+            "cid:a:b wid:w",
+            "ws:w w#a wid:w",
+        ],
     )
     def test_a_scope_with_anything_unexpected_is_refused(self, scope: str) -> None:
         with pytest.raises(AuthError, match="bad scope entry"):

@@ -13,7 +13,9 @@ def test_a_client_early_in_a_pause_goes_now() -> None:
 
 
 def test_a_client_that_just_sent_is_looked_at_again_once_its_pause_began() -> None:
-    assert _moment(last_heard=10.0, since=10.0, now=10.001) == pytest.approx(10.0 + QUIET)  # its heartbeat answer may follow
+    assert _moment(last_heard=10.0, since=10.0, now=10.001) == pytest.approx(
+        10.0 + QUIET
+    )  # its heartbeat answer may follow
 
 
 def test_late_in_a_pause_it_waits_for_the_next_one_or_idleness() -> None:

@@ -67,11 +67,23 @@ class Net:
         self.hub: Hub = build_hub(settings_for_tests(transit_grace=grace), clock=self.clock)
         self.tasks: list[asyncio.Task[None]] = []
 
-    async def connect(self, client_id: str, *, reconnecting: bool = False, services: tuple[str, ...] = (),
-                      events: tuple[str, ...] = ()) -> tuple[Peer, Wire]:
+    async def connect(
+        self,
+        client_id: str,
+        *,
+        reconnecting: bool = False,
+        services: tuple[str, ...] = (),
+        events: tuple[str, ...] = (),
+    ) -> tuple[Peer, Wire]:
         wire = Wire()
-        peer = Peer(workspace=WS, client_id=client_id, user=USER, transport=wire, max_queue_bytes=1 << 20,
-                    replica_id=self.hub.replica_id)
+        peer = Peer(
+            workspace=WS,
+            client_id=client_id,
+            user=USER,
+            transport=wire,
+            max_queue_bytes=1 << 20,
+            replica_id=self.hub.replica_id,
+        )
         await self.hub.attach(peer, reconnecting=reconnecting)
         peer.subscriptions.update(events)
         for name in ("built-in", *services):
@@ -177,13 +189,17 @@ async def test_a_provider_not_back_within_the_grace_is_announced_gone_and_its_ca
     assert events(caller_wire) == ["service_removed", "client_disconnected"], "announced once"
 
 
-@pytest.mark.parametrize(("code", "by_client", "why"), [
-    (1000, True, "a goodbye"),
-    (1001, True, "a page closed"),
-    (1008, False, "the hub dropped a slow consumer"),
-])
-async def test_departures_that_are_not_moves_are_announced_at_once(net: Net, code: int, by_client: bool,
-                                                                   why: str) -> None:
+@pytest.mark.parametrize(
+    ("code", "by_client", "why"),
+    [
+        (1000, True, "a goodbye"),
+        (1001, True, "a page closed"),
+        (1008, False, "the hub dropped a slow consumer"),
+    ],
+)
+async def test_departures_that_are_not_moves_are_announced_at_once(
+    net: Net, code: int, by_client: bool, why: str
+) -> None:
     prov, _ = await net.connect("prov", services=("s",))
     caller, caller_wire = await net.connect("caller", events=("client_disconnected", "service_removed"))
     await net.leave(prov, code=code, by_client=by_client)
@@ -226,8 +242,9 @@ async def test_a_goodbye_right_after_coming_back_is_a_reconnection_race_not_a_de
 async def test_frames_still_queued_for_a_handed_over_client_wait_for_it(net: Net) -> None:
     prov, prov_wire = await net.connect("prov", services=("s",))
     caller, _ = await net.connect("caller")
-    frame = envelope.encode({"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov",
-                             "method": "services.s.f", "session": "q1"})
+    frame = envelope.encode(
+        {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
+    )
     prov._queue.append(frame)  # written by nobody yet when the drain closes it
     await net.leave(prov, code=HANDED_OVER, by_client=False)
     assert calls(prov_wire) == []

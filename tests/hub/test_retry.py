@@ -37,8 +37,9 @@ async def test_frames_are_delivered_in_order_once_the_route_heals_within_the_win
     clock = FakeClock()
     route = FlakyRoute(clock, heals_at=5.0)  # e.g. the 5 s reconcile repairs the subscription
     failed: list[Undelivered] = []
-    window = RetryWindow(clock=clock, window=6.0, interval=0.1, publish=route.publish,
-                         give_up=lambda t, item: failed.append(item))
+    window = RetryWindow(
+        clock=clock, window=6.0, interval=0.1, publish=route.publish, give_up=lambda t, item: failed.append(item)
+    )
     for i in range(3):
         window.add("ws/c", Undelivered(f"f{i}".encode(), "s", "ws/caller"))
     assert window.pending("ws/c")
@@ -53,8 +54,9 @@ async def test_a_window_shorter_than_the_repair_fails_every_caller_at_its_end():
     clock = FakeClock()
     route = FlakyRoute(clock, heals_at=5.0)
     failed: list[Undelivered] = []
-    window = RetryWindow(clock=clock, window=4.0, interval=0.1, publish=route.publish,
-                         give_up=lambda t, item: failed.append(item))
+    window = RetryWindow(
+        clock=clock, window=4.0, interval=0.1, publish=route.publish, give_up=lambda t, item: failed.append(item)
+    )
     window.add("ws/c", Undelivered(b"a", "s1", "ws/caller"))
     window.add("ws/c", Undelivered(b"b", None, "ws/caller"))
     await drain(window)
@@ -66,8 +68,7 @@ async def test_a_window_shorter_than_the_repair_fails_every_caller_at_its_end():
 async def test_retries_are_paced_by_the_interval_not_a_busy_loop():
     clock = FakeClock()
     route = FlakyRoute(clock, heals_at=1e9)
-    window = RetryWindow(clock=clock, window=2.0, interval=0.1, publish=route.publish,
-                         give_up=lambda t, item: None)
+    window = RetryWindow(clock=clock, window=2.0, interval=0.1, publish=route.publish, give_up=lambda t, item: None)
     window.add("ws/c", Undelivered(b"a", None, "x"))
     await drain(window)
     assert 20 <= route.attempts <= 22
@@ -77,8 +78,14 @@ async def test_a_queue_over_its_bound_fails_the_newest_frame_at_once():
     clock = FakeClock()
     route = FlakyRoute(clock, heals_at=1e9)
     failed: list[Undelivered] = []
-    window = RetryWindow(clock=clock, window=1.0, interval=0.1, publish=route.publish,
-                         give_up=lambda t, item: failed.append(item), max_frames=2)
+    window = RetryWindow(
+        clock=clock,
+        window=1.0,
+        interval=0.1,
+        publish=route.publish,
+        give_up=lambda t, item: failed.append(item),
+        max_frames=2,
+    )
     for name in (b"1", b"2", b"3"):
         window.add("ws/c", Undelivered(name, None, "x"))
     assert [i.frame for i in failed] == [b"3"]
@@ -95,8 +102,7 @@ class StoppedClock(FakeClock):
 async def test_a_target_back_from_transit_is_tried_at_once_not_at_the_next_interval():
     clock = StoppedClock()
     route = FlakyRoute(clock, heals_at=1e9)
-    window = RetryWindow(clock=clock, window=6.0, interval=1.0, publish=route.publish,
-                         give_up=lambda t, item: None)
+    window = RetryWindow(clock=clock, window=6.0, interval=1.0, publish=route.publish, give_up=lambda t, item: None)
     window.add("ws/c", Undelivered(b"a", "s", "ws/caller"))
     for _ in range(20):
         await asyncio.sleep(0)

@@ -49,9 +49,7 @@ def clock() -> FakeClock:
 
 
 @contextlib.asynccontextmanager
-async def peer_of(
-    clock: FakeClock, *, rate: float, burst: int
-) -> AsyncIterator[tuple[Peer, Recorder]]:
+async def peer_of(clock: FakeClock, *, rate: float, burst: int) -> AsyncIterator[tuple[Peer, Recorder]]:
     """A peer whose writer runs (so frames reach the recorder at once), with its own rate bucket."""
     conn = Recorder()
     peer = Peer(
@@ -91,9 +89,7 @@ def counting_signatures(hub: Any, monkeypatch: pytest.MonkeyPatch) -> list[Peer]
     """The peers the hub signs a reconnection token for, one entry per signature."""
     signed: list[Peer] = []
     sign = hub.gate.reconnection_token
-    monkeypatch.setattr(
-        hub.gate, "reconnection_token", lambda peer: signed.append(peer) or sign(peer)
-    )
+    monkeypatch.setattr(hub.gate, "reconnection_token", lambda peer: signed.append(peer) or sign(peer))
     return signed
 
 
@@ -115,9 +111,7 @@ async def test_a_refresh_reuses_the_token_signed_within_the_last_minute(
         assert len(signed) == 2
 
 
-async def test_a_short_token_lifetime_shortens_the_reuse(
-    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_short_token_lifetime_shortens_the_reuse(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     hub = build_hub(settings_for_tests(reconnection_token_lifetime=60), clock=clock)
     signed = counting_signatures(hub, monkeypatch)
     async with peer_of(clock, rate=1000, burst=100) as (peer, _):

@@ -29,12 +29,8 @@ def pieces(data: bytes, n: int) -> list[bytes]:
     return [data[i : i + step] for i in range(0, len(data), step)]
 
 
-def uploads(
-    clock: FakeClock | None = None, *, keep: bool = False, max_bytes: int = 1 << 20
-) -> Uploads:
-    return Uploads(
-        clock=clock or FakeClock(), keep=keep, max_bytes=max_bytes, max_uploads=4, idle_timeout=60
-    )
+def uploads(clock: FakeClock | None = None, *, keep: bool = False, max_bytes: int = 1 << 20) -> Uploads:
+    return Uploads(clock=clock or FakeClock(), keep=keep, max_bytes=max_bytes, max_uploads=4, idle_timeout=60)
 
 
 class TestOneSender:
@@ -199,9 +195,7 @@ class TestPromiseTargets:
     def test_a_promise_to_the_sender_is_fine(self, promise: object) -> None:
         assert foreign_targets(promise, "W/alice") == []
 
-    @pytest.mark.parametrize(
-        "target", ["W/provider", "provider", "X/alice", "W/alice ", ["W/alice"]]
-    )
+    @pytest.mark.parametrize("target", ["W/provider", "provider", "X/alice", "W/alice ", ["W/alice"]])
     def test_a_promise_to_anyone_else_is_named(self, target: object) -> None:
         promise = {
             "resolve": {"_rtype": "method", "_rtarget": "W/alice"},

@@ -12,8 +12,12 @@ from switchboard.testing.hub import settings_for_tests
 
 def built_in(workspace: str, client_id: str) -> dict:
     return {
-        "id": f"{workspace}/{client_id}:built-in", "name": "built-in", "type": "built-in",
-        "description": None, "docs": None, "app_id": "*",
+        "id": f"{workspace}/{client_id}:built-in",
+        "name": "built-in",
+        "type": "built-in",
+        "description": None,
+        "docs": None,
+        "app_id": "*",
         "config": {"visibility": "protected", "workspace": workspace},
     }
 

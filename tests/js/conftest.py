@@ -89,8 +89,12 @@ StartAgent = Callable[..., Awaitable[Agent]]
 
 async def _start_node(stack: contextlib.AsyncExitStack, config: dict[str, Any], wait: bool) -> Agent:
     proc = await asyncio.create_subprocess_exec(
-        "node", str(HERE / "node_agent.mjs"), json.dumps(config),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        "node",
+        str(HERE / "node_agent.mjs"),
+        json.dumps(config),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "SB_JS_MODULES": str(MODULES)},
     )
 

@@ -37,8 +37,16 @@ def python_service() -> dict[str, Any]:
 
 
 PY_VALUES: dict[str, Any] = {
-    "int": 42, "negative": -7, "float": 3.5, "big": 2**40, "text": "héllo ✓", "empty": "",
-    "yes": True, "no": False, "nothing": None, "list": [1, "two", None, [3]],
+    "int": 42,
+    "negative": -7,
+    "float": 3.5,
+    "big": 2**40,
+    "text": "héllo ✓",
+    "empty": "",
+    "yes": True,
+    "no": False,
+    "nothing": None,
+    "list": [1, "two", None, [3]],
     "nested": {"a": [1, {"b": None, "c": "d"}], "e": {"f": {"g": 1.25}}},
     "bytes": b"\x00\x01\x02\xff",
 }

@@ -37,8 +37,11 @@ async def test_console_follows_the_hub_and_calls_a_function(js_tools, chromium, 
             f"document.getElementById('token').value = {json.dumps(token)};"
             "document.getElementById('signin-button').click()"
         )
-        await eventually(lambda: page.evaluate(_exists(f'[data-service="{ws}/prov:vault"]')), timeout=3,
-                         what="the protected service after signing in")
+        await eventually(
+            lambda: page.evaluate(_exists(f'[data-service="{ws}/prov:vault"]')),
+            timeout=3,
+            what="the protected service after signing in",
+        )
         assert await page.evaluate(_exists(f'[data-client="{ws}/prov"]'))
         assert await page.evaluate("document.getElementById('viewer').textContent") != "anonymous"
 
@@ -51,7 +54,8 @@ async def test_console_follows_the_hub_and_calls_a_function(js_tools, chromium, 
         )
         result = await eventually(
             lambda: page.evaluate("document.getElementById('call-result').textContent.trim() === '5'"),
-            timeout=5, what="the call's result",
+            timeout=5,
+            what="the call's result",
         )
         assert result
 

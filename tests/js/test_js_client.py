@@ -19,17 +19,31 @@ pytestmark = [pytest.mark.timeout(90)]
 
 # PY_VALUES as JavaScript sees them (agent.mjs describe)
 SEEN_BY_JS = {
-    "int": "int:42", "negative": "int:-7", "float": "float:3.5", "big": "int:1099511627776",
-    "text": "string:héllo ✓", "empty": "string:", "yes": "boolean:true", "no": "boolean:false",
-    "nothing": "null", "list": ["int:1", "string:two", "null", ["int:3"]],
+    "int": "int:42",
+    "negative": "int:-7",
+    "float": "float:3.5",
+    "big": "int:1099511627776",
+    "text": "string:héllo ✓",
+    "empty": "string:",
+    "yes": "boolean:true",
+    "no": "boolean:false",
+    "nothing": "null",
+    "list": ["int:1", "string:two", "null", ["int:3"]],
     "nested": {"a": ["int:1", {"b": "null", "c": "string:d"}], "e": {"f": {"g": "float:1.25"}}},
     "bytes": "Uint8Array[0,1,2,255]",
 }
 # agent.mjs jsValues() as Python sees them (conftest describe)
 SEEN_BY_PYTHON = {
-    "int": "int:42", "negative": "int:-7", "float": "float:3.5", "big": "int:1099511627776",
-    "text": "str:'héllo ✓'", "empty": "str:''", "yes": "bool:True", "no": "bool:False",
-    "nothing": "NoneType:None", "list": ["int:1", "str:'two'", "NoneType:None", ["int:3"]],
+    "int": "int:42",
+    "negative": "int:-7",
+    "float": "float:3.5",
+    "big": "int:1099511627776",
+    "text": "str:'héllo ✓'",
+    "empty": "str:''",
+    "yes": "bool:True",
+    "no": "bool:False",
+    "nothing": "NoneType:None",
+    "list": ["int:1", "str:'two'", "NoneType:None", ["int:3"]],
     "nested": {"a": ["int:1", {"b": "NoneType:None", "c": "str:'d'"}], "e": {"f": {"g": "float:1.25"}}},
     "bytes": "bytes:[0, 1, 2, 255]",
 }

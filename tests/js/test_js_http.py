@@ -28,6 +28,8 @@ async def test_http_transport_with_a_token(start_agent, server, connect):
 
 
 async def test_anonymous_http_transport_is_refused_with_the_remedy(start_agent, server):
-    agent = await start_agent(server_url=server.url, transport="http", client_id="js-anon", method_timeout=3, wait=False)
+    agent = await start_agent(
+        server_url=server.url, transport="http", client_id="js-anon", method_timeout=3, wait=False
+    )
     await agent.wait_log("must connect with a token", timeout=15)
     assert "README" in agent.log()

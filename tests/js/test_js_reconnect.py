@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 async def _callable(clients, url: str, service_id: str) -> None:
     checker = await clients(url)
     try:
+
         async def answers() -> bool:
             js = await checker.get_service(service_id)
             return await js.ping() == "pong"
@@ -38,8 +39,9 @@ async def _callable(clients, url: str, service_id: str) -> None:
 async def _calls_in_flight(replica: ReplicaProcess) -> bool:
     async with httpx.AsyncClient() as http:
         text = (await http.get(f"{replica.url}/metrics", timeout=2)).text
-    return any(line.startswith("switchboard_calls_in_flight{") and float(line.split()[-1]) > 0
-               for line in text.splitlines())
+    return any(
+        line.startswith("switchboard_calls_in_flight{") and float(line.split()[-1]) > 0 for line in text.splitlines()
+    )
 
 
 @pytest.mark.parametrize("topology", ["one replica", "two replicas"])

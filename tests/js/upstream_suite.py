@@ -67,8 +67,11 @@ def prepare(only: tuple[str, ...] = CHUNKS) -> Path:
         with tarfile.open(NESTED) as tar:
             tar.extractall(CACHE, filter="data")
     if not (CACHE / "node_modules" / "mocha" / "mocha.js").exists():
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(CACHE),
-                        "mocha@10.8.2"], check=True, stdin=subprocess.DEVNULL)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--no-save", "--prefix", str(CACHE), "mocha@10.8.2"],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
     chunk_files = {c: sorted(dist.glob(f"{c}.*.js")) for c in only}
     tags = "\n".join(f'<script src="/dist/{files[0].name}"></script>' for files in chunk_files.values())
     (CACHE / "index.html").write_text(PAGE % {"skip": SKIP, "chunks": tags})
@@ -80,8 +83,10 @@ async def main(only: tuple[str, ...] = CHUNKS) -> int:
     settings = settings_for_tests(port=PORT)
     started = time.monotonic()
     async with running(settings) as server:
-        with StaticServer({"/": CACHE, "/dist/": dist, "/mocha/": CACHE / "node_modules" / "mocha"}) as static, \
-                Chromium(extra_args=("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",)) as browser:
+        with (
+            StaticServer({"/": CACHE, "/dist/": dist, "/mocha/": CACHE / "node_modules" / "mocha"}) as static,
+            Chromium(extra_args=("--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",)) as browser,
+        ):
             async with browser.page() as page:
                 await page.goto(f"{static.url}/index.html")
                 deadline = time.monotonic() + 900
@@ -97,8 +102,10 @@ async def main(only: tuple[str, ...] = CHUNKS) -> int:
     out.write_text(json.dumps(results, indent=2))
     for failure in results["failures"]:
         print(f"FAIL {failure['title']}\n    {failure['error'].splitlines()[0] if failure['error'] else ''}")
-    print(f"{len(results['passes'])} passed, {len(results['failures'])} failed, "
-          f"{len(results['pending'])} skipped in {took:.0f}s (done={results['done']}); details in {out}")
+    print(
+        f"{len(results['passes'])} passed, {len(results['failures'])} failed, "
+        f"{len(results['pending'])} skipped in {took:.0f}s (done={results['done']}); details in {out}"
+    )
     return 0 if not results["failures"] else 1
 
 

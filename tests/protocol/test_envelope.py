@@ -100,9 +100,7 @@ class TestDecodeErrors:
             pytest.param(pack({"to": "ws1/cB"}), "no 'type' string", id="missing-type"),
             pytest.param(pack({"type": ""}), "no 'type' string", id="empty-type"),
             pytest.param(pack({"type": 1}), "no 'type' string", id="int-type"),
-            pytest.param(
-                pack({"type": "method", "to": 3}), "'to' must be a string, got int", id="int-to"
-            ),
+            pytest.param(pack({"type": "method", "to": 3}), "'to' must be a string, got int", id="int-to"),
             pytest.param(
                 pack({"type": "method", "to": ["a"]}),
                 "'to' must be a string, got list",
@@ -113,9 +111,7 @@ class TestDecodeErrors:
                 "'session' must be a string, got bytes",
                 id="bin-session",
             ),
-            pytest.param(
-                pack({"type": "method", 1: "x"}), "int is not allowed for map key", id="int-key"
-            ),
+            pytest.param(pack({"type": "method", 1: "x"}), "int is not allowed for map key", id="int-key"),
             pytest.param(
                 pack({"type": "method", "nested": {2: "x"}}),
                 "int is not allowed for map key",
@@ -205,12 +201,8 @@ class TestRoute:
             pytest.param("ws1/cB", Route("client", "ws1/cB", "ws1"), id="ws-cid-same-ws"),
             pytest.param("ws2/cB", Route("client", "ws2/cB", "ws2"), id="ws-cid-other-ws"),
             pytest.param("*/manager-X", Route("manager", "*/manager-X", "*"), id="manager"),
-            pytest.param(
-                "*/manager-old", Route("client", "*/manager-old", "*"), id="stale-manager"
-            ),
-            pytest.param(
-                "ws2/manager-X", Route("manager", "ws2/manager-X", "ws2"), id="manager-named-in-a-workspace"
-            ),
+            pytest.param("*/manager-old", Route("client", "*/manager-old", "*"), id="stale-manager"),
+            pytest.param("ws2/manager-X", Route("manager", "ws2/manager-X", "ws2"), id="manager-named-in-a-workspace"),
             pytest.param("ws1/*", Route("broadcast", "ws1/*", "ws1"), id="ws-star-own"),
             pytest.param("ws2/*", Route("broadcast", "ws2/*", "ws2"), id="ws-star-other"),
         ],
@@ -277,9 +269,7 @@ class TestRejectFrame:
         assert msgpack.unpackb(bytes(env.rest))["args"][0]["_rvalue"] == "gone"
 
     def test_manager_caller(self) -> None:
-        main, _ = unpack_all(
-            reject_frame(session="s", target="ws1/cB", caller="*/manager-X", message="gone")
-        )
+        main, _ = unpack_all(reject_frame(session="s", target="ws1/cB", caller="*/manager-X", message="gone"))
 
         assert main["to"] == "*/manager-X"
         assert main["from"] == "ws1/cB"
@@ -297,9 +287,7 @@ _scalars = (
 )
 _values = st.recursive(
     _scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
 _RESERVED = {"type", "to", "session"}
@@ -307,11 +295,7 @@ _RESERVED = {"type", "to", "session"}
 
 @st.composite
 def headers(draw: st.DrawFn) -> dict[str, Any]:
-    main = draw(
-        st.dictionaries(
-            st.text(max_size=10).filter(lambda k: k not in _RESERVED), _values, max_size=6
-        )
-    )
+    main = draw(st.dictionaries(st.text(max_size=10).filter(lambda k: k not in _RESERVED), _values, max_size=6))
     main["type"] = draw(st.text(min_size=1, max_size=20))
     for key in ("to", "session"):
         value = draw(st.none() | st.text(max_size=30))

@@ -50,9 +50,7 @@ def test_handshake_error_is_a_protocol_error() -> None:
 
 class TestParseHelloAccepts:
     def test_the_four_key_frame(self) -> None:
-        assert parse_hello(hello()) == Hello(
-            client_id="cA", workspace=None, token=None, reconnection_token=None
-        )
+        assert parse_hello(hello()) == Hello(client_id="cA", workspace=None, token=None, reconnection_token=None)
 
     def test_bytes(self) -> None:
         assert parse_hello(hello().encode()) == parse_hello(hello())
@@ -60,9 +58,7 @@ class TestParseHelloAccepts:
     def test_all_fields_set(self) -> None:
         parsed = parse_hello(hello(workspace="ws-1", token="tok", reconnection_token="rtok"))
 
-        assert parsed == Hello(
-            client_id="cA", workspace="ws-1", token="tok", reconnection_token="rtok"
-        )
+        assert parsed == Hello(client_id="cA", workspace="ws-1", token="tok", reconnection_token="rtok")
 
     def test_empty_strings_mean_absent(self) -> None:
         parsed = parse_hello(hello(workspace="", token="", reconnection_token=""))
@@ -164,9 +160,7 @@ class TestParseHelloRefuses:
     def test_bad_workspace_name(self, workspace: str) -> None:
         error = refusal(hello(workspace=workspace))
 
-        assert str(error) == (
-            f"Failed to establish connection: invalid workspace name {workspace[:64]!r}"
-        )
+        assert str(error) == (f"Failed to establish connection: invalid workspace name {workspace[:64]!r}")
         assert error.close_code == 1001
 
     def test_client_id_with_trailing_newline(self) -> None:

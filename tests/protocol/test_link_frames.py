@@ -17,11 +17,7 @@ SECRET = "s3cret"
 
 
 def test_frames_survive_any_split_of_the_byte_stream() -> None:
-    stream = (
-        link.deliver("sb:client:ws/a", b"x" * 1000)
-        + link.hint("sb:client:ws/b")
-        + link.nack("c", b"")
-    )
+    stream = link.deliver("sb:client:ws/a", b"x" * 1000) + link.hint("sb:client:ws/b") + link.nack("c", b"")
     for cut in range(1, len(stream)):
         decoder = link.Decoder(max_frame=4096)
         frames = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
@@ -164,15 +160,9 @@ def test_the_welcome_proves_the_listener_holds_the_key_for_this_dial() -> None:
     welcome, _ = listener().step(*frame(hello))
     assert d.step(*frame(welcome)) == (b"", "replica-b")
 
-    recorded = frame(
-        link.welcome(KEY, NONCE_B, "replica-a", "replica-b", NONCE_A)
-    )  # another dial's
-    forged = frame(
-        link.welcome(link.link_key("guess"), NONCE_B, "replica-a", "replica-b", NONCE_A2)
-    )
-    from_c = frame(
-        link.welcome(KEY, NONCE_B, "replica-a", "replica-c", NONCE_A2)
-    )  # not whom we dialled
+    recorded = frame(link.welcome(KEY, NONCE_B, "replica-a", "replica-b", NONCE_A))  # another dial's
+    forged = frame(link.welcome(link.link_key("guess"), NONCE_B, "replica-a", "replica-b", NONCE_A2))
+    from_c = frame(link.welcome(KEY, NONCE_B, "replica-a", "replica-c", NONCE_A2))  # not whom we dialled
     reflected = (link.WELCOME, frame(hello)[1])  # our own HELLO sent back
     for bad in (recorded, forged, from_c, reflected):
         with pytest.raises(ProtocolError, match="WELCOME not signed"):
@@ -183,12 +173,8 @@ def test_the_welcome_proves_the_listener_holds_the_key_for_this_dial() -> None:
     ("kind", "body"),
     [(link.WELCOME, b"x" * 32), (link.DELIVER, b""), (link.CHALLENGE, b"short")],
 )
-def test_the_dialler_takes_a_challenge_then_a_welcome_and_nothing_else(
-    kind: int, body: bytes
-) -> None:
-    with pytest.raises(
-        ProtocolError, match="before the link was authenticated|malformed link CHALLENGE"
-    ):
+def test_the_dialler_takes_a_challenge_then_a_welcome_and_nothing_else(kind: int, body: bytes) -> None:
+    with pytest.raises(ProtocolError, match="before the link was authenticated|malformed link CHALLENGE"):
         link.Dial(KEY, "replica-a", "replica-b", NONCE_A).step(kind, body)
 
 

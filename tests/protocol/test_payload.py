@@ -27,9 +27,7 @@ LEAVES = st.one_of(
 )
 VALUES = st.recursive(
     LEAVES,
-    lambda inner: (
-        st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
-    ),
+    lambda inner: st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
     max_leaves=20,
 )
 PAYLOADS = st.dictionaries(KEYS, VALUES, max_size=6)
@@ -72,9 +70,7 @@ class TestOneFrame:
 
     @pytest.mark.parametrize("key", sorted(RESERVED))
     @pytest.mark.parametrize("bulk", [0, SMALL_PAYLOAD, 1 << 20], ids=["small", "medium", "large"])
-    def test_each_header_key_is_refused_behind_any_amount_of_payload(
-        self, key: str, bulk: int
-    ) -> None:
+    def test_each_header_key_is_refused_behind_any_amount_of_payload(self, key: str, bulk: int) -> None:
         payload = pack({"args": [b"x" * bulk], key: "W/victim"})
 
         with pytest.raises(ProtocolError, match=key):
@@ -130,9 +126,7 @@ class TestStream:
         payload=PAYLOADS,
         sizes=st.lists(st.integers(1, 3000), max_size=12),
     )
-    def test_cut_anywhere_the_walk_finds_the_same_keys(
-        self, header: dict, payload: dict, sizes: list[int]
-    ) -> None:
+    def test_cut_anywhere_the_walk_finds_the_same_keys(self, header: dict, payload: dict, sizes: list[int]) -> None:
         scanner = Scanner(objects=2, payload=1)
         for piece in cut(pack(header) + pack(payload), sizes):
             scanner.feed(piece)

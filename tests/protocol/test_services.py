@@ -216,9 +216,7 @@ class TestVisibility:
         if allowed:
             check_use(svc, caller_workspace=caller, has_read=has_read)
         else:
-            with pytest.raises(
-                PermissionDenied, match="Permission denied for non-public service in workspace ws1"
-            ):
+            with pytest.raises(PermissionDenied, match="Permission denied for non-public service in workspace ws1"):
                 check_use(svc, caller_workspace=caller, has_read=has_read)
 
     def test_permission_denied_is_a_permission_error(self) -> None:
@@ -254,12 +252,7 @@ class TestVisibility:
     ) -> None:
         svc = info("ws1/cA:svc", vis=vis, authorized=authorized)
 
-        assert (
-            may_list(
-                svc, caller_workspace=caller, has_read=has_read, include_unlisted=include_unlisted
-            )
-            is listed
-        )
+        assert may_list(svc, caller_workspace=caller, has_read=has_read, include_unlisted=include_unlisted) is listed
 
 
 # -- registration ----------------------------------------------------------------
@@ -330,9 +323,7 @@ class TestPrepareRegistration:
         assert register({"id": "svc", "app_id": app_id})["app_id"] == "*"
 
     def test_overwrites_forged_workspace_and_creator(self) -> None:
-        result = register(
-            {"id": "svc", "config": {"workspace": "evil", "created_by": {"id": "root"}}}
-        )
+        result = register({"id": "svc", "config": {"workspace": "evil", "created_by": {"id": "root"}}})
 
         assert result["config"]["workspace"] == "ws1"
         assert result["config"]["created_by"] == {"id": "u1"}
@@ -361,9 +352,7 @@ class TestPrepareRegistration:
             register({"id": "svc", "config": {"visibility": vis}})
 
     def test_rejects_another_workspace(self) -> None:
-        with pytest.raises(
-            PermissionDenied, match="service ws2/cA:svc is not in your workspace ws1"
-        ):
+        with pytest.raises(PermissionDenied, match="service ws2/cA:svc is not in your workspace ws1"):
             register({"id": "ws2/cA:svc"})
 
     def test_rejects_another_client(self) -> None:

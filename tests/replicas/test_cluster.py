@@ -173,8 +173,13 @@ def world(*, held_by: str | None = None) -> World:
     hub = HubSide(clock=clock)
     presence, registry, counts, lease = Presence(), Registry(), Counts(), Lease(holder_id=held_by)
     cluster = Cluster(
-        hub, registry=registry, bus=Bus(), presence=presence, lease=lease,
-        policy=lease_policy(hub.settings, "sb:leader"), counts=counts,
+        hub,
+        registry=registry,
+        bus=Bus(),
+        presence=presence,
+        lease=lease,
+        policy=lease_policy(hub.settings, "sb:leader"),
+        counts=counts,
     )
     return World(hub, presence, registry, counts, lease, cluster)
 

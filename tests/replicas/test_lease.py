@@ -32,9 +32,7 @@ async def make_lease(valkey_lease: ValkeyServer) -> AsyncIterator[Callable[[str]
     clients: list[aioredis.Redis] = []
 
     def make(owner: str) -> RedisLease:
-        client = aioredis.Redis.from_url(
-            valkey_lease.url, socket_timeout=2.0, socket_connect_timeout=2.0
-        )
+        client = aioredis.Redis.from_url(valkey_lease.url, socket_timeout=2.0, socket_connect_timeout=2.0)
         clients.append(client)
         return RedisLease(client, key=POLICY.key, ttl_ms=POLICY.ttl_ms, owner_id=owner)
 
@@ -132,9 +130,7 @@ class Recorder:
 
 def elector(lease: RedisLease) -> tuple[LeaderElector, Recorder]:
     rec = Recorder()
-    return LeaderElector(
-        lease, policy=POLICY, clock=SystemClock(), on_elected=rec.on_elected, on_lost=rec.on_lost
-    ), rec
+    return LeaderElector(lease, policy=POLICY, clock=SystemClock(), on_elected=rec.on_elected, on_lost=rec.on_lost), rec
 
 
 async def cancel(task: asyncio.Task[None]) -> None:

@@ -52,11 +52,18 @@ class Replica:
         self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
         self.calls = InFlight()
         self.bus = RedisBus(
-            url, clock=SystemClock(), replica_id=self.replica_id,
-            backoff_initial=0.02, backoff_max=0.2, op_timeout=0.5,
+            url,
+            clock=SystemClock(),
+            replica_id=self.replica_id,
+            backoff_initial=0.02,
+            backoff_max=0.2,
+            op_timeout=0.5,
         )
         self.unicast = Unicast(
-            self.bus, replica_id=self.replica_id, clock=SystemClock(), calls=self.calls,
+            self.bus,
+            replica_id=self.replica_id,
+            clock=SystemClock(),
+            calls=self.calls,
             links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
         )
         self.publish = self.unicast.publish
@@ -231,9 +238,7 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
         assert await a.publish(ch, b"%d" % i) == 1
     await until(lambda: len(got) == 21, "all frames")
     link = a.links._routes[ch]
-    await until(
-        lambda: not link.state.unacked, "the delayed ack", timeout=1.0
-    )  # nothing travels back: ACK_DELAY
+    await until(lambda: not link.state.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
 
     await b.close()  # the link dies with nothing unacked
     await until(lambda: a.links.route_count == 0, "the route forgotten")
@@ -301,9 +306,7 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
     reader, writer = await asyncio.open_connection("127.0.0.1", int(port))
-    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(
-        await reader.readexactly(5 + wire.NONCE_SIZE)
-    )[0]
+    kind, nonce = wire.Decoder(wire.HANDSHAKE_MAX_FRAME).feed(await reader.readexactly(5 + wire.NONCE_SIZE))[0]
     assert kind == wire.CHALLENGE
     hello = wire.hello(wire.link_key(SECRET), nonce, "slowpoke", b.replica_id, bytes(32))
     started = time.monotonic()
@@ -324,9 +327,15 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
 
 
 def call(session: str) -> bytes:
-    return envelope.encode({
-        "type": "method", "from": "ws-1/caller", "to": "ws-1/provider", "method": "services.svc.f", "session": session,
-    })
+    return envelope.encode(
+        {
+            "type": "method",
+            "from": "ws-1/caller",
+            "to": "ws-1/provider",
+            "method": "services.svc.f",
+            "session": session,
+        }
+    )
 
 
 async def test_an_unacked_call_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:

@@ -294,9 +294,7 @@ async def test_counts_do_not_survive_a_gap_in_leadership() -> None:
     world = World({"dead"}, clock=clock)
     policy = ReaperPolicy(interval=100.0, first_pass_delay=0.0)
     gap = (N - 1) * 100.0  # leader for N - 1 failing passes, then not for one slot
-    await run_until(
-        world, policy, horizon=gap + N * 100.0 + 50.0, is_leader=lambda: clock.monotonic() != gap
-    )
+    await run_until(world, policy, horizon=gap + N * 100.0 + 50.0, is_leader=lambda: clock.monotonic() != gap)
     assert gap not in world.passes_at
     assert len(world.passes_at) == 2 * N - 1
     # Reaped only after N failures in the new term, not at its first pass.

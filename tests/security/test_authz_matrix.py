@@ -51,25 +51,35 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "authorization.md"
 
 ACTORS = ("anonymous", "owner", "read", "read_write", "admin", "other")
 OPERATIONS = (
-    "join", "list_public", "get_public", "call_public", "list_protected", "call_protected",
-    "register", "unregister_own", "unregister_other", "emit", "receive", "generate_token",
-    "http_call_public", "http_call_protected", "http_list_protected",
+    "join",
+    "list_public",
+    "get_public",
+    "call_public",
+    "list_protected",
+    "call_protected",
+    "register",
+    "unregister_own",
+    "unregister_other",
+    "emit",
+    "receive",
+    "generate_token",
+    "http_call_public",
+    "http_call_protected",
+    "http_list_protected",
 )
 
 _Y, _N = True, False
 #                    join list_pub get_pub call_pub list_prot call_prot reg  unreg_own unreg_oth emit recv token http_pub http_prot http_list_prot
 _ROWS = {
-    "anonymous":  (_N, _Y, _Y, _Y, _N, _N, _N, _N, _N, _N, _N, _N, _Y, _N, _N),
-    "owner":      (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _N, _Y, _Y, _Y, _Y, _Y, _Y),
-    "read":       (_Y, _Y, _Y, _Y, _Y, _Y, _N, _N, _N, _N, _Y, _N, _Y, _Y, _Y),
+    "anonymous": (_N, _Y, _Y, _Y, _N, _N, _N, _N, _N, _N, _N, _N, _Y, _N, _N),
+    "owner": (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _N, _Y, _Y, _Y, _Y, _Y, _Y),
+    "read": (_Y, _Y, _Y, _Y, _Y, _Y, _N, _N, _N, _N, _Y, _N, _Y, _Y, _Y),
     "read_write": (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _N, _Y, _Y, _N, _Y, _Y, _Y),
-    "admin":      (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _N, _Y, _Y, _Y, _Y, _Y, _Y),
-    "other":      (_N, _Y, _Y, _Y, _N, _N, _N, _N, _N, _N, _N, _N, _Y, _N, _N),
+    "admin": (_Y, _Y, _Y, _Y, _Y, _Y, _Y, _Y, _N, _Y, _Y, _Y, _Y, _Y, _Y),
+    "other": (_N, _Y, _Y, _Y, _N, _N, _N, _N, _N, _N, _N, _N, _Y, _N, _N),
 }
 EXPECTED: dict[tuple[str, str], bool] = {
-    (actor, op): allowed
-    for actor, row in _ROWS.items()
-    for op, allowed in zip(OPERATIONS, row, strict=True)
+    (actor, op): allowed for actor, row in _ROWS.items() for op, allowed in zip(OPERATIONS, row, strict=True)
 }
 
 BUGS: dict[tuple[str, str], str] = {}  # (actor, operation) -> known bug; none open
@@ -169,7 +179,9 @@ async def build_scenario(name: str, provider_url: str, actor_url: str) -> Scenar
     await provider.api.register_service(
         {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "who": _who("prot")}
     )
-    await provider.api.register_service({"id": "keep", "config": {"visibility": "public"}, "ping": lambda: "still here"})
+    await provider.api.register_service(
+        {"id": "keep", "config": {"visibility": "public"}, "ping": lambda: "still here"}
+    )
     issuer = TokenIssuer(secret=TEST_SECRET, clock=SystemClock())
     eve = User(id=f"eve{secrets.token_hex(4)}")
     other_token = issuer.issue(eve, workspace=f"ws-user-{eve.id}", permission=Permission.ADMIN, expires_in=3600)
@@ -182,8 +194,15 @@ async def build_scenario(name: str, provider_url: str, actor_url: str) -> Scenar
     assert actors["anonymous"].ws != ws
     assert actors["other"].ws not in (ws, actors["anonymous"].ws)
     return Scenario(
-        name=name, provider_url=provider_url, actor_url=actor_url, workspace=ws, provider=provider,
-        actors=actors, http=httpx.AsyncClient(base_url=actor_url, timeout=20), issuer=issuer, clients=clients,
+        name=name,
+        provider_url=provider_url,
+        actor_url=actor_url,
+        workspace=ws,
+        provider=provider,
+        actors=actors,
+        http=httpx.AsyncClient(base_url=actor_url, timeout=20),
+        issuer=issuer,
+        clients=clients,
     )
 
 
@@ -381,9 +400,7 @@ async def op_http_list_protected(sc: Scenario, actor: Actor) -> bool:
     return f"{sc.workspace}/provider:prot" in {s["id"] for s in response.json()}
 
 
-OPS: dict[str, Callable[[Scenario, Actor], Awaitable[bool]]] = {
-    name: globals()[f"op_{name}"] for name in OPERATIONS
-}
+OPS: dict[str, Callable[[Scenario, Actor], Awaitable[bool]]] = {name: globals()[f"op_{name}"] for name in OPERATIONS}
 
 
 def cells() -> list[Any]:
@@ -398,7 +415,9 @@ def cells() -> list[Any]:
 async def check_cell(sc: Scenario, actor: str, op: str) -> None:
     allowed = await OPS[op](sc, sc.actors[actor])
     expected = EXPECTED[(actor, op)]
-    assert allowed is expected, f"{actor} {op}: {'allowed' if allowed else 'refused'}, the matrix says {'✓' if expected else '✗'}"
+    assert allowed is expected, (
+        f"{actor} {op}: {'allowed' if allowed else 'refused'}, the matrix says {'✓' if expected else '✗'}"
+    )
 
 
 @pytest.mark.parametrize(("actor", "op"), cells())
@@ -467,11 +486,20 @@ async def test_a_forged_ws_user_and_from_never_open_a_protected_service(single: 
     """An outsider claims to be W's manager, in W, as root: the provider sees who it really is."""
     w = single.workspace
     async with raw_client(single.actor_url, "forger") as (ws, info):
-        await ws.send(_frame(
-            {"type": "method", "to": f"{w}/provider", "method": "services.prot.who", "session": "s-forged",
-             "from": f"*/{info['manager_id']}", "ws": w, "user": FORGED_ROOT},
-            {"args": [], "with_kwargs": False, "promise": "*", "t": 10},
-        ))
+        await ws.send(
+            _frame(
+                {
+                    "type": "method",
+                    "to": f"{w}/provider",
+                    "method": "services.prot.who",
+                    "session": "s-forged",
+                    "from": f"*/{info['manager_id']}",
+                    "ws": w,
+                    "user": FORGED_ROOT,
+                },
+                {"args": [], "with_kwargs": False, "promise": "*", "t": 10},
+            )
+        )
         main, extra = await next_reply(ws, "s-forged")
     assert main["method"] == "s-forged.reject", extra
     assert main["from"] == f"{w}/provider"
@@ -483,11 +511,20 @@ async def test_the_same_forged_call_from_inside_the_workspace_is_stamped_with_th
     w = single.workspace
     reader = single.actors["read"]
     async with raw_client(single.actor_url, "insider", token=reader.join_token) as (ws, info):
-        await ws.send(_frame(
-            {"type": "method", "to": "provider", "method": "services.prot.who", "session": "s-in",
-             "from": f"*/{info['manager_id']}", "ws": "elsewhere", "user": FORGED_ROOT},
-            {"args": [], "with_kwargs": False, "promise": "*", "t": 10},
-        ))
+        await ws.send(
+            _frame(
+                {
+                    "type": "method",
+                    "to": "provider",
+                    "method": "services.prot.who",
+                    "session": "s-in",
+                    "from": f"*/{info['manager_id']}",
+                    "ws": "elsewhere",
+                    "user": FORGED_ROOT,
+                },
+                {"args": [], "with_kwargs": False, "promise": "*", "t": 10},
+            )
+        )
         main, extra = await next_reply(ws, "s-in")
     assert main["method"] == "s-in.resolve", extra
     assert extra["args"][0] == {"service": "prot", "from": f"{w}/insider", "ws": w, "user": info["user"]["id"]}
@@ -500,8 +537,11 @@ async def test_a_client_cannot_send_server_events_to_anyone(single: Scenario, ev
     victim = single.actors["read_write"]
     async with raw_client(single.actor_url, "herald") as (ws, _):
         for to in (f"{victim.ws}/{victim.cid}", "*"):
-            await ws.send(_frame({"type": event, "to": to, "data": {"id": "provider", "workspace": w},
-                                  "peer_id": f"{w}/provider"}))
+            await ws.send(
+                _frame(
+                    {"type": event, "to": to, "data": {"id": "provider", "workspace": w}, "peer_id": f"{w}/provider"}
+                )
+            )
             error = json.loads(await asyncio.wait_for(ws.recv(), 5))
             assert error["type"] == "error"
             assert f"event type '{event}' is reserved for the server" in error["message"]
@@ -515,16 +555,24 @@ async def test_a_forged_client_disconnected_does_not_fail_calls_in_flight(single
         await release.wait()
         return "done"
 
-    provider = await connect_to_server({"server_url": single.provider_url, "client_id": "slowpoke",
-                                        "token": single.provider.join_token})
+    provider = await connect_to_server(
+        {"server_url": single.provider_url, "client_id": "slowpoke", "token": single.provider.join_token}
+    )
     single.clients.append(provider)
     await provider.register_service({"id": "slow", "config": {"visibility": "public"}, "slow": slow})
     caller = single.actors["anonymous"]
     svc = await caller.api.get_service(f"{single.workspace}/slowpoke:slow")
     pending = asyncio.ensure_future(svc.slow())
     async with raw_client(single.actor_url, "herald2") as (ws, _):
-        await ws.send(_frame({"type": "client_disconnected", "to": f"{caller.ws}/{caller.cid}",
-                              "data": {"id": "slowpoke", "workspace": single.workspace}}))
+        await ws.send(
+            _frame(
+                {
+                    "type": "client_disconnected",
+                    "to": f"{caller.ws}/{caller.cid}",
+                    "data": {"id": "slowpoke", "workspace": single.workspace},
+                }
+            )
+        )
         assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "error"
     assert await caller.api.echo("after") == "after"  # the forged frame had its turn before this
     release.set()
@@ -540,11 +588,13 @@ async def test_http_cannot_reach_protected_services_through_the_built_in_service
     built-in service trusts. Without read permission on W, it stays closed."""
     w = single.workspace
     ran: list[Any] = []
-    holder = await connect_to_server({"server_url": single.provider_url, "client_id": "vault",
-                                      "token": single.actors["read_write"].join_token})
+    holder = await connect_to_server(
+        {"server_url": single.provider_url, "client_id": "vault", "token": single.actors["read_write"].join_token}
+    )
     single.clients.append(holder)
-    await holder.register_service({"id": "vault", "config": {"visibility": "protected"},
-                                   "secret": "s3cr3t", "wipe": lambda: ran.append("wiped")})
+    await holder.register_service(
+        {"id": "vault", "config": {"visibility": "protected"}, "secret": "s3cr3t", "wipe": lambda: ran.append("wiped")}
+    )
     base = f"/{w}/services/vault:built-in"
     outsider = {"Authorization": f"Bearer {single.actors['other'].http_token}"}
     for headers in ({}, outsider):
@@ -552,10 +602,16 @@ async def test_http_cannot_reach_protected_services_through_the_built_in_service
         assert response.status_code == 403, response.text
         assert "s3cr3t" not in response.text
         payload = _frame({"type": "method", "method": "services.vault.wipe"}, {"args": [], "with_kwargs": False})
-        for fn, body in (("create", {"key": "k"}), ("set", {"key": "k", "index": 0, "data": payload}),
-                         ("process", {"key": "k"})):
-            response = await single.http.post(f"{base}/message_cache.{fn}", content=msgpack.packb(body),
-                                              headers={**headers, "Content-Type": "application/msgpack"})
+        for fn, body in (
+            ("create", {"key": "k"}),
+            ("set", {"key": "k", "index": 0, "data": payload}),
+            ("process", {"key": "k"}),
+        ):
+            response = await single.http.post(
+                f"{base}/message_cache.{fn}",
+                content=msgpack.packb(body),
+                headers={**headers, "Content-Type": "application/msgpack"},
+            )
             assert response.status_code == 403, response.text
     reader = {"Authorization": f"Bearer {single.actors['read'].http_token}"}
     response = await single.http.get(f"{base}/ping", params={"msg": "ping"}, headers=reader)
@@ -608,16 +664,22 @@ async def test_a_tampered_or_unsigned_token_is_refused_on_websocket_and_http(sin
     for name, token in forged.items():
         message = await _refused_at_connect(single.actor_url, client_id=f"t-{name}", token=token)
         assert "Authentication error: invalid token" in message, (name, message)
-        response = await single.http.get(f"/{w}/services/provider:prot/who", headers={"Authorization": f"Bearer {token}"})
+        response = await single.http.get(
+            f"/{w}/services/provider:prot/who", headers={"Authorization": f"Bearer {token}"}
+        )
         assert response.status_code == 401, (name, response.text)
         assert response.json()["detail"].startswith("Authentication error: invalid token"), response.text
 
 
 async def test_an_expired_token_is_refused_with_a_clear_message(single: Scenario) -> None:
-    expired = single.issuer.issue(User(id="late"), workspace=single.workspace, permission=Permission.ADMIN, expires_in=-1)
+    expired = single.issuer.issue(
+        User(id="late"), workspace=single.workspace, permission=Permission.ADMIN, expires_in=-1
+    )
     message = await _refused_at_connect(single.actor_url, client_id="late", token=expired)
     assert "Authentication error: token has expired" in message
-    response = await single.http.get(f"/{single.workspace}/services/provider:prot/who", headers={"Authorization": f"Bearer {expired}"})
+    response = await single.http.get(
+        f"/{single.workspace}/services/provider:prot/who", headers={"Authorization": f"Bearer {expired}"}
+    )
     assert response.status_code == 401
     assert response.json()["detail"] == "Authentication error: token has expired"
 
@@ -628,7 +690,9 @@ async def test_a_reconnection_token_is_bound_to_its_client_id_and_workspace(sing
     message = await _refused_at_connect(single.actor_url, client_id="not-the-reader", reconnection_token=token)
     assert "reconnection token was issued to another client" in message
     other_ws = single.actors["anonymous"].ws
-    message = await _refused_at_connect(single.actor_url, client_id=reader.cid, workspace=other_ws, reconnection_token=token)
+    message = await _refused_at_connect(
+        single.actor_url, client_id=reader.cid, workspace=other_ws, reconnection_token=token
+    )
     assert f"reconnection token is for workspace {single.workspace}, not {other_ws}" in message
     assert (await reader.api.check_status())["user_permission"] == "r"  # the holder is unaffected
 

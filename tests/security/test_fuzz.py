@@ -63,34 +63,74 @@ WS = "ws-user-fuzzer"
 USER = {"id": "fuzzer", "roles": ["anonymous"], "is_anonymous": True}
 
 scalars = (
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
-    | st.text(max_size=24) | st.binary(max_size=24)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=24)
+    | st.binary(max_size=24)
 )
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.integers(-5, 5), inner, max_size=4)
+    ),
     max_leaves=16,
 )
-ids = st.sampled_from(["", "*", "a", "b-1", "a:b", "a/b", "a/b/c", "ws/*", "*/" + MANAGER, "*/x", "/", "/x",
-                       "x/", "a@b", "a/b:c@d", "ws/:c", "::", "@", "built-in", "a/b:built-in"]) | st.text(max_size=16)
+ids = st.sampled_from(
+    [
+        "",
+        "*",
+        "a",
+        "b-1",
+        "a:b",
+        "a/b",
+        "a/b/c",
+        "ws/*",
+        "*/" + MANAGER,
+        "*/x",
+        "/",
+        "/x",
+        "x/",
+        "a@b",
+        "a/b:c@d",
+        "ws/:c",
+        "::",
+        "@",
+        "built-in",
+        "a/b:built-in",
+    ]
+) | st.text(max_size=16)
 event_types = st.sampled_from(["method", "my-event", "", *sorted(envelope.SERVER_EVENT_TYPES)]) | st.text(max_size=10)
 headers = st.fixed_dictionaries(
     {},
     optional={
-        "type": event_types | values, "to": ids | values, "from": ids | values, "ws": ids | values,
-        "user": values, "session": st.text(max_size=8) | values, "method": st.text(max_size=24) | values,
+        "type": event_types | values,
+        "to": ids | values,
+        "from": ids | values,
+        "ws": ids | values,
+        "user": values,
+        "session": st.text(max_size=8) | values,
+        "method": st.text(max_size=24) | values,
     },
 ).flatmap(lambda fixed: st.dictionaries(st.text(max_size=6), values, max_size=3).map(lambda extra: {**extra, **fixed}))
 
 
 str_values = st.recursive(  # as values, but maps keyed by strings only (what a header may hold)
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=16,
 )
 routable_headers = st.fixed_dictionaries(
     {"type": event_types, "to": ids},
-    optional={"from": ids, "ws": ids, "user": str_values, "session": st.text(max_size=8), "method": st.text(max_size=24),
-              "extra": str_values},
+    optional={
+        "from": ids,
+        "ws": ids,
+        "user": str_values,
+        "session": st.text(max_size=8),
+        "method": st.text(max_size=24),
+        "extra": str_values,
+    },
 )
 
 
@@ -113,8 +153,15 @@ def deep(depth: int, kind: str) -> bytes:
 
 
 # msgpack headers that declare far more bytes or items than follow
-HUGE = [b"\xdb\xff\xff\xff\xff", b"\xc6\xff\xff\xff\xff", b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff",
-        b"\xc9\xff\xff\xff\xff\x01", b"\xda\xff\xff", b"\xde\xff\xff"]
+HUGE = [
+    b"\xdb\xff\xff\xff\xff",
+    b"\xc6\xff\xff\xff\xff",
+    b"\xdd\xff\xff\xff\xff",
+    b"\xdf\xff\xff\xff\xff",
+    b"\xc9\xff\xff\xff\xff\x01",
+    b"\xda\xff\xff",
+    b"\xde\xff\xff",
+]
 
 routable_frames = st.tuples(routable_headers, st.none() | values | st.binary(max_size=64)).map(
     lambda he: pack(he[0]) + (b"" if he[1] is None else he[1] if isinstance(he[1], bytes) else pack(he[1]))
@@ -135,19 +182,29 @@ json_text = values.map(lambda v: json.dumps(v, default=lambda o: base64.b64encod
 hello_fields = st.fixed_dictionaries(
     {},
     optional={
-        "client_id": ids | values, "workspace": ids | values, "token": st.text(max_size=40) | values,
+        "client_id": ids | values,
+        "workspace": ids | values,
+        "token": st.text(max_size=40) | values,
         "reconnection_token": st.text(max_size=40) | values,
     },
 ).map(lambda fields: json.dumps(fields, default=repr))
 good_ids = st.from_regex(r"[A-Za-z0-9_\-|.]{1,24}", fullmatch=True)
 plausible_hellos = st.fixed_dictionaries(
     {"client_id": good_ids},
-    optional={"workspace": good_ids | st.none(), "token": st.none() | st.text(max_size=20),
-              "reconnection_token": st.none() | st.text(max_size=20)},
+    optional={
+        "workspace": good_ids | st.none(),
+        "token": st.none() | st.text(max_size=20),
+        "reconnection_token": st.none() | st.text(max_size=20),
+    },
 ).map(json.dumps)
 hellos = st.one_of(
-    plausible_hellos, st.text(max_size=300), st.binary(max_size=300), json_text, hello_fields,
-    st.integers(1, 100_000).map(lambda n: "[" * n), st.integers(1, 100_000).map(lambda n: '{"a":' * n),
+    plausible_hellos,
+    st.text(max_size=300),
+    st.binary(max_size=300),
+    json_text,
+    hello_fields,
+    st.integers(1, 100_000).map(lambda n: "[" * n),
+    st.integers(1, 100_000).map(lambda n: '{"a":' * n),
     hello_fields.map(str.encode),
 )
 
@@ -192,9 +249,9 @@ def check_frame(frame: bytes) -> str:
     try:
         stamped = envelope.stamp(env, sender=f"{WS}/c", workspace=WS, user=USER, to=route.target)
     except (ProtocolError, PermissionDenied):
-        assert (
-            env.type in envelope.SERVER_EVENT_TYPES or "ctx" in env.main or clean is None
-        ), "stamp refuses only server event types, a forged ctx and payloads that would override the header"
+        assert env.type in envelope.SERVER_EVENT_TYPES or "ctx" in env.main or clean is None, (
+            "stamp refuses only server event types, a forged ctx and payloads that would override the header"
+        )
         return "reserved"
     assert clean is not None, "a payload that overrides the stamped header was let through"
     again = envelope.decode(stamped)
@@ -226,9 +283,7 @@ def payload_as_the_receiver_reads_it(rest: bytes) -> dict[str, Any] | None:
     if set(extra) & {"type", "from", "to", "ws", "user", "ctx", "session", "method"}:
         return None
     promise = extra.get("promise")
-    if promise not in (None, "*") and any(
-        t not in (f"{WS}/c", "c") for t in callback_targets(promise)
-    ):
+    if promise not in (None, "*") and any(t not in (f"{WS}/c", "c") for t in callback_targets(promise)):
         return None  # the callee would answer (call) someone else than the caller
     return extra
 
@@ -303,9 +358,16 @@ registrations = st.one_of(
     values,
     st.fixed_dictionaries(
         {"id": ids | values},
-        optional={"config": values | st.fixed_dictionaries({}, optional={
-            "visibility": st.sampled_from(["public", "protected", "unlisted", "x", ""]) | values,
-            "authorized_workspaces": values})},
+        optional={
+            "config": values
+            | st.fixed_dictionaries(
+                {},
+                optional={
+                    "visibility": st.sampled_from(["public", "protected", "unlisted", "x", ""]) | values,
+                    "authorized_workspaces": values,
+                },
+            )
+        },
     ),
 )
 
@@ -323,10 +385,13 @@ def test_any_first_frame_is_a_hello_or_a_handshake_refusal(text: str | bytes) ->
 
 
 control_texts = st.one_of(
-    st.text(max_size=1200), st.integers(1, 1000).map(lambda n: "[" * n), json_text,
+    st.text(max_size=1200),
+    st.integers(1, 1000).map(lambda n: "[" * n),
+    json_text,
     st.sampled_from(['{"type": "ping"}', '{"type": "refresh_token"}']),
     st.dictionaries(st.sampled_from(["type", "x"]), st.sampled_from(["ping", "refresh_token"]) | values).map(
-        lambda d: json.dumps(d, default=repr)),
+        lambda d: json.dumps(d, default=repr)
+    ),
 )
 
 
@@ -387,8 +452,16 @@ class LiveHub:
     is idle, which no part of the hub minds for the few milliseconds it takes.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, server: Any, provider: Any, http: httpx.AsyncClient,
-                 workspace: str, token: str, errors: ServerErrors) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        server: Any,
+        provider: Any,
+        http: httpx.AsyncClient,
+        workspace: str,
+        token: str,
+        errors: ServerErrors,
+    ) -> None:
         self.loop, self.server, self.provider, self.http = loop, server, provider, http
         self.workspace, self.token, self.errors = workspace, token, errors
 
@@ -417,10 +490,17 @@ def live_hub() -> Iterator[LiveHub]:
         server = run(stack.enter_async_context(running(settings_for_tests(max_message_bytes=MAX_FRAME))))
         provider = run(connect_to_server({"server_url": server.url, "client_id": "fuzzer", "method_timeout": 10}))
         stack.push_async_callback(provider.disconnect)
-        run(provider.register_service({
-            "id": "fz", "config": {"visibility": "public"},
-            "echo": lambda **kwargs: kwargs, "add": lambda a, b: a + b, "constant": 42,
-        }))
+        run(
+            provider.register_service(
+                {
+                    "id": "fz",
+                    "config": {"visibility": "public"},
+                    "echo": lambda **kwargs: kwargs,
+                    "add": lambda a, b: a + b,
+                    "constant": 42,
+                }
+            )
+        )
         http = httpx.AsyncClient(base_url=server.url, timeout=10)
         stack.push_async_callback(http.aclose)
         token = run(provider.generate_token({"permission": "read"}))
@@ -448,8 +528,11 @@ def assert_unharmed(hub: LiveHub) -> None:
         finally:
             await client.disconnect()
         keep = {f"{hub.workspace}/fuzzer"}
-        await eventually(lambda: set(hub.server.hub.peers) == keep, timeout=10,
-                         what=f"only the provider left (peers: {sorted(hub.server.hub.peers)[:5]})")
+        await eventually(
+            lambda: set(hub.server.hub.peers) == keep,
+            timeout=10,
+            what=f"only the provider left (peers: {sorted(hub.server.hub.peers)[:5]})",
+        )
         tracked = hub.server.app.state.switchboard.peers
         assert {p.id for p in tracked} == keep
 
@@ -470,24 +553,39 @@ path_parts = often(
 ascii_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40)
 header_text = ascii_text.map(str.strip).filter(bool)  # what an HTTP client can put in a header
 bodies = st.one_of(
-    st.none(), st.binary(max_size=200), json_text.map(str.encode), values.map(pack),
+    st.none(),
+    st.binary(max_size=200),
+    json_text.map(str.encode),
+    values.map(pack),
     st.dictionaries(st.text(max_size=6), values, max_size=4).map(pack),
     st.dictionaries(st.text(max_size=6), values, max_size=4).map(lambda d: json.dumps(d, default=repr).encode()),
-    st.integers(1, 100_000).map(lambda n: b"[" * n), st.integers(1, 100_000).map(lambda n: b'{"a":' * n),
+    st.integers(1, 100_000).map(lambda n: b"[" * n),
+    st.integers(1, 100_000).map(lambda n: b'{"a":' * n),
     st.integers(1, 3000).map(lambda n: b"\x91" * n + b"\xc0"),
     st.sampled_from([b"x" * (MAX_FRAME + 1), b'{"a": NaN}', b'{"a": 1e999}', b'{"a": 123456789012345678901234567890}']),
 )
-requests = st.fixed_dictionaries({
-    "method": st.sampled_from(["GET", "POST"]),
-    "path": path_parts,
-    "query": st.lists(st.tuples(ascii_text | st.sampled_from(["a", "b", "_mode", "x"]),
-                                ascii_text | st.sampled_from(["1", "2.5", "nan", "inf", "-0", "1e999", "9" * 400,
-                                                              "{", "[", '{"x": [1]}', "[" * 900])), max_size=4),
-    "body": bodies,
-    "content_type": st.sampled_from(["application/json", "application/msgpack", "application/x-msgpack",
-                                     "text/plain", ""]) | header_text,
-    "auth": often(st.sampled_from(["none", "valid"]), st.sampled_from(["garbage", "basic"]) | header_text),
-})
+requests = st.fixed_dictionaries(
+    {
+        "method": st.sampled_from(["GET", "POST"]),
+        "path": path_parts,
+        "query": st.lists(
+            st.tuples(
+                ascii_text | st.sampled_from(["a", "b", "_mode", "x"]),
+                ascii_text
+                | st.sampled_from(
+                    ["1", "2.5", "nan", "inf", "-0", "1e999", "9" * 400, "{", "[", '{"x": [1]}', "[" * 900]
+                ),
+            ),
+            max_size=4,
+        ),
+        "body": bodies,
+        "content_type": st.sampled_from(
+            ["application/json", "application/msgpack", "application/x-msgpack", "text/plain", ""]
+        )
+        | header_text,
+        "auth": often(st.sampled_from(["none", "valid"]), st.sampled_from(["garbage", "basic"]) | header_text),
+    }
+)
 
 ALLOWED_STATUS = {200, 400, 401, 403, 404, 405, 413}
 ROUTER_STATUS = {307, 404, 405}  # Starlette's own answers: a trailing-slash redirect, no such route
@@ -537,8 +635,14 @@ def hub() -> Iterator[LiveHub]:
 
 
 def _echo_case(method: str, body: bytes | None = None, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
-    return {"method": method, "path": ("{ws}", "fz", "echo"), "query": query or [], "body": body,
-            "content_type": "application/json", "auth": "none"}
+    return {
+        "method": method,
+        "path": ("{ws}", "fz", "echo"),
+        "query": query or [],
+        "body": body,
+        "content_type": "application/json",
+        "auth": "none",
+    }
 
 
 @examples(150)
@@ -558,18 +662,36 @@ def test_the_http_call_endpoint_answers_anything_with_a_clean_status(hub: LiveHu
 # -- raw WebSocket frames ---------------------------------------------------------------------------
 
 text_frames = st.one_of(
-    st.text(max_size=200), json_text, st.integers(1, 999).map(lambda n: "[" * n),
+    st.text(max_size=200),
+    json_text,
+    st.integers(1, 999).map(lambda n: "[" * n),
     st.sampled_from(['{"type": "ping"}', '{"type": "refresh_token"}', '{"type": "ping", "x": [[[[]]]]}']),
 )
 # frames aimed at live targets: the manager, the provider, the sender itself, a broadcast
 aimed = st.tuples(
     st.sampled_from(["*/" + MANAGER, "*", "{self}", "fuzzer", "{ws}/fuzzer", "{ws}/*", "ghost"]),
     st.sampled_from(["method", "my-event", "client_disconnected"]),
-    st.sampled_from(["services.default.echo", "services.default.register_service", "services.fz.echo",
-                     "services.built-in.ping", "services.default.nothing", "s1.resolve", "garbage"]),
+    st.sampled_from(
+        [
+            "services.default.echo",
+            "services.default.register_service",
+            "services.fz.echo",
+            "services.built-in.ping",
+            "services.default.nothing",
+            "s1.resolve",
+            "garbage",
+        ]
+    ),
     st.none() | st.text(max_size=6),
-    st.none() | values | st.builds(dict, args=st.lists(values, max_size=3), with_kwargs=st.booleans(),
-                                     promise=st.sampled_from(["*", None]), t=st.integers(1, 5)),
+    st.none()
+    | values
+    | st.builds(
+        dict,
+        args=st.lists(values, max_size=3),
+        with_kwargs=st.booleans(),
+        promise=st.sampled_from(["*", None]),
+        t=st.integers(1, 5),
+    ),
 )
 ws_frames = st.one_of(
     frames.map(lambda f: ("bytes", f)),
@@ -577,10 +699,12 @@ ws_frames = st.one_of(
     aimed.map(lambda a: ("aimed", a)),
     st.just(("bytes", b"\x81\xa4type\xa1x" + b"\x00" * (MAX_FRAME + 1))),  # above the frame limit
 )
-ws_cases = st.fixed_dictionaries({
-    "first": often(st.none(), hellos),
-    "frames": st.lists(ws_frames, max_size=5),
-})
+ws_cases = st.fixed_dictionaries(
+    {
+        "first": often(st.none(), hellos),
+        "frames": st.lists(ws_frames, max_size=5),
+    }
+)
 
 
 def _aimed_frame(spec: tuple[Any, ...], workspace: str, self_id: str) -> bytes:
@@ -644,5 +768,10 @@ async def ws_case(hub: LiveHub, case: dict[str, Any], client_id: str) -> str:
 def test_raw_websocket_frames_get_clean_answers_and_never_hurt_the_hub(hub: LiveHub, case: dict[str, Any]) -> None:
     hub.run(ws_case(hub, case, "raw"))
     # the raw client is gone before the next example: nothing of it may linger
-    hub.run(eventually(lambda: not [p for p in hub.server.hub.peers if p.endswith("/raw")],
-                       timeout=5, what="the raw client to be detached"))
+    hub.run(
+        eventually(
+            lambda: not [p for p in hub.server.hub.peers if p.endswith("/raw")],
+            timeout=5,
+            what="the raw client to be detached",
+        )
+    )

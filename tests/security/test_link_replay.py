@@ -61,9 +61,7 @@ class Tap:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         self._writers += [writer, up_writer]
 
-        async def pump(
-            src: asyncio.StreamReader, dst: asyncio.StreamWriter, keep: bytearray | None
-        ) -> None:
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, keep: bytearray | None) -> None:
             while data := await src.read(65536):
                 if keep is not None:
                     keep += data
@@ -87,11 +85,18 @@ class Replica:
     def __init__(self, url: str, name: str, **link_options: Any) -> None:
         self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
         self.bus = RedisBus(
-            url, clock=SystemClock(), replica_id=self.replica_id,
-            backoff_initial=0.02, backoff_max=0.2, op_timeout=0.5,
+            url,
+            clock=SystemClock(),
+            replica_id=self.replica_id,
+            backoff_initial=0.02,
+            backoff_max=0.2,
+            op_timeout=0.5,
         )
         self.unicast = Unicast(
-            self.bus, replica_id=self.replica_id, clock=SystemClock(), calls=InFlight(),
+            self.bus,
+            replica_id=self.replica_id,
+            clock=SystemClock(),
+            calls=InFlight(),
             links=LinkSettings(secret=SECRET, **link_options),
         )
         self.publish = self.unicast.publish

@@ -60,9 +60,7 @@ def open_connections(server: RunningServer) -> int:
 @contextlib.asynccontextmanager
 async def bystander(url: str) -> AsyncIterator[Any]:
     """A hypha-rpc client that must not notice the attack."""
-    client = await connect_to_server(
-        {"server_url": url, "client_id": "bystander", "method_timeout": 10}
-    )
+    client = await connect_to_server({"server_url": url, "client_id": "bystander", "method_timeout": 10})
     try:
         yield client
     finally:
@@ -102,9 +100,7 @@ class SlowHead:
         deadline = loop.time() + timeout
         while loop.time() < deadline:
             try:
-                data = await asyncio.wait_for(
-                    loop.sock_recv(self.sock, 65536), deadline - loop.time()
-                )
+                data = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), deadline - loop.time())
             except TimeoutError:
                 break
             except ConnectionResetError:
@@ -213,9 +209,7 @@ async def test_past_the_per_address_bound_the_longest_waiting_heads_are_closed(
         finally:
             for s in slow:
                 s.close()
-        assert all(
-            data.startswith(b"HTTP/1.1 408 ") and after is not None for data, after in evicted
-        )
+        assert all(data.startswith(b"HTTP/1.1 408 ") and after is not None for data, after in evicted)
         assert kept == [(b"", None)] * bound
 
 
@@ -271,9 +265,7 @@ class RawWebSocket:
         self.proto.send_text(json.dumps({"client_id": client_id}).encode())
         await self.send(b"".join(self.proto.data_to_send()))
         self.proto.receive_data(await asyncio.wait_for(loop.sock_recv(self.sock, 65536), 5))
-        return json.loads(
-            next(e for e in self.proto.events_received() if isinstance(e, Frame)).data
-        )
+        return json.loads(next(e for e in self.proto.events_received() if isinstance(e, Frame)).data)
 
     async def close_frame(self, timeout: float) -> tuple[int | None, str, float]:
         """The close code and reason the server sent, and the loop's time when they came."""
@@ -330,9 +322,7 @@ async def test_stalled_partial_frames_are_closed_in_time_and_their_memory_is_fre
                 timeout=5,
                 what="the server to hold the partial frames",
             )
-            closes = await asyncio.gather(
-                *(ws.close_frame(FRAME_TIMEOUT + SLACK + 3) for ws in stallers)
-            )
+            closes = await asyncio.gather(*(ws.close_frame(FRAME_TIMEOUT + SLACK + 3) for ws in stallers))
             trickled = await trickler.close_frame(FRAME_TIMEOUT + SLACK + 3)
             trickling.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -112,8 +112,10 @@ async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_e
         steady = await connect_to_server({"server_url": replica.url, "client_id": "steady", "method_timeout": 20})
         info = await stalled.handshake("stalled")
         target = f"{info['workspace']}/stalled"
-        async with ws_connect(replica.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder, \
-                httpx.AsyncClient(base_url=replica.url, timeout=5) as http:
+        async with (
+            ws_connect(replica.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder,
+            httpx.AsyncClient(base_url=replica.url, timeout=5) as http,
+        ):
             await flooder.send(json.dumps({"client_id": "flooder"}))
             assert json.loads(await flooder.recv())["type"] == "connection_info"
             assert gauge((await http.get("/metrics")).text, "switchboard_connected_clients") == 3
@@ -122,7 +124,6 @@ async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_e
             peak = rss_before
 
             rejects: list[str] = []
-
 
             async def sample_rss() -> None:
                 nonlocal peak

@@ -73,11 +73,29 @@ async def join(url: str, n: int) -> ClientConnection:
     assert info["type"] == "connection_info", info
     session = f"reg-{n}"
     await ws.send(
-        msgpack.packb({"type": "method", "to": f"*/{info['manager_id']}", "method": "services.default.register_service",
-                       "session": session})
-        + msgpack.packb({"args": [{"id": "built-in", "type": "built-in", "name": f"storm {n}",
-                                   "config": {"visibility": "public", "api_version": 3}}],
-                         "with_kwargs": False, "promise": "*", "t": 30})
+        msgpack.packb(
+            {
+                "type": "method",
+                "to": f"*/{info['manager_id']}",
+                "method": "services.default.register_service",
+                "session": session,
+            }
+        )
+        + msgpack.packb(
+            {
+                "args": [
+                    {
+                        "id": "built-in",
+                        "type": "built-in",
+                        "name": f"storm {n}",
+                        "config": {"visibility": "public", "api_version": 3},
+                    }
+                ],
+                "with_kwargs": False,
+                "promise": "*",
+                "t": 30,
+            }
+        )
     )
     while True:
         frame = await asyncio.wait_for(ws.recv(), 30)
@@ -140,8 +158,10 @@ async def storm(valkey: ValkeyServer) -> AsyncIterator[Storm]:
 async def test_every_client_is_detached_and_its_subscriptions_released(storm: Storm) -> None:
     async def settled() -> bool:
         text = await storm.metrics()
-        return gauge(text, "switchboard_connected_clients") == 0 and gauge(
-            text, "switchboard_subscriptions_desired") == storm.baseline_subscriptions
+        return (
+            gauge(text, "switchboard_connected_clients") == 0
+            and gauge(text, "switchboard_subscriptions_desired") == storm.baseline_subscriptions
+        )
 
     await eventually(settled, timeout=30, what="no client and only the replica's own subscriptions left")
     text = await storm.metrics()

@@ -176,9 +176,7 @@ class Raw:
 
     @classmethod
     async def open(cls, url: str, client_id: str, **hello: Any) -> Raw:
-        ws = await ws_connect(
-            url.replace("http", "ws", 1) + "/ws", open_timeout=5, close_timeout=2, max_size=None
-        )
+        ws = await ws_connect(url.replace("http", "ws", 1) + "/ws", open_timeout=5, close_timeout=2, max_size=None)
         try:
             first = {
                 "client_id": client_id,
@@ -209,9 +207,7 @@ class Raw:
                 parts = unpack_all(data)
                 main = parts[0] if parts and isinstance(parts[0], dict) else {}
                 method = main.get("method")
-                session, _, kind = (
-                    method.rpartition(".") if isinstance(method, str) else ("", "", "")
-                )
+                session, _, kind = method.rpartition(".") if isinstance(method, str) else ("", "", "")
                 if session and kind in ("resolve", "reject"):
                     extra = parts[1] if len(parts) > 1 and isinstance(parts[1], dict) else {}
                     args = extra.get("args") or [None]
@@ -279,9 +275,7 @@ class Raw:
         for start in range(0, len(message), PIECE):
             if steps[-1].kind != "resolve":
                 return steps
-            steps.append(
-                await self.ask(to, CACHE + "append", key, message[start : start + PIECE], False)
-            )
+            steps.append(await self.ask(to, CACHE + "append", key, message[start : start + PIECE], False))
         if steps[-1].kind == "resolve":
             steps.append(await self.ask(to, CACHE + "process", key, False))
         return steps
@@ -368,21 +362,15 @@ class Scenario:
         """
         if attacker is not None:
             echoed = await attacker.ask(attacker.manager, "services.default.echo", "sentinel")
-            assert echoed == Answer("resolve", "sentinel"), (
-                f"the manager no longer answers the attacker: {echoed}"
-            )
+            assert echoed == Answer("resolve", "sentinel"), f"the manager no longer answers the attacker: {echoed}"
             pinged = await attacker.ask(self.provider_id, "services.pub.ping")
-            assert pinged == Answer("resolve", "pong"), (
-                f"the provider no longer answers the attacker: {pinged}"
-            )
+            assert pinged == Answer("resolve", "pong"), f"the provider no longer answers the attacker: {pinged}"
         ran = self.calls[before.calls :]
         assert not ran, f"W's protected act ran for the attacker: {ran}"
         seen = list(tokens)
         if attacker is not None:
             for data in attacker.received:
-                assert SECRET.encode() not in data, (
-                    f"W's secret reached the attacker: {data[:300]!r}"
-                )
+                assert SECRET.encode() not in data, f"W's secret reached the attacker: {data[:300]!r}"
                 seen += [t.decode() for t in JWT.findall(data)]
         for token in seen:
             await self.assert_no_access(token)
@@ -413,17 +401,13 @@ class Scenario:
             )
             if response.status_code not in (401, 403) or SECRET in response.text:
                 problems.append(f"HTTP {response.status_code} {response.text[:120]}")
-        assert not problems, (
-            f"a token the attacker got is good for W ({self.workspace}): {'; '.join(problems)}"
-        )
+        assert not problems, f"a token the attacker got is good for W ({self.workspace}): {'; '.join(problems)}"
 
 
 JWT = re.compile(rb"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 
 
-async def build_scenario(
-    name: str, victim_url: str, attacker_url: str, server: Any = None
-) -> Scenario:
+async def build_scenario(name: str, victim_url: str, attacker_url: str, server: Any = None) -> Scenario:
     clients: list[Any] = []
 
     async def connect(url: str, **config: Any) -> Any:
@@ -445,9 +429,7 @@ async def build_scenario(
     await provider.register_service(
         {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "act": act}
     )
-    await provider.register_service(
-        {"id": "pub", "config": {"visibility": "public"}, "ping": lambda: "pong"}
-    )
+    await provider.register_service({"id": "pub", "config": {"visibility": "public"}, "ping": lambda: "pong"})
     bystander = await connect(attacker_url, client_id="bystander")
     auditor = await Raw.open(attacker_url, "auditor", workspace=workspace, token=member_token)
     return Scenario(
@@ -542,9 +524,7 @@ async def test_the_victim_is_real_a_member_of_w_reaches_act_and_gets_the_secret(
         pytest.param("x\tws:{W}#a cid:x", id="tab-the-victim"),
     ],
 )
-async def test_hole1_a_client_id_cannot_smuggle_a_grant_into_a_token(
-    sc: Scenario, client_id: str
-) -> None:
+async def test_hole1_a_client_id_cannot_smuggle_a_grant_into_a_token(sc: Scenario, client_id: str) -> None:
     """Attack: ``generate_token({"client_id": "x ws:*#a"})`` for one's own workspace. The old hub
     wrote the id into the token's whitespace-separated scope, so the token granted admin on every
     workspace (and opened W's protected service over HTTP). Now every id follows one grammar: the
@@ -590,9 +570,7 @@ async def test_hole1_a_token_whose_scope_holds_a_smuggled_entry_is_refused_not_h
     assert response.status_code == 401, response.text
     assert "invalid token: bad scope entry" in response.json()["detail"]
     with pytest.raises(Exception, match="invalid token"):  # noqa: PT011 - hypha-rpc raises several types
-        await connect_to_server(
-            {"server_url": sc.attacker_url, "client_id": "scoped", "token": token}
-        )
+        await connect_to_server({"server_url": sc.attacker_url, "client_id": "scoped", "token": token})
 
 
 # -- hole 2: identity fields in the payload, or a ctx anywhere ---------------------------------------
@@ -649,12 +627,8 @@ async def test_hole2_a_from_in_the_second_object_does_not_open_a_protected_servi
     before = await sc.baseline()
     async with sc.attacker() as atk:
         sessions = [
-            await atk.call(
-                sc.provider_id, "services.prot.act", extra={"from": f"{sc.workspace}/anyone"}
-            ),
-            await atk.call(
-                sc.provider_id, "services.prot.act", extra={"from": sc.owner_id, "ws": sc.workspace}
-            ),
+            await atk.call(sc.provider_id, "services.prot.act", extra={"from": f"{sc.workspace}/anyone"}),
+            await atk.call(sc.provider_id, "services.prot.act", extra={"from": sc.owner_id, "ws": sc.workspace}),
         ]
         errors = await atk.settle()
         await sc.assert_untouched(before, atk)
@@ -777,9 +751,7 @@ async def test_hole3_a_chunked_message_cannot_name_the_managers_caller(sc: Scena
     async with sc.attacker() as atk:
         session = atk.session()
         steps = await atk.upload(atk.manager, _chunked_token_request(sc, atk, session))
-        await sc.assert_untouched(
-            before, atk, [a.value for a in [atk.answered(session)] if a and a.kind == "resolve"]
-        )
+        await sc.assert_untouched(before, atk, [a.value for a in [atk.answered(session)] if a and a.kind == "resolve"])
         answer = atk.answered(session)
     assert [s.kind for s in steps] == ["resolve"] * (len(steps) - 1) + ["reject"], steps
     assert "ctx" in steps[-1].message
@@ -871,9 +843,7 @@ async def test_hole4_the_manager_answers_only_its_caller_never_a_third_client(sc
         assert ONLY_ITS_CALLER.search(said[0]), (name, said)
 
 
-ONLY_ITS_CALLER = re.compile(
-    r"Permission denied: (the manager answers|.*answer) only (to )?its caller"
-)
+ONLY_ITS_CALLER = re.compile(r"Permission denied: (the manager answers|.*answer) only (to )?its caller")
 
 
 async def test_hole4_a_client_answers_only_its_caller_too(sc: Scenario) -> None:
@@ -928,9 +898,7 @@ async def test_hole6_another_sender_can_neither_write_into_nor_take_over_my_chun
         )
         key = f"upload-{secrets.token_hex(4)}"
         assert (await honest.ask(honest.manager, CACHE + "create", key, False)).kind == "resolve"
-        assert (
-            await honest.ask(honest.manager, CACHE + "append", key, message[:PIECE], False)
-        ).kind == "resolve"
+        assert (await honest.ask(honest.manager, CACHE + "append", key, message[:PIECE], False)).kind == "resolve"
         tries = {
             "create": (key, False, True),
             "append": (key, b"\x80", False),
@@ -1020,15 +988,11 @@ async def test_hole6_what_a_client_leaves_unfinished_is_freed_when_it_disconnect
         assert (await atk.ask(atk.manager, CACHE + "create", key, False)).kind == "resolve"
         for start in range(0, 3 * PIECE, PIECE):
             piece = message[start : start + PIECE]
-            assert (
-                await atk.ask(atk.manager, CACHE + "append", key, piece, False)
-            ).kind == "resolve"
+            assert (await atk.ask(atk.manager, CACHE + "append", key, piece, False)).kind == "resolve"
         hello = {"workspace": atk.workspace, "reconnection_token": atk.info["reconnection_token"]}
         gone = atk.id
     if _held(sc) is not None:
-        await eventually(
-            lambda: _held(sc) == (0, 0), timeout=10, what="the leaver's pieces to be freed"
-        )
+        await eventually(lambda: _held(sc) == (0, 0), timeout=10, what="the leaver's pieces to be freed")
     back = await eventually(
         lambda: Raw.open(sc.attacker_url, client_id, **hello),
         timeout=10,
@@ -1081,23 +1045,14 @@ async def test_hole6_registrations_are_bounded_per_service_and_per_client(sc: Sc
             )
             if fat[-1].kind == "reject":
                 break
-        listed = {
-            s["id"].rpartition(":")[2]
-            for s in await sc.bystander.list_services({"workspace": atk.workspace})
-        }
+        listed = {s["id"].rpartition(":")[2] for s in await sc.bystander.list_services({"workspace": atk.workspace})}
         await sc.assert_untouched(before, atk)
     assert bloat.kind == "reject", bloat
     assert "Service info too large" in bloat.message
-    assert fat[-1].kind == "reject", (
-        f"{len(fat)} services of {MAX_SERVICE // 2} bytes were all registered"
-    )
+    assert fat[-1].kind == "reject", f"{len(fat)} services of {MAX_SERVICE // 2} bytes were all registered"
     assert "Registrations too large" in fat[-1].message
     accepted = len(fat) - 1
-    assert (
-        MAX_REGISTRATION // (MAX_SERVICE // 2) - 1
-        <= accepted
-        < MAX_REGISTRATION // (MAX_SERVICE // 2)
-    )
+    assert MAX_REGISTRATION // (MAX_SERVICE // 2) - 1 <= accepted < MAX_REGISTRATION // (MAX_SERVICE // 2)
     assert listed == {f"fat-{i}" for i in range(accepted)}
 
 
@@ -1183,9 +1138,7 @@ def decorated(bases: list[str]) -> Any:
         cut = len(base) // 2
         return (sep + base, base + sep, base[:cut] + sep + base[cut:])[where]
 
-    return st.tuples(st.sampled_from(bases), st.sampled_from(SEPARATORS), st.integers(0, 2)).map(
-        place
-    )
+    return st.tuples(st.sampled_from(bases), st.sampled_from(SEPARATORS), st.integers(0, 2)).map(place)
 
 
 def often(strategy: Any, other: Any, weight: int = 3) -> Any:
@@ -1193,23 +1146,11 @@ def often(strategy: Any, other: Any, weight: int = 3) -> Any:
 
 
 ids = st.sampled_from(TARGETS) | decorated(TARGETS) | st.text(max_size=12)
-workspaces = (
-    st.sampled_from(["{W}", "*", "{W} ws:*#a", "ws-user-root"])
-    | decorated(["{W}"])
-    | st.text(max_size=8)
-)
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-5, 2**40)
-    | st.text(max_size=12)
-    | st.binary(max_size=12)
-)
+workspaces = st.sampled_from(["{W}", "*", "{W} ws:*#a", "ws-user-root"]) | decorated(["{W}"]) | st.text(max_size=8)
+scalars = st.none() | st.booleans() | st.integers(-5, 2**40) | st.text(max_size=12) | st.binary(max_size=12)
 values = st.recursive(
     scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
 users = (
@@ -1226,10 +1167,7 @@ users = (
     )
     | values
 )
-ctxs = (
-    st.fixed_dictionaries({}, optional={"from": ids, "to": ids, "ws": workspaces, "user": users})
-    | values
-)
+ctxs = st.fixed_dictionaries({}, optional={"from": ids, "to": ids, "ws": workspaces, "user": users}) | values
 identity = {
     "from": ids,
     "to": ids,
@@ -1237,8 +1175,7 @@ identity = {
     "user": users,
     "ctx": ctxs,
     "session": st.sampled_from(["{s}"]) | ids,
-    "method": st.sampled_from(["services.prot.act", "services.default.generate_token"])
-    | st.text(max_size=12),
+    "method": st.sampled_from(["services.prot.act", "services.default.generate_token"]) | st.text(max_size=12),
     "type": st.sampled_from(["method", "client_disconnected", "x"]) | values,
 }
 in_header = st.fixed_dictionaries(
@@ -1321,10 +1258,7 @@ manager_calls = st.one_of(
     st.tuples(
         st.just("services.default.unregister_service"),
         st.tuples(
-            st.sampled_from(
-                ["{W}/provider:prot", "{W}/provider:pub", "provider:prot", "{W}/owner:built-in"]
-            )
-            | ids
+            st.sampled_from(["{W}/provider:prot", "{W}/provider:pub", "provider:prot", "{W}/owner:built-in"]) | ids
         ),
     ),
     st.tuples(
@@ -1332,8 +1266,7 @@ manager_calls = st.one_of(
         st.tuples(
             st.fixed_dictionaries(
                 {
-                    "id": st.sampled_from(["{W}/provider:prot", "{W}/provider:pub", "{W}/owner:x"])
-                    | ids,
+                    "id": st.sampled_from(["{W}/provider:prot", "{W}/provider:pub", "{W}/owner:x"]) | ids,
                     "name": st.just("hijacked"),
                     "config": st.just({"visibility": "public"}),
                 }
@@ -1373,9 +1306,7 @@ def case_frame(case: dict[str, Any], names: dict[str, Any]) -> bytes:
     if case["session"] is not None:
         main["session"] = case["session"]
     main.update(case["header"])
-    promise = (
-        promise_to(names["me"], names["s"]) if case["promise"] == "{self}" else case["promise"]
-    )
+    promise = promise_to(names["me"], names["s"]) if case["promise"] == "{self}" else case["promise"]
     body = {"args": args, "with_kwargs": False, "promise": promise, "t": 5, **case["payload"]}
     main, body = fill(main, names), fill(body, names)
     if case["shape"] == "no payload":
@@ -1420,9 +1351,7 @@ async def upload_case(atk: Raw, to: str, message: bytes) -> str:
     """``message`` sent to ``to`` in pieces, as :meth:`Raw.upload` does, stopping at a refusal."""
     key = atk.session()
     steps = [("create", (key, False))]
-    steps += [
-        ("append", (key, message[i : i + PIECE], False)) for i in range(0, len(message), PIECE)
-    ]
+    steps += [("append", (key, message[i : i + PIECE], False)) for i in range(0, len(message), PIECE)]
     steps.append(("process", (key, False)))
     for op, args in steps:
         session = await atk.call(to, CACHE + op, *args)
@@ -1434,9 +1363,7 @@ async def upload_case(atk: Raw, to: str, message: bytes) -> str:
     return "chunked: processed"
 
 
-bearer_text = st.text(
-    st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40
-)
+bearer_text = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)
 http_cases = st.fixed_dictionaries(
     {
         "method": st.sampled_from(["GET", "POST"]),
@@ -1461,16 +1388,11 @@ http_cases = st.fixed_dictionaries(
             ),
             decorated(["provider:prot", "provider", "prot"]) | st.text(max_size=12),
         ),
-        "fn": st.sampled_from(
-            ["act", "ping", "message_cache.create", "get_service", "generate_token", "nope"]
-        )
+        "fn": st.sampled_from(["act", "ping", "message_cache.create", "get_service", "generate_token", "nope"])
         | st.text(max_size=8),
-        "auth": st.sampled_from(["none", "own", "tampered", "unsigned", "garbage", "smuggled"])
-        | bearer_text,
+        "auth": st.sampled_from(["none", "own", "tampered", "unsigned", "garbage", "smuggled"]) | bearer_text,
         "body": st.none()
-        | st.dictionaries(
-            st.sampled_from(["from", "ws", "user", "ctx", "key", "data"]), values, max_size=3
-        ),
+        | st.dictionaries(st.sampled_from(["from", "ws", "user", "ctx", "key", "data"]), values, max_size=3),
     }
 )
 
@@ -1484,14 +1406,10 @@ def _bearer(sc: Scenario, case: dict[str, Any], own: str) -> str | None:
         return own
     if auth == "tampered":  # the bystander's token, its scope made W's admin, the signature kept
         header, _, signature = own.split(".")
-        body = jwt.utils.base64url_encode(
-            json.dumps({**claims, "scope": f"ws:{sc.workspace}#a"}).encode()
-        ).decode()
+        body = jwt.utils.base64url_encode(json.dumps({**claims, "scope": f"ws:{sc.workspace}#a"}).encode()).decode()
         return f"{header}.{body}.{signature}"
     if auth == "unsigned":
-        return jwt.encode(
-            {**claims, "scope": f"ws:{sc.workspace}#a ws:*#a"}, key=None, algorithm="none"
-        )
+        return jwt.encode({**claims, "scope": f"ws:{sc.workspace}#a ws:*#a"}, key=None, algorithm="none")
     if auth == "garbage":
         return "a.b.c"
     if auth == "smuggled":
@@ -1509,14 +1427,8 @@ async def check_http_case(sc: Scenario, case: dict[str, Any]) -> str:
     if case["method"] == "GET":
         response = await sc.http.get(path, headers=headers)
     else:
-        body = (
-            json.dumps(fill(case["body"], {"W": sc.workspace}), default=repr).encode()
-            if case["body"]
-            else b""
-        )
-        response = await sc.http.post(
-            path, headers={**headers, "Content-Type": "application/json"}, content=body
-        )
+        body = json.dumps(fill(case["body"], {"W": sc.workspace}), default=repr).encode() if case["body"] else b""
+        response = await sc.http.post(path, headers={**headers, "Content-Type": "application/json"}, content=body)
     assert response.status_code != 500, response.text[:300]
     assert SECRET not in response.text, (path, case["auth"], response.status_code)
     for found in JWT.findall(response.content):
@@ -1543,9 +1455,7 @@ def run_property(
     """Run hypothesis in this (worker) thread; each example's check on ``loop``, where the clients live."""
     outcomes: collections.Counter[str] = collections.Counter()
 
-    @hypothesis_settings(
-        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
-    )
+    @hypothesis_settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def prop(case: Any) -> None:
         future = asyncio.run_coroutine_threadsafe(check(case), loop)
@@ -1562,18 +1472,14 @@ def _examples(n: int) -> int:
     return max(1, int(n * SCALE))
 
 
-@pytest.mark.parametrize(
-    ("name", "n"), [("outsider-provider", 60), ("outsider-manager", 60), ("outsider-http", 60)]
-)
+@pytest.mark.parametrize(("name", "n"), [("outsider-provider", 60), ("outsider-manager", 60), ("outsider-http", 60)])
 async def test_outsider_frames_and_requests_never_reach_w(sc: Scenario, name: str, n: int) -> None:
     """Property: whatever identity fields, ``ctx``, promise targets and ``to`` ids an outsider writes
     into a frame (to W's provider or to the manager), and whatever path ids and bearer tokens it sends
     over HTTP, the invariant holds after each: nothing of W runs or returns, no token for W, W's
     services unchanged, the hub still serves."""
     strategy, check = {p[0]: p[1:] for p in outsider_properties(sc)}[name]
-    outcomes = await asyncio.to_thread(
-        run_property, asyncio.get_running_loop(), strategy, check, _examples(n)
-    )
+    outcomes = await asyncio.to_thread(run_property, asyncio.get_running_loop(), strategy, check, _examples(n))
     print(f"{name} on {sc.name}: {dict(outcomes.most_common())}")
     assert sum(outcomes.values()) >= _examples(n), outcomes
     await sc.assert_bystander_served()

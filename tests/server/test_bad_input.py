@@ -56,9 +56,7 @@ async def raw_socket(server: RunningServer, query: str = "") -> AsyncIterator[Cl
 
 
 def first_frame(client_id: str, *, token: str | None = None, workspace: str | None = None) -> str:
-    return json.dumps(
-        {"client_id": client_id, "workspace": workspace, "token": token, "reconnection_token": None}
-    )
+    return json.dumps({"client_id": client_id, "workspace": workspace, "token": token, "reconnection_token": None})
 
 
 @contextlib.asynccontextmanager
@@ -163,9 +161,7 @@ async def test_a_first_frame_that_is_not_json_is_refused_with_1003(server, conne
 
 
 @pytest.mark.parametrize("frame", ["[1, 2, 3]", '"client"', "42", "null"])
-async def test_a_first_frame_that_is_json_but_not_an_object_is_refused_with_1003(
-    server, connect, frame
-):
+async def test_a_first_frame_that_is_json_but_not_an_object_is_refused_with_1003(server, connect, frame):
     async with raw_socket(server) as ws:
         await ws.send(frame)
         error, code, _ = await refusal(ws)
@@ -253,16 +249,12 @@ def expired_token(server: RunningServer) -> str:
 def token_from_a_fake_past(server: RunningServer) -> str:
     """Signed with the right secret, but issued (and expired) back in 2023."""
     issuer = TokenIssuer(secret=SECRET, clock=FakeClock(wall=1_700_000_000.0))
-    return issuer.issue(
-        User(id="late"), workspace="ws-user-late", permission=Permission.ADMIN, expires_in=3600
-    )
+    return issuer.issue(User(id="late"), workspace="ws-user-late", permission=Permission.ADMIN, expires_in=3600)
 
 
 def token_signed_elsewhere(server: RunningServer) -> str:
     issuer = TokenIssuer(secret="another-secret-entirely-0123456789", clock=FakeClock(wall=4e9))
-    return issuer.issue(
-        User(id="mallory"), workspace="ws-user-mallory", permission=Permission.ADMIN, expires_in=60
-    )
+    return issuer.issue(User(id="mallory"), workspace="ws-user-mallory", permission=Permission.ADMIN, expires_in=60)
 
 
 @pytest.mark.parametrize(
@@ -289,9 +281,7 @@ async def test_a_bad_or_expired_token_is_refused_with_1008(server, connect, make
 async def test_a_bad_reconnection_token_is_refused_with_1008(server, connect):
     async with raw_socket(server) as ws:
         await ws.send(
-            json.dumps(
-                {"client_id": "ghost", "workspace": None, "token": None, "reconnection_token": "x.y.z"}
-            )
+            json.dumps({"client_id": "ghost", "workspace": None, "token": None, "reconnection_token": "x.y.z"})
         )
         error, code, _ = await refusal(ws)
     assert error["message"].startswith("Authentication error")
@@ -327,19 +317,19 @@ async def test_legacy_query_parameter_authentication_is_closed_with_1008(server,
         pytest.param(rpc_frame({"type": "method", "to": "a:b"}), "invalid target", id="to-colon"),
         pytest.param(rpc_frame({"type": "method", "to": "a/b/c"}), "invalid target", id="to-slashes"),
         pytest.param(
-            rpc_frame({"type": "method", "to": "x", "session": 3}), "'session' must be a string",
+            rpc_frame({"type": "method", "to": "x", "session": 3}),
+            "'session' must be a string",
             id="session-int",
         ),
         pytest.param(
-            rpc_frame({"type": "my-event", "to": "ws-user-someone-else/*"}), "Permission denied",
+            rpc_frame({"type": "my-event", "to": "ws-user-someone-else/*"}),
+            "Permission denied",
             id="broadcast-elsewhere",
         ),
         pytest.param(rpc_frame({"type": "method", "to": "*"}), "cannot broadcast", id="broadcast-call"),
     ],
 )
-async def test_a_bad_binary_frame_gets_an_error_frame_and_the_connection_stays_usable(
-    server, connect, frame, problem
-):
+async def test_a_bad_binary_frame_gets_an_error_frame_and_the_connection_stays_usable(server, connect, frame, problem):
     async with raw_client(server, "sloppy") as (ws, info):
         await ws.send(frame)
         error = await recv_text(ws)
@@ -432,9 +422,7 @@ async def test_a_forged_sender_never_reaches_a_real_client_as_someone_else(serve
     await assert_hub_unharmed(server, connect, "forger")
 
 
-async def test_frames_the_manager_cannot_parse_are_dropped_and_it_keeps_answering(
-    server, connect
-):
+async def test_frames_the_manager_cannot_parse_are_dropped_and_it_keeps_answering(server, connect):
     async with raw_client(server, "garbler") as (ws, info):
         manager = f"*/{info['manager_id']}"
         echo = {"type": "method", "to": manager, "method": "services.default.echo"}
@@ -487,9 +475,7 @@ async def test_a_call_to_a_client_that_is_not_connected_is_rejected_fast(server,
 
 async def test_a_fire_and_forget_message_to_nobody_is_dropped_silently(server, connect):
     async with raw_client(server, "caller") as (ws, _):
-        await ws.send(
-            rpc_frame({"type": "method", "to": "ghost", "method": "sess-9.resolve"}, {"args": [1]})
-        )
+        await ws.send(rpc_frame({"type": "method", "to": "ghost", "method": "sess-9.resolve"}, {"args": [1]}))
         await ws.send(rpc_frame({"type": "method", "to": "other-ws/ghost", "method": "a.b"}))
         await assert_still_usable(ws)  # the pong comes first: no reject was queued before it
     await assert_hub_unharmed(server, connect, "caller")

@@ -14,7 +14,9 @@ def test_a_port_already_taken_exits_3_and_says_why() -> None:
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "switchboard", "serve", "--port", str(port)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert done.returncode == 3  # never started: not the 0 of a clean, drained exit
     assert "address already in use" in done.stderr.lower()

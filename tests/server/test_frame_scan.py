@@ -40,9 +40,7 @@ def frames(messages: list[list[int]], pings: list[bool]) -> list[tuple[bytes, bo
 
 @st.composite
 def streams(draw: st.DrawFn) -> tuple[list[tuple[bytes, bool]], list[int]]:
-    messages = draw(
-        st.lists(st.lists(st.sampled_from(SIZES), min_size=1, max_size=3), min_size=1, max_size=4)
-    )
+    messages = draw(st.lists(st.lists(st.sampled_from(SIZES), min_size=1, max_size=3), min_size=1, max_size=4))
     pings = draw(st.lists(st.booleans(), min_size=len(messages), max_size=len(messages)))
     made = frames(messages, pings)
     total = sum(len(f) for f, _ in made)

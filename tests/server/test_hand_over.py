@@ -39,8 +39,7 @@ class SlowReader:
         self.proto.send_request(self.proto.connect())
         self._flush()
         await self._until(lambda events: True)  # the handshake response
-        self.send(json.dumps({"client_id": client_id, "workspace": None, "token": None,
-                              "reconnection_token": None}))
+        self.send(json.dumps({"client_id": client_id, "workspace": None, "token": None, "reconnection_token": None}))
         return json.loads(await self.next_text())
 
     def send(self, data: str | bytes) -> None:
@@ -88,8 +87,9 @@ async def test_the_stream_ends_after_a_restarting_notice_and_what_the_client_sen
         info = await moving.open("moving")
         ws_id = info["workspace"]
         listener = await websockets.connect(srv.url.replace("http", "ws", 1) + "/ws")
-        await listener.send(json.dumps({"client_id": "listener", "workspace": None, "token": None,
-                                        "reconnection_token": None}))
+        await listener.send(
+            json.dumps({"client_id": "listener", "workspace": None, "token": None, "reconnection_token": None})
+        )
         json.loads(await listener.recv())
         listener_id = next(p for p in srv.hub.peers if p.endswith("/listener"))
         peer = srv.hub.peers[f"{ws_id}/moving"]

@@ -166,9 +166,7 @@ async def test_listing_a_workspace_anonymously_shows_only_public_services(http, 
 
 async def test_listing_with_a_workspace_token_also_shows_protected_services(http, provider):
     token = await provider.api.generate_token()
-    response = await http.get(
-        f"/{provider.ws}/services", headers={"Authorization": f"Bearer {token}"}
-    )
+    response = await http.get(f"/{provider.ws}/services", headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 200
     ids = {s["id"] for s in response.json()}
     assert any(i.endswith("prov:prot") for i in ids), ids
@@ -214,9 +212,7 @@ async def test_get_a_value_that_is_not_a_function_returns_it(http, provider):
 
 
 async def test_get_parses_json_query_values(http, provider):
-    response = await http.get(
-        f"/{provider.ws}/services/pub/echo", params={"value": '{"x": [1, 2]}'}
-    )
+    response = await http.get(f"/{provider.ws}/services/pub/echo", params={"value": '{"x": [1, 2]}'})
     assert response.status_code == 200
     assert response.json() == {"x": [1, 2]}
 
@@ -251,9 +247,7 @@ async def test_an_unlisted_service_is_callable_by_id(http, provider):
 
 
 async def test_a_protected_service_without_a_token_is_403(http, provider):
-    assert_error(
-        await http.get(f"/{provider.ws}/services/prot/add?a=1&b=2"), 403, "Permission denied"
-    )
+    assert_error(await http.get(f"/{provider.ws}/services/prot/add?a=1&b=2"), 403, "Permission denied")
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "raw", "Basic", "cookie"])
@@ -275,9 +269,7 @@ async def test_a_protected_service_with_a_workspace_token_is_200(http, provider,
 
 async def test_a_garbage_bearer_token_is_401(http, provider):
     assert_error(
-        await http.get(
-            f"/{provider.ws}/services/pub/add?a=1&b=2", headers={"Authorization": "Bearer garbage"}
-        ),
+        await http.get(f"/{provider.ws}/services/pub/add?a=1&b=2", headers={"Authorization": "Bearer garbage"}),
         401,
         "Authentication error",
     )
@@ -314,9 +306,7 @@ async def test_a_post_body_that_is_not_msgpack_is_400(http, provider):
     assert_error(response, 400, "Request body is not valid msgpack")
 
 
-@pytest.mark.parametrize(
-    "body", [b"[1, 2]", b'"a"', b"3", b"null"], ids=["array", "string", "number", "null"]
-)
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"a"', b"3", b"null"], ids=["array", "string", "number", "null"])
 async def test_a_json_body_that_is_not_an_object_is_400(http, provider, body):
     response = await http.post(
         f"/{provider.ws}/services/pub/add", content=body, headers={"Content-Type": "application/json"}
@@ -334,9 +324,7 @@ async def test_a_msgpack_body_that_is_not_a_map_is_400(http, provider):
 
 
 async def test_a_body_above_the_size_limit_is_413(http, provider):
-    response = await http.post(
-        f"/{provider.ws}/services/pub/echo", json={"value": "x" * MAX_BODY}
-    )
+    response = await http.post(f"/{provider.ws}/services/pub/echo", json={"value": "x" * MAX_BODY})
     assert_error(response, 413, "above the limit")
 
 
@@ -362,9 +350,7 @@ async def test_wrong_arguments_are_400(http, provider):
 
 
 async def test_a_value_error_in_the_service_is_400_with_its_message(http, provider):
-    response = await http.post(
-        f"/{provider.ws}/services/pub/fail", json={"message": "b must be positive"}
-    )
+    response = await http.post(f"/{provider.ws}/services/pub/fail", json={"message": "b must be positive"})
     assert_error(response, 400, "ValueError", "b must be positive")
 
 

@@ -92,7 +92,7 @@ async def raw_stream(url: str, client_id: str, *, token: str | None = None, **pa
         httpx.AsyncClient(base_url=url, timeout=10, headers=headers) as http,
         http.stream("GET", "/rpc", params={"client_id": client_id, **params}) as response,
     ):
-        assert response.status_code == 200, (await response.aread())
+        assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"] == "application/x-msgpack-stream"
         stream = RawStream(http, response)
         stream.info = await stream.frame()
@@ -160,9 +160,7 @@ async def test_http_provider_calls_back_into_its_caller(connect: Any) -> None:
 
 async def test_megabyte_payloads_cross_the_http_transport_both_ways(connect: Any) -> None:
     provider = await connect_http(connect, client_id="big-provider")
-    await provider.register_service(
-        {"id": "big", "config": {"visibility": "public"}, "double": lambda b: b + b[::-1]}
-    )
+    await provider.register_service({"id": "big", "config": {"visibility": "public"}, "double": lambda b: b + b[::-1]})
     payload = bytes(range(256)) * (5 * 1024) + b"tail"  # 1.25 MiB + 4
     for caller in (await connect(client_id="ws-big"), await connect_http(connect, client_id="http-big")):
         svc = await caller.get_service(f"{provider.config['workspace']}/big-provider:big")
@@ -171,7 +169,9 @@ async def test_megabyte_payloads_cross_the_http_transport_both_ways(connect: Any
         assert result == payload + payload[::-1]
 
 
-async def test_the_clients_own_token_refresh_gets_a_new_token_down_the_stream(server: RunningServer, connect: Any) -> None:
+async def test_the_clients_own_token_refresh_gets_a_new_token_down_the_stream(
+    server: RunningServer, connect: Any
+) -> None:
     api = await connect_http(connect, client_id="refresher")
     connection = api.rpc._connection
     first = connection._reconnection_token

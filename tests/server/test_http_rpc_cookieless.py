@@ -46,9 +46,10 @@ async def test_same_origin_and_token_streams_still_open(server, connect):
 
 
 async def test_a_post_without_cookie_or_token_is_refused_with_the_remedy(server):
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as owner, owner.stream(
-        "GET", "/rpc", params={"client_id": "nodejs"}
-    ) as stream:
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as owner,
+        owner.stream("GET", "/rpc", params={"client_id": "nodejs"}) as stream,
+    ):
         assert stream.status_code == 200
         workspace = next(iter(server.hub.peers)).partition("/")[0]
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as cookieless:
@@ -70,7 +71,9 @@ async def test_the_older_workspace_path_form_works(server, connect):
             peer = next(p for p in server.hub.peers if p.endswith("/old-anon"))
             workspace = peer.partition("/")[0]
             ping = msgpack.packb({"type": "ping"})
-            assert (await http.post(f"/{workspace}/rpc", content=ping, params={"client_id": "old-anon"})).status_code == 200
+            assert (
+                await http.post(f"/{workspace}/rpc", content=ping, params={"client_id": "old-anon"})
+            ).status_code == 200
         bearer = {"Authorization": f"Bearer {token}"}
         owner_ws = next(p for p in server.hub.peers if p.endswith("/owner")).partition("/")[0]
         async with http.stream("GET", f"/{owner_ws}/rpc", params={"client_id": "old-tok"}, headers=bearer) as response:

@@ -85,9 +85,7 @@ class StalledStream:
                 ("Accept", "application/x-msgpack-stream"),
             ],
         )
-        await loop.sock_sendall(
-            self.sock, self.http.send(request) + self.http.send(h11.EndOfMessage())
-        )
+        await loop.sock_sendall(self.sock, self.http.send(request) + self.http.send(h11.EndOfMessage()))
         for _ in range(1000):  # a handful of events in practice
             event = self.http.next_event()
             if event is h11.NEED_DATA:
@@ -124,22 +122,17 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
             target = f"{info['workspace']}/stalled"
             peer = srv.hub.peers[target]
             connection = uvicorn_connection(srv, stalled.local_address)
-            assert connection is not None, (
-                "the stalled stream's connection is not known to the server"
-            )
+            assert connection is not None, "the stalled stream's connection is not known to the server"
 
             steady_ws, steady_http, calc = await bystanders(srv.url, clients, provider="http")
 
             p50_before = max(await echo_p50(steady_http), await echo_p50(steady_ws))
             peaks = Peaks(srv, peer, stalled.local_address)
 
-            async with ws_connect(
-                srv.url.replace("http", "ws", 1) + "/ws", max_size=None
-            ) as flooder:
+            async with ws_connect(srv.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder:
                 await flooder.send(json.dumps({"client_id": "flooder"}))
                 assert json.loads(await flooder.recv())["type"] == "connection_info"
                 rejects: list[str] = []
-
 
                 collector = asyncio.create_task(collect_rejects(flooder, rejects))
                 sampling = asyncio.create_task(peaks.run())
@@ -159,18 +152,14 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                         first_reject = sent
                     if first_reject is not None and sent >= first_reject + 40:
                         break  # it was dropped, and the flood went on a while
-                await eventually(
-                    lambda: peer.closed, timeout=DROP_WITHIN, what="the stalled peer to be closed"
-                )
+                await eventually(lambda: peer.closed, timeout=DROP_WITHIN, what="the stalled peer to be closed")
                 await eventually(
                     lambda: target not in srv.hub.peers,
                     timeout=DROP_WITHIN,
                     what="the stalled peer to be detached",
                 )
                 detached_after = time.monotonic() - started
-                await eventually(
-                    lambda: rejects, timeout=DROP_WITHIN, what="the flooder's calls to be rejected"
-                )
+                await eventually(lambda: rejects, timeout=DROP_WITHIN, what="the flooder's calls to be rejected")
                 # Still not reading: the server must let go of the socket on its own.
                 closed_after: float | None = None
                 with contextlib.suppress(AssertionError):  # asserted below, after the report
@@ -197,9 +186,7 @@ async def test_a_stalled_http_stream_is_dropped_in_bounded_time_and_memory() -> 
                 f"{p50_before * 1e3:.1f} ms before, {p50_during * 1e3:.1f} ms during, "
                 f"{p50_after * 1e3:.1f} ms after"
             )
-            assert closed_after is not None, (
-                "the server still holds the stalled client's connection"
-            )
+            assert closed_after is not None, "the server still holds the stalled client's connection"
             assert peer.close_code == 1008, (peer.close_code, peer.close_reason)
             assert "Send queue full" in peer.close_reason
             assert all("is not connected" in r for r in rejects), rejects[:3]

@@ -88,13 +88,29 @@ async def test_service_not_found_is_a_clear_error(connect):
 async def test_positional_keyword_and_every_msgpack_type_round_trip(connect):
     provider = await connect(client_id="prov")
     await provider.register_service(
-        {"id": "echo", "config": {"visibility": "public"}, "echo": lambda x: x,
-         "mix": lambda a, b, c=3, **kw: [a, b, c, kw]}
+        {
+            "id": "echo",
+            "config": {"visibility": "public"},
+            "echo": lambda x: x,
+            "mix": lambda a, b, c=3, **kw: [a, b, c, kw],
+        }
     )
     caller = await connect(client_id="caller")
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:echo")
-    values = [None, True, 0, -1, 2**40, 1.5, "text", "ünïcode", b"\x00\xff", [1, [2, [3]]],
-              {"a": {"b": [1, 2, {"c": None}]}}, []]
+    values = [
+        None,
+        True,
+        0,
+        -1,
+        2**40,
+        1.5,
+        "text",
+        "ünïcode",
+        b"\x00\xff",
+        [1, [2, [3]]],
+        {"a": {"b": [1, 2, {"c": None}]}},
+        [],
+    ]
     for value in values:
         assert await svc.echo(value) == value
     assert await svc.mix(1, 2) == [1, 2, 3, {}]
@@ -105,8 +121,7 @@ async def test_ten_mebibyte_payloads_each_way(connect):
     provider = await connect(client_id="prov")
     big_back = bytes(range(256)) * (10 * 1024 * 4)  # 10 MiB
     await provider.register_service(
-        {"id": "big", "config": {"visibility": "public"},
-         "size": lambda data: len(data), "give": lambda: big_back}
+        {"id": "big", "config": {"visibility": "public"}, "size": lambda data: len(data), "give": lambda: big_back}
     )
     caller = await connect(client_id="caller")
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:big")
@@ -314,10 +329,16 @@ async def test_a_second_live_client_with_the_same_id_is_refused(connect):
 
 async def test_a_service_whose_methods_shadow_dict_methods_is_served(connect):
     provider = await connect(client_id="prov")
-    await provider.register_service({
-        "id": "dict-like", "config": {"visibility": "public"},
-        "get": lambda key: f"got {key}", "keys": lambda: ["k"], "items": lambda: [], "pop": lambda: 1,
-    })
+    await provider.register_service(
+        {
+            "id": "dict-like",
+            "config": {"visibility": "public"},
+            "get": lambda key: f"got {key}",
+            "keys": lambda: ["k"],
+            "items": lambda: [],
+            "pop": lambda: 1,
+        }
+    )
     svc = await provider.get_service("dict-like")
     assert await svc.get("x") == "got x"
     assert svc.config.workspace == provider.config["workspace"]

@@ -15,13 +15,16 @@ pytestmark = pytest.mark.timeout(60)
 
 async def test_answered_calls_leave_nothing_in_flight_small_or_chunked(connect, server):
     provider = await connect(client_id="prov")
-    await provider.register_service({
-        "id": "s", "config": {"visibility": "public"},
-        "small": lambda: 1,
-        "big": lambda: b"x" * 3_000_000,       # the reply travels in chunks
-        "size": lambda data: len(data),        # the call travels in chunks
-        "fail": lambda: 1 / 0,
-    })
+    await provider.register_service(
+        {
+            "id": "s",
+            "config": {"visibility": "public"},
+            "small": lambda: 1,
+            "big": lambda: b"x" * 3_000_000,  # the reply travels in chunks
+            "size": lambda data: len(data),  # the call travels in chunks
+            "fail": lambda: 1 / 0,
+        }
+    )
     caller = await connect(client_id="caller")
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:s")
     assert await svc.small() == 1

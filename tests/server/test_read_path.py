@@ -27,6 +27,7 @@ PAIRS = 30
 @pytest.fixture(params=["hub protocol", "plain uvicorn protocol"])
 async def hub_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
     if request.param == "plain uvicorn protocol":
+
         def plain(app: Any, settings: Any) -> Any:
             config = original(app, settings)
             config.ws = "websockets-sansio"
@@ -43,9 +44,13 @@ async def test_an_event_never_overtakes_the_broadcast_sent_before_it(hub_url: st
     try:
         sender = await connect_to_server({"server_url": hub_url, "client_id": "sender"})
         clients.append(sender)
-        receiver = await connect_to_server({
-            "server_url": hub_url, "client_id": "receiver", "token": await sender.generate_token(),
-        })
+        receiver = await connect_to_server(
+            {
+                "server_url": hub_url,
+                "client_id": "receiver",
+                "token": await sender.generate_token(),
+            }
+        )
         clients.append(receiver)
         got: list[str] = []
         receiver.on("news", lambda event: got.append(event["data"]))
@@ -63,9 +68,13 @@ async def test_an_event_never_overtakes_the_broadcast_sent_before_it(hub_url: st
 
 async def test_calls_work_on_either_protocol(hub_url: str) -> None:
     provider = await connect_to_server({"server_url": hub_url, "client_id": "provider"})
-    caller = await connect_to_server({
-        "server_url": hub_url, "client_id": "caller", "token": await provider.generate_token(),
-    })
+    caller = await connect_to_server(
+        {
+            "server_url": hub_url,
+            "client_id": "caller",
+            "token": await provider.generate_token(),
+        }
+    )
     try:
         await provider.register_service({"id": "math", "config": {"visibility": "public"}, "double": lambda x: 2 * x})
         math = await caller.get_service("provider:math")

@@ -21,8 +21,15 @@ async def http(server) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.fixture
 async def provider(connect):
     client = await connect(client_id="prov")
-    await client.register_service({"id": "pub", "name": "Public", "config": {"visibility": "public"},
-                                   "add": lambda a, b: a + b, "nested": {"mul": lambda a, b: a * b}})
+    await client.register_service(
+        {
+            "id": "pub",
+            "name": "Public",
+            "config": {"visibility": "public"},
+            "add": lambda a, b: a + b,
+            "nested": {"mul": lambda a, b: a * b},
+        }
+    )
     await client.register_service({"id": "prot", "config": {"visibility": "protected"}, "peek": lambda: 1})
     await client.register_service({"id": "hidden", "config": {"visibility": "unlisted"}, "f": lambda: 1})
     return client

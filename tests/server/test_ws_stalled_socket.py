@@ -124,12 +124,7 @@ class StalledWebSocket:
 def server_socket_open(server_port: int, client: tuple[str, int]) -> bool:
     """Whether this process (the server runs in it) still has the server's end of ``client``'s connection."""
     for conn in psutil.Process().net_connections(kind="tcp"):
-        if (
-            conn.laddr
-            and conn.raddr
-            and conn.laddr[1] == server_port
-            and tuple(conn.raddr) == client
-        ):
+        if conn.laddr and conn.raddr and conn.laddr[1] == server_port and tuple(conn.raddr) == client:
             return True
     return False
 
@@ -205,14 +200,10 @@ async def test_a_stalled_websocket_is_dropped_and_its_socket_released_in_bounded
     assert report["peaks"]["queued"] <= SEND_QUEUE
     assert report["peaks"]["write_buffer"] <= WRITE_BUFFER_BOUND, report["peaks"]["write_buffer"]
     assert report["rss_growth"] < RSS_BOUND, f"RSS grew by {report['rss_growth'] / MiB:.1f} MiB"
-    assert report["ending"][1] in ("eof", "reset"), report[
-        "ending"
-    ]  # the server is gone for it too
+    assert report["ending"][1] in ("eof", "reset"), report["ending"]  # the server is gone for it too
 
 
-async def _exercise(
-    srv: RunningServer, stalled: StalledWebSocket, port: int, report: dict[str, Any]
-) -> None:
+async def _exercise(srv: RunningServer, stalled: StalledWebSocket, port: int, report: dict[str, Any]) -> None:
     """Stall, flood, watch the drop and the release; fills ``report``; leaves ``stalled`` open."""
     clients: list[Any] = []
     background: list[asyncio.Task[None]] = []
@@ -233,12 +224,9 @@ async def _exercise(
 
         async with ws_connect(srv.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder:
             await flooder.send(json.dumps({"client_id": "flooder"}))
-            assert (
-                json.loads(await asyncio.wait_for(flooder.recv(), 5))["type"] == "connection_info"
-            )
+            assert json.loads(await asyncio.wait_for(flooder.recv(), 5))["type"] == "connection_info"
             rejects: list[str] = []
             report["rejects"] = rejects
-
 
             background += [asyncio.create_task(collect_rejects(flooder, rejects)), asyncio.create_task(peaks.run())]
             blob = b"\xab" * FRAME
@@ -255,9 +243,7 @@ async def _exercise(
                 if first_reject is not None and sent >= first_reject + 40:
                     break  # it was dropped, and the flood went on a while
             report["sent"] = sent
-            await eventually(
-                lambda: peer.closed, timeout=DROP_WITHIN, what="the stalled peer to be closed"
-            )
+            await eventually(lambda: peer.closed, timeout=DROP_WITHIN, what="the stalled peer to be closed")
             await eventually(
                 lambda: target not in srv.hub.peers,
                 timeout=DROP_WITHIN,
@@ -265,9 +251,7 @@ async def _exercise(
             )
             detached = time.monotonic()
             report["detached_after"] = detached - started
-            await eventually(
-                lambda: rejects, timeout=DROP_WITHIN, what="the flooder's calls to be rejected"
-            )
+            await eventually(lambda: rejects, timeout=DROP_WITHIN, what="the flooder's calls to be rejected")
             # Still not reading: the server must let go of the socket on its own.
             report["released_after"] = None
             with contextlib.suppress(AssertionError):  # asserted by the caller, after the report
@@ -314,9 +298,7 @@ async def test_a_client_that_closes_without_reading_does_not_keep_its_socket() -
         assert connection.transport is not None
         async with ws_connect(srv.url.replace("http", "ws", 1) + "/ws", max_size=None) as flooder:
             await flooder.send(json.dumps({"client_id": "flooder"}))
-            assert (
-                json.loads(await asyncio.wait_for(flooder.recv(), 5))["type"] == "connection_info"
-            )
+            assert json.loads(await asyncio.wait_for(flooder.recv(), 5))["type"] == "connection_info"
             blob = b"\xab" * FRAME
             sent = 0
             # Fill the kernel's buffers, stopping as soon as the server has to buffer

@@ -94,9 +94,7 @@ async def test_bytes_pass_through_and_are_counted(proxy: FaultProxy) -> None:
     stream[1].close()
 
 
-async def test_blackhole_times_out_while_the_connection_stays_open(
-    proxy: FaultProxy, valkey: ValkeyServer
-) -> None:
+async def test_blackhole_times_out_while_the_connection_stays_open(proxy: FaultProxy, valkey: ValkeyServer) -> None:
     stream = await raw_connect(proxy)
     assert await raw_ping(stream) == PONG
     upstream = proxy.connections[0].upstream_addr
@@ -159,9 +157,7 @@ async def test_delay_adds_latency_each_way_and_keeps_order(proxy: FaultProxy) ->
         proxy.delay(-1)
 
 
-async def test_reset_all_sends_rst_and_new_connections_work(
-    proxy: FaultProxy, valkey: ValkeyServer
-) -> None:
+async def test_reset_all_sends_rst_and_new_connections_work(proxy: FaultProxy, valkey: ValkeyServer) -> None:
     stream = await raw_connect(proxy)
     assert await raw_ping(stream) == PONG
     with valkey.client() as admin:

@@ -37,9 +37,7 @@ class Registry(Protocol):
         """Remove one service by full id; return it, or ``None`` if it was not there."""
         ...
 
-    async def remove_client(
-        self, workspace: str, client_id: str, *, owner: str | None = None
-    ) -> list[ServiceInfo]:
+    async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         """Remove every service of one client; return what was removed.
 
         With ``owner``, only while that replica still owns the client: a

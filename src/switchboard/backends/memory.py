@@ -35,9 +35,7 @@ class MemoryRegistry:
             del self._by_workspace[ws]
         return removed
 
-    async def remove_client(
-        self, workspace: str, client_id: str, *, owner: str | None = None
-    ) -> list[ServiceInfo]:
+    async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         """``owner`` is moot in one process: this replica owns every client."""
         self._transit.pop(f"{workspace}/{client_id}", None)
         services = self._by_workspace.get(workspace, {})
@@ -77,8 +75,9 @@ class MemoryRegistry:
 
     async def transits_due(self, limit: int = 100) -> list[str]:
         now = self._clock.monotonic()
-        return sorted((c for c, (_, deadline) in self._transit.items() if deadline <= now),
-                      key=lambda c: self._transit[c][1])[:limit]
+        return sorted(
+            (c for c, (_, deadline) in self._transit.items() if deadline <= now), key=lambda c: self._transit[c][1]
+        )[:limit]
 
     async def close(self) -> None:
         self._by_workspace.clear()

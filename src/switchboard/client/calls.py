@@ -188,7 +188,9 @@ def wrap_service(service: Any, transport: Transport) -> Any:
     return proxy_type.fromDict(_wrap(service, "", names, transport, str(service_id)))
 
 
-def _wrap(tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str) -> dict[str, Any]:
+def _wrap(
+    tree: Mapping[str, Any], prefix: str, names: frozenset[str], transport: Transport, sid: str
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in dict.keys(tree) if isinstance(tree, dict) else tree:
         value = dict.__getitem__(tree, key) if isinstance(tree, dict) else tree[key]

@@ -21,10 +21,21 @@ from switchboard.clock import Clock
 log = logging.getLogger("switchboard.client")
 
 # Manager methods that may safely run twice: retried once after a reconnection.
-MANAGER_IDEMPOTENT = frozenset({
-    "get_service", "get_service_info", "list_services", "list_clients", "echo", "ping",
-    "get_workspace_info", "parse_token", "check_status", "subscribe", "unsubscribe",
-})
+MANAGER_IDEMPOTENT = frozenset(
+    {
+        "get_service",
+        "get_service_info",
+        "list_services",
+        "list_clients",
+        "echo",
+        "ping",
+        "get_workspace_info",
+        "parse_token",
+        "check_status",
+        "subscribe",
+        "unsubscribe",
+    }
+)
 
 
 async def connect(
@@ -64,8 +75,15 @@ async def connect(
         raise TypeError("pass either policy= or the individual reconnect settings, not both")
     client_id = client_id or shortuuid.uuid()
     transport = Transport(
-        url_list, client_id=client_id, workspace=workspace, token=token,
-        reconnection_token=reconnection_token, policy=policy, clock=clock, dial=dial, rng=rng,
+        url_list,
+        client_id=client_id,
+        workspace=workspace,
+        token=token,
+        reconnection_token=reconnection_token,
+        policy=policy,
+        clock=clock,
+        dial=dial,
+        rng=rng,
         ping_interval=ping_interval,
     )
     if on_event is not None:
@@ -75,9 +93,13 @@ async def connect(
     try:
         rpc_kwargs.setdefault("logger", logging.getLogger("switchboard.client.rpc"))
         rpc = RPC(
-            transport, client_id=client_id, workspace=info["workspace"],
+            transport,
+            client_id=client_id,
+            workspace=info["workspace"],
             default_context={"connection_type": "websocket"},
-            server_base_url=info.get("public_base_url"), method_timeout=method_timeout, **rpc_kwargs,
+            server_base_url=info.get("public_base_url"),
+            method_timeout=method_timeout,
+            **rpc_kwargs,
         )
         await _registered(rpc, method_timeout)
         manager = await rpc.get_manager_service({"timeout": method_timeout, "case_conversion": "snake"})
@@ -155,16 +177,18 @@ class Client:
 
     # -- services ------------------------------------------------------------------------------
 
-    async def register_service(self, service: dict[str, Any], config: dict[str, Any] | None = None,
-                               **kwargs: Any) -> Any:
+    async def register_service(
+        self, service: dict[str, Any], config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         """Register ``service`` (re-registered after every reconnection); ``@idempotent`` functions are declared."""
         return await self.rpc.register_service(calls.declare_idempotent(service), config, **kwargs)
 
     async def unregister_service(self, service: dict[str, Any] | str, notify: bool = True) -> None:
         await self.rpc.unregister_service(service, notify)
 
-    async def get_service(self, query: str | dict[str, Any], config: dict[str, Any] | None = None,
-                          **kwargs: Any) -> Any:
+    async def get_service(
+        self, query: str | dict[str, Any], config: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Any:
         """A service, its functions wrapped: idempotent ones retried after a reconnection, others fail fast."""
         svc = await self._manager_call("get_service")(query, config={**(config or {}), **kwargs})
         return calls.wrap_service(svc, self.transport)
@@ -249,8 +273,12 @@ class Client:
     # -- reconnection --------------------------------------------------------------------------
 
     def _manager_call(self, name: str) -> calls.RemoteCall:
-        return calls.RemoteCall(lambda: getattr(self._manager, name), self.transport,
-                                name=f"manager.{name}", idempotent=name in MANAGER_IDEMPOTENT)
+        return calls.RemoteCall(
+            lambda: getattr(self._manager, name),
+            self.transport,
+            name=f"manager.{name}",
+            idempotent=name in MANAGER_IDEMPOTENT,
+        )
 
     def _refresh_config(self) -> None:
         config = dict(self._manager.get("config") or {})

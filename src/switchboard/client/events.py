@@ -82,11 +82,15 @@ def describe(event: Event) -> str:
         return f"disconnected from {event.url} (code {event.code}{' ' + event.reason if event.reason else ''})"
     if isinstance(event, Reconnecting):
         last = "none" if event.error is None else f"{type(event.error).__name__}: {event.error}"
-        return (f"reconnecting to {event.url}: attempt {event.attempt} in {event.delay:.2f} s "
-                f"({event.elapsed:.1f} s into the outage, {event.remaining:.1f} s left; last error: {last})")
+        return (
+            f"reconnecting to {event.url}: attempt {event.attempt} in {event.delay:.2f} s "
+            f"({event.elapsed:.1f} s into the outage, {event.remaining:.1f} s left; last error: {last})"
+        )
     if isinstance(event, Reconnected):
-        return (f"reconnected to {event.url} after {event.outage_seconds:.1f} s and {event.attempts} "
-                f"attempt{'s' if event.attempts != 1 else ''} ({event.remaining:.1f} s of budget left)")
+        return (
+            f"reconnected to {event.url} after {event.outage_seconds:.1f} s and {event.attempts} "
+            f"attempt{'s' if event.attempts != 1 else ''} ({event.remaining:.1f} s of budget left)"
+        )
     return str(event.error)
 
 

@@ -92,8 +92,7 @@ class ReconnectPolicy:
                 raise ConfigError(f"ReconnectPolicy.{name}={value!r}: must be a positive number of seconds")
         if self.max_delay < self.initial_delay:
             raise ConfigError(
-                f"ReconnectPolicy.max_delay={self.max_delay!r}: must be at least "
-                f"initial_delay={self.initial_delay!r}"
+                f"ReconnectPolicy.max_delay={self.max_delay!r}: must be at least initial_delay={self.initial_delay!r}"
             )
 
     @classmethod
@@ -124,8 +123,11 @@ class ReconnectPolicy:
         try:
             return cls(**values)
         except ConfigError as exc:
-            sources = [f"{ENV_PREFIX}{k.upper()}={environ[ENV_PREFIX + k.upper()]!r}"
-                       for k in from_environ if k not in overrides and k in str(exc)]
+            sources = [
+                f"{ENV_PREFIX}{k.upper()}={environ[ENV_PREFIX + k.upper()]!r}"
+                for k in from_environ
+                if k not in overrides and k in str(exc)
+            ]
             if not sources:
                 raise
             raise ConfigError(f"{exc} (from {', '.join(sources)})") from None

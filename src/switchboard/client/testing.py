@@ -71,15 +71,19 @@ class StubSocket:
             return
         self.hub.tokens += 1
         assert self.hello is not None
-        self.push(json.dumps({
-            "type": "connection_info",
-            "manager_id": self.hub.manager_id,
-            "workspace": self.hello.get("workspace") or self.hub.workspace,
-            "client_id": self.hello.get("client_id"),
-            "public_base_url": "http://stub.test",
-            "reconnection_token": f"rt-{self.hub.tokens}",
-            "reconnection_token_life_time": self.hub.token_lifetime,
-        }))
+        self.push(
+            json.dumps(
+                {
+                    "type": "connection_info",
+                    "manager_id": self.hub.manager_id,
+                    "workspace": self.hello.get("workspace") or self.hub.workspace,
+                    "client_id": self.hello.get("client_id"),
+                    "public_base_url": "http://stub.test",
+                    "reconnection_token": f"rt-{self.hub.tokens}",
+                    "reconnection_token_life_time": self.hub.token_lifetime,
+                }
+            )
+        )
 
     def __repr__(self) -> str:
         return f"<StubSocket {self.url} closed={self.closed is not None}>"

@@ -186,8 +186,12 @@ class Transport:
         pending = [t for t in (self._supervisor, self._keepalive) if t is not None and t is not current]
         if pending:
             await asyncio.wait(pending, timeout=5.0)
-        log.info("client %s: disconnected (%s)", self.client_id, reason or "by the application",
-                 extra={"client_id": self.client_id})
+        log.info(
+            "client %s: disconnected (%s)",
+            self.client_id,
+            reason or "by the application",
+            extra={"client_id": self.client_id},
+        )
 
     # -- what the SDK adds ----------------------------------------------------------------------
 
@@ -255,8 +259,13 @@ class Transport:
             raise
         self._adopt(sock)
         self._mark_ready()
-        log.info("client %s: connected to %s (workspace %s)", self.client_id, self.url, self.workspace,
-                 extra={"client_id": self.client_id})
+        log.info(
+            "client %s: connected to %s (workspace %s)",
+            self.client_id,
+            self.url,
+            self.workspace,
+            extra={"client_id": self.client_id},
+        )
         self._supervisor = asyncio.create_task(self._supervise(sock), name=f"sb-client {self.client_id}")
         assert self.connection_info is not None
         return self.connection_info
@@ -290,8 +299,14 @@ class Transport:
                     wait_first = closed.code not in GOING_AWAY
                 self._mark_ready()
                 self._outage = outage
-                self._announce(Reconnected(url=self.url, attempts=outage.attempts,
-                                           outage_seconds=outage.elapsed, remaining=outage.remaining))
+                self._announce(
+                    Reconnected(
+                        url=self.url,
+                        attempts=outage.attempts,
+                        outage_seconds=outage.elapsed,
+                        remaining=outage.remaining,
+                    )
+                )
         except (GaveUp, Refused) as exc:
             self._fail(exc)
         except ClientClosed:
@@ -316,9 +331,7 @@ class Transport:
         self._outage_urls = {self.url}
         return self._outage, False
 
-    async def _connect(
-        self, outage: Outage, *, start: int, wait_first: bool, first_time: bool = False
-    ) -> wire.Socket:
+    async def _connect(self, outage: Outage, *, start: int, wait_first: bool, first_time: bool = False) -> wire.Socket:
         """Dial the URLs in rotation from ``start`` until one completes the handshake.
 
         No delay between URLs of one round (the first that answers wins); the
@@ -332,9 +345,16 @@ class Transport:
         while True:
             url = self.urls[index]
             if not first_time or outage.attempts:
-                self._announce(Reconnecting(attempt=outage.attempts + 1, url=url, delay=delay,
-                                            elapsed=outage.elapsed, remaining=outage.remaining,
-                                            error=outage.last_error))
+                self._announce(
+                    Reconnecting(
+                        attempt=outage.attempts + 1,
+                        url=url,
+                        delay=delay,
+                        elapsed=outage.elapsed,
+                        remaining=outage.remaining,
+                        error=outage.last_error,
+                    )
+                )
             if delay > 0:
                 await self._clock.sleep(delay)
             if self.state is State.CLOSED:
@@ -371,8 +391,7 @@ class Transport:
         sock = await self._dial(url)
         first = wire.hello(self.client_id, self._workspace, self._token, self._reconnection_token)
         try:
-            info = await asyncio.wait_for(wire.handshake(sock, first, url, self._workspace),
-                                          self._handshake_timeout)
+            info = await asyncio.wait_for(wire.handshake(sock, first, url, self._workspace), self._handshake_timeout)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(sock.close(1000, "handshake failed"), 1.0)
@@ -406,8 +425,9 @@ class Transport:
                 if self.state is not State.CLOSED:
                     log.exception("client %s: re-registration after reconnecting failed", self.client_id)
             if getattr(self, "_services_registered_ok", True) is False:
-                log.warning("client %s: some services were not re-registered on %s (see errors above)",
-                            self.client_id, self.url)
+                log.warning(
+                    "client %s: some services were not re-registered on %s (see errors above)", self.client_id, self.url
+                )
         for hook in list(self._ready_hooks):
             try:
                 await hook()
@@ -420,7 +440,8 @@ class Transport:
     def _adopt(self, sock: wire.Socket) -> None:
         self._socket = sock
         self._keepalive = asyncio.create_task(
-            wire.keep_alive(sock, self._clock, self._ping_interval, self._refresh_interval))
+            wire.keep_alive(sock, self._clock, self._ping_interval, self._refresh_interval)
+        )
 
     def _start_reader(self, sock: wire.Socket) -> asyncio.Task[SocketClosed]:
         return asyncio.create_task(self._read(sock))
@@ -512,6 +533,6 @@ class Transport:
         self.listeners.dispatch(event)
 
     def __repr__(self) -> str:
-        return (f"<Transport {self.client_id} {self.state.value} url={self.url} "
-                f"drops={self.drops} outage={self._outage!r}>")
-
+        return (
+            f"<Transport {self.client_id} {self.state.value} url={self.url} drops={self.drops} outage={self._outage!r}>"
+        )

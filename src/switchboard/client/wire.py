@@ -48,7 +48,7 @@ def normalize_url(url: str) -> str:
         raise ConfigError(f"server URL {url!r}: must be a non-empty string")
     for http, ws in (("http://", "ws://"), ("https://", "wss://")):
         if url.startswith(http):
-            return ws + url[len(http):].rstrip("/") + "/ws"
+            return ws + url[len(http) :].rstrip("/") + "/ws"
     if url.startswith(("ws://", "wss://")):
         return url
     raise ConfigError(f"server URL {url!r}: must start with http://, https://, ws:// or wss://")
@@ -56,12 +56,14 @@ def normalize_url(url: str) -> str:
 
 def hello(client_id: str, workspace: str | None, token: str | None, reconnection_token: str | None) -> str:
     """The first frame (§2.2): all four keys, always."""
-    return json.dumps({
-        "client_id": client_id,
-        "workspace": workspace,
-        "token": token,
-        "reconnection_token": reconnection_token,
-    })
+    return json.dumps(
+        {
+            "client_id": client_id,
+            "workspace": workspace,
+            "token": token,
+            "reconnection_token": reconnection_token,
+        }
+    )
 
 
 def parse_reply(text: str, url: str) -> dict[str, Any] | str:
@@ -186,9 +188,7 @@ def websocket_dial(*, open_timeout: float = 10.0, **options: Any) -> Dial:
     """
 
     async def dial(url: str) -> Socket:
-        connection = await ws_connect(
-            url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, **options
-        )
+        connection = await ws_connect(url, open_timeout=open_timeout, max_size=MAX_FRAME_BYTES, **options)
         return WebsocketsSocket(connection)
 
     return dial

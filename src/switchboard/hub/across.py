@@ -60,8 +60,16 @@ class AcrossReplicas:
 
     if TYPE_CHECKING:  # the hub's own methods, used here
 
-        async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str,
-                          new_call: bool = False, event: bool = False) -> bool: ...
+        async def deliver(
+            self,
+            target: str,
+            frame: bytes,
+            *,
+            session: str | None,
+            caller: str,
+            new_call: bool = False,
+            event: bool = False,
+        ) -> bool: ...
 
         async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
@@ -138,7 +146,9 @@ class AcrossReplicas:
         caller = env.main.get("from")
         if env.session and isinstance(caller, str) and "/" in caller:
             reject = envelope.reject_frame(
-                session=env.session, target=target, caller=caller,
+                session=env.session,
+                target=target,
+                caller=caller,
                 message=f"Target peer {target} is not connected",
             )
             spawn(self._background, self.deliver(caller, reject, session=None, caller=target))
@@ -164,9 +174,10 @@ class AcrossReplicas:
                 return False
         if is_call(method, session):
             self.inflight.opened(str(env.main.get("from")), session, peer.id, self.peers)  # type: ignore[arg-type]
-        elif self.inflight.busy(peer.id) and (
-            replied := reply_session(method) or chunked_reply_session(method, env.rest)
-        ) is not None:
+        elif (
+            self.inflight.busy(peer.id)
+            and (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None
+        ):
             self.inflight.closed(peer.id, replied)
         return True
 
@@ -215,7 +226,9 @@ class AcrossReplicas:
             return  # fire-and-forget: dropping is right, a reject here would start a storm
         self.inflight.closed(caller, session)
         reject = envelope.reject_frame(
-            session=session, target=target, caller=caller,
+            session=session,
+            target=target,
+            caller=caller,
             message=f"Target peer {target} is not connected",
         )
         if caller == self.manager_address or caller in self._acting:

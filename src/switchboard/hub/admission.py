@@ -48,8 +48,8 @@ class Gatekeeper:
         """
         if hello.client_id == f"manager-{self.settings.server_id}":
             raise HandshakeError(
-                f"Failed to establish connection: client_id {hello.client_id!r} is reserved "
-                "for the hub's manager", CLOSE_GOING_AWAY,
+                f"Failed to establish connection: client_id {hello.client_id!r} is reserved for the hub's manager",
+                CLOSE_GOING_AWAY,
             )
         if hello.reconnection_token:
             try:
@@ -97,8 +97,7 @@ class Gatekeeper:
                     CLOSE_GOING_AWAY,
                 )
             raise HandshakeError(
-                f"Failed to establish connection: 'Workspace {workspace} does not exist or is "
-                "not accessible'",
+                f"Failed to establish connection: 'Workspace {workspace} does not exist or is not accessible'",
                 CLOSE_GOING_AWAY,
             )
         return user, workspace, False

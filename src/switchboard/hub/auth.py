@@ -39,9 +39,7 @@ class Permission(enum.IntEnum):
         try:
             return _PERM_NAMES[text]
         except KeyError:
-            raise ValueError(
-                f"unknown permission {text!r}: use read, read_write or admin"
-            ) from None
+            raise ValueError(f"unknown permission {text!r}: use read, read_write or admin") from None
 
     @property
     def code(self) -> str:
@@ -151,7 +149,9 @@ class TokenIssuer:
                 "iat": int(now),
                 "exp": int(now + expires_in),
                 "scope": format_scope(
-                    grants=user.grants, workspace=workspace, permission=permission,
+                    grants=user.grants,
+                    workspace=workspace,
+                    permission=permission,
                     client_id=client_id,
                 ),
                 "gty": "client-credentials",

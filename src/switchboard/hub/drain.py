@@ -112,8 +112,11 @@ class Draining:
         while busy() and self.clock.monotonic() < deadline:
             await self.clock.sleep(HANDOVER_POLL)
         if busy():
-            self.log.info("draining: %d clients not detached, %d frames held for clients that did not come back "
-                          "in time", len(self.peers), self.transit.holding)
+            self.log.info(
+                "draining: %d clients not detached, %d frames held for clients that did not come back in time",
+                len(self.peers),
+                self.transit.holding,
+            )
 
 
 def _moment(last_heard: float, since: float, now: float) -> float | None:

@@ -379,8 +379,11 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
         """
         if receiver.uploads is None:
             receiver.uploads = Uploads(
-                clock=self.clock, keep=False, max_bytes=self.settings.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                clock=self.clock,
+                keep=False,
+                max_bytes=self.settings.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS,
+                idle_timeout=UPLOAD_IDLE_TIMEOUT,
             )
         uploads = receiver.uploads
         try:
@@ -406,4 +409,3 @@ class Hub(Routing, AcrossReplicas, Draining, Moves):
 
     def __repr__(self) -> str:
         return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"
-

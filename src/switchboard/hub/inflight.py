@@ -120,8 +120,7 @@ class InFlight:
     def waits_before(self, caller: str, cutoff: int) -> bool:
         """Does ``caller`` wait for a reply to a call opened before ``cutoff``?"""
         return any(
-            key[0] == caller and self._opened_at.get(key, cutoff + 1) <= cutoff
-            for key in self._by_peer.get(caller, ())
+            key[0] == caller and self._opened_at.get(key, cutoff + 1) <= cutoff for key in self._by_peer.get(caller, ())
         )
 
     def busy(self, peer: str) -> bool:

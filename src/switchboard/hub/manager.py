@@ -83,8 +83,11 @@ class WorkspaceManager:
             handler=lambda: self.link.handler,
             send=lambda frame: spawn(self._sending, hub.route_from_manager(frame)),
             uploads=Uploads(
-                clock=hub.clock, keep=True, max_bytes=s.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS, idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                clock=hub.clock,
+                keep=True,
+                max_bytes=s.max_upload_bytes,
+                max_uploads=MAX_OPEN_UPLOADS,
+                idle_timeout=UPLOAD_IDLE_TIMEOUT,
             ),
         )
 
@@ -195,7 +198,8 @@ class WorkspaceManager:
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
         found = await self.hub.registry.find(query)
         allowed = [
-            i for i in found
+            i
+            for i in found
             if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
         ]
         if not allowed:
@@ -309,7 +313,9 @@ class WorkspaceManager:
         else:
             await self.hub.emit_event(ws, "service_removed", removed)
 
-    async def get_service_info(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> ServiceInfo:
+    async def get_service_info(
+        self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None
+    ) -> ServiceInfo:
         """The registered info of one service."""
         peer = self._caller(context)
         config = plain(config) or {}
@@ -323,7 +329,9 @@ class WorkspaceManager:
         timeout = float(config.get("timeout") or 10.0)
         return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
 
-    async def list_services(self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None) -> list[ServiceInfo]:
+    async def list_services(
+        self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
+    ) -> list[ServiceInfo]:
         """Services visible to the caller, filtered by ``query``."""
         peer = self._caller(context)
         q, filters = list_query(plain(query), peer.workspace)
@@ -334,7 +342,9 @@ class WorkspaceManager:
             if q.workspace == "*" and ws != peer.workspace and svc_ids.visibility(info) != "public":
                 continue
             if not svc_ids.may_list(
-                info, caller_workspace=peer.workspace, has_read=peer.user.can(ws, Permission.READ),
+                info,
+                caller_workspace=peer.workspace,
+                has_read=peer.user.can(ws, Permission.READ),
                 include_unlisted=include_unlisted,
             ):
                 continue
@@ -387,13 +397,18 @@ class WorkspaceManager:
             raise ProtocolError(str(exc)) from None
         expires_in = config.get("expires_in") or 3600
         if (
-            not isinstance(expires_in, int | float) or isinstance(expires_in, bool)
+            not isinstance(expires_in, int | float)
+            or isinstance(expires_in, bool)
             or not 0 < expires_in <= MAX_TOKEN_LIFETIME
         ):
             raise ProtocolError(f"expires_in must be a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
         user = child_user(peer.user, workspace=ws, permission=permission)
         return self.hub.issuer.issue(
-            user, workspace=ws, permission=permission, expires_in=float(expires_in), client_id=client_id,
+            user,
+            workspace=ws,
+            permission=permission,
+            expires_in=float(expires_in),
+            client_id=client_id,
         )
 
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -423,9 +438,19 @@ class WorkspaceManager:
         ws = ids.check_id(workspace or peer.workspace, "workspace")
         self._require(peer, ws, Permission.READ)
         return {
-            "type": "workspace", "id": ws, "name": ws, "description": "", "persistent": False,
-            "owners": [], "read_only": False, "icon": None, "covers": [], "docs": None,
-            "service_types": {}, "config": {}, "status": {"ready": True},
+            "type": "workspace",
+            "id": ws,
+            "name": ws,
+            "description": "",
+            "persistent": False,
+            "owners": [],
+            "read_only": False,
+            "icon": None,
+            "covers": [],
+            "docs": None,
+            "service_types": {},
+            "config": {},
+            "status": {"ready": True},
         }
 
     async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:

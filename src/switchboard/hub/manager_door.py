@@ -88,9 +88,7 @@ class ManagerDoor:
         try:
             handler(message)
         except Exception as exc:  # a bad frame must not take the router down
-            log.info(
-                "manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc
-            )
+            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
         finally:
             CALLER.reset(token)
 
@@ -98,9 +96,7 @@ class ManagerDoor:
         """A client left: the pieces of its unfinished messages go."""
         self.uploads.forget(sender)
 
-    def _cache_call(
-        self, env: envelope.Envelope, extra: dict[str, Any], op: str, sender: str
-    ) -> dict[str, Any] | None:
+    def _cache_call(self, env: envelope.Envelope, extra: dict[str, Any], op: str, sender: str) -> dict[str, Any] | None:
         """Do one ``message_cache`` call; once ``process`` completes a message, return it.
 
         The whole message goes to the RPC already decoded, as hypha-rpc reads
@@ -155,9 +151,7 @@ def payload_map(rest: bytes | memoryview) -> dict[str, Any]:
     try:
         extra = msgpack.unpackb(rest, strict_map_key=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(
-            f"message payload is not valid msgpack ({type(exc).__name__}: {exc})"
-        ) from None
+        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if not isinstance(extra, dict):
         raise ProtocolError("each part of a message must be a msgpack map")
     return extra

@@ -47,12 +47,13 @@ class HubMetrics:
         self.calls_in_flight = gauge(
             "switchboard_calls_in_flight", "Calls routed through this replica still waiting for their reply."
         )
-        self.handshake_failures = counter(
-            "switchboard_handshake_failures", "Connections refused during the handshake."
-        )
+        self.handshake_failures = counter("switchboard_handshake_failures", "Connections refused during the handshake.")
         self.transit_seconds = Histogram(
-            "switchboard_transit_seconds", "How long the clients that came back here had been in transit.",
-            ["replica"], registry=self.registry, buckets=TRANSIT_BUCKETS,
+            "switchboard_transit_seconds",
+            "How long the clients that came back here had been in transit.",
+            ["replica"],
+            registry=self.registry,
+            buckets=TRANSIT_BUCKETS,
         ).labels(**labels)
         self.transit_expiries = counter(
             "switchboard_transit_expiries",
@@ -78,12 +79,21 @@ class HubMetrics:
         def value(name: str) -> float:
             return self.registry.get_sample_value(name, labels) or 0.0
 
-        errors = sum(value(f"switchboard_{name}_total") for name in (
-            "rejected_frames", "refused_over_limit", "undeliverable_messages",
-            "handshake_failures", "call_errors",
-        ))
-        return {"received": float(self.frames.received), "errors": errors,
-                "inflight": value("switchboard_calls_in_flight")}
+        errors = sum(
+            value(f"switchboard_{name}_total")
+            for name in (
+                "rejected_frames",
+                "refused_over_limit",
+                "undeliverable_messages",
+                "handshake_failures",
+                "call_errors",
+            )
+        )
+        return {
+            "received": float(self.frames.received),
+            "errors": errors,
+            "inflight": value("switchboard_calls_in_flight"),
+        }
 
 
 class FrameCounts:
@@ -135,11 +145,14 @@ class _TransitCollector:
         )
         clients.add_metric(labels, len(t))
         waiting = GaugeMetricFamily(
-            "switchboard_transit_frames_waiting", "Frames held here right now for clients in transit.", labels=["replica"]
+            "switchboard_transit_frames_waiting",
+            "Frames held here right now for clients in transit.",
+            labels=["replica"],
         )
         waiting.add_metric(labels, t.holding)
         held = CounterMetricFamily(
-            "switchboard_transit_held_frames", "Frames held here for a client in transit until it came back or its grace ran out.",
+            "switchboard_transit_held_frames",
+            "Frames held here for a client in transit until it came back or its grace ran out.",
             labels=["replica"],
         )
         held.add_metric(labels, t.held_total)

@@ -72,8 +72,16 @@ class Moves:
 
     if TYPE_CHECKING:  # the hub's own methods, used here
 
-        async def deliver(self, target: str, frame: bytes, *, session: str | None, caller: str,
-                          new_call: bool = False, event: bool = False) -> bool: ...
+        async def deliver(
+            self,
+            target: str,
+            frame: bytes,
+            *,
+            session: str | None,
+            caller: str,
+            new_call: bool = False,
+            event: bool = False,
+        ) -> bool: ...
 
         async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
 
@@ -136,13 +144,15 @@ class Moves:
         """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
         if released is None or not released.frames:
             return
-        self.log.debug("sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client,
-                       released.away)
+        self.log.debug(
+            "sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client, released.away
+        )
 
         async def send_all() -> None:
             for item in released.frames:
-                await self.deliver(released.client, item.frame, session=item.session, caller=item.caller,
-                                   event=item.event)
+                await self.deliver(
+                    released.client, item.frame, session=item.session, caller=item.caller, event=item.event
+                )
 
         spawn(self._background, send_all(), f"transit {released.client}")
 
@@ -163,8 +173,9 @@ class Moves:
         grace = self.transit.grace
         self._begin(peer.id)
         try:
-            marked = await self.registry.begin_transit(peer.workspace, peer.client_id, owner=self.replica_id,
-                                                       grace=grace)
+            marked = await self.registry.begin_transit(
+                peer.workspace, peer.client_id, owner=self.replica_id, grace=grace
+            )
         except BackendError as exc:
             peer.log.warning("cannot put the client in transit: %s", exc)
             marked = False
@@ -192,8 +203,11 @@ class Moves:
             return
         peer.returned, peer.returned_at = True, self.clock.monotonic()
         self.metrics.transit_seconds.observe(away)
-        peer.log.info("back after %.3f s in transit%s", away,
-                      f", {len(released.frames)} frames held here" if released and released.frames else "")
+        peer.log.info(
+            "back after %.3f s in transit%s",
+            away,
+            f", {len(released.frames)} frames held here" if released and released.frames else "",
+        )
         await self._notice("back", peer.id)
 
     def salvage(self, peer: Peer) -> None:

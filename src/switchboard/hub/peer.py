@@ -112,9 +112,7 @@ class Peer:
             return False
         size = len(frame)
         if self._queued_bytes + size > self.max_queue_bytes and self._queue:
-            self.log.warning(
-                "send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes
-            )
+            self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes)
             self.close(1008, "Send queue full: client is not reading fast enough")
             return False
         if self._writer_running and not self._queue and not self._writing and self.transport.try_send(frame):

@@ -77,9 +77,11 @@ class Routing:
         if peer.rate is not None and not peer.rate.take():
             self.metrics.rate_limited.inc()
             s = self.settings
-            peer.send(handshake.error_text(
-                f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
-            ))
+            peer.send(
+                handshake.error_text(
+                    f"Rate limit exceeded: at most {s.max_messages_per_second:g} messages/s (burst {s.message_burst})"
+                )
+            )
             return
         kind = handshake.parse_control(text)
         if kind == "ping":
@@ -111,15 +113,10 @@ class Routing:
             to = env.main.get("to")
             route = envelope.route(to, sender_workspace=peer.workspace, manager_id=self.manager_id)
             if route.kind == "broadcast" and (
-                route.workspace != peer.workspace
-                or not peer.user.can(peer.workspace, Permission.READ_WRITE)
+                route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
-                raise PermissionDenied(
-                    f"Permission denied: cannot broadcast into workspace {route.workspace}"
-                )
-            frame = envelope.stamp(
-                env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target
-            )
+                raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
+            frame = envelope.stamp(env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target)
         except (ProtocolError, PermissionDenied) as exc:
             self.metrics.bad_frames.inc()
             peer.log.info("rejected frame: %s", exc)
@@ -130,9 +127,9 @@ class Routing:
         if refusal:
             self.metrics.rate_limited.inc()
             if env.session:
-                peer.send(envelope.reject_frame(
-                    session=env.session, target=route.target, caller=peer.id, message=refusal
-                ))
+                peer.send(
+                    envelope.reject_frame(session=env.session, target=route.target, caller=peer.id, message=refusal)
+                )
             return None
         if route.kind == "manager":
             if (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
@@ -150,9 +147,12 @@ class Routing:
             elif (replied := reply_session(method) or chunked_reply_session(method, env.rest)) is not None:
                 self.inflight.closed(route.target, replied)
             event = env.type != "method"
-            if self.deliver_now(
-                route.target, frame, session=env.session, caller=peer.id, new_call=new_call, event=event
-            ) is None:
+            if (
+                self.deliver_now(
+                    route.target, frame, session=env.session, caller=peer.id, new_call=new_call, event=event
+                )
+                is None
+            ):
                 return self._deliver_through_bus(route.target, frame, env.session, peer.id, event)
             return None
         if env.type == "method":
@@ -184,7 +184,13 @@ class Routing:
         return None
 
     async def deliver(
-        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False,
+        self,
+        target: str,
+        frame: bytes,
+        *,
+        session: str | None,
+        caller: str,
+        new_call: bool = False,
         event: bool = False,
     ) -> bool:
         """Send ``frame`` to one client here or on another replica; fail the caller fast if nobody has it.
@@ -198,7 +204,13 @@ class Routing:
         return await self._deliver_through_bus(target, frame, session, caller, event)
 
     def deliver_now(
-        self, target: str, frame: bytes, *, session: str | None, caller: str, new_call: bool = False,
+        self,
+        target: str,
+        frame: bytes,
+        *,
+        session: str | None,
+        caller: str,
+        new_call: bool = False,
         event: bool = False,
     ) -> bool | None:
         """:meth:`deliver` where that needs no waiting (a client here, a direct link); else ``None``."""

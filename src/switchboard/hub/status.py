@@ -25,10 +25,17 @@ def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float 
     for r in replicas:
         age = now - float(r.get("started", now))
         subs = f"{r.get('confirmed', '?')}/{r.get('desired', '?')} confirmed"
-        rows.append((
-            r.get("id", "?"), r.get("address", "?"), _age(age), r.get("clients", "?"),
-            "yes" if r.get("id") == leader else "", subs, r.get("bus", "?"),
-        ))
+        rows.append(
+            (
+                r.get("id", "?"),
+                r.get("address", "?"),
+                _age(age),
+                r.get("clients", "?"),
+                "yes" if r.get("id") == leader else "",
+                subs,
+                r.get("bus", "?"),
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.append(f"{len(replicas)} replicas; leader: {leader or 'none'}")

@@ -51,9 +51,7 @@ class Upload:
 class Uploads:
     """The chunked messages on their way to one receiver, by key."""
 
-    def __init__(
-        self, *, clock: Clock, keep: bool, max_bytes: int, max_uploads: int, idle_timeout: float
-    ) -> None:
+    def __init__(self, *, clock: Clock, keep: bool, max_bytes: int, max_uploads: int, idle_timeout: float) -> None:
         self.clock = clock
         self.keep = keep
         self.max_bytes = max_bytes  # bytes one sender may have held here
@@ -80,9 +78,7 @@ class Uploads:
                 raise ProtocolError(f"Message with the same key ({key}) already exists")
             self._drop(key)
         if self._open.get(sender, 0) >= self.max_uploads:
-            raise LimitExceeded(
-                f"Too many chunked messages: a sender may have at most {self.max_uploads} open"
-            )
+            raise LimitExceeded(f"Too many chunked messages: a sender may have at most {self.max_uploads} open")
         self._uploads[key] = Upload(sender, self.clock.monotonic())
         self._open[sender] = self._open.get(sender, 0) + 1
 
@@ -146,9 +142,7 @@ class Uploads:
         upload.next_index += 1
         if upload.scanner.values > MAX_VALUES:
             self._drop(key)
-            raise LimitExceeded(
-                f"Message {key!r} holds more than {MAX_VALUES} values: send large data as bytes"
-            )
+            raise LimitExceeded(f"Message {key!r} holds more than {MAX_VALUES} values: send large data as bytes")
         if self.keep:
             self._hold(upload, key, len(data))
             upload.kept.append(data)
@@ -157,9 +151,7 @@ class Uploads:
         total = self._held.get(upload.sender, 0) + size
         if total > self.max_bytes:
             self._drop(key)
-            raise LimitExceeded(
-                f"Chunked messages of one sender may hold at most {self.max_bytes} bytes here"
-            )
+            raise LimitExceeded(f"Chunked messages of one sender may hold at most {self.max_bytes} bytes here")
         self._held[upload.sender] = total
         upload.held += size
 

@@ -63,9 +63,7 @@ def parse_cache_call(op: str, extra: dict[str, Any]) -> CacheCall:
         values[name] = value
     key = values.get("key")
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise ProtocolError(
-            f"message_cache.{op}: key must be a string of 1 to {MAX_KEY} characters"
-        )
+        raise ProtocolError(f"message_cache.{op}: key must be a string of 1 to {MAX_KEY} characters")
     index = values.get("index")
     if op == "set" and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
         raise ProtocolError("message_cache.set: index must be a non-negative integer")

@@ -26,10 +26,20 @@ MAX_HEADER_BYTES = 64 * 1024
 # workspace, so the router refuses them from clients.
 SERVER_EVENT_TYPES = frozenset(
     {
-        "service_added", "service_removed", "service_updated", "client_connected",
-        "client_disconnected", "client_updated", "workspace_loaded", "workspace_deleted",
-        "workspace_changed", "workspace_ready", "workspace_unloaded", "workspace_status_changed",
-        "peer_not_found", "force-exit",
+        "service_added",
+        "service_removed",
+        "service_updated",
+        "client_connected",
+        "client_disconnected",
+        "client_updated",
+        "workspace_loaded",
+        "workspace_deleted",
+        "workspace_changed",
+        "workspace_ready",
+        "workspace_unloaded",
+        "workspace_status_changed",
+        "peer_not_found",
+        "force-exit",
     }
 )
 
@@ -93,9 +103,7 @@ def encode(main: dict[str, Any], rest: bytes | memoryview = b"") -> bytes:
     return head + rest if rest else head
 
 
-def stamp(
-    env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], to: str, trusted: bool = False
-) -> bytes:
+def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], to: str, trusted: bool = False) -> bytes:
     """The message as every receiver will read it, with the identity the hub gives it.
 
     This is the trust boundary. ``from``, ``ws`` and ``user`` drive reply

@@ -33,15 +33,11 @@ def parse_hello(text: str | bytes) -> Hello:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise HandshakeError(
-                "Failed to decode authentication information", CLOSE_UNSUPPORTED
-            ) from None
+            raise HandshakeError("Failed to decode authentication information", CLOSE_UNSUPPORTED) from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        raise HandshakeError(
-            "Failed to decode authentication information", CLOSE_UNSUPPORTED
-        ) from None
+        raise HandshakeError("Failed to decode authentication information", CLOSE_UNSUPPORTED) from None
     if not isinstance(data, dict):
         raise HandshakeError(
             "Failed to decode authentication information: expected a JSON object",
@@ -49,9 +45,7 @@ def parse_hello(text: str | bytes) -> Hello:
         )
     client_id = data.get("client_id")
     if not isinstance(client_id, str) or not client_id:
-        raise HandshakeError(
-            "Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY
-        )
+        raise HandshakeError("Failed to establish connection: client_id is missing", CLOSE_GOING_AWAY)
     if not ids.is_id(client_id):
         raise HandshakeError(
             f"Failed to establish connection: invalid client_id {client_id[:64]!r} "

@@ -73,9 +73,7 @@ def _channel_frame(kind: int, channel: str, data: bytes) -> bytes:
     name = channel.encode()
     if len(name) > 0xFFFF:
         raise ProtocolError(f"channel name too long for a link frame ({len(name)} bytes)")
-    return b"".join(
-        (_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data)
-    )
+    return b"".join((_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data))
 
 
 def split_channel(body: bytes) -> tuple[str, bytes]:
@@ -172,9 +170,7 @@ def challenge(nonce: bytes) -> bytes:
     return encode(CHALLENGE, nonce)
 
 
-def hello(
-    key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes
-) -> bytes:
+def hello(key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes) -> bytes:
     """The dialler's answer: its id and nonce, signed over the whole transcript."""
     mac = _mac(key, b"hello", listener_nonce, dialler, listener, dialler_nonce)
     return encode(HELLO, dialler_nonce + mac + dialler.encode())
@@ -194,15 +190,11 @@ def check_hello(key: bytes, body: bytes, listener: str, listener_nonce: bytes) -
     if not dialler:
         raise ProtocolError("malformed link HELLO")
     if not hmac.compare_digest(mac, _mac(key, b"hello", listener_nonce, dialler, listener, nonce)):
-        raise ProtocolError(
-            "link HELLO does not answer this connection's challenge with this hub's key"
-        )
+        raise ProtocolError("link HELLO does not answer this connection's challenge with this hub's key")
     return dialler, nonce
 
 
-def welcome(
-    key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes
-) -> bytes:
+def welcome(key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes) -> bytes:
     """The listener's proof, over the same transcript: it holds the key too."""
     return encode(WELCOME, _mac(key, b"welcome", listener_nonce, dialler, listener, dialler_nonce))
 
@@ -215,12 +207,8 @@ def check_welcome(
     listener: str,
     dialler_nonce: bytes,
 ) -> None:
-    if not hmac.compare_digest(
-        body, _mac(key, b"welcome", listener_nonce, dialler, listener, dialler_nonce)
-    ):
-        raise ProtocolError(
-            f"link WELCOME not signed by {listener} with this hub's key for this dial"
-        )
+    if not hmac.compare_digest(body, _mac(key, b"welcome", listener_nonce, dialler, listener, dialler_nonce)):
+        raise ProtocolError(f"link WELCOME not signed by {listener} with this hub's key for this dial")
 
 
 def _early(kind: int) -> ProtocolError:
@@ -264,9 +252,7 @@ class Dial:
             return hello(self._key, body, self._replica, self._listener, self._nonce), None
         if kind == WELCOME and self._challenge is not None:
             self._done = True
-            check_welcome(
-                self._key, body, self._challenge, self._replica, self._listener, self._nonce
-            )
+            check_welcome(self._key, body, self._challenge, self._replica, self._listener, self._nonce)
             return b"", self._listener
         raise _early(kind)
 

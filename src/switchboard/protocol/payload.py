@@ -174,9 +174,7 @@ class Scanner:
                     self._skip = pos - end
                     pos = end
             elif kind != _ARRAY and kind != _MAP:
-                raise ProtocolError(
-                    f"message payload is not valid msgpack (byte 0x{data[start]:02x})"
-                )
+                raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
             walked += 1
             if is_key:
                 self._promise_next = promise_key
@@ -214,9 +212,7 @@ class Scanner:
         if self._capture is not None and len(self._capture) > MAX_PROMISE:
             raise ProtocolError(f"a message's promise may take at most {MAX_PROMISE} bytes")
 
-    def _stop(
-        self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True
-    ) -> bool:
+    def _stop(self, data: bytes | memoryview, pos: int, cap_from: int, walked: int, *, done: bool = True) -> bool:
         """End this feed at ``pos``: keep what follows for the next, and the promise so far."""
         if done and pos < len(data):  # out of budget, the walk ends here: nothing to keep
             self._carry = bytes(data[pos:])
@@ -239,9 +235,7 @@ def check_extra(rest: bytes | memoryview, *, sender: str) -> None:
 
 def check_keys(found: set[str]) -> None:
     if found:
-        raise ProtocolError(
-            f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message"
-        )
+        raise ProtocolError(f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message")
 
 
 def check_promise(promise: Any, sender: str) -> None:

@@ -115,9 +115,7 @@ def check_use(info: ServiceInfo, *, caller_workspace: str, has_read: bool) -> No
         raise PermissionDenied(f"Permission denied for non-public service in workspace {ws}")
 
 
-def prepare_registration(
-    service: Any, *, workspace: str, client_id: str, user_wire: dict[str, Any]
-) -> ServiceInfo:
+def prepare_registration(service: Any, *, workspace: str, client_id: str, user_wire: dict[str, Any]) -> ServiceInfo:
     """Normalise what ``register_service`` received into the stored service info."""
     if not isinstance(service, dict):
         raise ProtocolError("register_service expects a service info object")
@@ -131,13 +129,9 @@ def prepare_registration(
     if "/" in raw_id:
         ws, cid, svc = split_full_id(raw_id)
         if ws != workspace:
-            raise PermissionDenied(
-                f"Permission denied: service {raw_id} is not in your workspace {workspace}"
-            )
+            raise PermissionDenied(f"Permission denied: service {raw_id} is not in your workspace {workspace}")
         if cid != client_id:
-            raise PermissionDenied(
-                f"Permission denied: service {raw_id} belongs to another client than {client_id}"
-            )
+            raise PermissionDenied(f"Permission denied: service {raw_id} belongs to another client than {client_id}")
     else:
         svc = raw_id.rpartition(":")[2] if ":" in raw_id else raw_id
     svc = svc.partition("@")[0]
@@ -196,8 +190,10 @@ def list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]
         if not all(isinstance(p, str) for p in parts):
             raise ProtocolError("list_services query values must be strings")
         q = ServiceQuery(
-            _part(parts[0], "workspace"), _part(parts[1], "client id"),
-            _part(parts[2], "service id"), _part(parts[3], "app id"),
+            _part(parts[0], "workspace"),
+            _part(parts[1], "client id"),
+            _part(parts[2], "service id"),
+            _part(parts[3], "app id"),
         )
         filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
         return q, filters
@@ -206,4 +202,3 @@ def list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]
 
 def field_of(info: ServiceInfo, key: str) -> Any:
     return visibility(info) if key == "visibility" else info.get(key)
-

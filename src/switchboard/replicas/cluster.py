@@ -176,19 +176,22 @@ class Cluster:
     async def _write_presence(self) -> None:
         stats = self.bus.stats
         healthy, reason = self.bus.health
-        await self.presence.write({
-            "id": self.hub.replica_id,
-            "address": self.hub.settings.public_base_url,
-            "started": f"{self.started_at:.3f}",
-            "seen": f"{time.time():.3f}",
-            "clients": len(self.hub.peers),
-            "desired": stats.desired,
-            "confirmed": stats.confirmed,
-            "bus": "ok" if healthy else f"down: {reason}",
-            "leader": int(self.elector.is_leader),
-            # running totals, for the rates the web console draws (server/status_api.py)
-            **dict(self.hub.metrics.totals().items()),
-        }, ttl=PRESENCE_TTL)
+        await self.presence.write(
+            {
+                "id": self.hub.replica_id,
+                "address": self.hub.settings.public_base_url,
+                "started": f"{self.started_at:.3f}",
+                "seen": f"{time.time():.3f}",
+                "clients": len(self.hub.peers),
+                "desired": stats.desired,
+                "confirmed": stats.confirmed,
+                "bus": "ok" if healthy else f"down: {reason}",
+                "leader": int(self.elector.is_leader),
+                # running totals, for the rates the web console draws (server/status_api.py)
+                **dict(self.hub.metrics.totals().items()),
+            },
+            ttl=PRESENCE_TTL,
+        )
 
     async def _reassert(self) -> None:
         peers = list(self.hub.peers.values())

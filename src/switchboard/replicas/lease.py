@@ -29,6 +29,7 @@ from switchboard.errors import BackendError, ConfigError
 
 logger = logging.getLogger(__name__)
 
+
 class LeaseLost(BackendError):
     """This replica is not (or no longer certainly) the lease holder."""
 

@@ -54,7 +54,9 @@ class LinkSettings:
     secret: str
     host: str = "127.0.0.1"
     port: int = 0
-    advertise: str = ""  # "host" or "host:port" others dial; empty: ``host``, or this machine's address if that is a wildcard
+    advertise: str = (
+        ""  # "host" or "host:port" others dial; empty: ``host``, or this machine's address if that is a wildcard
+    )
     max_frame: int = 64 << 20
     dial_timeout: float = 2.0
 
@@ -225,9 +227,7 @@ class Links:
     async def _dial(self, replica: str, host: str, port: int) -> None:
         self.stats.dials += 1
         # the route named ``replica``: only it can answer a HELLO bound to its id
-        handshake = wire.Dial(
-            self._key, self.replica_id, replica, secrets.token_bytes(wire.NONCE_SIZE)
-        )
+        handshake = wire.Dial(self._key, self.replica_id, replica, secrets.token_bytes(wire.NONCE_SIZE))
         link: Link | None = None
         try:
             async with asyncio.timeout(self._dial_timeout):

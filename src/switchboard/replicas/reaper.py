@@ -52,18 +52,14 @@ class ReaperPolicy:
         if not self.interval > 0:
             raise ConfigError(f"ReaperPolicy.interval={self.interval!r}: must be > 0 seconds")
         if not self.first_pass_delay >= 0:
-            raise ConfigError(
-                f"ReaperPolicy.first_pass_delay={self.first_pass_delay!r}: must be >= 0 seconds"
-            )
+            raise ConfigError(f"ReaperPolicy.first_pass_delay={self.first_pass_delay!r}: must be >= 0 seconds")
         if self.min_failures < 2:
             raise ConfigError(
                 f"ReaperPolicy.min_failures={self.min_failures}: must be at least 2, "
                 "or a single lost probe would delete a live client's registrations"
             )
         if self.probe_concurrency < 1:
-            raise ConfigError(
-                f"ReaperPolicy.probe_concurrency={self.probe_concurrency}: must be at least 1"
-            )
+            raise ConfigError(f"ReaperPolicy.probe_concurrency={self.probe_concurrency}: must be at least 1")
         if not 0 < self.probe_timeout <= self.interval:
             raise ConfigError(
                 f"ReaperPolicy.probe_timeout={self.probe_timeout!r}: must be > 0 and "

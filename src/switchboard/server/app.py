@@ -65,8 +65,7 @@ def build_hub(
     secret = settings.jwt_secret
     if not secret:
         log.warning(
-            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and "
-            "reconnection do not survive a restart",
+            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and reconnection do not survive a restart",
             extra={"replica": settings.replica_id},
         )
         secret = TokenIssuer.generate_secret()
@@ -124,9 +123,13 @@ def _cluster(
     policy = lease_policy(hub.settings, LEADER_KEY)
     owner = f"{hub.replica_id}#{int(time.time() * 1000)}"  # unique per incarnation
     cluster = Cluster(
-        hub, registry=registry, bus=bus, presence=RedisPresence(redis, replica_id=hub.replica_id),
+        hub,
+        registry=registry,
+        bus=bus,
+        presence=RedisPresence(redis, replica_id=hub.replica_id),
         lease=RedisLease(redis, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
-        policy=policy, counts=counts,
+        policy=policy,
+        counts=counts,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     return cluster
@@ -143,10 +146,16 @@ def _middleware(settings: Settings) -> list[Middleware]:
     origins = settings.cors_origin_list
     if not origins:
         return []
-    return [Middleware(
-        CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["*"], allow_credentials=False, max_age=600,
-    )]
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+            allow_credentials=False,
+            max_age=600,
+        )
+    ]
 
 
 def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:

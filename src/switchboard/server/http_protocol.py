@@ -77,9 +77,7 @@ class HeadWatch:
     @staticmethod
     def _evict(conn: HubHttpProtocol, now: float) -> None:
         if now - conn.head_since >= EVICT_AFTER:
-            conn.head_failed(
-                TIMEOUT_408, "evicted: too many connections waiting for a request head"
-            )
+            conn.head_failed(TIMEOUT_408, "evicted: too many connections waiting for a request head")
 
 
 class HubHttpProtocol(HttpToolsProtocol):

@@ -191,8 +191,10 @@ async def open_stream(request: Request, *, keepalive: float) -> Response:
         return _error(503, "Server is not accepting connections, retry later")
     if _bearer(request) is None and _cross_origin(request, hub.settings.public_base_url):
         hub.metrics.handshake_failures.inc()
-        detail = ("Permission denied: an anonymous HTTP stream opened from another origin cannot send: "
-                  "the browser returns no cookie across origins and the client sends no token. " + REMEDY)
+        detail = (
+            "Permission denied: an anonymous HTTP stream opened from another origin cannot send: "
+            "the browser returns no cookie across origins and the client sends no token. " + REMEDY
+        )
         log.info("stream refused (403): cross-origin without a token", extra={"replica": hub.replica_id})
         return _error(403, detail)
     try:

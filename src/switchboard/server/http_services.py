@@ -151,8 +151,7 @@ async def list_services(request: Request) -> Response:
         found = await _state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
-            i for i in found
-            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+            i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
         ]
         return JSONResponse(_jsonable(visible))
 
@@ -197,7 +196,11 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not body:
         return {}, as_msgpack
     try:
-        data = msgpack.unpackb(bytes(body), raw=False) if as_msgpack else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        data = (
+            msgpack.unpackb(bytes(body), raw=False)
+            if as_msgpack
+            else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        )
     except (ValueError, RecursionError, msgpack.UnpackException) as exc:
         kind = "msgpack" if as_msgpack else "JSON"
         raise HttpError(400, f"Request body is not valid {kind}: {exc}") from None

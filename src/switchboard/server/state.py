@@ -59,7 +59,9 @@ class ServerState:
             return
         self.phase = Phase.DRAINING
         timeout = self.hub.settings.drain_timeout
-        log.info("draining %d clients (at most %.1fs)", len(self.peers), timeout, extra={"replica": self.hub.replica_id})
+        log.info(
+            "draining %d clients (at most %.1fs)", len(self.peers), timeout, extra={"replica": self.hub.replica_id}
+        )
         await self.hub.drain(timeout, code=CLOSE_RESTARTING, reason="Server restarting, please reconnect")
         if self.peers:
             self._none_left.clear()

@@ -130,7 +130,9 @@ class StatusSampler:
             "subscriptions": {"confirmed": confirmed, "desired": desired},
             "bus": "ok" if bus_ok else f"down: {bus_why}",
             "self": True,
-            "_at": time.monotonic(), "_received": here["received"], "_errors": here["errors"],
+            "_at": time.monotonic(),
+            "_received": here["received"],
+            "_errors": here["errors"],
             "_inflight": here["inflight"],
         }
         cluster = _cluster(hub)
@@ -147,18 +149,22 @@ class StatusSampler:
         for p in presences:
             if p.get("id") == hub.replica_id:
                 continue
-            rows.append({
-                "id": p.get("id"),
-                "address": p.get("address"),
-                "age_seconds": round(time.time() - float(p.get("started") or time.time()), 1),
-                "clients": _number(p.get("clients")),
-                "leader": p.get("id") == leader,
-                "subscriptions": {"confirmed": _number(p.get("confirmed")), "desired": _number(p.get("desired"))},
-                "bus": p.get("bus"),
-                "self": False,
-                "_at": float(p.get("seen") or 0), "_received": _number(p.get("received")) or 0.0,
-                "_errors": _number(p.get("errors")) or 0.0, "_inflight": _number(p.get("inflight")) or 0.0,
-            })
+            rows.append(
+                {
+                    "id": p.get("id"),
+                    "address": p.get("address"),
+                    "age_seconds": round(time.time() - float(p.get("started") or time.time()), 1),
+                    "clients": _number(p.get("clients")),
+                    "leader": p.get("id") == leader,
+                    "subscriptions": {"confirmed": _number(p.get("confirmed")), "desired": _number(p.get("desired"))},
+                    "bus": p.get("bus"),
+                    "self": False,
+                    "_at": float(p.get("seen") or 0),
+                    "_received": _number(p.get("received")) or 0.0,
+                    "_errors": _number(p.get("errors")) or 0.0,
+                    "_inflight": _number(p.get("inflight")) or 0.0,
+                }
+            )
         return sorted(rows, key=lambda r: str(r["id"]))
 
 
@@ -219,15 +225,19 @@ async def workspaces_for(hub: Hub, request: Request) -> tuple[dict[str, Any], li
         infos = by_workspace[ws]
         # as list_services(include_unlisted=True) would show them: unlisted only in one's own workspace
         services = [
-            _service_row(i) for i in infos
+            _service_row(i)
+            for i in infos
             if not i["id"].endswith(":built-in")
             and svc_ids.may_list(i, caller_workspace=own_ws, has_read=readable, include_unlisted=True)
         ]
         clients = None
         if readable:
             clients = sorted(
-                ({"id": i["id"].rpartition(":")[0], "user": (i.get("config") or {}).get("created_by")}
-                 for i in infos if i["id"].endswith(":built-in")),
+                (
+                    {"id": i["id"].rpartition(":")[0], "user": (i.get("config") or {}).get("created_by")}
+                    for i in infos
+                    if i["id"].endswith(":built-in")
+                ),
                 key=lambda c: c["id"],
             )
         if readable or services:
@@ -246,15 +256,23 @@ async def status(request: Request) -> Response:
     except http_services.HttpError as exc:
         return JSONResponse({"success": False, "detail": str(exc)}, status_code=exc.status)
     except BackendError as exc:
-        return JSONResponse({"success": False, "detail": f"Hub backend unavailable, please retry: {exc}"},
-                            status_code=503)
+        return JSONResponse(
+            {"success": False, "detail": f"Hub backend unavailable, please retry: {exc}"}, status_code=503
+        )
     body = {
-        "server": {"id": hub.settings.server_id, "manager_id": hub.manager_id, "replica": hub.replica_id,
-                   "public_base_url": hub.settings.public_base_url, "phase": state.phase.value},
+        "server": {
+            "id": hub.settings.server_id,
+            "manager_id": hub.manager_id,
+            "replica": hub.replica_id,
+            "public_base_url": hub.settings.public_base_url,
+            "phase": state.phase.value,
+        },
         "viewer": viewer,
         "replicas": sampler.replicas if sampler else [],
-        "rates": {"interval": sampler.interval if sampler else None,
-                  "history": list(sampler.history) if sampler else []},
+        "rates": {
+            "interval": sampler.interval if sampler else None,
+            "history": list(sampler.history) if sampler else [],
+        },
         "workspaces": workspaces,
         "time": round(time.time(), 3),
     }

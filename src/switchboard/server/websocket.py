@@ -66,7 +66,11 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         proto = self._proto
-        if code == handshake.CLOSE_RESTARTING and proto is not None and proto.hand_over(handshake.restarting_text(reason)):
+        if (
+            code == handshake.CLOSE_RESTARTING
+            and proto is not None
+            and proto.hand_over(handshake.restarting_text(reason))
+        ):
             return  # a drain: the stream ends without a close frame (see ws_protocol)
         await self._ws.close(code, close_reason(reason))
 
@@ -110,7 +114,8 @@ async def _refuse_upgrade(websocket: WebSocket) -> None:
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             denial = JSONResponse(
                 {"success": False, "detail": "Server is draining or starting, please retry"},
-                status_code=503, headers={"Retry-After": "1"},
+                status_code=503,
+                headers={"Retry-After": "1"},
             )
             await websocket.send_denial_response(denial)
             return
@@ -227,7 +232,8 @@ async def _serve(
         if not reader.done():
             peer.log.warning(
                 "no close handshake within %gs after %r: dropping the connection",
-                CLOSE_GRACE, peer.close_reason,
+                CLOSE_GRACE,
+                peer.close_reason,
             )
             writer.cancel()
             reader.cancel()
@@ -288,9 +294,7 @@ async def _finish(websocket: WebSocket, peer: Peer, writer: asyncio.Task[None]) 
             await asyncio.sleep(_DRAIN_POLL)
         stuck = not writer.done() or transport.get_write_buffer_size()
         if stuck and reset(websocket._receive):
-            peer.log.warning(
-                "connection not drained %gs after %r: dropping it", WRITER_GRACE, peer.close_reason
-            )
+            peer.log.warning("connection not drained %gs after %r: dropping it", WRITER_GRACE, peer.close_reason)
             # the reset wakes a writer blocked in a send: it ends at once
             await asyncio.wait((writer,), timeout=1.0)
     if not writer.done():

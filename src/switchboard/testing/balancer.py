@@ -25,7 +25,11 @@ class Balancer:
     """Round-robin over ``ports`` on ``host``; run it in the test's event loop."""
 
     def __init__(
-        self, ports: list[int], *, host: str = "127.0.0.1", connect_timeout: float = 2.0,
+        self,
+        ports: list[int],
+        *,
+        host: str = "127.0.0.1",
+        connect_timeout: float = 2.0,
         prefer_newest: bool = False,
     ) -> None:
         self.host = host

@@ -38,10 +38,20 @@ CHROMIUM = "/usr/bin/chromium"
 # What Chromium needs to run headless as root in a container, and what keeps it
 # from reaching out on its own (updates, sync, field trials, QUIC probes).
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--disable-extensions", "--mute-audio",
-    "--no-default-browser-check", "--metrics-recording-only", "--password-store=basic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--disable-extensions",
+    "--mute-audio",
+    "--no-default-browser-check",
+    "--metrics-recording-only",
+    "--password-store=basic",
 )
 
 
@@ -52,8 +62,9 @@ class BrowserError(RuntimeError):
 class Chromium:
     """One headless Chromium process with a fresh profile; pages come from :meth:`page`."""
 
-    def __init__(self, binary: str = CHROMIUM, *, window: tuple[int, int] = (1280, 800),
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, binary: str = CHROMIUM, *, window: tuple[int, int] = (1280, 800), extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.binary = binary
         self.window = window
         self.extra_args = extra_args
@@ -64,10 +75,19 @@ class Chromium:
     def start(self, timeout: float = 15.0) -> Chromium:
         self._profile = tempfile.mkdtemp(prefix="sb-chromium-")
         width, height = self.window
-        cmd = [self.binary, *FLAGS, *self.extra_args, f"--user-data-dir={self._profile}", "--remote-debugging-port=0",
-               "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     stdin=subprocess.DEVNULL)
+        cmd = [
+            self.binary,
+            *FLAGS,
+            *self.extra_args,
+            f"--user-data-dir={self._profile}",
+            "--remote-debugging-port=0",
+            "--remote-debugging-address=127.0.0.1",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
         active = Path(self._profile) / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -104,7 +124,9 @@ class Chromium:
         """A tab in a browser context of its own (no cookies or storage shared with other pages)."""
         async with CDPConnection.open(self.ws_url) as cdp:
             context = (await cdp.send("Target.createBrowserContext"))["browserContextId"]
-            target = (await cdp.send("Target.createTarget", {"url": "about:blank", "browserContextId": context}))["targetId"]
+            target = (await cdp.send("Target.createTarget", {"url": "about:blank", "browserContextId": context}))[
+                "targetId"
+            ]
             session = (await cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
             page = Page(cdp, session)
             await page.enable()
@@ -140,8 +162,9 @@ class CDPConnection:
     def listen(self, callback: Callable[[str, dict[str, Any], str | None], None]) -> None:
         self._listeners.append(callback)
 
-    async def send(self, method: str, params: Mapping[str, Any] | None = None, *,
-                   session: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    async def send(
+        self, method: str, params: Mapping[str, Any] | None = None, *, session: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         ident = next(self._ids)
         message: dict[str, Any] = {"id": ident, "method": method, "params": dict(params or {})}
         if session:
@@ -232,9 +255,15 @@ class Page:
 
     async def evaluate(self, expression: str, *, timeout: float = 30.0) -> Any:
         """The value of ``expression`` (a promise is awaited), as JSON."""
-        reply = await self.send("Runtime.evaluate", {
-            "expression": expression, "awaitPromise": True, "returnByValue": True,
-        }, timeout=timeout)
+        reply = await self.send(
+            "Runtime.evaluate",
+            {
+                "expression": expression,
+                "awaitPromise": True,
+                "returnByValue": True,
+            },
+            timeout=timeout,
+        )
         if "exceptionDetails" in reply:
             details = reply["exceptionDetails"]
             raise BrowserError(details.get("exception", {}).get("description") or details.get("text"))
@@ -242,8 +271,10 @@ class Page:
 
     async def screenshot(self, *, width: int | None = None, height: int | None = None) -> bytes:
         if width and height:
-            await self.send("Emulation.setDeviceMetricsOverride",
-                            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+            await self.send(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+            )
         data = (await self.send("Page.captureScreenshot", {"format": "png"}))["data"]
         return base64.b64decode(data)
 
@@ -261,8 +292,14 @@ class StaticServer:
     Its origin differs from the hub's (another port), as a web page's usually does.
     """
 
-    TYPES = {".mjs": "text/javascript", ".js": "text/javascript", ".map": "application/json",
-             ".html": "text/html", ".css": "text/css", ".json": "application/json"}
+    TYPES = {
+        ".mjs": "text/javascript",
+        ".js": "text/javascript",
+        ".map": "application/json",
+        ".html": "text/html",
+        ".css": "text/css",
+        ".json": "application/json",
+    }
 
     def __init__(self, mounts: Mapping[str, str | Path]) -> None:
         # longest prefix first, so "/lib/" wins over "/"
@@ -284,7 +321,7 @@ class StaticServer:
         path = path.split("?", 1)[0]
         for prefix, root in self.mounts:
             if path.startswith(prefix):
-                candidate = (root / path[len(prefix):]).resolve()
+                candidate = (root / path[len(prefix) :]).resolve()
                 if candidate.is_file() and candidate.is_relative_to(root.resolve()):
                     return candidate
                 return None

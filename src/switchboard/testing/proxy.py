@@ -92,9 +92,7 @@ class ProxyConnection:
         self._shutdown(rst=False)
 
     def info(self) -> ConnectionInfo:
-        return ConnectionInfo(
-            self.id, self.client_addr, self.upstream_addr, self.bytes_up, self.bytes_down
-        )
+        return ConnectionInfo(self.id, self.client_addr, self.upstream_addr, self.bytes_up, self.bytes_down)
 
     def _shutdown(self, *, rst: bool) -> None:
         if self.closed:
@@ -129,9 +127,7 @@ class ProxyConnection:
             down.cancel()
             await asyncio.gather(up, down, return_exceptions=True)
 
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool
-    ) -> bool:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, up: bool) -> bool:
         """Copy one direction until EOF; True if it ended with a reset.
 
         Reading and writing are split by a queue so that added latency delays
@@ -225,12 +221,8 @@ class FaultProxy:
             flowing, self._flowing = self._flowing, asyncio.Event()
             if flowing.is_set():
                 self._flowing.set()
-            self._server = await asyncio.start_server(
-                self._on_client, "127.0.0.1", self._want_port, reuse_address=True
-            )
-            logger.info(
-                "fault proxy :%s -> %s:%s", self.port, self.upstream_host, self.upstream_port
-            )
+            self._server = await asyncio.start_server(self._on_client, "127.0.0.1", self._want_port, reuse_address=True)
+            logger.info("fault proxy :%s -> %s:%s", self.port, self.upstream_host, self.upstream_port)
         return self
 
     async def stop(self) -> None:
@@ -338,9 +330,7 @@ class ThreadedFaultProxy:
         connect_timeout: float = 5.0,
         call_timeout: float = 10.0,
     ) -> None:
-        self.proxy = FaultProxy(
-            upstream_host, upstream_port, port=port, connect_timeout=connect_timeout
-        )
+        self.proxy = FaultProxy(upstream_host, upstream_port, port=port, connect_timeout=connect_timeout)
         self.call_timeout = call_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -349,9 +339,7 @@ class ThreadedFaultProxy:
         if self._thread is not None:
             return self
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="switchboard-fault-proxy", daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop.run_forever, name="switchboard-fault-proxy", daemon=True)
         self._thread.start()
         try:
             self._run(self.proxy.start())

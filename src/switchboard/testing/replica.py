@@ -53,9 +53,20 @@ class ReplicaProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "switchboard", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--replica-id", self.replica_id,
-               "--jwt-secret", self.jwt_secret]
+        cmd = [
+            sys.executable,
+            "-m",
+            "switchboard",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--replica-id",
+            self.replica_id,
+            "--jwt-secret",
+            self.jwt_secret,
+        ]
         if self.redis_url:
             # replicas of one hub share the public URL (a load balancer's, in production)
             cmd += ["--redis-url", self.redis_url, "--public-url", self.public_url]

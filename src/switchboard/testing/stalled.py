@@ -129,9 +129,7 @@ async def bystanders(url: str, into: list[Any], *, provider: str) -> tuple[Any, 
         connected[name] = await connect_to_server(configs[name])
         into.append(connected[name])
     offering = connected[provider]
-    await offering.register_service(
-        {"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b}
-    )
+    await offering.register_service({"id": "calc", "config": {"visibility": "public"}, "add": lambda a, b: a + b})
     calc = await connected[other].get_service(f"{offering.config['workspace']}/steady-{provider}:calc")
     assert await calc.add(1, 2) == 3
     return connected["ws"], connected["http"], calc

@@ -223,9 +223,7 @@ class ValkeyServer:
             *self.extra_args,
         ]
         with open(self._dir / "valkey.log", "ab") as log:
-            proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self._proc = proc
         # A test that forgets stop() must not leak a server past interpreter exit.
         self._finalizer = weakref.finalize(self, _terminate, proc, self.stop_timeout)
@@ -253,8 +251,7 @@ class ValkeyServer:
                     tail = self.log_tail()
                     hint = " (address in use)" if "in use" in tail else ""
                     raise ValkeyServerError(
-                        f"valkey-server exited with code {code} during start{hint}; "
-                        f"log tail:\n{tail}"
+                        f"valkey-server exited with code {code} during start{hint}; log tail:\n{tail}"
                     )
                 with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
                     if probe.ping():

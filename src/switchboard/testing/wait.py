@@ -9,9 +9,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-async def eventually(
-    check: Callable[[], Awaitable[T] | T], *, timeout: float, what: str, interval: float = 0.05
-) -> T:
+async def eventually(check: Callable[[], Awaitable[T] | T], *, timeout: float, what: str, interval: float = 0.05) -> T:
     """Call ``check`` until it returns something truthy without raising, at most ``timeout`` s.
 
     Raises ``AssertionError`` naming ``what`` and the last error seen, so a

@@ -147,9 +147,7 @@ class ConnectionKeeping:
         if conn is None or not todo or not await self._wire(todo, conn):
             return 0
         self._counts.repairs += len(todo)
-        logger.info(
-            "reconciler re-sent %d subscription(s): %s", len(todo), todo[:10], extra=self._extra
-        )
+        logger.info("reconciler re-sent %d subscription(s): %s", len(todo), todo[:10], extra=self._extra)
         return len(todo)
 
     async def _reconcile_loop(self, interval: float) -> None:

@@ -53,9 +53,7 @@ def client_name(replica_id: str, role: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"sb-{role}-{replica_id}")[:100]
 
 
-def pubsub_connection_factory(
-    url: str, *, timeout: float = 2.0, name: str | None = None
-) -> PubSubConnectionFactory:
+def pubsub_connection_factory(url: str, *, timeout: float = 2.0, name: str | None = None) -> PubSubConnectionFactory:
     """Makes unconnected RESP2 connections that never retry or reconnect on their own.
 
     ``timeout`` bounds connecting and the handshake; reads on the connection

@@ -146,9 +146,7 @@ class RedisRegistry(RedisTransit):
     explicit retries is made, and closed on :meth:`close`).
     """
 
-    def __init__(
-        self, redis: aredis.Redis | str, *, replica_id: str, key_prefix: str = "sb:"
-    ) -> None:
+    def __init__(self, redis: aredis.Redis | str, *, replica_id: str, key_prefix: str = "sb:") -> None:
         self._owns_client = isinstance(redis, str)
         self._r = make_client(redis) if isinstance(redis, str) else redis
         self.replica_id = replica_id
@@ -202,14 +200,10 @@ class RedisRegistry(RedisTransit):
         except ProtocolError:
             return None  # as the memory registry: a malformed id is simply not there
         keys = [self._svc_key(ws), self._ws_key]
-        prev = await self._call(
-            "unregister", self._unregister(keys=keys, args=[ws, f"{cid}:{svc}"])
-        )
+        prev = await self._call("unregister", self._unregister(keys=keys, args=[ws, f"{cid}:{svc}"]))
         return None if prev is None else _decode(prev)
 
-    async def remove_client(
-        self, workspace: str, client_id: str, *, owner: str | None = None
-    ) -> list[ServiceInfo]:
+    async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         keys = [self._svc_key(workspace), self._ws_key, self._owner_key, self._transit_key, self._transit_left_key]
         args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
         removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
@@ -258,9 +252,7 @@ class RedisRegistry(RedisTransit):
         """
         keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key]
         args = [replica_id, f"{self._p}svc:"]
-        removed = await self._call(
-            "remove_replica_state", self._remove_replica(keys=keys, args=args)
-        )
+        removed = await self._call("remove_replica_state", self._remove_replica(keys=keys, args=args))
         return [_decode(raw) for raw in removed]
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:

@@ -29,7 +29,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS: owner hash, transit zset, transit:left hash. ARGV: "<ws>/<cid>", owner, grace ms.
 # Refused (0) once another replica owns the client: it is back already.
-BEGIN = _NOW + """
+BEGIN = (
+    _NOW
+    + """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if current and current ~= ARGV[2] then return 0 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 1 end
@@ -37,11 +39,14 @@ redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], now)
 return 1
 """
+)
 
 # KEYS: transit zset, transit:left hash, owner hash, the new owner's clients set.
 # ARGV: "<ws>/<cid>", new owner, replica key prefix.
 # Returns the ms the client was in transit, or -1 if it was not.
-END = _NOW + """
+END = (
+    _NOW
+    + """
 local left = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -54,11 +59,14 @@ end
 if not left then return -1 end
 return math.max(0, now - tonumber(left))
 """
+)
 
 # KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash.
 # ARGV: "<ws>/<cid>", "<cid>:", ws, replica key prefix.
 # {'none'} | {'waiting', ms left} | {'expired', info...}
-EXPIRE = _NOW + """
+EXPIRE = (
+    _NOW
+    + """
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not deadline then return {'none'} end
 if tonumber(deadline) > now then return {'waiting', tostring(tonumber(deadline) - now)} end
@@ -80,11 +88,15 @@ if owner then
 end
 return out
 """
+)
 
 # KEYS: transit zset. Every client whose grace is over, oldest first (bounded).
-DUE = _NOW + """
+DUE = (
+    _NOW
+    + """
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 """
+)
 
 
 class RedisTransit:
