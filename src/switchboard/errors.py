@@ -14,14 +14,16 @@
     ├── TargetNotConnected                a message's target has no live connection
     ├── LimitExceeded                     a per-client quota was hit
     ├── BackendError                      the registry or bus failed (e.g. Redis down)
-    │   └── LeaseLost                         this replica no longer holds a lease (backends/redis/lease.py)
+    │   └── LeaseLost                         this replica no longer holds a lease (replicas/lease.py)
     ├── RequestRefused                    an HTTP request answered with a status of its own
     └── client errors (client/errors.py):  GaveUp (ConnectionError), Refused (ConnectionAbortedError),
                                            CallInterrupted, ClientClosed
 
 Where a caller expects a stdlib type the class subclasses it too, so
 ``except PermissionError`` keeps working. The HTTP endpoints answer each of
-these with the status ``server/http_errors.py`` maps it to.
+these with the status ``server/http_errors.py`` maps it to. A backend
+translates its store's own errors (Redis's ``RedisError``) into
+:class:`BackendError` inside ``backends/``; nothing above it names them.
 """
 
 from __future__ import annotations

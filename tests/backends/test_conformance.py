@@ -354,6 +354,17 @@ class TestBus:
         assert [bytes(r) for r in received] == payloads
         assert all(isinstance(r, bytes) for r in received)
 
+    async def test_subscriptions_count_what_is_wanted_and_what_is_confirmed(self, bus: EventBus) -> None:
+        before = bus.subscriptions
+        await bus.subscribe("chan", lambda _: None)
+        if before is None:  # one process: nothing to confirm, nothing counted
+            assert bus.subscriptions is None
+            return
+        desired, confirmed = before
+        await eventually(lambda: bus.subscriptions == (desired + 1, confirmed + 1), "the confirmation")
+        await bus.unsubscribe("chan")
+        assert bus.subscriptions == (desired, confirmed)
+
     async def test_channels_are_separate(self, bus: EventBus) -> None:
         a: list[bytes] = []
         b: list[bytes] = []

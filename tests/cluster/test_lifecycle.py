@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from switchboard.hub.cluster import LEADER_KEY, PRESENCE_PREFIX
+from switchboard.backends.redis.presence import LEADER_KEY, PRESENCE_PREFIX
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

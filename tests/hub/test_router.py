@@ -31,6 +31,8 @@ from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.router import CALL, CHUNK, OTHER, REPLY, Router, classify
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
+from switchboard.protocol.calls import is_call
+from switchboard.replicas.replays import worth_replaying
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -521,7 +523,28 @@ def test_a_lost_links_call_is_sent_again_only_while_its_caller_waits() -> None:
     t = Table()
     data = relayed_call("r1", ME)
     t.router.inflight.opened(ME, "r1", ELSEWHERE, t.peers)
-    assert t.router.replay_wanted(data)
+    assert worth_replaying(data, t.router.inflight)
     t.router.inflight.closed(ME, "r1")
-    assert not t.router.replay_wanted(data), "its reply came back: it arrived"
-    assert t.router.replay_wanted(envelope.encode(reply(ME, "r1"))), "a duplicate reply is harmless"
+    assert not worth_replaying(data, t.router.inflight), "its reply came back: it arrived"
+    assert worth_replaying(envelope.encode(reply(ME, "r1")), t.router.inflight), "a duplicate reply is harmless"
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "services.svc.f",
+        "services.built-in.get_service",
+        "services.built-in.message_cache.append",
+        "services.built-in.message_cache.process",
+        "services.built-in.message_cache.bogus",
+        "s1.resolve",
+        "s1.reject",
+        "callback.x",
+        None,
+        42,
+    ],
+)
+@pytest.mark.parametrize("session", ["s1", "", None])
+def test_the_replay_rule_and_the_router_tell_calls_apart_alike(method: Any, session: str | None) -> None:
+    """A lost link's frames are judged by :func:`is_call` (the replica layer's), the router by :func:`classify`."""
+    assert is_call(method, session) == (classify(method, session, b"").kind == CALL)

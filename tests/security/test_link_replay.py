@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from switchboard.backends.redis import RedisBus
-from switchboard.backends.redis.links import LinkSettings
 from switchboard.clock import SystemClock
+from switchboard.hub.inflight import InFlight
 from switchboard.protocol import link as wire
+from switchboard.replicas.links import Links, LinkSettings
+from switchboard.replicas.unicast import Unicast
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import free_port
 from switchboard.testing.wait import eventually, scaled
@@ -77,37 +79,59 @@ def valkey_replay() -> Iterator[ValkeyServer]:
         yield srv
 
 
-@pytest.fixture
-async def buses(valkey_replay: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
-    """Started buses with links on loopback, all closed after the test."""
-    made: list[RedisBus] = []
+class Replica:
+    """One replica's client channels over a Redis bus, with links, as the hub has them."""
 
-    async def make(name: str, **link_options: Any) -> RedisBus:
-        bus = RedisBus(
-            valkey_replay.url,
+    def __init__(self, url: str, name: str, **link_options: Any) -> None:
+        self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.bus = RedisBus(
+            url,
             clock=SystemClock(),
-            replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
+            replica_id=self.replica_id,
             backoff_initial=0.02,
             backoff_max=0.2,
             op_timeout=0.5,
+        )
+        self.unicast = Unicast(
+            self.bus,
+            replica_id=self.replica_id,
+            clock=SystemClock(),
+            calls=InFlight(),
             links=LinkSettings(secret=SECRET, **link_options),
         )
-        made.append(bus)
-        assert await bus.start()
-        return bus
+        self.publish = self.unicast.publish
+        self.subscribe = self.unicast.subscribe
+
+    @property
+    def links(self) -> Links:
+        assert self.unicast.links is not None
+        return self.unicast.links
+
+
+@pytest.fixture
+async def buses(valkey_replay: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
+    """Started replicas with links on loopback, all closed after the test."""
+    made: list[Replica] = []
+
+    async def make(name: str, **link_options: Any) -> Replica:
+        replica = Replica(valkey_replay.url, name, **link_options)
+        made.append(replica)
+        assert await replica.bus.start()
+        await replica.unicast.start()
+        return replica
 
     yield make
-    for bus in made:
-        await bus.close()
+    for replica in made:
+        await replica.unicast.close()
+        await replica.bus.close()
 
 
 def channel() -> str:
     return f"sb:client:ws-{uuid.uuid4().hex[:6]}/c"
 
 
-def link_port(bus: RedisBus) -> int:
-    assert bus.links is not None
-    return int(bus.links.origin.rsplit(":", 1)[1])
+def link_port(replica: Replica) -> int:
+    return int(replica.links.origin.rsplit(":", 1)[1])
 
 
 @pytest.fixture
@@ -116,7 +140,7 @@ async def tap() -> AsyncIterator[Tap]:
         yield relay
 
 
-async def recorded_handshake(buses, tap: Tap) -> tuple[RedisBus, RedisBus, str, list[bytes], bytes]:
+async def recorded_handshake(buses, tap: Tap) -> tuple[Replica, Replica, str, list[bytes], bytes]:
     """``b`` dials ``a`` through ``tap`` and links; both, ``b``'s channel, what it got, and the tape."""
     a = await buses("a", port=tap.upstream, advertise=f"127.0.0.1:{tap.port}")
     b = await buses("b")
@@ -163,10 +187,10 @@ async def test_a_replayed_hello_opens_no_link_and_delivers_nothing(buses, tap) -
     assert on_a == []
     await eventually(lambda: a.links.stats.refused == refused + 1, "the replay counted as refused")
     # the legitimate link is untouched: a's frames for b still go straight to it
-    direct = a.stats.links.direct
+    direct = a.links.stats.direct
     assert await a.publish(ch_b, b"still direct") == 1
     await eventually(lambda: on_b[-1:] == [b"still direct"], "delivery over the legitimate link")
-    assert a.stats.links.direct == direct + 1
+    assert a.links.stats.direct == direct + 1
     assert a.links.route_of(ch_b) == b.replica_id
 
 

@@ -86,15 +86,11 @@ class Registry(Protocol):
 
 
 class EventBus(Protocol):
-    """Fire-and-forget delivery of bytes to whoever subscribed to a channel."""
+    """Fire-and-forget delivery of bytes to whoever subscribed to a channel.
 
-    #: Told of a frame ``publish`` counted as received that reached nobody after all
-    #: (the Redis bus's direct links can learn that late); the in-memory bus never does.
-    on_undelivered: Callable[[str, bytes], None] | None
-    #: Asked before a frame that may or may not have arrived (a lost link's unacked
-    #: frame) is sent again: ``False`` when it is known to have arrived. The
-    #: in-memory bus never asks.
-    replay_wanted: Callable[[str, bytes], bool] | None
+    Only publish and subscribe: what travels between replicas by other paths
+    (direct links) is the replica layer's (:mod:`switchboard.replicas`).
+    """
 
     async def start(self) -> bool:
         """Connect; return whether the bus is healthy (it keeps trying if not)."""
@@ -105,17 +101,8 @@ class EventBus(Protocol):
         """``(healthy, reason)``: readiness reports it."""
         ...
 
-    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
-        """Send ``data``; return how many subscribers received it (0 = nobody).
-
-        ``direct=False`` keeps it on the shared, ordered path even where a
-        faster one exists (the Redis bus's links), behind earlier broadcasts.
-        """
-        ...
-
-    def try_direct(self, channel: str, data: bytes) -> bool:
-        """Send ``data`` at once by a faster path than :meth:`publish`, if there is one
-        that takes it now (the Redis bus's links); ``False``: publish it."""
+    async def publish(self, channel: str, data: bytes) -> int:
+        """Send ``data``; return how many subscribers received it (0 = nobody)."""
         ...
 
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
@@ -123,6 +110,12 @@ class EventBus(Protocol):
         ...
 
     async def unsubscribe(self, channel: str) -> None: ...
+
+    @property
+    def subscriptions(self) -> tuple[int, int] | None:
+        """``(desired, confirmed)`` channels: confirmed once the store acknowledged them on
+        the live connection; ``None`` where nothing needs confirming (one process)."""
+        ...
 
     async def close(self) -> None: ...
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from switchboard.backends.base import BusHandler, Expiry
 from switchboard.clock import Clock, SystemClock
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
@@ -95,8 +93,6 @@ class MemoryBus:
 
     def __init__(self) -> None:
         self._handlers: dict[str, BusHandler] = {}
-        self.on_undelivered: Callable[[str, bytes], None] | None = None  # publish knows at once
-        self.replay_wanted: Callable[[str, bytes], bool] | None = None  # nothing is ever sent twice
 
     async def start(self) -> bool:
         return True
@@ -105,21 +101,22 @@ class MemoryBus:
     def health(self) -> tuple[bool, str]:
         return True, "in-process"
 
-    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+    async def publish(self, channel: str, data: bytes) -> int:
         handler = self._handlers.get(channel)
         if handler is None:
             return 0
         handler(data)
         return 1
 
-    def try_direct(self, channel: str, data: bytes) -> bool:
-        return False  # one process: publishing is already as direct as it gets
-
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
         self._handlers[channel] = handler
 
     async def unsubscribe(self, channel: str) -> None:
         self._handlers.pop(channel, None)
+
+    @property
+    def subscriptions(self) -> None:
+        return None  # a subscription is a dict entry: there is nothing to confirm
 
     async def close(self) -> None:
         self._handlers.clear()

@@ -230,6 +230,11 @@ class Dispatch:
             workspace = str(env.main.get("ws", ""))
         self._broadcast_here(workspace, env.type, frame)
 
+    async def take_lost(self) -> None:
+        """Until the unicast closes: frames it had counted as delivered that reached nobody after all."""
+        async for target, data in self.remote.lost():
+            self.undelivered(target, data)
+
     def undelivered(self, target: str, data: bytes) -> None:
         """A frame the bus had counted as delivered reached nobody after all: the same path as a
         publish to nobody."""

@@ -14,13 +14,13 @@ import contextlib
 import logging
 from collections.abc import Mapping
 
-from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
+from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Drainer:
         *,
         router: Router,
         moves: Moves,
-        bus: EventBus,
+        unicast: Unicast,
         clock: Clock,
         peers: Mapping[str, Peer],
         retry: RetryWindow,
@@ -56,7 +56,7 @@ class Drainer:
         self.inflight = router.inflight
         self.moves = moves
         self.transit = moves.transit
-        self.bus = bus
+        self.unicast = unicast
         self.clock = clock
         self.peers = peers
         self.retry = retry
@@ -85,7 +85,7 @@ class Drainer:
             for peer in list(self.peers.values()):
                 if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
                     unsubscribed.add(peer.id)
-                    await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
+                    await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
                 if peer.id in unsubscribed and not peer.closed and not self.inflight.busy_before(peer.id, cutoff):
                     now = self.clock.monotonic()
                     since = ready_since.setdefault(peer.id, now)

@@ -11,6 +11,7 @@ Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -38,7 +39,10 @@ from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.replicas.links import LinkSettings
+from switchboard.replicas.unicast import Unicast
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,7 @@ class Hub:
         metrics: HubMetrics,
         issuer: TokenIssuer,
         counts: ConnectionCounts | None = None,
+        links: LinkSettings | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -76,6 +81,7 @@ class Hub:
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
         self._by_workspace: dict[str, set[Peer]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
         self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
@@ -88,8 +94,12 @@ class Hub:
         self.transit: Transit[Undelivered] = Transit(
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
         )
+        calls = InFlight()  # the router's: the calls a lost link's unacked frames are judged by
+        # frames for clients of other replicas: over direct links (``links``) or through the bus
+        self.unicast = Unicast(bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links)
         self.remote = Remote(
             bus=bus,
+            unicast=self.unicast,
             registry=registry,
             replica_id=self.replica_id,
             manager_address=self.manager_address,
@@ -105,6 +115,7 @@ class Hub:
         )
         self.router = Router(
             settings=settings,
+            inflight=calls,
             clock=clock,
             metrics=metrics,
             peers=self.peers,
@@ -135,9 +146,8 @@ class Hub:
             token=self.reconnection_token,
         )
         self.drainer = Drainer(
-            router=self.router, moves=self.moves, bus=bus, clock=clock, peers=self.peers, retry=self.retry
+            router=self.router, moves=self.moves, unicast=self.unicast, clock=clock, peers=self.peers, retry=self.retry
         )
-        self.remote.hear(undelivered=self.dispatch.undelivered, replay_wanted=self.router.replay_wanted)
 
     @property
     def inflight(self) -> InFlight:
@@ -149,6 +159,8 @@ class Hub:
     async def start(self) -> None:
         if not await self.bus.start():
             self.log.warning("event bus not healthy at start (%s): serving, and retrying", self.bus.health[1])
+        await self.unicast.start()
+        spawn(self._background, self.dispatch.take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
         await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
         await self.moves.start()
@@ -167,6 +179,8 @@ class Hub:
         for companion in reversed(self.companions):
             await companion.stop()
         await self.manager.stop()
+        await self.unicast.close()  # ends dispatch.take_lost
+        await cancel_and_wait(list(self._background))
         await self.bus.close()
         await self.registry.close()
 
@@ -209,7 +223,7 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.bus.subscribe(
+        await self.unicast.subscribe(
             CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data)
         )
         if first_in_workspace:
@@ -264,7 +278,7 @@ class Hub:
         await self.gate.count_out(peer)
         if not current:
             return
-        await self.bus.unsubscribe(CLIENT_CHANNEL + peer.id)
+        await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
         if workspace_empty:
             channel = WORKSPACE_CHANNEL + peer.workspace
             await self.bus.unsubscribe(channel)
@@ -346,7 +360,7 @@ class Hub:
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
         channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
-        await self.bus.subscribe(channel, lambda data: self.dispatch.receive_as(acting, relay.unwrap(data)[2]))
+        await self.unicast.subscribe(channel, lambda data: self.dispatch.receive_as(acting, relay.unwrap(data)[2]))
         token = ACTING_AS.set(acting)
         try:
             yield acting
@@ -354,7 +368,7 @@ class Hub:
             ACTING_AS.reset(token)
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
-            await self.bus.unsubscribe(channel)
+            await self.unicast.unsubscribe(channel)
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
@@ -363,18 +377,18 @@ class Hub:
 
     # -- repairs -------------------------------------------------------------
 
-    async def repair_registry(self) -> int:
-        """Retry what a backend outage left undone; return how many registrations were re-written."""
+    async def repair_registry(self) -> list[ServiceInfo]:
+        """Retry what a backend outage left undone; return the registrations to re-write, if any
+        (the cluster re-asserts them)."""
         await self.gate.retry_uncounted()
         for ws, cid in list(self.unpurged):
             if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
                 await self.purge(ws, cid, owner=self.replica_id)
             self.unpurged.discard((ws, cid))
         if not self.registry_dirty:
-            return 0
+            return []
         self.registry_dirty = False
-        infos = [info for peer in list(self.peers.values()) for info in peer.services.values()]
-        return await self.registry.reassert(infos)  # type: ignore[attr-defined]
+        return [info for peer in list(self.peers.values()) for info in peer.services.values()]
 
     async def sweep_transits(self) -> int:
         """End transits nobody here knew of whose grace is over (:meth:`Moves.sweep_transits`)."""

@@ -299,7 +299,7 @@ class Moves:
 
     async def _notice(self, kind: str, client: str, **extra: Any) -> None:
         body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
-        await self.remote.publish(TRANSIT_CHANNEL, body, direct=False)
+        await self.remote.publish(TRANSIT_CHANNEL, body)
 
     def _on_notice(self, data: bytes) -> None:
         try:

@@ -1,22 +1,24 @@
-"""The other replicas, as this one reaches them: the event bus, its direct links, the registry's claims.
+"""The other replicas, as this one reaches them: the event bus, the direct links, the registry's claims.
 
 Only I/O and no decisions (those are :class:`~switchboard.hub.router.Router`'s):
 publishing to a client's, a workspace's or a replica's channel (a bus failure
 counts as "nobody received it", never as a crash), sending over a direct link,
-asking the registry whether some replica still claims a client. What the bus
-says back about frames it had counted as delivered reaches the hub in one
-place, :meth:`Remote.hear`.
+asking the registry whether some replica still claims a client. A client's
+frames go through :class:`~switchboard.replicas.unicast.Unicast` (a link if one
+takes them, else the bus); what it says back about frames it had counted as
+delivered reaches the hub in one place, :meth:`Remote.lost`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container
+from collections.abc import AsyncIterator, Container
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
 from switchboard.protocol import ids, relay
 from switchboard.protocol.services import ServiceQuery
+from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)
 
@@ -29,38 +31,34 @@ class Remote:
     """This replica's side of the bus. ``aliases``: the HTTP callers the manager acts for."""
 
     def __init__(
-        self, *, bus: EventBus, registry: Registry, replica_id: str, manager_address: str, aliases: Container[str]
+        self,
+        *,
+        bus: EventBus,
+        unicast: Unicast,
+        registry: Registry,
+        replica_id: str,
+        manager_address: str,
+        aliases: Container[str],
     ) -> None:
         self.bus = bus
+        self.unicast = unicast
         self.registry = registry
         self.replica_id = replica_id
         self.manager_address = manager_address
         self.aliases = aliases
         self.log = logging.LoggerAdapter(log, {"replica": replica_id})
 
-    def hear(self, *, undelivered: Callable[[str, bytes], None], replay_wanted: Callable[[bytes], bool]) -> None:
-        """Listen to what the bus reports about frames for clients it had counted as delivered.
-
-        ``undelivered(target, data)``: a direct link sent one back and Redis
-        found no subscriber either. ``replay_wanted(data)``: whether a lost
-        link's unacked frame may be published again. Frames on other channels
-        are not the hub's to judge.
-        """
-
-        def on_undelivered(channel: str, data: bytes) -> None:
+    async def lost(self) -> AsyncIterator[tuple[str, bytes]]:
+        """``(target, frame)`` for a client that the unicast had counted as delivered and that reached
+        nobody after all (a direct link gave it back and Redis found no subscriber); ends at close."""
+        async for channel, data in self.unicast.lost():
             if channel.startswith(CLIENT_CHANNEL):
-                undelivered(channel[len(CLIENT_CHANNEL) :], data)
+                yield channel.removeprefix(CLIENT_CHANNEL), data
 
-        def on_replay(channel: str, data: bytes) -> bool:
-            return not channel.startswith(CLIENT_CHANNEL) or replay_wanted(data)
-
-        self.bus.on_undelivered = on_undelivered
-        self.bus.replay_wanted = on_replay
-
-    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+    async def publish(self, channel: str, data: bytes) -> int:
         """Publish; return how many replicas received it (0 also when the bus failed)."""
         try:
-            return await self.bus.publish(channel, data, direct=direct)
+            return await self.bus.publish(channel, data)
         except BackendError as exc:
             self.log.warning("publish failed: %s", exc)
             return 0
@@ -73,7 +71,7 @@ class Remote:
 
     def send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
         """Over a direct link to the client's replica, if one is known and takes it now."""
-        return self.bus.try_direct(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
+        return self.unicast.send(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
 
     async def publish_to_client(
         self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
@@ -81,7 +79,11 @@ class Remote:
         """Through the bus to the replica holding ``target``; ``False``: none did. An event keeps
         to the bus's shared path, behind the broadcasts its sender emitted before it."""
         frame = self._for_client(frame, session, caller)
-        return await self.publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+        try:
+            return await self.unicast.publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+        except BackendError as exc:
+            self.log.warning("publish failed: %s", exc)
+            return False
 
     async def worth_retrying(self, target: str) -> bool:
         """Does some replica claim this client, or can we not tell right now?"""

@@ -116,6 +116,7 @@ class Router:
         aliases: Container[str],
         transit: Transit[Undelivered],
         retry: RetryWindow,
+        inflight: InFlight | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -127,7 +128,7 @@ class Router:
         self.aliases = aliases
         self.transit = transit
         self.retry = retry
-        self.inflight = InFlight()
+        self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
         self.draining = False
         s = settings
@@ -393,23 +394,6 @@ class Router:
         if answers is not None:
             self.inflight.closed(self.manager_address, answers)
         return ToManager(frame)
-
-    def replay_wanted(self, data: bytes) -> bool:
-        """Whether a lost link's unacked frame may be published again.
-
-        A receiver that handled it just before the loss (its ack still on the
-        way) gets it a second time: harmless for a reply (its caller has
-        forgotten the session), not for a call whose reply already passed
-        through here, which would run twice.
-        """
-        try:
-            _, _, frame = relay.unwrap(data)
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return True
-        if classify(env.main.get("method"), env.session, env.rest).kind is not CALL:
-            return True
-        return self.inflight.is_open(str(env.main.get("from")), env.session)  # type: ignore[arg-type]
 
     @staticmethod
     def item_of(data: bytes) -> Undelivered | None:

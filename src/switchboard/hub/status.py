@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from switchboard.backends.redis import make_client
-from switchboard.hub.cluster import LEADER_KEY, PRESENCE_PREFIX, REPLICAS_KEY
-
-if TYPE_CHECKING:
-    import redis.asyncio as aredis
+from switchboard.backends.redis.presence import read_presence
 
 
 async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]:
@@ -19,25 +16,6 @@ async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]
         return await read_presence(redis)
     finally:
         await redis.aclose()
-
-
-async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str | None]:
-    """:func:`read_status` on a client already open (one pipelined round trip per step)."""
-    members = sorted(_text(m) for m in await redis.smembers(REPLICAS_KEY))
-    async with redis.pipeline(transaction=False) as pipe:
-        for member in members:
-            pipe.hgetall(PRESENCE_PREFIX + member)
-        pipe.get(LEADER_KEY)
-        *raws, holder = await pipe.execute()
-    # a replica whose presence expired is gone
-    replicas = [{k.decode(): v.decode() for k, v in raw.items()} for raw in raws if raw]
-    leader = holder.decode().partition("#")[0] if holder else None
-    return sorted(replicas, key=lambda r: r.get("id", "")), leader
-
-
-def _text(value: bytes | str) -> str:
-    """A Redis reply as text (the client is made without decode_responses: bytes)."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def render_table(replicas: list[dict[str, Any]], leader: str | None, now: float | None = None) -> str:

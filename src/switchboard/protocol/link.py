@@ -8,7 +8,8 @@ frame. A frame the receiver no longer has a subscriber for comes back
 when it has sent nothing else for a while, so silence means a dead link.
 ``ACK n`` says the first ``n`` DELIVERs were handled; the sender keeps the
 rest, and sends them through Redis if the link dies before they are acked. Pure functions and a
-byte-stream decoder here; the sockets live in ``backends/redis/links.py``.
+byte-stream decoder here; one link's state (acks, heartbeat) in ``protocol/link_state.py``,
+its socket in ``replicas/link.py``, the pool in ``replicas/links.py``.
 
 Wire: ``u32 length | u8 kind | body``; the length counts kind and body.
 """

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -20,9 +22,17 @@ from switchboard.config import Settings
 from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
+from switchboard.replicas.links import LinkSettings
 from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
+
+if TYPE_CHECKING:
+    import redis.asyncio as aredis
+
+    from switchboard.backends.redis import RedisBus, RedisRegistry
+    from switchboard.backends.redis.counts import RedisConnectionCounts
+    from switchboard.replicas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -59,47 +69,70 @@ def build_hub(
             extra={"replica": settings.replica_id},
         )
         secret = TokenIssuer.generate_secret()
-    redis = None
+    hub_registry: Registry = registry or MemoryRegistry(clock=clock)
+    hub_bus: EventBus = bus or MemoryBus()
+    cluster_parts = None
+    links = counts = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
-        from switchboard.backends.redis.links import LinkSettings
+        from switchboard.backends.redis.counts import RedisConnectionCounts
 
         redis = make_client(settings.redis_url)
-        registry = RedisRegistry(redis, replica_id=settings.replica_id)
-        bus = RedisBus(
+        redis_registry = RedisRegistry(redis, replica_id=settings.replica_id)
+        redis_bus = RedisBus(
             settings.redis_url,
             clock=clock,
             replica_id=settings.replica_id,
             reconcile_interval=settings.subscription_reconcile_interval,
-            links=LinkSettings(
+        )
+        counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
+        hub_registry, hub_bus = redis_registry, redis_bus
+        cluster_parts = (redis, redis_registry, redis_bus, counts)
+        if settings.links:
+            links = LinkSettings(
                 secret=settings.jwt_secret,
                 host=settings.link_host or settings.host,
                 port=settings.link_port,
                 advertise=settings.link_advertise,
                 max_frame=settings.max_message_bytes + (64 << 10),  # room for the relay's wrapping
             )
-            if settings.links
-            else None,
-        )
-    counts = None
-    if redis is not None:
-        from switchboard.backends.redis.counts import RedisConnectionCounts
-
-        counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
     hub = Hub(
         counts=counts,
+        links=links,
         settings=settings,
-        registry=registry or MemoryRegistry(clock=clock),
-        bus=bus or MemoryBus(),
+        registry=hub_registry,
+        bus=hub_bus,
         clock=clock,
         metrics=HubMetrics(settings.replica_id),
         issuer=TokenIssuer(secret=secret, clock=clock),
     )
-    if redis is not None:
-        from switchboard.hub.cluster import Cluster
-
-        hub.companions.append(Cluster(hub, registry=hub.registry, bus=hub.bus, redis=redis))  # type: ignore[arg-type]
+    if cluster_parts is not None:
+        hub.companions.append(_cluster(hub, *cluster_parts))
     return hub
+
+
+def _cluster(
+    hub: Hub, redis: aredis.Redis, registry: RedisRegistry, bus: RedisBus, counts: RedisConnectionCounts
+) -> Cluster:
+    """The replica layer's companion of a hub on Redis: presence, lease, reaper, recovery, metrics."""
+    from switchboard.backends.redis.lease import RedisLease
+    from switchboard.backends.redis.presence import LEADER_KEY, RedisPresence
+    from switchboard.replicas.cluster import Cluster, lease_policy
+    from switchboard.replicas.metrics import ReplicaCollector
+
+    policy = lease_policy(hub.settings, LEADER_KEY)
+    owner = f"{hub.replica_id}#{int(time.time() * 1000)}"  # unique per incarnation
+    cluster = Cluster(
+        hub,
+        registry=registry,
+        bus=bus,
+        presence=RedisPresence(redis, replica_id=hub.replica_id),
+        lease=RedisLease(redis, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
+        policy=policy,
+        counts=counts,
+    )
+    hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
+    return cluster
 
 
 def _middleware(settings: Settings) -> list[Middleware]:

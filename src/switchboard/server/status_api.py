@@ -33,6 +33,7 @@ from switchboard.errors import AuthError, BackendError, RequestRefused
 from switchboard.hub.auth import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
+from switchboard.replicas.cluster import Cluster
 from switchboard.server import http_services
 from switchboard.server.http_errors import error_response
 
@@ -120,17 +121,14 @@ class StatusSampler:
         hub = self.hub
         here = hub.metrics.totals()
         bus_ok, bus_why = hub.bus.health
-        stats = getattr(hub.bus, "stats", None)
+        desired, confirmed = hub.bus.subscriptions or (None, None)
         me: dict[str, Any] = {
             "id": hub.replica_id,
             "address": hub.settings.public_base_url,
             "age_seconds": round(time.time() - self._started, 1),
             "clients": len(hub.peers),
             "leader": False,
-            "subscriptions": {
-                "confirmed": getattr(stats, "confirmed", None),
-                "desired": getattr(stats, "desired", None),
-            },
+            "subscriptions": {"confirmed": confirmed, "desired": desired},
             "bus": "ok" if bus_ok else f"down: {bus_why}",
             "self": True,
             "_at": time.monotonic(),
@@ -141,10 +139,8 @@ class StatusSampler:
         cluster = _cluster(hub)
         if cluster is None:
             return [me]
-        from switchboard.hub.status import read_presence
-
         try:
-            presences, leader = await read_presence(cluster.redis)
+            presences, leader = await cluster.presence.read_all()
         except Exception as exc:  # Redis away: show this replica alone
             log.info("status: presence not readable: %s", exc, extra={"replica": hub.replica_id})
             return [me]
@@ -173,9 +169,9 @@ class StatusSampler:
         return sorted(rows, key=lambda r: str(r["id"]))
 
 
-def _cluster(hub: Hub) -> Any:
+def _cluster(hub: Hub) -> Cluster | None:
     for companion in hub.companions:
-        if hasattr(companion, "redis") and hasattr(companion, "started_at"):
+        if isinstance(companion, Cluster):
             return companion
     return None
 

@@ -8,18 +8,12 @@ reconnect (breaker reset first), and a periodic reconciler. A probe published
 to a per-replica channel catches half-open connections that fail silently.
 The connection's supervisor and those two loops are in
 :mod:`switchboard.backends.redis.bus_connection`.
-
-Frames for a client's channel (``unicast_prefix``) carry their sender's link
-address, and once the holding replica has answered with a direct link
-(:mod:`switchboard.backends.redis.links`) they skip Redis; Redis stays the
-fallback and the source of truth.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,13 +30,10 @@ from switchboard.backends.redis.connection import (
     client_name,
     resolve_source,
 )
-from switchboard.backends.redis.links import Links, LinkSettings, LinkStats
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
-from switchboard.errors import BackendError, ProtocolError
-from switchboard.protocol import ids
-from switchboard.protocol import link as link_wire
-from switchboard.tasks import cancel_and_wait, spawn
+from switchboard.errors import BackendError
+from switchboard.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +50,6 @@ class BusStats:
     publishes_to_nobody: int = 0
     reconnects: int = 0
     probe_failures: int = 0
-    links: LinkStats | None = None
 
 
 class RedisBus(ConnectionKeeping):
@@ -68,11 +58,6 @@ class RedisBus(ConnectionKeeping):
     ``source`` is a Redis URL, or a factory of unconnected pub/sub connections
     (then ``publisher`` is required). ``reconcile_interval`` / ``probe_idle``
     of ``None`` disable those loops (tests isolate one mechanism that way).
-    ``links`` enables direct links for channels under ``unicast_prefix``;
-    ``on_undelivered(channel, data)`` hears of a frame a link sent back that
-    Redis then delivered to nobody either (``publish`` had already said 1);
-    ``replay_wanted(channel, data)`` is asked before an unacked frame of a lost
-    link is published again (``False``: it is known to have arrived).
     """
 
     def __init__(
@@ -91,8 +76,6 @@ class RedisBus(ConnectionKeeping):
         backoff_max: float = 2.0,
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
-        unicast_prefix: str = ids.CLIENT_CHANNEL,
-        links: LinkSettings | None = None,
     ) -> None:
         self.replica_id = replica_id
         self._clock = clock
@@ -118,23 +101,9 @@ class RedisBus(ConnectionKeeping):
         self._probe_seq = 0
         self._down_reason = "not started"
         self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._extra = {"replica": replica_id}
         self._counts = BusStats()
-        self._unicast = unicast_prefix
-        self.on_undelivered: Callable[[str, bytes], None] | None = None
-        self.replay_wanted: Callable[[str, bytes], bool] | None = None
-        self.links: Links | None = None
-        if links is not None:
-            self.links = Links(
-                replica_id=replica_id,
-                clock=clock,
-                settings=links,
-                deliver=self._deliver_direct,
-                on_nack=self._on_nack,
-                on_replay=lambda channel, data: self.replay_wanted is None or self.replay_wanted(channel, data),
-            )
 
     # -- EventBus -----------------------------------------------------------
 
@@ -142,8 +111,6 @@ class RedisBus(ConnectionKeeping):
         """Start the owned tasks; wait up to ``wait`` s for health. Never raises for Redis."""
         if self._tasks or self._closed:
             return self.health[0]
-        if self.links is not None:
-            await self.links.start()
         self.subs.want(self.probe_channel)
         ack = self.acks.expect(b"subscribe", self.probe_channel)
         self._spawn(self._supervise(), "supervisor")
@@ -154,18 +121,8 @@ class RedisBus(ConnectionKeeping):
         await self.acks.wait(b"subscribe", self.probe_channel, ack, wait or 0)
         return self.health[0]
 
-    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
-        """PUBLISH; return Redis's receiver count faithfully (0 = nobody).
-
-        A unicast frame whose channel has a direct link goes there instead and
-        counts 1; if the link sends it back, :meth:`_on_nack` publishes it.
-        ``direct=False`` publishes through Redis regardless, behind the
-        broadcasts sent before it (an event must not overtake them).
-        """
-        if channel.startswith(self._unicast):
-            if direct and self.try_direct(channel, data):
-                return 1
-            data = link_wire.tag(self.links.origin if self.links else "", data)
+    async def publish(self, channel: str, data: bytes) -> int:
+        """PUBLISH; return Redis's receiver count faithfully (0 = nobody)."""
         try:
             receivers = int(await self._publisher.publish(channel, data))
         except (RedisError, OSError) as exc:
@@ -173,10 +130,6 @@ class RedisBus(ConnectionKeeping):
         if receivers == 0:
             self._counts.publishes_to_nobody += 1
         return receivers
-
-    def try_direct(self, channel: str, data: bytes) -> bool:
-        """A unicast frame whose channel has a direct link goes there; ``False``: publish it."""
-        return self.links is not None and channel.startswith(self._unicast) and self.links.send(channel, data)
 
     async def subscribe(self, channel: str, handler: BusHandler) -> None:
         """Desire ``channel`` and try to wire it now, waiting (bounded) for Redis's confirmation.
@@ -215,8 +168,6 @@ class RedisBus(ConnectionKeeping):
         """
         handler = self._handlers.get(channel)
         self.subs.drop(channel)
-        if self.links is not None:
-            self.links.forget(channel)
         conn = self._conn
         if conn is None or not conn.is_connected:
             self._forget_handler(channel, handler)
@@ -246,9 +197,7 @@ class RedisBus(ConnectionKeeping):
             return
         self._closed = True
         tasks, self._tasks = self._tasks, []
-        await cancel_and_wait([*tasks, *self._background])
-        if self.links is not None:
-            await self.links.close()
+        await cancel_and_wait(tasks)
         if self._owned_publisher:
             await self._publisher.aclose()
         self.acks.cancel_all()
@@ -274,8 +223,13 @@ class RedisBus(ConnectionKeeping):
     @property
     def stats(self) -> BusStats:
         desired, confirmed = len(self.subs.desired), len(self.subs.confirmed)
-        links = replace(self.links.stats) if self.links is not None else None
-        return replace(self._counts, desired=desired, confirmed=confirmed, links=links)
+        snapshot: BusStats = replace(self._counts, desired=desired, confirmed=confirmed)
+        return snapshot
+
+    @property
+    def subscriptions(self) -> tuple[int, int]:
+        """``(desired, confirmed)``: what the reconciler still has to wire is the difference."""
+        return len(self.subs.desired), len(self.subs.confirmed)
 
     def is_confirmed(self, channel: str) -> bool:
         return self.subs.is_confirmed(channel)
@@ -320,16 +274,10 @@ class RedisBus(ConnectionKeeping):
             handler = self._handlers.get(channel)
             if handler is None:
                 return
-            data = reply[2]
-            if channel.startswith(self._unicast):
-                try:
-                    origin, data = link_wire.untag(data)
-                except ProtocolError as exc:
-                    logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
-                    return
-                if origin and self.links is not None:
-                    self.links.heard(origin, channel)
-            self._run(handler, channel, data)
+            try:
+                handler(reply[2])
+            except Exception:  # the subscriber's bug is logged, never raised into the reader
+                logger.exception("handler for %s failed", channel, extra=self._extra)
         elif kind == b"subscribe":
             if self.subs.on_confirmed(channel):
                 self._wired_on_conn = True
@@ -338,38 +286,6 @@ class RedisBus(ConnectionKeeping):
         elif kind == b"unsubscribe":
             self.subs.on_unsubscribed(channel)
             self.acks.resolve(kind, channel)
-
-    # -- direct links -------------------------------------------------------
-
-    def _deliver_direct(self, channel: str, data: bytes) -> bool:
-        """A frame that came over a link: ours only while we still want the channel."""
-        handler = self._handlers.get(channel) if channel in self.subs.desired else None
-        if handler is None:
-            return False
-        self._run(handler, channel, data)
-        return True
-
-    def _run(self, handler: BusHandler, channel: str, data: bytes) -> None:
-        """Call a subscriber, whichever path the frame came by; its bug is logged, never raised."""
-        try:
-            handler(data)
-        except Exception:
-            logger.exception("handler for %s failed", channel, extra=self._extra)
-
-    def _on_nack(self, channel: str, data: bytes) -> None:
-        if self._closed:
-            return
-        spawn(self._background, self._republish(channel, data), "switchboard-bus-republish")
-
-    async def _republish(self, channel: str, data: bytes) -> None:
-        """A frame the link's other end no longer wanted: Redis decides who gets it."""
-        try:
-            receivers = await self.publish(channel, data)
-        except BackendError as exc:
-            logger.warning("%s", exc, extra=self._extra)
-            receivers = 0
-        if receivers == 0 and self.on_undelivered is not None:
-            self.on_undelivered(channel, data)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"switchboard-bus-{name}"))

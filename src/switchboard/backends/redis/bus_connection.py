@@ -73,7 +73,7 @@ class ConnectionKeeping:
             conn = self._factory()
             try:
                 async with asyncio.timeout(self._op_timeout * 2):
-                    await conn.connect()
+                    await conn.connect()  # type: ignore[no-untyped-call]  # redis-py leaves connect() unannotated
             except Exception as exc:  # any failure to connect is retried, never fatal
                 self._down_reason = f"pub/sub connect failed: {exc!r}"
                 logger.warning("%s", self._down_reason, extra=self._extra)

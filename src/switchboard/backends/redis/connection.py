@@ -60,7 +60,7 @@ def pubsub_connection_factory(url: str, *, timeout: float = 2.0, name: str | Non
     block without a timeout (silence is detected by the bus's probe).
     """
     kwargs: dict[str, Any] = dict(parse_url(url))
-    cls = kwargs.pop("connection_class", Connection)
+    cls: type[AbstractConnection] = kwargs.pop("connection_class", Connection)
 
     def make() -> AbstractConnection:
         return cls(

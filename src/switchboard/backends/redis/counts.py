@@ -71,11 +71,14 @@ class RedisConnectionCounts:
     async def forget_replica(self, replica_id: str) -> int:
         """Drop every count of a replica that is gone; return how many counters it had."""
         touched = self._touched(replica_id)
-        keys = await self._r.smembers(touched)
-        if keys:
-            async with self._r.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.hdel(key, replica_id)
-                await pipe.execute()
-        await self._r.delete(touched)
+        try:
+            keys = await self._r.smembers(touched)
+            if keys:
+                async with self._r.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.hdel(key, replica_id)
+                    await pipe.execute()
+            await self._r.delete(touched)
+        except RedisError as exc:
+            raise BackendError(f"forgetting the counts of {replica_id} failed: {exc}") from exc
         return len(keys)

@@ -286,7 +286,8 @@ class RedisRegistry(RedisTransit):
         :meth:`check_reset`): Redis lost its data and re-assertion has not caught up."""
         if self._epoch is None:
             return False
-        return await self._call("lost_data", self._r.get(f"{self._p}epoch")) != self._epoch
+        current: bytes | None = await self._call("lost_data", self._r.get(f"{self._p}epoch"))
+        return current != self._epoch
 
     def __repr__(self) -> str:
         return f"RedisRegistry(replica={self.replica_id!r}, prefix={self._p!r})"

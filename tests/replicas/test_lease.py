@@ -10,14 +10,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.backends.redis.lease import (
-    LeaderElector,
-    LeaseLost,
-    LeasePolicy,
-    RedisLease,
-)
+from switchboard.backends.redis.lease import RedisLease
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError, ConfigError
+from switchboard.replicas.lease import LeaderElector, LeaseLost, LeasePolicy
 from switchboard.testing import ValkeyServer
 from switchboard.testing.wait import eventually
 
@@ -39,7 +35,7 @@ async def make_lease(valkey_lease: ValkeyServer) -> AsyncIterator[Callable[[str]
     def make(owner: str) -> RedisLease:
         client = aioredis.Redis.from_url(valkey_lease.url, socket_timeout=2.0, socket_connect_timeout=2.0)
         clients.append(client)
-        return RedisLease(client, policy=POLICY, owner_id=owner, clock=SystemClock())
+        return RedisLease(client, key=POLICY.key, ttl_ms=POLICY.ttl_ms, owner_id=owner)
 
     yield make
     for client in clients:
@@ -127,7 +123,7 @@ class Recorder:
 
 def elector(lease: RedisLease) -> tuple[LeaderElector, Recorder]:
     rec = Recorder()
-    return LeaderElector(lease, on_elected=rec.on_elected, on_lost=rec.on_lost), rec
+    return LeaderElector(lease, policy=POLICY, clock=SystemClock(), on_elected=rec.on_elected, on_lost=rec.on_lost), rec
 
 
 async def cancel(task: asyncio.Task[None]) -> None:

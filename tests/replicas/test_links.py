@@ -1,8 +1,10 @@
-"""Direct links between replicas' buses, against a real Valkey and real sockets.
+"""Direct links between replicas, against a real Valkey and real sockets.
 
-The contract: ``publish`` on a client channel reaches the subscriber whichever
-path it takes, later frames skip Redis once the route is learned, and a route
-that went stale, broke or went silent only sends traffic back through Redis.
+The contract of :class:`~switchboard.replicas.unicast.Unicast`: ``publish`` on
+a client channel reaches the subscriber whichever path it takes, later frames
+skip Redis once the route is learned, and a route that went stale, broke or
+went silent only sends traffic back through Redis; a frame that then reaches
+nobody comes out of ``lost()``.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from typing import Any
 import pytest
 
 from switchboard.backends.redis import RedisBus
-from switchboard.backends.redis import links as links_mod
-from switchboard.backends.redis.links import LinkSettings
 from switchboard.clock import SystemClock
+from switchboard.hub.inflight import InFlight
+from switchboard.protocol import envelope
 from switchboard.protocol import link as wire
+from switchboard.protocol import link_state as links_mod
+from switchboard.replicas.links import Links, LinkSettings
+from switchboard.replicas.unicast import Unicast
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.replica import free_port
 from switchboard.testing.wait import eventually, scaled
 
 SECRET = "links-test-secret"
 DEADLINE = scaled(5.0)
-LINK_LOGGERS = ("switchboard.backends.redis.links", "switchboard.backends.redis.link_socket")
+LINK_LOGGERS = ("switchboard.replicas.links", "switchboard.replicas.link")
 
 
 @pytest.fixture(scope="module")
@@ -37,35 +42,66 @@ def valkey_links() -> Iterator[ValkeyServer]:
         yield srv
 
 
-@pytest.fixture
-async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
-    """Started buses with links on loopback, all closed after the test."""
-    buses: list[RedisBus] = []
+class Replica:
+    """One replica's client channels: a Redis bus, and links, as the hub has them."""
 
-    async def make(name: str, **link_options: Any) -> RedisBus:
-        bus = RedisBus(
-            valkey_links.url,
+    def __init__(self, url: str, name: str, **link_options: Any) -> None:
+        self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
+        self.calls = InFlight()
+        self.bus = RedisBus(
+            url,
             clock=SystemClock(),
-            replica_id=f"{name}-{uuid.uuid4().hex[:6]}",
+            replica_id=self.replica_id,
             backoff_initial=0.02,
             backoff_max=0.2,
             op_timeout=0.5,
+        )
+        self.unicast = Unicast(
+            self.bus,
+            replica_id=self.replica_id,
+            clock=SystemClock(),
+            calls=self.calls,
             links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
         )
-        buses.append(bus)
-        assert await bus.start()
-        return bus
+        self.publish = self.unicast.publish
+        self.subscribe = self.unicast.subscribe
+        self.unsubscribe = self.unicast.unsubscribe
+
+    @property
+    def links(self) -> Links:
+        assert self.unicast.links is not None
+        return self.unicast.links
+
+    async def start(self) -> None:
+        assert await self.bus.start()
+        await self.unicast.start()
+
+    async def close(self) -> None:
+        await self.unicast.close()
+        await self.bus.close()
+
+
+@pytest.fixture
+async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
+    """Started replicas with links on loopback, all closed after the test."""
+    made: list[Replica] = []
+
+    async def make(name: str, **link_options: Any) -> Replica:
+        replica = Replica(valkey_links.url, name, **link_options)
+        made.append(replica)
+        await replica.start()
+        return replica
 
     yield make
-    for bus in buses:
-        await bus.close()
+    for replica in made:
+        await replica.close()
 
 
 def channel() -> str:
     return f"sb:client:ws-{uuid.uuid4().hex[:6]}/c"
 
 
-async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes]) -> None:
+async def learned(sender: Replica, receiver: Replica, ch: str, got: list[bytes]) -> None:
     """Publish once through Redis and wait until the receiver has offered its link."""
     before = len(got)
     assert await sender.publish(ch, b"first") == 1
@@ -73,8 +109,8 @@ async def learned(sender: RedisBus, receiver: RedisBus, ch: str, got: list[bytes
     await eventually(lambda: sender.links.route_of(ch) == receiver.replica_id, "a learned route")
 
 
-async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, str, list[bytes]]:
-    """Bus ``a`` has learned the route to a channel ``b`` holds; ``got`` is what ``b`` received."""
+async def linked(bus_with_links, **a_options: Any) -> tuple[Replica, Replica, str, list[bytes]]:
+    """Replica ``a`` has learned the route to a channel ``b`` holds; ``got`` is what ``b`` received."""
     a = await bus_with_links("a", **a_options)
     b = await bus_with_links("b")
     ch, got = channel(), []
@@ -86,7 +122,7 @@ async def linked(bus_with_links, **a_options: Any) -> tuple[RedisBus, RedisBus, 
 @contextlib.asynccontextmanager
 async def linked_through_proxy(
     bus_with_links,
-) -> AsyncIterator[tuple[FaultProxy, RedisBus, RedisBus, str, list[bytes]]]:
+) -> AsyncIterator[tuple[FaultProxy, Replica, Replica, str, list[bytes]]]:
     """As :func:`linked`, over a link ``b`` dialled through a proxy."""
     port = free_port()
     async with FaultProxy("127.0.0.1", port, connect_timeout=2.0) as proxy:
@@ -106,20 +142,21 @@ async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> No
 
     await eventually(lambda: len(got) == 51, "all frames")
     assert got == [b"first"] + [b"%d" % i for i in range(50)]
-    assert a.stats.links.direct == 50
-    assert b.stats.links.received == 50
+    assert a.links.stats.direct == 50
+    assert b.links.stats.received == 50
 
 
 async def test_workspace_and_replica_channels_always_go_through_redis(bus_with_links) -> None:
+    """The hub sends broadcasts on the bus itself, beside the client channels: no tag, no link."""
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []
-    await b.subscribe("sb:ws:shared", got.append)
+    await b.bus.subscribe("sb:ws:shared", got.append)
     for _ in range(3):
-        assert await a.publish("sb:ws:shared", b"event") == 1
+        assert await a.bus.publish("sb:ws:shared", b"event") == 1
     await eventually(lambda: len(got) == 3, "broadcasts")
     assert got == [b"event"] * 3  # untouched: no origin tag on broadcast channels
-    assert a.stats.links.direct == 0
-    assert b.stats.links.dials == 0
+    assert a.links.stats.direct == 0
+    assert b.links.stats.dials == 0
 
 
 async def test_a_frame_for_a_client_that_moved_follows_it_through_redis(bus_with_links) -> None:
@@ -134,21 +171,21 @@ async def test_a_frame_for_a_client_that_moved_follows_it_through_redis(bus_with
 
     await eventually(lambda: on_c == [b"after the move"], "delivery on the new replica")
     assert on_b == [b"first"]
-    assert b.stats.links.nacked == 1
+    assert b.links.stats.nacked == 1
     await eventually(lambda: a.links.route_of(ch) == c.replica_id, "the route to the new replica")
 
 
-async def test_a_frame_nobody_holds_any_more_is_reported_undelivered(bus_with_links) -> None:
+async def test_a_frame_nobody_holds_any_more_is_reported_lost(bus_with_links) -> None:
     a, b = await bus_with_links("a"), await bus_with_links("b")
-    ch, got, lost = channel(), [], []
-    a.on_undelivered = lambda channel, data: lost.append((channel, data))
+    ch, got = channel(), []
     await b.subscribe(ch, got.append)
     await learned(a, b, ch, got)
 
     await b.unsubscribe(ch)
     assert await a.publish(ch, b"to nobody") == 1  # counted on the link's word ...
 
-    await eventually(lambda: lost == [(ch, b"to nobody")], "the undelivered report")  # ... and corrected
+    lost = await asyncio.wait_for(anext(aiter(a.unicast.lost())), DEADLINE)  # ... and corrected
+    assert lost == (ch, b"to nobody")
     assert a.links.route_of(ch) is None
     assert got == [b"first"]
 
@@ -163,10 +200,10 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
         await eventually(lambda: got[-1:] == [b"via redis"], "delivery through Redis")
 
         await eventually(lambda: a.links.route_of(ch) == b.replica_id, "the route learned again")
-        direct = a.stats.links.direct
+        direct = a.links.stats.direct
         assert await a.publish(ch, b"direct again") == 1
         await eventually(lambda: got[-1:] == [b"direct again"], "delivery over the new link")
-        assert a.stats.links.direct == direct + 1
+        assert a.links.stats.direct == direct + 1
 
 
 async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(
@@ -187,7 +224,7 @@ async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_de
 
         await eventually(lambda: len(got) == 6, "the unacked frames, through Redis")
         assert sorted(got[1:]) == [b"into the void %d" % i for i in range(5)]
-        assert a.stats.links.replayed == 5
+        assert a.unicast.replayed == 5
         assert await a.publish(ch, b"after") == 1
         await eventually(lambda: got[-1:] == [b"after"], "delivery through Redis")
 
@@ -198,15 +235,15 @@ async def test_acked_frames_are_not_kept_and_not_replayed(bus_with_links) -> Non
         assert await a.publish(ch, b"%d" % i) == 1
     await eventually(lambda: len(got) == 21, "all frames")
     link = a.links._routes[ch]
-    await eventually(lambda: not link.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
+    await eventually(lambda: not link.state.unacked, "the delayed ack", timeout=1.0)  # nothing travels back: ACK_DELAY
 
     await b.close()  # the link dies with nothing unacked
     await eventually(lambda: a.links.route_count == 0, "the route forgotten")
-    assert a.stats.links.replayed == 0
+    assert a.unicast.replayed == 0
 
 
 async def test_a_replica_without_the_secret_gets_no_route(bus_with_links, caplog) -> None:
-    caplog.set_level(logging.WARNING, "switchboard.backends.redis")
+    caplog.set_level(logging.WARNING, "switchboard.replicas")
     a = await bus_with_links("a")
     intruder = await bus_with_links("intruder", secret="not-the-hub-secret")
     ch, got = channel(), []
@@ -282,25 +319,33 @@ async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_li
     assert b.links.stats.refused == 1
 
 
-async def test_an_unacked_frame_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
-    """The hub knows a call arrived once its reply came back: replaying it would run it twice."""
+def call(session: str) -> bytes:
+    return envelope.encode(
+        {
+            "type": "method",
+            "from": "ws-1/caller",
+            "to": "ws-1/provider",
+            "method": "services.svc.f",
+            "session": session,
+        }
+    )
+
+
+async def test_an_unacked_call_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
+    """A call whose reply already came back arrived: replaying it would run it twice."""
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):
-        asked: list[bytes] = []
-
-        def replay_wanted(channel_: str, data: bytes) -> bool:
-            asked.append(data)
-            return data != b"answered"
-
-        a.replay_wanted = replay_wanted
+        answered, unanswered = call("s-answered"), call("s-waiting")
+        for session in ("s-answered", "s-waiting"):
+            a.calls.opened("ws-1/caller", session, "ws-1/provider", {"ws-1/caller"})
         proxy.blackhole()
-        assert await a.publish(ch, b"answered") == 1
-        assert await a.publish(ch, b"unanswered") == 1
+        assert await a.publish(ch, answered) == 1
+        assert await a.publish(ch, unanswered) == 1
+        a.calls.closed("ws-1/caller", "s-answered")  # its reply came back some other way
         await eventually(
             lambda: a.links.route_count == 0,
             "the silent link dropped",
             timeout=links_mod.DEAD_AFTER + 2 * links_mod.HEARTBEAT,
         )
-        await eventually(lambda: got[-1:] == [b"unanswered"], "the unanswered frame, through Redis")
-        assert sorted(asked) == [b"answered", b"unanswered"]
-        assert got == [b"first", b"unanswered"]
-        assert (a.stats.links.replayed, a.stats.links.not_replayed) == (1, 1)
+        await eventually(lambda: got[-1:] == [unanswered], "the unanswered call, through Redis")
+        assert got == [b"first", unanswered]
+        assert (a.unicast.replayed, a.unicast.not_replayed) == (1, 1)

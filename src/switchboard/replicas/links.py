@@ -4,23 +4,21 @@ Routes are learned from traffic and verified by the receiver, so they need no
 directory to keep consistent:
 
 1. The first frame for a client's channel goes through Redis, tagged with the
-   sender's ``replica@host:port``.
+   sender's ``replica@host:port`` (:mod:`switchboard.replicas.unicast`).
 2. The replica that holds the channel dials the sender, answers its
    challenge (``protocol/link.py``: a HELLO good for that one connection to
    that one replica, a WELCOME back; both prove they hold a key derived from
    the hub's shared secret) and sends ``HINT channel``.
 3. The sender writes later frames for that channel to the link (``DELIVER``).
 4. A receiver that no longer has the channel (the client left or moved)
-   sends the frame back (``NACK``); the sender forgets the route and
-   publishes that frame through Redis, the source of truth.
+   sends the frame back (``NACK``); the sender forgets the route and the
+   frame comes out of :meth:`Links.returned`, to be published through Redis,
+   the source of truth.
 
 A link that breaks, backs up or goes silent only sends traffic back to
-Redis. The sender keeps every frame until the receiver acks it (acks ride
-on the receiver's next write, or follow within ``ACK_DELAY``); frames a
-dead link leaves unacked are published through Redis, so a cut link delays
-them instead of losing them. A frame the receiver handled just before the
-link died can thus arrive twice. Frames may overtake one another only while
-a route changes (Redis path to link, or back).
+Redis: the frames it leaves unacked come out of :meth:`Links.returned` too
+(``unacked=True``: they may have arrived), so a cut link delays them instead
+of losing them. Frames may overtake one another only while a route changes.
 """
 
 from __future__ import annotations
@@ -33,10 +31,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from switchboard.backends.redis.link_socket import WRITE_HIGH_WATER, Link
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
+from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
+from switchboard.replicas.link import Link
 from switchboard.tasks import cancel_and_wait, spawn
 
 logger = logging.getLogger(__name__)
@@ -45,13 +44,7 @@ logger = logging.getLogger(__name__)
 # dialling again: a replica whose link port is unreachable costs one attempt
 # per interval, not one per frame.
 REDIAL_AFTER = 5.0
-# Each side writes something at least every HEARTBEAT s; a link silent for
-# DEAD_AFTER s is dropped, so a blackholed link holds frames at most that
-# time before its unacked frames go through Redis (as the pub/sub probe does).
-HEARTBEAT = 1.0
-DEAD_AFTER = 3.0
 _MAX_PENDING_HINTS = 10_000  # per replica being dialled; the rest are re-learned from traffic
-PING_FRAME = wire.encode(wire.PING, b"")
 
 
 @dataclass(frozen=True)
@@ -76,8 +69,19 @@ class LinkStats:
     dials: int = 0
     dial_failures: int = 0
     refused: int = 0  # accepted connections that failed the handshake (or never finished it)
-    replayed: int = 0  # unacked frames of a lost link sent through Redis
-    not_replayed: int = 0  # unacked frames of a lost link known to have arrived (answered)
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """A frame a link gave back: to publish through Redis instead.
+
+    ``unacked``: a lost link's frame, which may have arrived (so it may be
+    known not to need sending again); else the receiver refused it (NACK).
+    """
+
+    channel: str
+    data: bytes
+    unacked: bool
 
 
 def advertised(advertise: str, bind_host: str, port: int) -> str:
@@ -95,9 +99,8 @@ def advertised(advertise: str, bind_host: str, port: int) -> str:
 class Links:
     """This replica's link listener, its links, and the routes learned over them.
 
-    ``deliver(channel, data)`` hands a frame to this replica's subscriber and
-    says whether there was one; ``on_nack(channel, data)`` gets a frame the
-    other side refused, for the sender to publish through Redis instead.
+    ``deliver(channel, data)`` hands a frame that came over a link to this
+    replica's subscriber and says whether there was one (else it goes back).
     """
 
     def __init__(
@@ -107,8 +110,6 @@ class Links:
         settings: LinkSettings,
         clock: Clock,
         deliver: Callable[[str, bytes], bool],
-        on_nack: Callable[[str, bytes], None],
-        on_replay: Callable[[str, bytes], bool] | None = None,
     ) -> None:
         if not settings.secret:
             raise ValueError("links need the hub's shared secret")
@@ -119,8 +120,6 @@ class Links:
         self.stats = LinkStats()
         self._clock = clock
         self._deliver = deliver
-        self._on_nack = on_nack
-        self._on_replay = on_replay
         self._bind = (settings.host, settings.port)
         self._advertise = settings.advertise
         self._dial_timeout = settings.dial_timeout
@@ -128,9 +127,12 @@ class Links:
         self._links: set[Link] = set()
         self._to: dict[str, Link] = {}  # replica id -> the link hints to it go over
         self._routes: dict[str, Link] = {}  # channel -> the link its frames go over
+        self._routes_of: dict[Link, set[str]] = {}  # the channels each link carries from us
+        self._hinted: dict[Link, set[str]] = {}  # channels we told each link's other side live here
         self._pending: dict[str, set[str]] = {}  # replica being dialled -> hints to send
         self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
         self._dialling: set[str] = set()
+        self._returned: asyncio.Queue[Returned] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def now(self) -> float:
@@ -138,7 +140,9 @@ class Links:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: self._track(Link(self, self._accept())), *self._bind)
+        self._server = await loop.create_server(
+            lambda: self._track(Link(self, self._accept(), max_frame=self.max_frame)), *self._bind
+        )
         port = self._server.sockets[0].getsockname()[1]
         self.origin = f"{self.replica_id}@{advertised(self._advertise, self._bind[0], port)}"
         spawn(self._tasks, self._heartbeat_loop(), "switchboard-link-heartbeat")
@@ -165,13 +169,14 @@ class Links:
     def send(self, channel: str, data: bytes) -> bool:
         """Write ``data`` to the link ``channel`` was hinted on; ``False``: use Redis."""
         link = self._routes.get(channel)
-        if link is None or link.closed or link.paused or link.unacked_bytes > WRITE_HIGH_WATER:
+        if link is None or not link.deliver(channel, data):
             return False
-        link.unacked.append((channel, data))
-        link.unacked_bytes += len(data)
-        link.write(wire.deliver(channel, data))
         self.stats.direct += 1
         return True
+
+    async def returned(self) -> Returned:
+        """The next frame a link gave back (sent back, or left unacked by a lost link)."""
+        return await self._returned.get()
 
     @property
     def route_count(self) -> int:
@@ -193,9 +198,10 @@ class Links:
         replica, host, port = parsed
         link = self._to.get(replica)
         if link is not None and not link.closed:
-            if channel not in link.hinted:
-                link.hinted.add(channel)
-                link.write(wire.hint(channel))
+            hinted = self._hinted[link]
+            if channel not in hinted:
+                hinted.add(channel)
+                link.hint(channel)
             return
         pending = self._pending.setdefault(replica, set())
         if len(pending) < _MAX_PENDING_HINTS:
@@ -204,26 +210,19 @@ class Links:
             self._dialling.add(replica)
             spawn(self._tasks, self._dial(replica, host, port), f"switchboard-link-dial-{replica}")
 
+    def forget(self, channel: str) -> None:
+        """``channel`` left this replica: hint it again if it comes back."""
+        for hinted in self._hinted.values():
+            hinted.discard(channel)
+        for hints in self._pending.values():
+            hints.discard(channel)
+
     async def _heartbeat_loop(self) -> None:
         while True:
             await self._clock.sleep(HEARTBEAT / 2)
             now = self.now()
             for link in list(self._links):
-                if link.closed:
-                    continue
-                if link.peer is None and now - link.born > DEAD_AFTER:
-                    self.refuse(link, f"no handshake within {DEAD_AFTER:g} s")
-                elif now - link.last_rx > DEAD_AFTER:
-                    link.abort(f"silent for {now - link.last_rx:.1f} s")
-                elif link.peer is not None and now - link.last_tx >= HEARTBEAT and not link.writing:
-                    link.write(PING_FRAME)
-
-    def forget(self, channel: str) -> None:
-        """``channel`` left this replica: hint it again if it comes back."""
-        for link in self._to.values():
-            link.hinted.discard(channel)
-        for hints in self._pending.values():
-            hints.discard(channel)
+                link.tick(now)
 
     async def _dial(self, replica: str, host: str, port: int) -> None:
         self.stats.dials += 1
@@ -233,7 +232,7 @@ class Links:
         try:
             async with asyncio.timeout(self._dial_timeout):
                 _, link = await asyncio.get_running_loop().create_connection(
-                    lambda: self._track(Link(self, handshake)), host, port
+                    lambda: self._track(Link(self, handshake, max_frame=self.max_frame)), host, port
                 )
                 await link.opened
         except (OSError, TimeoutError, ConnectionError, ProtocolError) as exc:
@@ -259,67 +258,52 @@ class Links:
 
     def _track(self, link: Link) -> Link:
         self._links.add(link)
+        self._routes_of[link] = set()
+        self._hinted[link] = set()
         return link
 
-    # -- receiving ---------------------------------------------------------------
+    # -- what links tell us ------------------------------------------------------
 
-    def on_frame(self, link: Link, kind: int, body: bytes) -> None:
-        if link.peer is None:
-            self._authenticate(link, kind, body)
-        elif kind == wire.DELIVER:
-            channel, data = wire.split_channel(body)
-            link.handled_one()
-            if self._deliver(channel, data):
-                self.stats.received += 1
-            else:
-                self.stats.nacked += 1
-                link.hinted.discard(channel)
-                link.write(wire.nack(channel, data))
-        elif kind == wire.HINT:
-            channel = body.decode("utf-8", "replace")
-            old = self._routes.get(channel)
-            if old is not None and old is not link:
-                old.routes.discard(channel)
-            self._routes[channel] = link
-            link.routes.add(channel)
-        elif kind == wire.ACK:
-            link.acked(wire.ack_count(body))
-        elif kind == wire.PING:
-            pass  # its arrival was the point
-        elif kind == wire.NACK:
-            channel, data = wire.split_channel(body)
-            if self._routes.get(channel) is link:
-                del self._routes[channel]
-            link.routes.discard(channel)
-            self._on_nack(channel, data)
-        else:
-            raise ProtocolError(f"unexpected {wire.KINDS[kind]} on an open link")
+    def on_events(self, link: Link, events: list[Event]) -> None:
+        for event in events:
+            if link.closed:
+                return
+            if type(event) is Delivered:
+                if self._deliver(event.channel, event.data):
+                    self.stats.received += 1
+                else:
+                    self.stats.nacked += 1
+                    self._hinted[link].discard(event.channel)
+                    link.send_back(event.channel, event.data)
+            elif type(event) is Hinted:
+                old = self._routes.get(event.channel)
+                if old is not None and old is not link:
+                    self._routes_of[old].discard(event.channel)
+                self._routes[event.channel] = link
+                self._routes_of[link].add(event.channel)
+            elif type(event) is SentBack:
+                if self._routes.get(event.channel) is link:
+                    del self._routes[event.channel]
+                self._routes_of[link].discard(event.channel)
+                self._returned.put_nowait(Returned(event.channel, event.data, unacked=False))
+            elif type(event) is Opened:
+                self._opened(link, event.peer)
 
-    def _authenticate(self, link: Link, kind: int, body: bytes) -> None:
-        reply, peer = link.handshake.step(kind, body)  # ProtocolError: refused
-        if reply:
-            link.write(reply)
-        if peer is None:
-            return
-        link.authenticated(peer, self.max_frame)
+    def _opened(self, link: Link, peer: str) -> None:
         self._to[peer] = link
+        hinted = self._hinted[link]
         for channel in self._pending.pop(peer, ()):
-            link.hinted.add(channel)
-            link.write(wire.hint(channel))
-
-    def refuse(self, link: Link, reason: str) -> None:
-        """``link`` failed its handshake: close it alone, and log it once (a dial that waits
-        on it logs and counts it as a failed dial; an accepted one counts as ``refused``)."""
-        if not link.dialled:
-            self.stats.refused += 1
-        link.abort(f"handshake refused: {reason}")
+            hinted.add(channel)
+            link.hint(channel)
 
     def on_lost(self, link: Link) -> None:
         self._links.discard(link)
-        for channel in link.routes:
+        if link.refused and not link.dialled:
+            self.stats.refused += 1
+        for channel in self._routes_of.pop(link, ()):
             if self._routes.get(channel) is link:
                 del self._routes[channel]
-        link.routes.clear()
+        self._hinted.pop(link, None)
         if link.peer is not None and self._to.get(link.peer) is link:
             del self._to[link.peer]
         unacked = link.take_unacked()
@@ -331,11 +315,7 @@ class Links:
                 extra={"replica": self.replica_id},
             )
         for channel, data in unacked:
-            if self._on_replay is not None and not self._on_replay(channel, data):
-                self.stats.not_replayed += 1
-                continue
-            self.stats.replayed += 1
-            self._on_nack(channel, data)
+            self._returned.put_nowait(Returned(channel, data, unacked=True))
 
     def __repr__(self) -> str:
         return f"Links({self.origin or 'not listening'}, links={len(self._links)}, routes={len(self._routes)})"

@@ -10,13 +10,13 @@ from collections.abc import Iterable
 
 import pytest
 
-from switchboard.backends.redis.reaper import (
+from switchboard.errors import ConfigError
+from switchboard.replicas.reaper import (
     FailureLedger,
     OrphanReaper,
     PassReport,
     ReaperPolicy,
 )
-from switchboard.errors import ConfigError
 from switchboard.testing import FakeClock
 
 N = ReaperPolicy().min_failures

@@ -1,0 +1,230 @@
+"""What a replica does because it has peers: presence, leadership, reaping and recovery.
+
+* **Presence**: every :data:`PRESENCE_INTERVAL` seconds each replica rewrites
+  a short-lived record (address, clients, subscription health, totals); a
+  replica whose record expired is gone; ``switchboard status`` reads them.
+* **Leadership**: one replica at a time holds the leader lease
+  (:mod:`.lease`) and runs the singleton work: the orphan reaper, forgetting
+  dead replicas' connection counts, ending transit graces.
+* **Reaper** (:mod:`.reaper`): clients registered through a replica that is
+  gone are probed pass after pass and reaped only after several failures.
+* **Re-assertion**: when the store comes back empty (a restart without
+  persistence), each replica writes back its live clients' registrations;
+  the bus re-wires its own subscriptions.
+
+Every store call here raises :class:`BackendError` at worst (the backends
+translate their own errors), so a store outage costs a logged warning and a
+retry at the next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from switchboard.clock import Clock
+from switchboard.config import Settings
+from switchboard.errors import BackendError
+from switchboard.protocol.services import ServiceInfo
+from switchboard.replicas.lease import LeaderElector, Lease, LeasePolicy
+from switchboard.replicas.reaper import OrphanReaper, ReaperPolicy
+from switchboard.replicas.stores import OwnedRegistry, PresenceStore, ReplicaCounts
+from switchboard.tasks import cancel_and_wait
+
+logger = logging.getLogger(__name__)
+
+PRESENCE_INTERVAL = 2.0  # seconds between presence writes and registry epoch checks
+PRESENCE_TTL = 6.0  # three missed writes and a replica counts as gone
+
+
+class _Client(Protocol):
+    @property
+    def services(self) -> Mapping[str, ServiceInfo]: ...
+
+
+class _Manager(Protocol):
+    async def answers_ping(self, address: str, timeout: float = ...) -> bool: ...
+
+
+class _Bus(Protocol):
+    @property
+    def health(self) -> tuple[bool, str]: ...
+
+    @property
+    def stats(self) -> Any: ...
+
+
+class Served(Protocol):
+    """What the cluster needs of the hub it serves beside."""
+
+    replica_id: str
+    settings: Settings
+    clock: Clock
+
+    @property
+    def peers(self) -> Mapping[str, _Client]: ...
+
+    @property
+    def manager(self) -> _Manager: ...
+
+    @property
+    def metrics(self) -> Any: ...
+
+    async def repair_registry(self) -> list[ServiceInfo]: ...
+
+    async def sweep_transits(self) -> int: ...
+
+    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
+
+
+def lease_policy(settings: Settings, key: str) -> LeasePolicy:
+    """The leader lease of ``settings``: renewed every third of its TTL."""
+    return LeasePolicy(key=key, ttl=settings.leader_lease_ttl, renew_every=settings.leader_lease_ttl / 3)
+
+
+class Cluster:
+    """Presence, leadership, reaping and recovery for one replica (a hub companion: start/stop)."""
+
+    def __init__(
+        self,
+        hub: Served,
+        *,
+        registry: OwnedRegistry,
+        bus: _Bus,
+        presence: PresenceStore,
+        lease: Lease,
+        policy: LeasePolicy,
+        counts: ReplicaCounts,
+    ) -> None:
+        self.hub = hub
+        self.registry = registry
+        self.bus = bus
+        self.presence = presence
+        self.counts = counts
+        s = hub.settings
+        self.started_at = time.time()
+        self.elector = LeaderElector(lease, policy=policy, clock=hub.clock)
+        self.reaper = OrphanReaper(
+            policy=ReaperPolicy(
+                interval=s.orphan_reap_interval,
+                first_pass_delay=min(5.0, s.orphan_reap_interval),
+                min_failures=s.orphan_reap_min_failures,
+                probe_timeout=min(5.0, s.orphan_reap_interval),
+            ),
+            clock=hub.clock,
+            list_candidates=self._candidates,
+            probe=self._probe,
+            reap=self._reap,
+            is_leader=lambda: self.elector.is_leader,
+        )
+        self._owners: dict[str, str] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.reaped = 0
+        self.reasserted = 0
+        self._stopping = False
+        self.log = logging.LoggerAdapter(logger, {"replica": hub.replica_id})
+
+    async def start(self) -> None:
+        with contextlib.suppress(BackendError, OSError):
+            await self.registry.check_reset()  # remember the epoch now, to notice a loss later
+        with contextlib.suppress(BackendError, OSError):
+            await self._write_presence()
+        for name, coro in (
+            ("presence", self._presence_loop()),
+            ("leader", self.elector.run()),
+            ("reaper", self.reaper.run()),
+        ):
+            self._tasks.append(asyncio.create_task(coro, name=f"{self.hub.replica_id} {name}"))
+
+    async def stop(self) -> None:
+        """Leave cleanly: give up the lease and remove only this replica's own keys."""
+        self._stopping = True
+        await cancel_and_wait(self._tasks)
+        with contextlib.suppress(BackendError, OSError, TimeoutError):
+            async with asyncio.timeout(2):
+                await self.elector.resign()
+                await self.registry.remove_replica_state(self.hub.replica_id)
+                await self.presence.remove()
+
+    # -- presence and recovery ---------------------------------------------
+
+    async def _presence_loop(self) -> None:
+        while not self._stopping:  # also ends the loop if redis-py swallowed its cancel
+            await self.hub.clock.sleep(PRESENCE_INTERVAL)
+            try:
+                await self.tend()
+            except (BackendError, OSError) as exc:
+                self.log.warning("presence update failed: %s", exc)
+
+    async def tend(self) -> None:
+        """One round: presence, recovery, and the leader's chores."""
+        await self._write_presence()
+        if await self.registry.check_reset():
+            await self._reassert()
+        elif repair := await self.hub.repair_registry():
+            repaired = await self.registry.reassert(repair)
+            self.reasserted += repaired
+            self.log.info("re-wrote %d registrations deferred by a Redis outage", repaired)
+        if self.elector.is_leader:
+            await self._forget_dead_replicas()
+            await self.hub.sweep_transits()
+
+    async def _write_presence(self) -> None:
+        stats = self.bus.stats
+        healthy, reason = self.bus.health
+        await self.presence.write(
+            {
+                "id": self.hub.replica_id,
+                "address": self.hub.settings.public_base_url,
+                "started": f"{self.started_at:.3f}",
+                "seen": f"{time.time():.3f}",
+                "clients": len(self.hub.peers),
+                "desired": stats.desired,
+                "confirmed": stats.confirmed,
+                "bus": "ok" if healthy else f"down: {reason}",
+                "leader": int(self.elector.is_leader),
+                # running totals, for the rates the web console draws (server/status_api.py)
+                **dict(self.hub.metrics.totals().items()),
+            },
+            ttl=PRESENCE_TTL,
+        )
+
+    async def _reassert(self) -> None:
+        peers = list(self.hub.peers.values())
+        count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
+        self.reasserted += count
+        self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(peers))
+
+    async def live_replicas(self) -> set[str]:
+        return (await self.presence.known_and_live())[1]
+
+    async def _forget_dead_replicas(self) -> None:
+        """The leader drops what replicas that died without a goodbye still count."""
+        known, live = await self.presence.known_and_live()
+        for dead in known - live:
+            await self.counts.forget_replica(dead)
+            await self.presence.forget(dead)
+
+    # -- the reaper's three callbacks --------------------------------------
+
+    async def _candidates(self) -> set[str]:
+        """Clients whose owning replica no longer shows presence."""
+        owners = await self.registry.owners()
+        live = await self.live_replicas()
+        self._owners = {client: owner for client, owner in owners.items() if owner not in live}
+        return set(self._owners)
+
+    async def _probe(self, client: str) -> bool:
+        return await self.hub.manager.answers_ping(client, timeout=self.reaper.policy.probe_timeout)
+
+    async def _reap(self, client: str) -> None:
+        ws, _, cid = client.partition("/")
+        if await self.hub.purge(ws, cid, owner=self._owners.get(client)):
+            self.reaped += 1
+
+    def __repr__(self) -> str:
+        return f"Cluster({self.hub.replica_id}, leader={self.elector.is_leader}, reaped={self.reaped})"

@@ -1,0 +1,162 @@
+"""Frames for one client, to whichever replica holds it: over a direct link if one is known, else the bus.
+
+The hub asks, and gets answers as values:
+
+* :meth:`Unicast.send` writes a frame to a link now, or says ``False``: fall
+  back to :meth:`Unicast.publish`, which goes through the bus (Redis) and
+  returns how many replicas received it.
+* A frame a link gave back (the client had left that replica, or the link
+  died before acking it) is published through the bus here; one that then
+  reaches nobody comes out of :meth:`Unicast.lost`, for the hub to retry or
+  fail like a publish to nobody.
+
+Frames through the bus carry their sender's link address
+(``protocol.link.tag``), so the replica holding the channel can offer a link
+back (:mod:`switchboard.replicas.links`). The bus itself knows nothing of
+links: it only publishes and subscribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator
+
+from switchboard.backends.base import BusHandler, EventBus
+from switchboard.clock import Clock
+from switchboard.errors import BackendError, ProtocolError
+from switchboard.protocol import link as wire
+from switchboard.replicas.links import Links, LinkSettings, Returned
+from switchboard.replicas.replays import OpenCalls, worth_replaying
+from switchboard.tasks import cancel_and_wait, spawn
+
+logger = logging.getLogger(__name__)
+
+
+class Unicast:
+    """Client channels (``sb:client:<ws>/<cid>``) on top of an :class:`EventBus`, with links if enabled."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        *,
+        replica_id: str,
+        clock: Clock,
+        calls: OpenCalls,
+        links: LinkSettings | None = None,
+    ) -> None:
+        self._bus = bus
+        self._calls = calls
+        self._here: dict[str, BusHandler] = {}  # channels wanted here: a link's frame for one is delivered
+        self._lost: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._extra = {"replica": replica_id}
+        self.replayed = 0  # unacked frames of a lost link published again
+        self.not_replayed = 0  # unacked frames of a lost link known to have arrived (answered calls)
+        self.links: Links | None = None
+        if links is not None:
+            self.links = Links(replica_id=replica_id, settings=links, clock=clock, deliver=self._deliver_here)
+
+    @property
+    def origin(self) -> str:
+        """``replica@host:port`` other replicas dial to reach us ('' without links)."""
+        return self.links.origin if self.links is not None else ""
+
+    async def start(self) -> None:
+        if self.links is not None:
+            await self.links.start()
+            spawn(self._tasks, self._take_back(self.links), "switchboard-link-returns")
+
+    async def close(self) -> None:
+        """Close the links; ends :meth:`lost` (the bus is its owner's to close)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.links is not None:
+            await self.links.close()
+        await cancel_and_wait(list(self._tasks))
+        self._lost.put_nowait(None)
+
+    # -- sending -----------------------------------------------------------------
+
+    def send(self, channel: str, data: bytes) -> bool:
+        """Over a link, now, if ``channel`` has a route that takes it; ``False``: publish it."""
+        return self.links is not None and self.links.send(channel, data)
+
+    async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
+        """How many replicas received ``data`` (0 = nobody); :class:`BackendError` if the bus failed.
+
+        A frame a link takes counts 1 (should it come back, :meth:`lost` says so).
+        ``direct=False`` keeps it on the bus, behind the broadcasts sent before
+        it: an event must not overtake them.
+        """
+        if direct and self.links is not None and self.links.send(channel, data):
+            return 1
+        return await self._bus.publish(channel, wire.tag(self.origin, data))
+
+    async def lost(self) -> AsyncIterator[tuple[str, bytes]]:
+        """``(channel, frame)`` that a link gave back and the bus then delivered to nobody; ends at close."""
+        while (item := await self._lost.get()) is not None:
+            yield item
+
+    # -- receiving ---------------------------------------------------------------
+
+    async def subscribe(self, channel: str, handler: BusHandler) -> None:
+        """``handler(frame)`` for every frame for ``channel``, whichever way it comes."""
+        self._here[channel] = handler
+        await self._bus.subscribe(channel, functools.partial(self._from_bus, channel, handler))
+
+    async def unsubscribe(self, channel: str) -> None:
+        """Links' frames for ``channel`` go back at once; the bus's until Redis confirms."""
+        self._here.pop(channel, None)
+        if self.links is not None:
+            self.links.forget(channel)
+        await self._bus.unsubscribe(channel)
+
+    def _from_bus(self, channel: str, handler: BusHandler, data: bytes) -> None:
+        try:
+            origin, frame = wire.untag(data)
+        except ProtocolError as exc:
+            logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
+            return
+        if origin and self.links is not None:
+            self.links.heard(origin, channel)
+        handler(frame)
+
+    def _deliver_here(self, channel: str, data: bytes) -> bool:
+        """A frame that came over a link: ours only while we still want the channel."""
+        handler = self._here.get(channel)
+        if handler is None:
+            return False
+        try:
+            handler(data)
+        except Exception:  # the subscriber's bug, never the link's
+            logger.exception("handler for %s failed", channel, extra=self._extra)
+        return True
+
+    # -- frames links gave back --------------------------------------------------
+
+    async def _take_back(self, links: Links) -> None:
+        while True:
+            item = await links.returned()
+            if item.unacked:
+                if not worth_replaying(item.data, self._calls):
+                    self.not_replayed += 1
+                    continue
+                self.replayed += 1
+            spawn(self._tasks, self._republish(item), "switchboard-link-republish")
+
+    async def _republish(self, item: Returned) -> None:
+        """Redis, the source of truth, decides who gets a frame a link gave back."""
+        try:
+            receivers = await self.publish(item.channel, item.data)
+        except BackendError as exc:
+            logger.warning("%s", exc, extra=self._extra)
+            receivers = 0
+        if receivers == 0:
+            self._lost.put_nowait((item.channel, item.data))
+
+    def __repr__(self) -> str:
+        return f"Unicast({self.links!r}, channels={len(self._here)})"

@@ -1,0 +1,130 @@
+"""One link's state machine, driven by hand: bytes in, frames out, on an explicit clock (no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from switchboard.errors import ProtocolError
+from switchboard.protocol import link as wire
+from switchboard.protocol.link_state import (
+    ACK_DELAY,
+    DEAD_AFTER,
+    HEARTBEAT,
+    WRITE_HIGH_WATER,
+    Delivered,
+    Hinted,
+    LinkState,
+    Opened,
+    SentBack,
+)
+
+KEY = wire.link_key("state-test-secret")
+
+
+def pair(now: float = 0.0) -> tuple[LinkState, LinkState]:
+    """A dialler and a listener that have completed their handshake at ``now``."""
+    listener = LinkState(wire.Accept(KEY, "listener", b"L" * wire.NONCE_SIZE), now=now, max_frame=1 << 20)
+    dialler = LinkState(wire.Dial(KEY, "dialler", "listener", b"D" * wire.NONCE_SIZE), now=now, max_frame=1 << 20)
+    assert exchange(listener, dialler, now) == []  # CHALLENGE -> HELLO
+    assert exchange(dialler, listener, now) == [Opened("dialler")]
+    assert exchange(listener, dialler, now) == [Opened("listener")]  # WELCOME
+    return dialler, listener
+
+
+def exchange(src: LinkState, dst: LinkState, now: float) -> list[object]:
+    """Everything ``src`` has to send, received by ``dst``."""
+    return list(dst.receive_data(b"".join(src.data_to_send(now)), now))
+
+
+def kinds(state: LinkState, now: float) -> list[int]:
+    return [kind for kind, _ in wire.Decoder(1 << 20).feed(b"".join(state.data_to_send(now)))]
+
+
+def test_the_handshake_proves_both_ids_and_opens_full_size_frames() -> None:
+    dialler, listener = pair()
+    assert (dialler.peer, listener.peer) == ("listener", "dialler")
+    big = b"x" * (wire.HANDSHAKE_MAX_FRAME * 4)
+    assert dialler.deliver("ch", big)
+    assert exchange(dialler, listener, 0.0) == [Delivered("ch", big)]
+
+
+def test_nothing_but_the_handshake_is_accepted_before_it() -> None:
+    listener = LinkState(wire.Accept(KEY, "listener", b"L" * wire.NONCE_SIZE), now=0.0, max_frame=1 << 20)
+    with pytest.raises(ProtocolError, match="before the link was authenticated"):
+        listener.receive_data(wire.deliver("ch", b"forged"), 0.0)
+
+
+def test_a_delivered_frame_stays_unacked_until_the_ack_comes_back() -> None:
+    dialler, listener = pair()
+    assert dialler.deliver("ch", b"one")
+    assert dialler.deliver("ch", b"two")
+    assert exchange(dialler, listener, 0.0) == [Delivered("ch", b"one"), Delivered("ch", b"two")]
+    assert [data for _, data in dialler.unacked] == [b"one", b"two"]
+    assert listener.ack_pending  # nothing to send: the owner acks within ACK_DELAY
+    assert kinds(listener, ACK_DELAY) == [wire.ACK]
+    assert not listener.ack_pending
+
+    listener.data_to_send(ACK_DELAY)  # nothing more
+    dialler.receive_data(wire.ack(2), ACK_DELAY)
+    assert not dialler.unacked
+    assert dialler.unacked_bytes == 0
+
+
+def test_the_ack_rides_on_the_next_frame_the_receiver_sends() -> None:
+    dialler, listener = pair()
+    dialler.deliver("call", b"request")
+    exchange(dialler, listener, 0.0)
+    listener.deliver("reply", b"response")
+    assert kinds(listener, 0.0) == [wire.DELIVER, wire.ACK]  # one write: the reply and its ack
+
+
+def test_a_lost_link_hands_back_exactly_what_was_not_acked() -> None:
+    dialler, listener = pair()
+    for data in (b"a", b"b", b"c"):
+        dialler.deliver("ch", data)
+    exchange(dialler, listener, 0.0)
+    dialler.receive_data(wire.ack(1), 0.0)
+    assert list(dialler.take_unacked()) == [("ch", b"b"), ("ch", b"c")]
+    assert not dialler.unacked
+
+
+def test_a_link_with_too_much_unacked_takes_no_more_frames() -> None:
+    dialler, _ = pair()
+    assert dialler.deliver("ch", b"x" * (WRITE_HIGH_WATER + 1))
+    assert not dialler.deliver("ch", b"one more")  # through Redis instead
+    assert len(dialler.unacked) == 1
+
+
+def test_hints_and_sent_back_frames_reach_the_other_side_as_events() -> None:
+    dialler, listener = pair()
+    listener.hint("ch")
+    listener.send_back("gone", b"frame")
+    assert exchange(listener, dialler, 0.0) == [Hinted("ch"), SentBack("gone", b"frame")]
+
+
+def test_a_quiet_side_pings_every_heartbeat_and_a_silent_one_is_dead() -> None:
+    dialler, listener = pair()
+    assert dialler.tick(HEARTBEAT / 2) is None
+    assert not dialler.has_output
+    assert dialler.tick(HEARTBEAT) is None
+    assert kinds(dialler, HEARTBEAT) == [wire.PING]
+    assert dialler.tick(HEARTBEAT * 1.5) is None
+    assert not dialler.has_output
+
+    assert listener.tick(DEAD_AFTER) is None  # silent exactly DEAD_AFTER: not yet
+    assert listener.tick(DEAD_AFTER + 0.1) == "silent for 3.1 s"
+
+
+def test_traffic_moves_the_deadline() -> None:
+    dialler, listener = pair()
+    dialler.deliver("ch", b"x")
+    exchange(dialler, listener, 2.5)
+    assert listener.tick(DEAD_AFTER + 1.0) is None  # heard from 1.5 s ago
+
+
+def test_a_connection_that_never_authenticates_is_dead_after_the_deadline() -> None:
+    listener = LinkState(wire.Accept(KEY, "listener", b"L" * wire.NONCE_SIZE), now=10.0, max_frame=1 << 20)
+    listener.receive_data(b"\x00", 12.0)  # a trickle of bytes is no handshake
+    assert listener.tick(10.0 + DEAD_AFTER) is None
+    assert listener.tick(10.0 + DEAD_AFTER + 0.1) == f"no handshake within {DEAD_AFTER:g} s"
+    assert kinds(listener, 12.0) == [wire.CHALLENGE]  # its challenge, never a PING

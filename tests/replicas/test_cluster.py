@@ -1,0 +1,269 @@
+"""One round of the cluster's upkeep (``Cluster.tend``), on in-memory stores and a fake clock.
+
+The stores are small in-memory implementations of the interfaces in
+``switchboard.replicas.stores``; the hub side is the handful of members the
+cluster uses. Real replicas on a real Valkey are in ``tests/cluster``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from switchboard.errors import BackendError
+from switchboard.protocol.services import ServiceInfo
+from switchboard.replicas.cluster import PRESENCE_TTL, Cluster, lease_policy
+from switchboard.testing import FakeClock
+from switchboard.testing.hub import settings_for_tests
+
+
+def info(client: str, svc: str = "built-in") -> ServiceInfo:
+    return {"id": f"ws-1/{client}:{svc}", "type": "built-in", "config": {}}  # type: ignore[typeddict-item]
+
+
+@dataclass
+class Client:
+    services: dict[str, ServiceInfo]
+
+
+@dataclass
+class Manager:
+    async def answers_ping(self, address: str, timeout: float = 2.0) -> bool:
+        return False
+
+
+@dataclass
+class Metrics:
+    def totals(self) -> dict[str, float]:
+        return {"received": 7.0}
+
+
+@dataclass
+class HubSide:
+    """What the cluster uses of the hub: its clients, and the repairs and sweeps it asks for."""
+
+    clock: FakeClock
+    replica_id: str = "ra"
+    settings: Any = field(default_factory=settings_for_tests)
+    peers: dict[str, Client] = field(default_factory=dict)
+    manager: Manager = field(default_factory=Manager)
+    metrics: Metrics = field(default_factory=Metrics)
+    to_repair: list[ServiceInfo] = field(default_factory=list)
+    sweeps: int = 0
+
+    async def repair_registry(self) -> list[ServiceInfo]:
+        repair, self.to_repair = self.to_repair, []
+        return repair
+
+    async def sweep_transits(self) -> int:
+        self.sweeps += 1
+        return 0
+
+    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
+        return 0
+
+
+@dataclass
+class Presence:
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)
+    replica_id: str = "ra"
+    down: bool = False
+
+    async def write(self, fields: Mapping[str, Any], *, ttl: float) -> None:
+        if self.down:
+            raise BackendError("presence store unreachable")
+        self.records[self.replica_id] = {**fields, "ttl": ttl}
+        self.known.add(self.replica_id)
+
+    async def remove(self) -> None:
+        self.records.pop(self.replica_id, None)
+        self.known.discard(self.replica_id)
+
+    async def known_and_live(self) -> tuple[set[str], set[str]]:
+        return set(self.known), set(self.records)
+
+    async def forget(self, replica_id: str) -> None:
+        self.known.discard(replica_id)
+
+    async def read_all(self) -> tuple[list[dict[str, Any]], str | None]:
+        return list(self.records.values()), None
+
+
+@dataclass
+class Registry:
+    reset: bool = False
+    written: list[ServiceInfo] = field(default_factory=list)
+    removed_for: list[str] = field(default_factory=list)
+
+    async def owners(self) -> dict[str, str]:
+        return {}
+
+    async def check_reset(self) -> bool:
+        reset, self.reset = self.reset, False
+        return reset
+
+    async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
+        infos = list(infos)
+        self.written += infos
+        return len(infos)
+
+    async def remove_replica_state(self, replica_id: str) -> list[ServiceInfo]:
+        self.removed_for.append(replica_id)
+        return []
+
+
+@dataclass
+class Counts:
+    forgotten: list[str] = field(default_factory=list)
+
+    async def forget_replica(self, replica_id: str) -> int:
+        self.forgotten.append(replica_id)
+        return 1
+
+
+@dataclass
+class Lease:
+    owner_id: str = "ra#1"
+    holder_id: str | None = None
+
+    async def try_acquire(self) -> bool:
+        if self.holder_id is None:
+            self.holder_id = self.owner_id
+            return True
+        return False
+
+    async def renew(self) -> bool:
+        return self.holder_id == self.owner_id
+
+    async def release(self) -> bool:
+        freed, self.holder_id = self.holder_id == self.owner_id, None
+        return freed
+
+    async def holder(self) -> str | None:
+        return self.holder_id
+
+
+class Bus:
+    health = (True, "ok")
+
+    @dataclass
+    class stats:  # noqa: N801 - read like RedisBus.stats
+        desired: int = 3
+        confirmed: int = 2
+
+
+@dataclass
+class World:
+    hub: HubSide
+    presence: Presence
+    registry: Registry
+    counts: Counts
+    lease: Lease
+    cluster: Cluster
+
+
+def world(*, held_by: str | None = None) -> World:
+    clock = FakeClock()
+    hub = HubSide(clock=clock)
+    presence, registry, counts, lease = Presence(), Registry(), Counts(), Lease(holder_id=held_by)
+    cluster = Cluster(
+        hub,
+        registry=registry,
+        bus=Bus(),
+        presence=presence,
+        lease=lease,
+        policy=lease_policy(hub.settings, "sb:leader"),
+        counts=counts,
+    )
+    return World(hub, presence, registry, counts, lease, cluster)
+
+
+@contextlib.asynccontextmanager
+async def campaigning(w: World) -> AsyncIterator[None]:
+    task = asyncio.create_task(w.cluster.elector.run())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_round_writes_this_replicas_presence_with_a_short_life() -> None:
+    w = world()
+    w.hub.peers["ws-1/a"] = Client({"x": info("a")})
+    await w.cluster.tend()
+    record = w.presence.records["ra"]
+    assert (record["clients"], record["desired"], record["confirmed"]) == (1, 3, 2)
+    assert record["bus"] == "ok"
+    assert record["received"] == 7.0
+    assert record["ttl"] == PRESENCE_TTL
+
+
+async def test_a_store_that_lost_its_data_gets_every_live_registration_back() -> None:
+    w = world()
+    w.hub.peers = {"ws-1/a": Client({"b": info("a"), "s": info("a", "s")}), "ws-1/b": Client({"b": info("b")})}
+    w.registry.reset = True
+    await w.cluster.tend()
+    assert sorted(i["id"] for i in w.registry.written) == ["ws-1/a:built-in", "ws-1/a:s", "ws-1/b:built-in"]
+    assert w.cluster.reasserted == 3
+
+
+async def test_registrations_an_outage_left_unwritten_are_written_on_the_next_round() -> None:
+    w = world()
+    w.hub.to_repair = [info("a")]
+    await w.cluster.tend()
+    assert w.registry.written == [info("a")]
+    assert w.cluster.reasserted == 1
+    await w.cluster.tend()  # nothing more to repair
+    assert w.registry.written == [info("a")]
+
+
+async def test_the_leader_forgets_what_dead_replicas_still_count_and_ends_graces() -> None:
+    w = world()
+    w.presence.known |= {"rdead"}  # announced itself once, no record any more
+    async with campaigning(w):
+        assert w.cluster.elector.is_leader
+        await w.cluster.tend()
+    assert w.counts.forgotten == ["rdead"]
+    assert w.presence.known == {"ra"}
+    assert w.hub.sweeps == 1
+
+
+async def test_a_follower_leaves_the_leaders_chores_alone() -> None:
+    w = world(held_by="rb#1")
+    w.presence.known |= {"rdead"}
+    async with campaigning(w):
+        assert not w.cluster.elector.is_leader
+        await w.cluster.tend()
+    assert w.counts.forgotten == []
+    assert w.hub.sweeps == 0
+
+
+async def test_a_store_outage_is_a_backend_error_the_loop_survives() -> None:
+    w = world()
+    w.presence.down = True
+    with pytest.raises(BackendError):
+        await w.cluster.tend()
+    await w.cluster.start()  # start and its loop only log it
+    await w.cluster.stop()
+
+
+async def test_a_clean_stop_resigns_and_removes_only_this_replicas_state() -> None:
+    w = world()
+    await w.cluster.start()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert w.lease.holder_id == "ra#1"
+    await w.cluster.stop()
+    assert w.lease.holder_id is None
+    assert w.registry.removed_for == ["ra"]
+    assert "ra" not in w.presence.records
