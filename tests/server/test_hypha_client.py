@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 
 import pytest
 from hypha_rpc.rpc import RemoteException
 
+from switchboard.testing.hub import settings_for_tests
 from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -336,3 +339,42 @@ async def test_a_service_whose_methods_shadow_dict_methods_is_served(connect):
     svc = await provider.get_service("dict-like")
     assert await svc.get("x") == "got x"
     assert svc.config.workspace == provider.config["workspace"]
+
+
+# 9. a provider that dies ---------------------------------------------------------
+
+PROVIDER = """
+import asyncio, sys
+from hypha_rpc import connect_to_server
+
+async def main():
+    api = await connect_to_server({"server_url": sys.argv[1], "token": sys.argv[2], "client_id": "doomed"})
+    await api.register_service({"id": "doomed-svc", "f": lambda: 1})
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("settings", [settings_for_tests(transit_grace=1.0)])
+async def test_the_service_of_a_provider_killed_mid_session_is_not_found_once_its_grace_is_over(connect, server):
+    """hypha-rpc's own suite (test_launch_external_services) kills a provider's process and
+    expects ``get_service`` to say "not found". Its dropped connection first makes it a client
+    in transit, still listed; a lookup meanwhile waits for it, and once the grace is over the
+    caller hears that the service is gone, not that a peer is "not connected"."""
+    owner = await connect(client_id="owner")
+    token = await owner.generate_token()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PROVIDER, server.url, token, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert (await asyncio.wait_for(proc.stdout.readline(), 20)).strip() == b"ready"
+        assert await (await owner.get_service("doomed-svc")).f() == 1
+    finally:
+        proc.kill()
+        await proc.wait()
+    started = time.monotonic()
+    with pytest.raises(RemoteException, match="not found"):
+        await owner.get_service("doomed-svc")
+    assert time.monotonic() - started < 1.0 + 5.0, "the lookup waited for the grace, not for its timeout"

@@ -346,7 +346,14 @@ class WorkspaceManager:
         config = plain(config) or {}
         info = await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
         timeout = float(config.get("timeout") or 10.0)
-        return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
+        try:
+            return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
+        except Exception:
+            # The provider may have left while we asked it (a dropped client stays listed
+            # until its transit grace ends): then the service is gone, and the caller is
+            # told so, as if it had looked a moment later.
+            await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+            raise
 
     async def list_services(
         self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
