@@ -18,7 +18,7 @@ import pytest
 
 from switchboard.config import Settings
 from switchboard.server.runner import RunningServer
-from switchboard.server.state import Phase
+from switchboard.server.server_state import Phase
 from switchboard.testing.hub import settings_for_tests as make_settings
 from switchboard.testing.wait import eventually
 

@@ -42,7 +42,7 @@ from switchboard.hub.inflight import InFlight
 from switchboard.hub.manager_door import payload_map
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
-from switchboard.hub.relay import ReplyRoutes
+from switchboard.hub.reply_routes import ReplyRoutes
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.transit import Transit
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads

@@ -24,7 +24,7 @@ from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
 from switchboard.server import http_rpc, http_services, status_api, web_console
-from switchboard.server.state import Phase, ServerState
+from switchboard.server.server_state import Phase, ServerState
 from switchboard.server.websocket import websocket_endpoint
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ and httptools keeps growing an unfinished header without limit. Here:
   them is let in, over the bound, rather than refused.
 
 It also lists its connections (:class:`~switchboard.server.connections.Connections`)
-and names the connection's transport for the app's task (:mod:`switchboard.server.reset`).
+and names the connection's transport for the app's task (:mod:`switchboard.server.connection_reset`).
 
 The class is handed to uvicorn as ``Config(http=...)`` (documented: an
 ``asyncio.Protocol`` class) by :func:`switchboard.server.runner.uvicorn_config`,
@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from switchboard.server import reset
+from switchboard.server import connection_reset
 from switchboard.server.connections import Connections
 
 log = logging.getLogger(__name__)
@@ -133,11 +133,11 @@ class HubHttpProtocol(HttpToolsProtocol):
         if self.head_timer is None and not self.in_request and not self.unanswered:
             self._head_started()  # even bytes that begin no request (blank lines) start the clock
         waiting = self.head_timer
-        token = reset.CURRENT.set(self.head_transport)  # for the app's task, if a request starts here
+        token = connection_reset.CURRENT.set(self.head_transport)  # for the app's task, if a request starts here
         try:
             super().data_received(data)
         finally:
-            reset.CURRENT.reset(token)
+            connection_reset.CURRENT.reset(token)
         if waiting is not None and self.head_timer is waiting:  # the same head, still unfinished
             self.head_bytes += len(data)
             if self.head_bytes > self.watch.max_bytes:

@@ -55,9 +55,9 @@ from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 from switchboard.protocol import envelope, handshake
+from switchboard.server.connection_reset import reset
 from switchboard.server.http_errors import refusal, status_of
-from switchboard.server.reset import reset
-from switchboard.server.state import ServerState
+from switchboard.server.server_state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class DownstreamResponse(Response):
 
 
 async def _drop_connection(peer: Peer, receive: Receive) -> None:
-    """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.reset`)."""
+    """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.connection_reset`)."""
     if not reset():  # the transport of this request's connection
         return
     peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, peer.close_reason)

@@ -21,7 +21,7 @@ from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.server.http_errors import refusal, status_of
-from switchboard.server.state import ServerState
+from switchboard.server.server_state import ServerState
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from switchboard.protocol import handshake
 from switchboard.server import versions
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
-from switchboard.server.state import Phase, ServerState
+from switchboard.server.server_state import Phase, ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger(__name__)

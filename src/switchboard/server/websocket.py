@@ -5,7 +5,7 @@ slow consumer (1008). If it does not complete the close handshake within
 ``CLOSE_GRACE`` it is detached; if what was written to it (the close frame
 included: a client that reads again by then still sees why) has not drained
 ``WRITER_GRACE`` after that, its connection is reset rather than closed
-(:mod:`switchboard.server.reset`). ASGI can only return, and the server then *closes*
+(:mod:`switchboard.server.connection_reset`). ASGI can only return, and the server then *closes*
 its transport, which waits for the write buffer to drain first: a client that
 never reads again would keep its socket, the buffers and the server's
 connection entry (and hold up the server's shutdown) for ever. The same goes
@@ -27,9 +27,9 @@ from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.server import ws_asgi
+from switchboard.server.connection_reset import current_transport, reset
 from switchboard.server.inbox import Inbox
-from switchboard.server.reset import current_transport, reset
-from switchboard.server.state import ServerState
+from switchboard.server.server_state import ServerState
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,9 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from switchboard.backends.base import Expiry
 from switchboard.backends.redis.connection import make_client
-from switchboard.backends.redis.transit import RedisTransit
+from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
@@ -139,7 +140,7 @@ def _decode(raw: bytes | str) -> ServiceInfo:
     return info
 
 
-class RedisRegistry(RedisTransit):
+class RedisRegistry:
     """:class:`~switchboard.backends.base.Registry` in Redis, with per-replica ownership.
 
     ``redis`` is a client (left open on :meth:`close`) or a URL (a client with
@@ -159,13 +160,16 @@ class RedisRegistry(RedisTransit):
         self._remove_client = self._r.register_script(_REMOVE_CLIENT)
         self._remove_replica = self._r.register_script(_REMOVE_REPLICA)
         self._reassert = self._r.register_script(_REASSERT)
-        self._transit_scripts()
+        self._keys = TransitKeys(key_prefix)
+        self._transit_key = self._keys.transit
+        self._transit_left_key = self._keys.transit_left
+        self._transit = RedisTransit(self._r, self._keys, self._call)
 
     def _svc_key(self, workspace: str) -> str:
-        return f"{self._p}svc:{workspace}"
+        return self._keys.svc(workspace)
 
     def _clients_key(self, replica_id: str) -> str:
-        return f"{self._p}replica:{replica_id}:clients"
+        return self._keys.clients(replica_id)
 
     async def _call(self, what: str, coro: Any) -> Any:
         try:
@@ -208,6 +212,20 @@ class RedisRegistry(RedisTransit):
         args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
         removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
         return [_decode(raw) for raw in removed]
+
+    # -- clients in transit (backends/redis/transit.py) -------------------------
+
+    async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
+        return await self._transit.begin_transit(workspace, client_id, owner=owner, grace=grace)
+
+    async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
+        return await self._transit.end_transit(workspace, client_id, owner=owner)
+
+    async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
+        return await self._transit.expire_transit(workspace, client_id)
+
+    async def transits_due(self, limit: int = 100) -> list[str]:
+        return await self._transit.transits_due(limit)
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
         """One round trip for a workspace (HGET for an exact id); two for ``*``."""

@@ -17,9 +17,47 @@ then announces the departure.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from switchboard.backends.base import Expiry
+
+
+@dataclass(frozen=True, slots=True)
+class TransitKeys:
+    """The registry's key names that the transit scripts touch (``p`` = its prefix)."""
+
+    prefix: str
+
+    @property
+    def transit(self) -> str:
+        return f"{self.prefix}transit"
+
+    @property
+    def transit_left(self) -> str:
+        return f"{self.prefix}transit:left"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.prefix}owner"
+
+    @property
+    def workspaces(self) -> str:
+        return f"{self.prefix}workspaces"
+
+    @property
+    def replica_prefix(self) -> str:
+        return f"{self.prefix}replica:"
+
+    def svc(self, workspace: str) -> str:
+        return f"{self.prefix}svc:{workspace}"
+
+    def clients(self, replica_id: str) -> str:
+        return f"{self.prefix}replica:{replica_id}:clients"
+
+
+Call = Callable[[str, Awaitable[Any]], Awaitable[Any]]
 
 _NOW = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -100,44 +138,39 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(AR
 
 
 class RedisTransit:
-    """The transit methods of :class:`~switchboard.backends.redis.registry.RedisRegistry`."""
+    """The transit methods of :class:`~switchboard.backends.redis.registry.RedisRegistry`.
 
-    _r: Any
-    _p: str
-    _owner_key: str
-    _ws_key: str
-    replica_id: str
+    The registry owns the client and the key layout and hands this what it
+    needs: ``call`` is its way of awaiting a command (Redis errors become
+    :class:`~switchboard.errors.BackendError` there), and the key names are
+    those its own scripts use, since ending a transit also moves ownership.
+    """
 
-    if TYPE_CHECKING:  # the registry's own helpers, used here
-
-        async def _call(self, what: str, coro: Any) -> Any: ...
-
-        def _svc_key(self, workspace: str) -> str: ...
-
-        def _clients_key(self, replica_id: str) -> str: ...
-
-    def _transit_scripts(self) -> None:
-        self._transit_key = f"{self._p}transit"
-        self._transit_left_key = f"{self._p}transit:left"
-        self._begin = self._r.register_script(BEGIN)
-        self._end = self._r.register_script(END)
-        self._expire = self._r.register_script(EXPIRE)
-        self._due = self._r.register_script(DUE)
+    def __init__(self, redis: Any, keys: TransitKeys, call: Call) -> None:
+        self._k = keys
+        self._call = call
+        self._begin = redis.register_script(BEGIN)
+        self._end = redis.register_script(END)
+        self._expire = redis.register_script(EXPIRE)
+        self._due = redis.register_script(DUE)
 
     async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
-        keys = [self._owner_key, self._transit_key, self._transit_left_key]
+        k = self._k
+        keys = [k.owner, k.transit, k.transit_left]
         args = [f"{workspace}/{client_id}", owner, int(grace * 1000)]
         return bool(await self._call("begin_transit", self._begin(keys=keys, args=args)))
 
     async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
-        keys = [self._transit_key, self._transit_left_key, self._owner_key, self._clients_key(owner)]
-        args = [f"{workspace}/{client_id}", owner, f"{self._p}replica:"]
+        k = self._k
+        keys = [k.transit, k.transit_left, k.owner, k.clients(owner)]
+        args = [f"{workspace}/{client_id}", owner, k.replica_prefix]
         away = int(await self._call("end_transit", self._end(keys=keys, args=args)))
         return None if away < 0 else away / 1000
 
     async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
-        keys = [self._transit_key, self._transit_left_key, self._svc_key(workspace), self._ws_key, self._owner_key]
-        args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, f"{self._p}replica:"]
+        k = self._k
+        keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner]
+        args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, k.replica_prefix]
         reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
         state = reply[0].decode()
         if state == "waiting":
@@ -147,5 +180,5 @@ class RedisTransit:
         return Expiry("none")
 
     async def transits_due(self, limit: int = 100) -> list[str]:
-        raw = await self._call("transits_due", self._due(keys=[self._transit_key], args=[limit]))
+        raw = await self._call("transits_due", self._due(keys=[self._k.transit], args=[limit]))
         return [m.decode() for m in raw]
