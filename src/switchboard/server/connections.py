@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from switchboard.server.ws_protocol import HubWebSocketProtocol
+from typing import Any, Protocol
 
 Address = tuple[str, int]
+
+
+class Listed(Protocol):
+    """What the list needs of a WebSocket (:class:`~switchboard.server.ws_protocol.Listed`)."""
+
+    address: Address | None
+    transport: asyncio.Transport
+
+    def shutdown(self) -> None: ...
 
 
 class Connections:
@@ -20,7 +26,7 @@ class Connections:
 
     def __init__(self) -> None:
         self.transports: dict[Address, asyncio.BaseTransport] = {}
-        self.websockets: set[HubWebSocketProtocol] = set()
+        self.websockets: set[Listed] = set()
         self.tasks: set[asyncio.Task[None]] = set()  # the app's, one per WebSocket, until it returns
 
     def __repr__(self) -> str:
@@ -34,11 +40,11 @@ class Connections:
         if isinstance(address, tuple) and self.transports.get(address[:2]) is transport:
             del self.transports[address[:2]]
 
-    def add(self, websocket: HubWebSocketProtocol) -> None:
+    def add(self, websocket: Listed) -> None:
         self.websockets.add(websocket)
         self.opened(websocket.address, websocket.transport)
 
-    def discard(self, websocket: HubWebSocketProtocol) -> None:
+    def discard(self, websocket: Listed) -> None:
         self.websockets.discard(websocket)
         self.closed(websocket.address, websocket.transport)
 

@@ -17,15 +17,35 @@ import logging
 from collections import deque
 from collections.abc import Iterable, Mapping
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Message
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-if TYPE_CHECKING:
-    from switchboard.server.ws_protocol import HubWebSocketProtocol
+from switchboard.server.connections import Connections
+
+
+class Connection(Protocol):
+    """What the app's side needs of the connection (:class:`~switchboard.server.ws_protocol.HubWebSocketProtocol`)."""
+
+    accepted: bool
+    closing: bool
+    disconnected: bool
+
+    @property
+    def connections(self) -> Connections: ...
+
+    async def writable(self) -> None: ...
+    def accept(self, response: Response) -> None: ...
+    def respond(self, response: Response) -> None: ...
+    def refuse(self, status: int) -> None: ...
+    def app_done(self) -> None: ...
+    def send_now(self, message: bytes | str) -> bool: ...
+    def close(self, code: int, reason: str) -> None: ...
+    def resume_reading(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +118,7 @@ class ClientDisconnected(ConnectionError):
 class AsgiWebSocket:
     """The ASGI ``receive`` and ``send`` of one connection; the protocol feeds it what the client did."""
 
-    def __init__(self, proto: HubWebSocketProtocol, response: Response) -> None:
+    def __init__(self, proto: Connection, response: Response) -> None:
         self._proto = proto
         self._response = response  # the 101 websockets prepared, sent when the app accepts
         self._events: deque[dict[str, Any]] = deque([{"type": "websocket.connect"}])
