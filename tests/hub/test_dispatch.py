@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgpack
 import pytest
 
+from support.wire import Wire, settle
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.auth import Permission, User
 from switchboard.hub.hub import Hub
@@ -28,43 +28,6 @@ pytestmark = pytest.mark.timeout(10)
 
 WS = "ws-1"
 USER = User(id="alice", grants={WS: Permission.READ_WRITE})
-
-
-class Wire:
-    """A client's connection as its peer sees it: every frame taken at once."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes | str] = []
-
-    def try_send(self, frame: bytes | str) -> bool:
-        self.frames.append(frame)
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        self.frames.append(data)
-
-    async def send_text(self, text: str) -> None:
-        self.frames.append(text)
-
-    async def close(self, code: int, reason: str) -> None:
-        pass
-
-    def heads(self) -> list[dict[str, Any]]:
-        heads = []
-        for frame in self.frames:
-            if isinstance(frame, bytes):
-                unpacker = msgpack.Unpacker(raw=False)
-                unpacker.feed(frame)
-                heads.append(next(unpacker))
-        return heads
-
-    def methods(self) -> list[str]:
-        return [str(h.get("method", h["type"])) for h in self.heads()]
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 class Pair:

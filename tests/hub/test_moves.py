@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgpack
 import pytest
 
+from support.wire import Wire, settle
 from switchboard.hub.auth import new_anonymous_user
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import HANDED_OVER, Peer
@@ -28,35 +28,6 @@ pytestmark = pytest.mark.timeout(10)
 WS = "ws-1"
 GRACE = 5.0
 USER = new_anonymous_user()
-
-
-class Wire:
-    """A client's connection as its peer sees it: every frame taken at once."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes | str] = []
-
-    def try_send(self, frame: bytes | str) -> bool:
-        self.frames.append(frame)
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        self.frames.append(data)
-
-    async def send_text(self, text: str) -> None:
-        self.frames.append(text)
-
-    async def close(self, code: int, reason: str) -> None:
-        pass
-
-    def heads(self) -> list[dict[str, Any]]:
-        return [_first(f) for f in self.frames if isinstance(f, bytes)]
-
-
-def _first(frame: bytes) -> dict[str, Any]:
-    unpacker = msgpack.Unpacker(raw=False)
-    unpacker.feed(frame)
-    return next(unpacker)
 
 
 class Net:
@@ -116,11 +87,6 @@ class Net:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-
-
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
 
 
 def calls(wire: Wire) -> list[str]:

@@ -1,0 +1,48 @@
+"""A client's connection as the hub's ``Peer`` sees it, for hubs driven without sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgpack
+
+
+class Wire:
+    """Takes every frame at once and keeps it, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes | str] = []
+
+    def try_send(self, frame: bytes | str) -> bool:
+        self.frames.append(frame)
+        return True
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.frames.append(data)
+
+    async def send_text(self, text: str) -> None:
+        self.frames.append(text)
+
+    async def close(self, code: int, reason: str) -> None:
+        pass
+
+    def heads(self) -> list[dict[str, Any]]:
+        """The routing header (first msgpack object) of every binary frame."""
+        return [first_object(f) for f in self.frames if isinstance(f, bytes)]
+
+    def methods(self) -> list[str]:
+        return [str(h.get("method", h["type"])) for h in self.heads()]
+
+
+def first_object(frame: bytes) -> dict[str, Any]:
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(frame)
+    head: dict[str, Any] = next(unpacker)
+    return head
+
+
+async def settle() -> None:
+    """Let the tasks the hub spawned run to their next wait (bounded: 20 turns of the loop)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
