@@ -176,8 +176,3 @@ def reject_frame(*, session: str, target: str, caller: str, message: str) -> byt
     main["ws"] = ws
     extra = {"args": [{"_rtype": "error", "_rvalue": message, "_rtrace": ""}]}
     return encode(main, msgpack.packb(extra, use_bin_type=True))
-
-
-def event_frame(event_type: str, data: Any) -> bytes:
-    """A server event (``client_connected``, ``service_added`` ...) as clients expect it."""
-    return encode({"type": event_type, "to": "*", "data": data})
