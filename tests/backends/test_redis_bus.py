@@ -317,6 +317,57 @@ async def test_half_open_pubsub_is_detected_by_the_probe_and_healed(make_bus, pr
     assert await delivered(bus, publisher, "half-open", got)
 
 
+class SwallowsOneCancel:
+    """Wraps pub/sub connections; the first read cancelled on each loses that cancel and reads on,
+    as redis-py may (see :mod:`switchboard.tasks`)."""
+
+    def __init__(self, url: str) -> None:
+        self._make = pubsub_connection_factory(url, timeout=0.5)
+        self.swallowed = 0
+
+    def __call__(self) -> Any:
+        return _Stubborn(self._make(), self)
+
+
+class _Stubborn:
+    def __init__(self, conn: Any, owner: SwallowsOneCancel) -> None:
+        self._conn, self._owner, self._lost_one = conn, owner, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        while True:
+            try:
+                return await self._conn.read_response(*args, **kwargs)
+            except asyncio.CancelledError:
+                if self._lost_one:
+                    raise
+                self._lost_one = True
+                self._owner.swallowed += 1
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+
+
+async def test_a_dropped_connection_is_replaced_though_its_reader_lost_the_cancel(make_bus, proxy, publisher):
+    """The supervisor stops the old reader for sure before it reconnects: cancelled once and
+    awaited, a reader that lost the cancel would sit on the silent socket, and the bus would
+    never come back (it has nothing else to wake it)."""
+    stubborn = SwallowsOneCancel(proxy.url_for_redis())
+    bus = make_bus(stubborn, publisher=publisher, reconcile_interval=None, probe_idle=0.2, probe_timeout=0.3)
+    assert await bus.start()
+    got: list[bytes] = []
+    await bus.subscribe("stubborn", got.append)
+    assert await delivered(bus, publisher, "stubborn", got)
+
+    proxy.blackhole()
+    await eventually(lambda: bus.stats.probe_failures >= 1, "probe failure")
+    proxy.pass_through()
+
+    await eventually(lambda: bus.health[0] and bus.is_confirmed("stubborn"), "healed bus", timeout=5.0)
+    assert stubborn.swallowed >= 1
+    assert await delivered(bus, publisher, "stubborn", got)
+
+
 # -- Redis restarted empty ----------------------------------------------------------------------
 
 

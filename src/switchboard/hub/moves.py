@@ -25,7 +25,6 @@ never a frame.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,7 +39,7 @@ from switchboard.hub.remote import Remote
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.transit import Released, Transit
 from switchboard.protocol import envelope
-from switchboard.tasks import spawn
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +91,7 @@ class Moves:
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         self._wakeup = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
+        self._stopping = False
         self._background: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle -----------------------------------------------------------
@@ -102,10 +102,11 @@ class Moves:
         self._keeper = asyncio.create_task(self._keep_time(), name=f"{self.replica_id} transit")
 
     async def stop(self) -> None:
+        """End the keeper for sure: a Redis command it is in may swallow one cancel (:mod:`switchboard.tasks`)."""
+        self._stopping = True
+        self._wake()
         if self._keeper is not None:
-            self._keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._keeper
+            await cancel_and_wait([self._keeper])
 
     # -- holding frames ------------------------------------------------------
 
@@ -270,7 +271,7 @@ class Moves:
 
     async def _keep_time(self) -> None:
         """Sleep until the next grace ends (or :data:`RECHECK` while holding frames), then settle."""
-        while True:
+        while not self._stopping:
             deadline = self.transit.next_deadline()
             if self.transit.holders():
                 recheck = self.clock.monotonic() + RECHECK

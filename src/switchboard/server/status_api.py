@@ -18,7 +18,6 @@ minutes at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -36,6 +35,7 @@ from switchboard.protocol.services import ServiceQuery
 from switchboard.replicas.cluster import Cluster
 from switchboard.server import http_services
 from switchboard.server.http_errors import error_response
+from switchboard.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
@@ -71,18 +71,19 @@ class StatusSampler:
         self._seen: dict[str, _Seen] = {}
         self._started = time.time()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"{self.hub.replica_id} status sampler")
 
     async def stop(self) -> None:
+        """End the sampling for sure: a Redis read it is in may swallow one cancel (:mod:`switchboard.tasks`)."""
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.sample()
             except Exception as exc:  # a status page must never take the hub down

@@ -343,9 +343,11 @@ class RedisBus:
         finally:
             self._conn, self._down_reason = None, "pub/sub connection lost"
             self.subs.on_connection_lost()
-            reader.cancel()
-            dropped.cancel()
-            await asyncio.gather(reader, dropped, return_exceptions=True)
+            # not cancel-then-gather: a cancel redis-py swallows would leave the reader
+            # on the old socket and this supervisor waiting for it forever, never reconnecting
+            await cancel_and_wait([reader, dropped])
+            if reader.done() and not reader.cancelled():
+                reader.exception()  # retrieved: why it ended is the drop reason, already logged
             with contextlib.suppress(Exception):
                 await conn.disconnect(nowait=True)
         if self._drop_reason:
