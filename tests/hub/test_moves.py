@@ -230,3 +230,62 @@ async def test_the_leaders_sweep_ends_a_transit_no_replica_heard_of(net: Net) ->
     await settle()
     assert events(caller_wire) == ["client_disconnected"]
     assert not await net.listed("orphan")
+
+
+async def test_replies_to_a_connection_closed_right_after_coming_back_are_sent_again_on_the_next(net: Net) -> None:
+    """hypha-rpc 0.21.47's reconnection race: the call that opened a connection has its reply
+    written there just as the client closes that connection (1000) for its listener's own,
+    and its listener stops reading once the close is done; the reply never reaches the RPC.
+    The hub sends it again on the next connection (a reply is safe to send twice)."""
+    prov, prov_wire = await net.connect("prov", services=("s",))
+    caller, _ = await net.connect("caller")
+    await net.leave(caller, code=1006)
+    first, first_wire = await net.connect("caller", reconnecting=True)
+    await net.call(first, f"{WS}/prov", "q1")
+    reply = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": "q1.resolve", "args": [1]})
+    await net.hub.handle_binary(net.hub.peers[f"{WS}/prov"], reply)
+    await settle()
+    assert [h["method"] for h in first_wire.heads()] == ["q1.resolve"]
+    net.clock.advance(0.016)
+    await net.leave(first, code=1000)  # closed by the client's second reconnection, unread
+    _, second_wire = await net.connect("caller", reconnecting=True)
+    assert [h["method"] for h in second_wire.heads()] == ["q1.resolve"], "the reply, once more"
+    assert prov_wire.heads()[-1]["method"] == "services.s.f"
+
+
+async def test_replies_are_not_kept_once_the_connection_is_settled(net: Net) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, _ = await net.connect("caller")
+    await net.leave(caller, code=1006)
+    back, _ = await net.connect("caller", reconnecting=True)
+    net.clock.advance(2.0)  # past FRESH_GOODBYE: an ordinary connection
+    await net.call(back, f"{WS}/prov", "q1")
+    reply = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": "q1.resolve", "args": [1]})
+    await net.hub.handle_binary(net.hub.peers[f"{WS}/prov"], reply)
+    await settle()
+    assert list(back.fresh_replies) == []
+    await net.leave(back, code=1006)
+    _, again = await net.connect("caller", reconnecting=True)
+    assert again.heads() == [], "nothing sent twice"
+
+
+async def test_frames_still_queued_when_a_connection_drops_wait_for_its_client(net: Net) -> None:
+    prov, prov_wire = await net.connect("prov", services=("s",))
+    frame = envelope.encode(
+        {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
+    )
+    prov._queue.append(frame)  # accepted, not yet written, when the connection drops
+    await net.leave(prov, code=1006)
+    _, back_wire = await net.connect("prov", reconnecting=True)
+    assert calls(back_wire) == ["q1"]
+
+
+async def test_frames_queued_on_a_superseded_connection_go_to_the_one_that_replaced_it(net: Net) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    frame = envelope.encode(
+        {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
+    )
+    prov._queue.append(frame)  # not yet written when the client's new connection arrives
+    _, new_wire = await net.connect("prov", reconnecting=True)
+    assert prov.closed
+    assert calls(new_wire) == ["q1"]

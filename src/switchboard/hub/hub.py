@@ -217,6 +217,8 @@ class Hub:
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
+            for frame in (*old.fresh_replies, *old.unsent):  # queued behind connection_info
+                peer.send(frame)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())
         first_in_workspace = not members

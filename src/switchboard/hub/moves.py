@@ -46,12 +46,6 @@ log = logging.getLogger(__name__)
 TRANSIT_CHANNEL = "sb:transit"  # notices: {"left"|"back"|"gone": "<ws>/<cid>", "from": replica, ...}
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
-# A goodbye (close 1000) within this many seconds of coming back from transit is not
-# believed: hypha-rpc 0.21.47 sometimes reconnects twice at once (a call sent while
-# its listener has not yet seen the drop opens a connection, then the listener opens
-# another and closes the first with 1000). Measured 16 ms between the two; a client
-# that really leaves that soon after coming back is announced after its grace instead.
-FRESH_GOODBYE = 1.0
 
 Deliver = Callable[[str, Undelivered], Awaitable[None]]
 AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
@@ -116,7 +110,7 @@ class Moves:
             return False
         if peer.may_return:
             return True
-        return peer.returned and self.clock.monotonic() - peer.returned_at < FRESH_GOODBYE
+        return peer.fresh(self.clock.monotonic())  # a goodbye not believed (FRESH_GOODBYE)
 
     def hold(self, target: str, item: Undelivered) -> bool:
         """Keep a frame for a client in transit; ``False``: it is not (route or fail it as usual).
@@ -211,8 +205,9 @@ class Moves:
         await self._notice("back", peer.id)
 
     def salvage(self, peer: Peer) -> None:
-        """Frames still queued for a client when a drain sent it away wait for it with the rest."""
-        for frame in reversed(peer.unsent):
+        """Frames still queued for a client when its connection ended wait for it with the rest,
+        behind the replies its client may not have read (:data:`~switchboard.hub.peer.FRESH_REPLIES`)."""
+        for frame in reversed([*peer.fresh_replies, *peer.unsent]):
             try:
                 env = envelope.decode(frame)
             except ProtocolError:
@@ -221,6 +216,7 @@ class Moves:
             if not self.transit.hold(peer.id, item, size=len(frame), first=True):
                 break
         peer.unsent = []
+        peer.fresh_replies.clear()
 
     # -- the grace's end -----------------------------------------------------
 

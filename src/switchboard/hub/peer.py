@@ -22,6 +22,19 @@ log = logging.getLogger(__name__)
 # internal error) has left: the hub dropped it.
 GOODBYE_CODES = frozenset({1000, 1001})
 HANDED_OVER = 1012
+# A goodbye (close 1000) within this many seconds of coming back from transit is not
+# believed: hypha-rpc 0.21.47 sometimes reconnects twice at once (a call sent while
+# its listener has not yet seen the drop opens a connection, then the listener opens
+# another and closes the first with 1000). Measured 16 ms between the two; a client
+# that really leaves that soon after coming back is announced after its grace instead.
+FRESH_GOODBYE = 1.0
+# Replies sent to such a fresh connection that are kept to be sent again on the next
+# (:meth:`Peer.note_reply`): hypha-rpc's listener stops reading the connection it
+# closes as soon as the close handshake is done, dropping what it had not read yet,
+# typically the reply to the very call whose sending opened that connection. A
+# reply is safe to send twice (hypha-rpc ignores one for a session it has closed).
+FRESH_REPLIES = 64
+FRESH_REPLY_BYTES = 64 * 1024  # larger ones are not kept: at most 4 MiB per client, for a second
 
 
 class Transport(Protocol):
@@ -95,6 +108,7 @@ class Peer:
         self.returned = False  # this connection ended the client's transit ...
         self.returned_at = 0.0  # ... at this time (the hub's clock)
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
+        self.fresh_replies: deque[bytes] = deque(maxlen=FRESH_REPLIES)  # see FRESH_REPLIES
         self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
@@ -122,6 +136,15 @@ class Peer:
         self._wakeup.set()
         return True
 
+    def fresh(self, now: float) -> bool:
+        """Whether this connection came back from transit less than :data:`FRESH_GOODBYE` ago."""
+        return self.returned and now - self.returned_at < FRESH_GOODBYE
+
+    def note_reply(self, frame: bytes, now: float) -> None:
+        """A reply is on its way to this client: kept while the connection is fresh (:data:`FRESH_REPLIES`)."""
+        if len(frame) <= FRESH_REPLY_BYTES and self.fresh(now):
+            self.fresh_replies.append(frame)
+
     def client_closed(self, code: int) -> None:
         """The client ended the connection (a close frame with ``code``, or the stream ended)."""
         if not self._closed.is_set():
@@ -141,10 +164,10 @@ class Peer:
         self.close_code, self.close_reason = code, reason
         self._closed.set()
         self._wakeup.set()
-        if code == HANDED_OVER:  # never handed to the transport: sent on once the client is back
-            self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
-            self._queue.clear()
-            self._queued_bytes = 0
+        # never handed to the transport: sent on if the client is in transit and comes back
+        self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
+        self._queue.clear()
+        self._queued_bytes = 0
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""

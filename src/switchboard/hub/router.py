@@ -195,7 +195,8 @@ class Router:
                 self.inflight.opened(peer.id, session, target, self.peers)  # type: ignore[arg-type]
             elif traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
-            return self.toward(target, Undelivered(frame, session, peer.id, env.type != "method"), new_call=new_call)
+            action = self.toward(target, Undelivered(frame, session, peer.id, env.type != "method"), new_call=new_call)
+            return self._noted(action) if traits.kind is REPLY else action
         if env.type == "method":
             return Send(peer, handshake.error_text("Invalid message: cannot broadcast a method call"))
         return Broadcast(route.workspace, env.type, frame)
@@ -308,9 +309,11 @@ class Router:
         )
         if target == self.manager_address:
             return ToManager(frame)
-        if classify(env.main.get("method"), env.session, env.rest).kind is CALL:
+        kind = classify(env.main.get("method"), env.session, env.rest).kind
+        if kind is CALL:
             self.inflight.opened(sender, env.session, target, self.peers)  # type: ignore[arg-type]  # its reply is never refused
-        return self.toward(target, Undelivered(frame, env.session, sender))
+        action = self.toward(target, Undelivered(frame, env.session, sender))
+        return self._noted(action) if kind is REPLY else action
 
     def undeliverable(self, target: str, session: str | None, caller: str) -> Action | None:
         """Nobody has ``target``: a caller that waits is told at once; fire-and-forget frames are
@@ -372,7 +375,15 @@ class Router:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
         elif traits.answers is not None and self.inflight.busy(peer.id):
             self.inflight.closed(peer.id, traits.answers)
-        return Send(peer, frame)
+        return self._noted(Send(peer, frame)) if traits.kind is REPLY else Send(peer, frame)
+
+    def _noted(self, action: Action) -> Action:
+        """A reply about to be written to a client here is noted by its connection (:meth:`Peer.note_reply`)."""
+        if isinstance(action, Deliver) and action.peer.returned:  # else not fresh: no clock read
+            action.peer.note_reply(action.item.frame, self.clock.monotonic())
+        elif isinstance(action, Send) and action.peer.returned and isinstance(action.message, bytes):
+            action.peer.note_reply(action.message, self.clock.monotonic())
+        return action
 
     def _bounce(self, target: str, session: str | None, caller: Any) -> Action | None:
         """A call that reached this replica as its client left: its caller fails now."""
