@@ -253,18 +253,20 @@ async def test_replies_to_a_connection_closed_right_after_coming_back_are_sent_a
     assert prov_wire.heads()[-1]["method"] == "services.s.f"
 
 
-async def test_replies_are_not_kept_once_the_connection_is_settled(net: Net) -> None:
+async def test_replies_are_not_sent_again_once_the_connection_has_settled(net: Net) -> None:
     prov, _ = await net.connect("prov", services=("s",))
     caller, _ = await net.connect("caller")
     await net.leave(caller, code=1006)
     back, _ = await net.connect("caller", reconnecting=True)
-    net.clock.advance(2.0)  # past FRESH_GOODBYE: an ordinary connection
-    await net.call(back, f"{WS}/prov", "q1")
-    reply = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": "q1.resolve", "args": [1]})
-    await net.hub.handle_binary(net.hub.peers[f"{WS}/prov"], reply)
-    await settle()
-    assert list(back.fresh_replies) == []
-    await net.leave(back, code=1006)
+    provider = net.hub.peers[f"{WS}/prov"]
+    for session, after in (("q1", 0.0), ("q2", 2.0)):  # one reply while fresh, one after FRESH_GOODBYE
+        net.clock.advance(after)
+        await net.call(back, f"{WS}/prov", session)
+        reply = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": f"{session}.resolve"})
+        await net.hub.handle_binary(provider, reply)
+        await settle()
+    assert len(back.fresh_replies) == 1, "noted only while fresh"
+    await net.leave(back, code=1006)  # a drop, long after coming back
     _, again = await net.connect("caller", reconnecting=True)
     assert again.heads() == [], "nothing sent twice"
 

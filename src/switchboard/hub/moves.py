@@ -207,7 +207,10 @@ class Moves:
     def salvage(self, peer: Peer) -> None:
         """Frames still queued for a client when its connection ended wait for it with the rest,
         behind the replies its client may not have read (:data:`~switchboard.hub.peer.FRESH_REPLIES`)."""
-        for frame in reversed([*peer.fresh_replies, *peer.unsent]):
+        replies = list(peer.fresh_replies) if peer.fresh(self.clock.monotonic()) else []
+        if replies:
+            peer.log.info("%d replies it may not have read wait for its next connection", len(replies))
+        for frame in reversed([*replies, *peer.unsent]):
             try:
                 env = envelope.decode(frame)
             except ProtocolError:

@@ -21,6 +21,7 @@ from switchboard.server import versions
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.server_state import Phase, ServerState
+from switchboard.server.stop_deadline import StopDeadline
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 # (a handshake under way, a stalled client's connection being reset).
 PEERS_GRACE = 5.0
 LEFTOVER_GRACE = 8.0
+# Seconds uvicorn's own shutdown and the hub's stop may take once the drain is done,
+# before the process exits anyway (:class:`StopDeadline`). They take about 0.1 s; each
+# of the hub's steps is bounded at 2 s, so 15 s means a bug, and it still fires within
+# Kubernetes' default 30 s grace period when the drain was quick.
+SHUTDOWN_BUDGET = 15.0
 RESTARTING = "Server restarting, please reconnect"
 
 
@@ -49,6 +55,13 @@ class HubServer(uvicorn.Server):
         self.state = state
         self._stopping: asyncio.Task[None] | None = None
         self._signalled = False
+        self.deadline = StopDeadline(SHUTDOWN_BUDGET)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().serve(sockets)
+        finally:
+            self.deadline.cancel()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """uvicorn's signal handler. First SIGTERM/SIGINT: drain and exit 0 (not re-raised, unlike
@@ -92,6 +105,8 @@ class HubServer(uvicorn.Server):
                     )
             await state.connections.shut_down(LEFTOVER_GRACE)
         finally:
+            if self._signalled:  # a process told to stop exits: if its shutdown hangs, it says where
+                self.deadline.start(asyncio.get_running_loop())
             self.should_exit = True
 
 
