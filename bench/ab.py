@@ -9,7 +9,8 @@ at once, each as two replicas sharing their own Valkey, with a provider on repli
 and a caller on replica B, and the caller's sequential 32 B echo calls alternate
 between the two in blocks, so that a burst of foreign load hits both alike. Prints
 p50/p90 of each and the ratio new / base (below 1: the working tree is faster),
-overall and as the median of the per-block ratios.
+overall and as the median of the per-block ratios, and the CPU time both replicas
+of each revision used per call (Linux).
 """
 
 from __future__ import annotations
@@ -66,6 +67,18 @@ class Pair:
         await self.side.setup()
         self.echo = (await self.side.endpoint(1, f"ab-{self.name}")).echo
 
+    def cpu_seconds(self) -> float:
+        """CPU time the two replicas have used so far (user + system, from Linux's /proc; 0 elsewhere)."""
+        total = 0.0
+        for s in self.servers:
+            if s.proc is not None:
+                try:
+                    fields = Path(f"/proc/{s.proc.pid}/stat").read_text().rpartition(")")[2].split()
+                except OSError:
+                    return 0.0
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
     async def stop(self) -> None:
         if self.side is not None:
             await asyncio.wait_for(self.side.close(), 30)
@@ -108,10 +121,15 @@ async def run(args: argparse.Namespace) -> None:
         for p in pairs:
             await block(p.echo, 200)  # warm-up: routes learnt, links dialled
         samples: dict[str, list[float]] = {p.name: [] for p in pairs}
+        cpu = {p.name: 0.0 for p in pairs}
         ratios = []
         for i in range(args.blocks):
             order = pairs if i % 2 == 0 else pairs[::-1]
-            got = {p.name: await block(p.echo, args.block_size) for p in order}
+            got = {}
+            for p in order:
+                before = p.cpu_seconds()
+                got[p.name] = await block(p.echo, args.block_size)
+                cpu[p.name] += p.cpu_seconds() - before
             for name, values in got.items():
                 samples[name] += values
             ratios.append(statistics.median(got["new"]) / statistics.median(got["base"]))
@@ -127,6 +145,12 @@ async def run(args: argparse.Namespace) -> None:
             f"median of {len(ratios)} block ratios x{statistics.median(ratios):.3f}"
             f" (range {min(ratios):.3f}-{max(ratios):.3f})"
         )
+        per_call = {name: cpu[name] / len(samples[name]) * 1e6 for name in cpu}
+        if per_call["base"] > 0:
+            say(
+                f"replicas' CPU per call: new {per_call['new']:.0f} us, base {per_call['base']:.0f} us, "
+                f"x{per_call['new'] / per_call['base']:.3f} (10 ms ticks: rough below a few thousand calls)"
+            )
         if args.callers:
             rates: dict[str, list[float]] = {p.name: [] for p in pairs}
             for i in range(args.blocks):
