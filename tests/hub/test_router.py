@@ -28,10 +28,10 @@ from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.retry import RetryWindow, Undelivered
-from switchboard.hub.router import CALL, CHUNK, OTHER, REPLY, Router, classify
+from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.calls import is_call
+from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.replicas.replays import worth_replaying
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
