@@ -209,7 +209,11 @@ class Dispatch:
 
     def from_replica_to_client(self, peer: Peer, data: bytes) -> None:
         """A frame another replica routed to one of our clients (its channel's subscriber)."""
-        self.carry(self.router.relayed(peer, data))
+        action = self.router.relayed(peer, data)
+        if type(action) is Send:  # nearly always: straight into the client's connection
+            action.peer.send(action.message)
+        else:
+            self.carry(action)
 
     def from_replica_to_manager(self, frame: bytes) -> None:
         """A reply to a call our manager made, via the provider's replica (our replica channel)."""

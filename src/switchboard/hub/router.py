@@ -333,7 +333,8 @@ class Router:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
         elif traits.answers is not None and self.inflight.busy(peer.id):
             self.inflight.closed(peer.id, traits.answers)
-        return self._noted(Send(peer, frame)) if traits.kind is REPLY else Send(peer, frame)
+        send = Send(peer, frame)
+        return self._noted(send) if traits.kind is REPLY and peer.returned else send
 
     def _noted(self, action: Action) -> Action:
         """A reply about to be written to a client here is noted by its connection (:meth:`Peer.note_reply`)."""
