@@ -37,7 +37,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
 from switchboard.protocol import envelope, handshake
 from switchboard.tasks import spawn
@@ -242,7 +242,7 @@ class Dispatch:
     def undelivered(self, target: str, data: bytes) -> None:
         """A frame the bus had counted as delivered reached nobody after all: the same path as a
         publish to nobody."""
-        item = self.router.item_of(data)
+        item = undelivered_of(data)
         if item is None:
             return
         self.metrics.publishes_to_nobody.inc()

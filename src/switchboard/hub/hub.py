@@ -217,8 +217,7 @@ class Hub:
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
-            replies = old.fresh_replies if old.fresh(self.clock.monotonic()) else ()
-            for frame in (*replies, *old.unsent):  # queued behind connection_info
+            for frame in old.leftovers(self.clock.monotonic()):  # queued behind connection_info
                 peer.send(frame)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())

@@ -32,13 +32,12 @@ from typing import Any
 
 from switchboard.backends.base import Registry
 from switchboard.clock import Clock
-from switchboard.errors import BackendError, ProtocolError
+from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import Remote
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.transit import Released, Transit
-from switchboard.protocol import envelope
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -205,21 +204,12 @@ class Moves:
         await self._notice("back", peer.id)
 
     def salvage(self, peer: Peer) -> None:
-        """Frames still queued for a client when its connection ended wait for it with the rest,
-        behind the replies its client may not have read (:data:`~switchboard.hub.peer.FRESH_REPLIES`)."""
-        replies = list(peer.fresh_replies) if peer.fresh(self.clock.monotonic()) else []
-        if replies:
-            peer.log.info("%d replies it may not have read wait for its next connection", len(replies))
-        for frame in reversed([*replies, *peer.unsent]):
-            try:
-                env = envelope.decode(frame)
-            except ProtocolError:
-                continue
-            item = Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
-            if not self.transit.hold(peer.id, item, size=len(frame), first=True):
+        """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
+        ahead of what was held for it since."""
+        for frame in reversed(peer.leftovers(self.clock.monotonic())):
+            item = undelivered_of(frame)
+            if item is not None and not self.transit.hold(peer.id, item, size=len(frame), first=True):
                 break
-        peer.unsent = []
-        peer.fresh_replies.clear()
 
     # -- the grace's end -----------------------------------------------------
 

@@ -145,6 +145,18 @@ class Peer:
         if len(frame) <= FRESH_REPLY_BYTES and self.fresh(now):
             self.fresh_replies.append(frame)
 
+    def leftovers(self, now: float) -> list[bytes]:
+        """What this ended connection's client may still need, oldest first, handed out once: the
+        replies it may not have read (only while fresh, :data:`FRESH_REPLIES`), then the frames
+        never written (:attr:`unsent`)."""
+        replies = list(self.fresh_replies) if self.fresh(now) else []
+        frames = [*replies, *self.unsent]
+        self.fresh_replies.clear()
+        self.unsent = []
+        if replies:
+            self.log.info("%d replies it may not have read wait for its next connection", len(replies))
+        return frames
+
     def client_closed(self, code: int) -> None:
         """The client ended the connection (a close frame with ``code``, or the stream ended)."""
         if not self._closed.is_set():

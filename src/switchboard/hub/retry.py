@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from switchboard.clock import Clock
+from switchboard.errors import ProtocolError
+from switchboard.protocol import envelope, relay
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,16 @@ class Undelivered(NamedTuple):
     session: str | None
     caller: str
     event: bool = False  # a point-to-point event: keeps to the bus's shared path
+
+
+def undelivered_of(data: bytes) -> Undelivered | None:
+    """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed."""
+    try:
+        _, _, frame = relay.unwrap(data)
+        env = envelope.decode(frame)
+    except ProtocolError:
+        return None
+    return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
 
 
 Publish = Callable[[str, bytes, "str | None", str, bool], Awaitable[bool]]

@@ -365,15 +365,5 @@ class Router:
             self.inflight.closed(self.manager_address, answers)
         return ToManager(frame)
 
-    @staticmethod
-    def item_of(data: bytes) -> Undelivered | None:
-        """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed."""
-        try:
-            _, _, frame = relay.unwrap(data)
-            env = envelope.decode(frame)
-        except ProtocolError:
-            return None
-        return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
-
     def __repr__(self) -> str:
         return f"<Router replica={self.replica_id} in_flight={len(self.inflight)} draining={self.draining}>"
