@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from support.wire import Wire, settle
+from support.wire import Wire, attach_client, settle
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.auth import Permission, User
 from switchboard.hub.hub import Hub
@@ -41,20 +41,8 @@ class Pair:
         self.tasks: list[asyncio.Task[None]] = []
 
     async def connect(self, hub: Hub, client_id: str) -> tuple[Peer, Wire]:
-        wire = Wire()
-        peer = Peer(
-            workspace=WS,
-            client_id=client_id,
-            user=USER,
-            transport=wire,
-            max_queue_bytes=1 << 20,
-            replica_id=hub.replica_id,
-        )
-        await hub.attach(peer, reconnecting=False)
-        info = {"id": f"{WS}/{client_id}:built-in", "name": "built-in", "config": {"visibility": "public"}}
-        await hub.registry.register(info)  # type: ignore[arg-type]
-        self.tasks.append(asyncio.create_task(peer.run_writer()))
-        await settle()
+        peer, wire, writer = await attach_client(hub, WS, client_id, USER)
+        self.tasks.append(writer)
         return peer, wire
 
     async def send(self, hub: Hub, sender: Peer, main: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from support.wire import Wire, settle
+from support.wire import Wire, attach_client, settle
 from switchboard.hub.auth import new_anonymous_user
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import HANDED_OVER, Peer
@@ -46,23 +46,10 @@ class Net:
         services: tuple[str, ...] = (),
         events: tuple[str, ...] = (),
     ) -> tuple[Peer, Wire]:
-        wire = Wire()
-        peer = Peer(
-            workspace=WS,
-            client_id=client_id,
-            user=USER,
-            transport=wire,
-            max_queue_bytes=1 << 20,
-            replica_id=self.hub.replica_id,
+        peer, wire, writer = await attach_client(
+            self.hub, WS, client_id, USER, reconnecting=reconnecting, services=services, events=events
         )
-        await self.hub.attach(peer, reconnecting=reconnecting)
-        peer.subscriptions.update(events)
-        for name in ("built-in", *services):
-            info = {"id": f"{WS}/{client_id}:{name}", "name": name, "config": {"visibility": "public"}}
-            peer.services[info["id"]] = info
-            await self.hub.registry.register(info)  # type: ignore[arg-type]
-        self.tasks.append(asyncio.create_task(peer.run_writer()))
-        await settle()
+        self.tasks.append(writer)
         return peer, wire
 
     async def leave(self, peer: Peer, *, code: int, by_client: bool = True) -> None:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
+
+if TYPE_CHECKING:
+    from switchboard.hub.auth import User
+    from switchboard.hub.hub import Hub
+    from switchboard.hub.peer import Peer
 
 
 class Wire:
@@ -46,3 +51,37 @@ async def settle() -> None:
     """Let the tasks the hub spawned run to their next wait (bounded: 20 turns of the loop)."""
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+async def attach_client(
+    hub: Hub,
+    workspace: str,
+    client_id: str,
+    user: User,
+    *,
+    reconnecting: bool = False,
+    services: tuple[str, ...] = (),
+    events: tuple[str, ...] = (),
+) -> tuple[Peer, Wire, asyncio.Task[None]]:
+    """A client of ``hub`` on a :class:`Wire`, as the server attaches one: its ``built-in`` and
+    ``services`` registered, ``events`` subscribed, its writer running (the caller cancels it)."""
+    from switchboard.hub.peer import Peer
+
+    wire = Wire()
+    peer = Peer(
+        workspace=workspace,
+        client_id=client_id,
+        user=user,
+        transport=wire,
+        max_queue_bytes=1 << 20,
+        replica_id=hub.replica_id,
+    )
+    await hub.attach(peer, reconnecting=reconnecting)
+    peer.subscriptions.update(events)
+    for name in ("built-in", *services):
+        info = {"id": f"{workspace}/{client_id}:{name}", "name": name, "config": {"visibility": "public"}}
+        peer.services[info["id"]] = info
+        await hub.registry.register(info)  # type: ignore[arg-type]
+    writer = asyncio.create_task(peer.run_writer())
+    await settle()
+    return peer, wire, writer
