@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgpack
 import pytest
 
 from support.wire import Wire, attach_client, settle
@@ -278,3 +279,27 @@ async def test_frames_queued_on_a_superseded_connection_go_to_the_one_that_repla
     _, new_wire = await net.connect("prov", reconnecting=True)
     assert prov.closed
     assert calls(new_wire) == ["q1"]
+
+
+async def test_a_client_cannot_make_the_hub_keep_more_than_the_bound_of_fresh_replies(net: Net) -> None:
+    """Played by a caller flooding a fresh connection with replies, some huge: the hub keeps the
+    last FRESH_REPLIES of at most FRESH_REPLY_BYTES each, and frees them when they are handed on."""
+    from switchboard.hub.peer import FRESH_REPLIES, FRESH_REPLY_BYTES
+
+    await net.connect("prov", services=("s",))
+    caller, _ = await net.connect("caller")
+    await net.leave(caller, code=1006)
+    back, back_wire = await net.connect("caller", reconnecting=True)
+    provider = net.hub.peers[f"{WS}/prov"]
+    for i in range(FRESH_REPLIES + 8):  # within the provider's rate burst: every one is delivered
+        reply = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": f"q{i}.resolve"})
+        await net.hub.handle_binary(provider, reply)
+    args = msgpack.packb({"args": ["x" * FRESH_REPLY_BYTES]})
+    huge = envelope.encode({"type": "method", "to": f"{WS}/caller", "method": "big.resolve"}, args)
+    await net.hub.handle_binary(provider, huge)
+    await settle()
+    assert len(back_wire.heads()) == FRESH_REPLIES + 9, "every reply reached the client"
+    assert len(back.fresh_replies) == FRESH_REPLIES
+    assert all(len(frame) <= FRESH_REPLY_BYTES for frame in back.fresh_replies)
+    await net.leave(back, code=1000)  # its own reconnection race: handed on ...
+    assert len(back.fresh_replies) == 0, "... and freed"
