@@ -337,15 +337,15 @@ class _Stubborn:
         return getattr(self._conn, name)
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        while True:
-            try:
-                return await self._conn.read_response(*args, **kwargs)
-            except asyncio.CancelledError:
-                if self._lost_one:
-                    raise
-                self._lost_one = True
-                self._owner.swallowed += 1
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        try:
+            return await self._conn.read_response(*args, **kwargs)
+        except asyncio.CancelledError:
+            if self._lost_one:
+                raise
+            self._lost_one = True
+            self._owner.swallowed += 1
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        return await self._conn.read_response(*args, **kwargs)  # reads on, once: the next cancel stands
 
 
 async def test_a_dropped_connection_is_replaced_though_its_reader_lost_the_cancel(make_bus, proxy, publisher):

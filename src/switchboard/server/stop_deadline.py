@@ -54,6 +54,13 @@ class StopDeadline:
         """The stop ended in time: the watch ends without a word."""
         self._cancelled.set()
 
+    def wait_ended(self, timeout: float) -> bool:
+        """Wait (bounded) for the watch to end; ``True`` once it has, or if it never started."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
     def _watch(self) -> None:
         if self._cancelled.wait(self.budget):
             return
