@@ -19,14 +19,11 @@ from typing import Any
 
 import pytest
 
-from switchboard.backends.redis import RedisBus
-from switchboard.clock import SystemClock
-from switchboard.hub.inflight import InFlight
+from support.linked import LinkedReplica as Replica
+from support.linked import linked_replicas
 from switchboard.protocol import envelope
 from switchboard.protocol import link as wire
 from switchboard.protocol import link_state as links_mod
-from switchboard.replicas.links import Links, LinkSettings
-from switchboard.replicas.unicast import Unicast
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.replica import free_port
 from switchboard.testing.wait import eventually, scaled
@@ -42,59 +39,11 @@ def valkey_links() -> Iterator[ValkeyServer]:
         yield srv
 
 
-class Replica:
-    """One replica's client channels: a Redis bus, and links, as the hub has them."""
-
-    def __init__(self, url: str, name: str, **link_options: Any) -> None:
-        self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
-        self.calls = InFlight()
-        self.bus = RedisBus(
-            url,
-            clock=SystemClock(),
-            replica_id=self.replica_id,
-            backoff_initial=0.02,
-            backoff_max=0.2,
-            op_timeout=0.5,
-        )
-        self.unicast = Unicast(
-            self.bus,
-            replica_id=self.replica_id,
-            clock=SystemClock(),
-            calls=self.calls,
-            links=LinkSettings(secret=link_options.pop("secret", SECRET), **link_options),
-        )
-        self.publish = self.unicast.publish
-        self.subscribe = self.unicast.subscribe
-        self.unsubscribe = self.unicast.unsubscribe
-
-    @property
-    def links(self) -> Links:
-        assert self.unicast.links is not None
-        return self.unicast.links
-
-    async def start(self) -> None:
-        assert await self.bus.start()
-        await self.unicast.start()
-
-    async def close(self) -> None:
-        await self.unicast.close()
-        await self.bus.close()
-
-
 @pytest.fixture
 async def bus_with_links(valkey_links: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
     """Started replicas with links on loopback, all closed after the test."""
-    made: list[Replica] = []
-
-    async def make(name: str, **link_options: Any) -> Replica:
-        replica = Replica(valkey_links.url, name, **link_options)
-        made.append(replica)
-        await replica.start()
-        return replica
-
-    yield make
-    for replica in made:
-        await replica.close()
+    async with linked_replicas(valkey_links.url, SECRET) as make:
+        yield make
 
 
 def channel() -> str:

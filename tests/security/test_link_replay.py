@@ -18,12 +18,9 @@ from typing import Any
 
 import pytest
 
-from switchboard.backends.redis import RedisBus
-from switchboard.clock import SystemClock
-from switchboard.hub.inflight import InFlight
+from support.linked import LinkedReplica as Replica
+from support.linked import linked_replicas
 from switchboard.protocol import link as wire
-from switchboard.replicas.links import Links, LinkSettings
-from switchboard.replicas.unicast import Unicast
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import free_port
 from switchboard.testing.wait import eventually, scaled
@@ -79,51 +76,11 @@ def valkey_replay() -> Iterator[ValkeyServer]:
         yield srv
 
 
-class Replica:
-    """One replica's client channels over a Redis bus, with links, as the hub has them."""
-
-    def __init__(self, url: str, name: str, **link_options: Any) -> None:
-        self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
-        self.bus = RedisBus(
-            url,
-            clock=SystemClock(),
-            replica_id=self.replica_id,
-            backoff_initial=0.02,
-            backoff_max=0.2,
-            op_timeout=0.5,
-        )
-        self.unicast = Unicast(
-            self.bus,
-            replica_id=self.replica_id,
-            clock=SystemClock(),
-            calls=InFlight(),
-            links=LinkSettings(secret=SECRET, **link_options),
-        )
-        self.publish = self.unicast.publish
-        self.subscribe = self.unicast.subscribe
-
-    @property
-    def links(self) -> Links:
-        assert self.unicast.links is not None
-        return self.unicast.links
-
-
 @pytest.fixture
 async def buses(valkey_replay: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
     """Started replicas with links on loopback, all closed after the test."""
-    made: list[Replica] = []
-
-    async def make(name: str, **link_options: Any) -> Replica:
-        replica = Replica(valkey_replay.url, name, **link_options)
-        made.append(replica)
-        assert await replica.bus.start()
-        await replica.unicast.start()
-        return replica
-
-    yield make
-    for replica in made:
-        await replica.unicast.close()
-        await replica.bus.close()
+    async with linked_replicas(valkey_replay.url, SECRET) as make:
+        yield make
 
 
 def channel() -> str:
