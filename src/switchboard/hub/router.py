@@ -334,7 +334,7 @@ class Router:
         elif traits.answers is not None and self.inflight.busy(peer.id):
             self.inflight.closed(peer.id, traits.answers)
         send = Send(peer, frame)
-        return self._noted(send) if traits.kind is REPLY and peer.returned else send
+        return self._noted(send) if traits.kind is REPLY else send
 
     def _noted(self, action: Action) -> Action:
         """A reply about to be written to a client here is noted by its connection (:meth:`Peer.note_reply`)."""
