@@ -18,6 +18,7 @@ from switchboard.protocol.envelope import (
     Route,
     decode,
     encode,
+    identity,
     reject_frame,
     route,
     stamp,
@@ -140,7 +141,7 @@ class TestStamp:
 
     def stamped(self, main: dict[str, Any], rest: bytes = b"") -> list[Any]:
         env = decode(encode(main, rest))
-        frame = stamp(env, sender="ws1/cA", workspace="ws1", user=self.USER, to="ws1/cB")
+        frame = stamp(env, identity=identity("ws1/cA", "ws1", self.USER), to="ws1/cB")
         return unpack_all(frame)
 
     def test_overwrites_forged_trusted_fields(self) -> None:
@@ -178,7 +179,7 @@ class TestStamp:
 
     def test_appends_payload_bytes_unchanged(self) -> None:
         env = decode(pack(HEADER) + PAYLOAD)
-        frame = stamp(env, sender="ws1/cA", workspace="ws1", user=self.USER, to="ws1/cB")
+        frame = stamp(env, identity=identity("ws1/cA", "ws1", self.USER), to="ws1/cB")
 
         assert frame.endswith(PAYLOAD)
         head = decode(frame)
@@ -337,3 +338,23 @@ def test_decode_inverts_encode(main: dict[str, Any], rest: bytes) -> None:
 
     assert env.main == main
     assert bytes(env.rest) == rest
+
+
+@pytest.mark.parametrize("fields", [0, 12, 13, 16, 300])
+def test_a_stamped_header_of_any_size_reads_back_with_the_identity_and_every_field(fields: int) -> None:
+    """The identity's packed entries are spliced after the sender's own: the map's count covers
+    them whether the header is a fixmap, a map16 or grows from one into the other."""
+    main = {"type": "method", "to": "cB", **{f"f{i}": i for i in range(fields)}, "from": "forged"}
+    env = decode(encode(main, PAYLOAD))
+    frame = stamp(env, identity=identity("ws1/cA", "ws1", {"id": "u1"}), to="ws1/cB")
+    head = decode(frame)
+    assert head.main == {
+        "type": "method",
+        "to": "ws1/cB",
+        **{f"f{i}": i for i in range(fields)},
+        "from": "ws1/cA",
+        "ws": "ws1",
+        "user": {"id": "u1"},
+    }
+    assert bytes(head.rest) == PAYLOAD
+    assert env.main == head.main  # left holding the stamped fields, as the manager's chunk assembly reads them

@@ -247,7 +247,7 @@ def check_frame(frame: bytes) -> str:
     assert route.kind in ("manager", "client", "broadcast")
     clean = payload_as_the_receiver_reads_it(rest)
     try:
-        stamped = envelope.stamp(env, sender=f"{WS}/c", workspace=WS, user=USER, to=route.target)
+        stamped = envelope.stamp(env, identity=envelope.identity(f"{WS}/c", WS, USER), to=route.target)
     except (ProtocolError, PermissionDenied):
         assert env.type in envelope.SERVER_EVENT_TYPES or "ctx" in env.main or clean is None, (
             "stamp refuses only server event types, a forged ctx and payloads that would override the header"

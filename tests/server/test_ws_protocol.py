@@ -20,10 +20,13 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.client import ClientProtocol
+from websockets.frames import Opcode
+from websockets.protocol import State
+from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
 from switchboard.server.runner import RunningServer
-from switchboard.server.ws_protocol import HubWebSocketProtocol
+from switchboard.server.ws_protocol import HubWebSocketProtocol, data_frame
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -169,3 +172,24 @@ class RawClient:
         for chunk in self.proto.data_to_send():
             if chunk:
                 self.writer.write(chunk)
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 70000])
+@pytest.mark.parametrize("text", [False, True])
+def test_a_frame_the_hub_frames_itself_reads_back_whole_in_websockets_client(size: int, text: bool) -> None:
+    """send_now writes its own headers: each length class reads back as one whole message."""
+    client, server = ClientProtocol(parse_uri("ws://hub/ws")), ServerProtocol()
+    client.send_request(client.connect())  # the opening handshake, in memory
+    server.receive_data(b"".join(client.data_to_send()))
+    (request,) = server.events_received()
+    server.send_response(server.accept(request))
+    client.receive_data(b"".join(server.data_to_send()))
+    assert client.events_received()
+    assert client.state is State.OPEN
+    payload = b"x" * size
+    client.receive_data(data_frame(0x81 if text else 0x82, payload))
+    (frame,) = client.events_received()
+    assert frame.opcode is (Opcode.TEXT if text else Opcode.BINARY)
+    assert frame.fin
+    assert frame.data == payload
+    assert client.data_to_send() == []  # nothing to answer: no protocol error

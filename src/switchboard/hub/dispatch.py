@@ -98,42 +98,46 @@ class Dispatch:
     def run(self, action: Action | None) -> Later | None:
         """Do ``action`` as far as it goes without waiting; return the rest, to be awaited in order."""
         while action is not None:
-            match action:
-                case Deliver(peer, item):
-                    if peer.send(item.frame):
-                        self.metrics.frames.routed += 1
-                    elif not self.moves.hold(peer.id, item):  # its connection just ended
-                        self.give_up(peer.id, item)
+            # type() and "is", not match: this runs for every frame, and costs a quarter as much
+            if type(action) is Deliver:
+                peer, item = action.peer, action.item
+                if peer.send(item.frame):
+                    self.metrics.frames.routed += 1
+                elif not self.moves.hold(peer.id, item):  # its connection just ended
+                    self.give_up(peer.id, item)
+                return None
+            if type(action) is Forward:
+                target, item = action.target, action.item
+                if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
+                    self.metrics.frames.routed += 1
                     return None
-                case Forward(target, item):
-                    if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
-                        self.metrics.frames.routed += 1
-                        return None
-                    return self._publish(target, item)
-                case Send(peer, message):
-                    peer.send(message)
+                return self._publish(target, item)
+            if type(action) is Send:
+                action.peer.send(action.message)
+                return None
+            if type(action) is Hold:
+                if self.moves.hold(action.target, action.item):
                     return None
-                case Hold(target, item, otherwise):
-                    if self.moves.hold(target, item):
-                        return None
-                    action = otherwise
-                case RetryLater(target, item):
-                    self.retry.add(target, item)
-                    return None
-                case ToManager(frame, caller):
-                    self.to_manager(frame, caller)
-                    return None
-                case ToAlias(address, frame):
-                    if (acting := self.aliases.get(address)) is not None:
-                        self.receive_as(acting, frame)
-                    return None
-                case ToReplica(replica, frame):
-                    return self._to_replica(replica, frame)
-                case Broadcast(workspace, event_type, frame):
-                    return self.broadcast(workspace, event_type, frame)
-                case SendToken(peer):
-                    peer.send(handshake.reconnection_token_text(self.token(peer)))
-                    return None
+                action = action.otherwise
+            elif type(action) is RetryLater:
+                self.retry.add(action.target, action.item)
+                return None
+            elif type(action) is ToManager:
+                self.to_manager(action.frame, action.caller)
+                return None
+            elif type(action) is ToAlias:
+                if (acting := self.aliases.get(action.address)) is not None:
+                    self.receive_as(acting, action.frame)
+                return None
+            elif type(action) is ToReplica:
+                return self._to_replica(action.replica, action.frame)
+            elif type(action) is Broadcast:
+                return self.broadcast(action.workspace, action.event_type, action.frame)
+            elif type(action) is SendToken:
+                action.peer.send(handshake.reconnection_token_text(self.token(action.peer)))
+                return None
+            else:
+                raise TypeError(f"not an action: {action!r}")
         return None
 
     def carry(self, action: Action | None) -> None:

@@ -115,13 +115,8 @@ class ManagerDoor:
         else:
             assembled = envelope.decode(self.uploads.finish(sender, call.key) or b"")
             main = env.main  # the process call's header, as the hub stamped it
-            envelope.stamp(
-                assembled,
-                sender=main["from"],
-                workspace=main.get("ws", ""),
-                user=main.get("user") or {},
-                to=main["to"],
-            )
+            who = envelope.identity(main["from"], main.get("ws", ""), main.get("user") or {})
+            envelope.stamp(assembled, identity=who, to=main["to"])
             whole = dict(assembled.main)
             whole["ctx"] = dict(assembled.main)
             whole.update(payload_map(assembled.rest))

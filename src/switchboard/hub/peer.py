@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from switchboard.hub.auth import User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.uploads import Uploads
+from switchboard.protocol import envelope
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Peer:
         self.id = f"{workspace}/{client_id}"
         self.user = user
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
+        self.identity = envelope.identity(self.id, workspace, self.user_wire)  # what its frames are stamped with
         self.transport = transport
         self.subscriptions: set[str] = set()
         # what this client announced, kept here so a replica can re-assert it

@@ -124,7 +124,7 @@ class Router:
                 route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
-            frame = envelope.stamp(env, sender=peer.id, workspace=peer.workspace, user=peer.user_wire, to=route.target)
+            frame = envelope.stamp(env, identity=peer.identity, to=route.target)
         except (ProtocolError, PermissionDenied) as exc:
             self.metrics.bad_frames.inc()
             peer.log.info("rejected frame: %s", exc)
@@ -262,9 +262,8 @@ class Router:
                 "manager emitted a message without a full target: %r", target, extra={"replica": self.replica_id}
             )
             return None
-        frame = envelope.stamp(
-            env, sender=sender, workspace=workspace or target.partition("/")[0], user=user, to=target, trusted=True
-        )
+        who = envelope.identity(sender, workspace or target.partition("/")[0], user)
+        frame = envelope.stamp(env, identity=who, to=target, trusted=True)
         if target == self.manager_address:
             return ToManager(frame)
         kind = classify(env.main.get("method"), env.session, env.rest).kind

@@ -18,6 +18,7 @@ from switchboard.protocol import ids, payload
 # Deep nesting is legal msgpack but no honest routing header needs it; the C
 # unpacker recurses, so a hostile header could otherwise cost stack and time.
 MAX_HEADER_BYTES = 64 * 1024
+_is_str = str.__instancecheck__
 
 # Event types only the hub sends (protocol §7.2, §3.5, §7.4). hypha-rpc acts on
 # some of them without looking at the sender: on ``client_disconnected`` or
@@ -84,7 +85,7 @@ def decode(frame: bytes) -> Envelope:
     offset = unpacker.tell()
     if not isinstance(main, dict):
         raise ProtocolError(f"message header must be a map, got {type(main).__name__}")
-    if not all(isinstance(key, str) for key in main):
+    if not all(map(_is_str, main)):  # map, not a generator: this runs for every frame
         raise ProtocolError("message header keys must be strings")
     msg_type = main.get("type")
     if not isinstance(msg_type, str) or not msg_type:
@@ -104,7 +105,38 @@ def encode(main: dict[str, Any], rest: bytes | memoryview = b"") -> bytes:
     return head + rest if rest else head
 
 
-def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], to: str, trusted: bool = False) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who sent a message, as the hub stamps it: ``from``, ``ws`` and ``user``, packed once.
+
+    A client's identity is the same on every frame it sends, so its packed
+    form is made once per connection (:func:`identity`), not once per frame.
+    """
+
+    sender: str
+    workspace: str
+    user: dict[str, Any]
+    packed: bytes  # the three entries of the header map, msgpack
+
+
+def identity(sender: str, workspace: str, user: dict[str, Any]) -> Identity:
+    pack = msgpack.Packer(use_bin_type=True).pack
+    packed = b"".join(map(pack, ("from", sender, "ws", workspace, "user", user)))
+    return Identity(sender, workspace, user, packed)
+
+
+_STAMPED = ("from", "ws", "user")
+_FIXMAP = [bytes((0x80 | n,)) for n in range(16)]
+
+
+def _map_header(size: int) -> bytes:
+    """The msgpack header of a map of ``size`` entries."""
+    if size < 16:
+        return _FIXMAP[size]
+    return (b"\xde" + size.to_bytes(2, "big")) if size < 0x10000 else (b"\xdf" + size.to_bytes(4, "big"))
+
+
+def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False) -> bytes:
     """The message as every receiver will read it, with the identity the hub gives it.
 
     This is the trust boundary. ``from``, ``ws`` and ``user`` drive reply
@@ -116,6 +148,10 @@ def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], t
     anyone but the sender (:mod:`switchboard.protocol.payload`).
     A server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
     ``trusted`` frames (the manager's own) skip the payload check.
+
+    The sender's own header goes out without whatever it said its identity
+    was, followed by the identity's packed entries; ``env.main`` is left
+    holding the stamped fields too.
     """
     main = env.main
     if not trusted:
@@ -123,12 +159,16 @@ def stamp(env: Envelope, *, sender: str, workspace: str, user: dict[str, Any], t
             raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
         if "ctx" in main:
             raise ProtocolError("a message may not set 'ctx': the hub sets who sent a message")
-        payload.check_extra(env.rest, sender=sender)
-    main["from"] = sender
-    main["ws"] = workspace
-    main["user"] = user
+        payload.check_extra(env.rest, sender=identity.sender)
+    for key in _STAMPED:
+        main.pop(key, None)
     main["to"] = to
-    return encode(main, env.rest)
+    own: bytes = msgpack.packb(main, use_bin_type=True)
+    size = len(main)
+    skip = 1 if size < 16 else 3 if size < 0x10000 else 5  # the header packb wrote for ``size`` entries
+    frame = b"".join((_map_header(size + len(_STAMPED)), memoryview(own)[skip:], identity.packed, env.rest))
+    main["from"], main["ws"], main["user"] = identity.sender, identity.workspace, identity.user
+    return frame
 
 
 RouteKind = Literal["manager", "client", "broadcast"]

@@ -324,8 +324,11 @@ def _not_msgpack(what: str) -> Iterator[None]:
 
 
 def _keys_of_small(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
-    with _not_msgpack("message payload"):
+    try:  # not `with _not_msgpack(...)`: on every frame its generator cost as much as the unpacking
         extra = msgpack.unpackb(rest, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        with _not_msgpack("message payload"):
+            raise
     if type(extra) is not dict:
         raise ProtocolError("each part of a message must be a msgpack map")
     return RESERVED.intersection(extra), extra.get("promise")

@@ -92,7 +92,7 @@ class Link(asyncio.Protocol):
         if self.state.has_output:
             self._kick()
         elif self.state.ack_pending and self._ack_timer is None:
-            self._ack_timer = self._loop.call_later(ACK_DELAY, self._flush)
+            self._ack_timer = self._loop.call_later(ACK_DELAY, self._ack_due)
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -156,10 +156,15 @@ class Link(asyncio.Protocol):
         if self.state.has_output:
             self._flush()
 
+    def _ack_due(self) -> None:
+        """The ack timer: armed once per :data:`ACK_DELAY`, not per frame, and left running when
+        the ack rides on a write (arming and cancelling one per frame cost more than the rest of
+        a reply's ack), so a frame handled while it runs is acked sooner, never later."""
+        self._ack_timer = None
+        if self.state.ack_pending:
+            self._flush()
+
     def _flush(self) -> None:
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
         if self._transport is None or self.closed:
             return
         out = self.state.data_to_send(self._owner.now())

@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import struct
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -276,19 +277,20 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def send_now(self, message: bytes | str) -> bool:
         """Frame and write ``message`` if that need not wait; ``False`` while the client is not
-        reading (then the caller awaits ASGI's ``send``, which reports why) or once closing."""
-        if self.closing or not self._writable.is_set() or not self.accepted:
+        reading (then the caller awaits ASGI's ``send``, which reports why) or once closing.
+
+        The frame header is written here rather than by websockets' ``send_binary``
+        (a fifth of its cost, for every frame the hub sends): a server's data frame is
+        one unmasked, unfragmented frame, no extension being negotiated, and websockets
+        keeps no state about data frames it did not fragment. Its ``state`` says
+        whether one may be sent: not after a close frame, sent or received.
+        """
+        if self.closing or not self._writable.is_set() or not self.accepted or self.conn.state is not State.OPEN:
             return False
-        conn = self.conn
-        try:
-            if type(message) is str:
-                conn.send_text(message.encode())
-            else:
-                conn.send_binary(message)  # type: ignore[arg-type]
-        except InvalidState:  # the client's close frame came in
-            return False
-        writes = conn.data_to_send()
-        self.transport.write(writes[0] if len(writes) == 1 else b"".join(writes))
+        if type(message) is str:
+            self.transport.write(data_frame(0x81, message.encode()))
+        else:
+            self.transport.write(data_frame(0x82, message))  # type: ignore[arg-type]
         return True
 
     def close(self, code: int, reason: str) -> None:
@@ -407,6 +409,21 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def _cancel(self, name: str) -> None:
         if (timer := self._timers.pop(name, None)) is not None:
             timer.cancel()
+
+
+_SHORT = struct.Struct(">BB")
+_MEDIUM = struct.Struct(">BBH")
+_LONG = struct.Struct(">BBQ")
+
+
+def data_frame(first: int, payload: bytes) -> bytes:
+    """One unmasked frame, ``first`` being its FIN bit and opcode (RFC 6455 §5.2)."""
+    size = len(payload)
+    if size < 126:
+        return _SHORT.pack(first, size) + payload
+    if size < 65536:
+        return _MEDIUM.pack(first, 126, size) + payload
+    return _LONG.pack(first, 127, size) + payload
 
 
 def _close_in(writes: list[bytes]) -> Close | None:
