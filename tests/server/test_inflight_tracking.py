@@ -10,6 +10,8 @@ import asyncio
 
 import pytest
 
+from switchboard.testing.wait import eventually
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -32,11 +34,8 @@ async def test_answered_calls_leave_nothing_in_flight_small_or_chunked(connect, 
     assert await svc.size(b"y" * 3_000_000) == 3_000_000
     with pytest.raises(Exception, match="division"):
         await svc.fail()
-    for _ in range(100):  # the last reply may still be on its way through the hub
-        if len(server.hub.inflight) == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert len(server.hub.inflight) == 0, server.hub.inflight._calls
+    # the last reply may still be on its way through the hub
+    await eventually(lambda: len(server.hub.inflight) == 0, "no call left in flight", timeout=1.0)
 
 
 async def test_a_call_waiting_for_its_reply_is_in_flight(connect, server):
@@ -52,10 +51,6 @@ async def test_a_call_waiting_for_its_reply_is_in_flight(connect, server):
     svc = await caller.get_service(f"{provider.config['workspace']}/prov:s")
     call = asyncio.ensure_future(svc.wait())
     prov_id = f"{provider.config['workspace']}/prov"
-    for _ in range(200):
-        if server.hub.inflight.busy(prov_id):
-            break
-        await asyncio.sleep(0.01)
-    assert server.hub.inflight.busy(prov_id)
+    await eventually(lambda: server.hub.inflight.busy(prov_id), "the call in flight", timeout=2.0)
     release.set()
     assert await call == "done"

@@ -8,6 +8,7 @@ import pytest
 from hypha_rpc import connect_to_server
 
 from switchboard.testing.hub import running, settings_for_tests
+from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,12 +22,11 @@ async def test_connections_per_user_are_capped_with_a_clear_refusal():
         with pytest.raises(ConnectionAbortedError, match=r"Too many connections for user .* \(limit 2\)"):
             await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
         await second.disconnect()
-        for _ in range(200):  # the slot frees when the server has seen the close
-            try:
-                third = await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
-                break
-            except ConnectionAbortedError:
-                await asyncio.sleep(0.02)
+        # the slot frees when the server has seen the close
+        async def third_connection():
+            return await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
+
+        third = await eventually(third_connection, "a slot for a third connection")
         assert await third.echo("in") == "in"
         for client in (third, first, owner):
             await client.disconnect()
@@ -72,10 +72,8 @@ async def test_pending_calls_per_client_are_capped():
         caller = await connect_to_server({"server_url": srv.url, "client_id": "caller"})
         svc = await caller.get_service(f"{provider.config['workspace']}/prov:s")
         waiting = [asyncio.ensure_future(svc.wait()) for _ in range(3)]
-        for _ in range(200):
-            if srv.hub.inflight.pending(f"{caller.config['workspace']}/caller") == 3:
-                break
-            await asyncio.sleep(0.01)
+        caller_id = f"{caller.config['workspace']}/caller"
+        await eventually(lambda: srv.hub.inflight.pending(caller_id) == 3, "three calls pending", timeout=2.0)
         with pytest.raises(Exception, match="Too many pending calls"):
             await svc.wait()
         release.set()

@@ -3,59 +3,43 @@
 It is hosted with ``hypha_rpc.RPC`` (protocol §4.2), which gives chunking,
 heartbeats and callback handling for free; this module supplies the link that
 plugs that RPC into the hub's router, and the methods of the ``default``
-service. Each replica answers the manager calls of its own clients, so every
+service about the workspace, its clients and tokens; those about services are
+the :class:`~switchboard.hub.service_directory.ServiceDirectory`'s. Each replica answers the manager calls of its own clients, so every
 caller is a local :class:`~switchboard.hub.peer.Peer` whose user we know.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from hypha_rpc import RPC
 from hypha_rpc.utils.schema import schema_function
 
-from switchboard.backends.base import Registry
 from switchboard.clock import Clock
-from switchboard.config import Settings
-from switchboard.errors import (
-    BackendError,
-    LimitExceeded,
-    NotFound,
-    PermissionDenied,
-    ProtocolError,
-)
+from switchboard.errors import PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission, TokenIssuer, child_user
-from switchboard.hub.manager_door import CALLER, ManagerDoor
+from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
+from switchboard.hub.service_directory import DirectoryHost, ServiceDirectory
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.protocol import envelope, ids
-from switchboard.protocol import services as svc_ids
 from switchboard.protocol.handshake import HYPHA_VERSION
-from switchboard.protocol.services import ServiceInfo, ServiceQuery, field_of, list_query
+from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
 
 
-class Hub(Protocol):
+class Hub(DirectoryHost, Protocol):
     """What the manager needs of the hub that hosts it (the hub is :class:`switchboard.hub.hub.Hub`)."""
 
-    settings: Settings
     clock: Clock
-    registry: Registry
     issuer: TokenIssuer
     manager_id: str
-    registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
-
-    def peer_for(self, address: str) -> Peer | None: ...
-
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
@@ -96,6 +80,7 @@ class WorkspaceManager:
         self.hub = hub
         self.link = _RouterLink(hub)
         self.rpc: RPC | None = None
+        self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc)  # the methods about services
         self._sending: set[asyncio.Task[Any]] = set()  # answers the door sends
         s = hub.settings
         self.door = ManagerDoor(
@@ -140,11 +125,11 @@ class WorkspaceManager:
         methods: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
             "echo": (self.echo, {"data": {}}),
             "log": (self.log_message, {"msg": {"type": "string"}}),
-            "register_service": (self.register_service, {"service": {"type": "object"}, "config": {}}),
-            "unregister_service": (self.unregister_service, {"service_id": {"type": "string"}}),
-            "get_service_info": (self.get_service_info, {"service_id": {"type": "string"}, "config": {}}),
-            "get_service": (self.get_service, {"service_id": {"type": "string"}, "config": {}}),
-            "list_services": (self.list_services, {"query": {}, "include_unlisted": {"type": "boolean"}}),
+            "register_service": (self.directory.register_service, {"service": {"type": "object"}, "config": {}}),
+            "unregister_service": (self.directory.unregister_service, {"service_id": {"type": "string"}}),
+            "get_service_info": (self.directory.get_service_info, {"service_id": {"type": "string"}, "config": {}}),
+            "get_service": (self.directory.get_service, {"service_id": {"type": "string"}, "config": {}}),
+            "list_services": (self.directory.list_services, {"query": {}, "include_unlisted": {"type": "boolean"}}),
             "list_clients": (self.list_clients, {"workspace": {"type": "string"}}),
             "ping": (self.ping, {"client_id": {"type": "string"}, "timeout": {"type": "number"}}),
             "generate_token": (self.generate_token, {"config": {"type": "object"}}),
@@ -175,33 +160,6 @@ class WorkspaceManager:
 
     # -- helpers -------------------------------------------------------------
 
-    def _caller(self, context: dict[str, Any] | None) -> Peer:
-        """The connection that sent the call; never who the message says it is from."""
-        peer = CALLER.get()
-        if peer is None or peer.closed:
-            raise PermissionDenied("Permission denied: the manager serves only calls of connected clients")
-        return peer
-
-    def _require(self, peer: Peer, workspace: str, need: Permission) -> None:
-        if not peer.user.can(workspace, need):
-            raise PermissionDenied(f"Permission denied for workspace {workspace}")
-
-    def _check_size(self, peer: Peer, info: ServiceInfo) -> None:
-        """Bound what one client's registrations hold (they live in the registry until it leaves)."""
-        s = self.hub.settings
-        size = len(json.dumps(info, separators=(",", ":"), default=repr))
-        if size > s.max_service_bytes:
-            raise LimitExceeded(
-                f"Service info too large: {size} bytes, at most {s.max_service_bytes} (--max-service-bytes)"
-            )
-        total = sum(peer.service_bytes.values()) - peer.service_bytes.get(info["id"], 0) + size
-        if total > s.max_registration_bytes:
-            raise LimitExceeded(
-                f"Registrations too large: this client's services would hold {total} bytes, "
-                f"at most {s.max_registration_bytes} (--max-registration-bytes)"
-            )
-        peer.service_bytes[info["id"]] = size
-
     async def answers_ping(self, address: str, timeout: float = 2.0) -> bool:
         try:
             assert self.rpc is not None
@@ -210,185 +168,31 @@ class WorkspaceManager:
             return False
         return True
 
-    async def resolve(self, service_id: str, *, workspace: str, user: Any, mode: str | None) -> ServiceInfo:
-        """The single service ``service_id`` names for a caller, or a clear error."""
-        query = svc_ids.parse_query(service_id, workspace)
-        if query.workspace == "*":
-            raise ProtocolError("workspace '*' is not allowed here: use list_services")
-        found = await self.hub.registry.find(query)
-        allowed = [
-            i
-            for i in found
-            if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
-        ]
-        if not allowed:
-            if found:
-                raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
-            raise NotFound(f"Service not found: {query}")
-        if len(allowed) == 1:
-            return allowed[0]
-        mode = mode or ("random" if query.workspace == "public" else "exact")
-        if mode == "random":
-            return random.choice(allowed)
-        if mode == "first":
-            return allowed[0]
-        if mode == "last":
-            return allowed[-1]
-        raise ProtocolError(f"Multiple services found for {query} (use mode 'random', 'first' or 'last')")
-
-    async def fetch_service(self, info: ServiceInfo, *, timeout: float, case_conversion: Any = None) -> Any:
-        """Ask the provider for its service object and address it for any caller."""
-        assert self.rpc is not None
-        config: dict[str, Any] = {"timeout": timeout, "_no_retry": True}
-        if case_conversion:
-            config["case_conversion"] = case_conversion
-        service = await self.rpc.get_remote_service(info["id"], config)
-        ws = info["id"].partition("/")[0]
-        service["id"] = info["id"]
-        # dict.get, not service.get: a service may have a method named "get"
-        service_config = dict.get(service, "config") or {}
-        service_config["workspace"] = ws
-        service_config["url"] = f"{self.hub.settings.public_base_url}/{ws}/services/{info['id'].partition('/')[2]}"
-        service["config"] = service_config
-        return service
-
     # -- the default service -------------------------------------------------
 
     async def echo(self, data: Any, context: dict[str, Any] | None = None) -> Any:
         """Return ``data`` unchanged (a round-trip test)."""
-        peer = self._caller(context)
-        self._require(peer, peer.workspace, Permission.READ_WRITE)
+        peer = calling_peer()
+        require(peer, peer.workspace, Permission.READ_WRITE)
         return data
 
     async def log_message(self, msg: Any, context: dict[str, Any] | None = None) -> None:
         """Write a line to the server log on behalf of the caller."""
-        peer = self._caller(context)
-        self._require(peer, peer.workspace, Permission.READ_WRITE)
+        peer = calling_peer()
+        require(peer, peer.workspace, Permission.READ_WRITE)
         peer.log.info("client log: %.1000s", msg)
-
-    async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
-        """Announce a service of the calling client to its workspace."""
-        peer = self._caller(context)
-        raw = plain(service)
-        if not isinstance(raw, dict):
-            raise ProtocolError("register_service expects a service info object")
-        short = str(raw.get("id", "")).rpartition(":")[2]
-        # A read-only client may still announce its own built-in service: that
-        # is its presence (listings, duplicate-id check), not a capability.
-        need = Permission.READ if short == "built-in" else Permission.READ_WRITE
-        self._require(peer, peer.workspace, need)
-        if short.startswith("_rintf_") or (raw.get("config") or {}).get("_local_only"):
-            return None
-        info = svc_ids.prepare_registration(
-            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
-        )
-        limit = self.hub.settings.max_services_per_client
-        if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
-            raise LimitExceeded(f"Too many services: a client may register at most {limit}")
-        self._check_size(peer, info)
-        peer.services[info["id"]] = info
-        try:
-            previous = await self.hub.registry.register(info)
-        except BackendError as exc:
-            # The shared registry is away. The client keeps working with its
-            # peers here, and the cluster loop writes the registration back.
-            peer.log.warning("registration of %s deferred: %s", info["id"], exc)
-            self.hub.registry_dirty = True
-            return None
-        if peer.closed or self.hub.peer_for(peer.id) is not peer:
-            await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
-            return None
-        ws = peer.workspace
-        if peer.returned and previous == info:
-            return None  # re-registered, unchanged, after a transit: nothing changed for the workspace
-        if info["id"].endswith(":built-in"):
-            event = "client_updated" if previous else "client_connected"
-            await self.hub.emit_event(ws, event, {"id": peer.id, "workspace": ws})
-        else:
-            if previous is not None:
-                await self.hub.emit_event(ws, "service_removed", previous)
-            await self.hub.emit_event(ws, "service_added", info)
-        return None
-
-    async def unregister_service(self, service_id: Any, context: dict[str, Any] | None = None) -> None:
-        """Withdraw one of the caller's services (a bare id is the caller's own)."""
-        peer = self._caller(context)
-        self._require(peer, peer.workspace, Permission.READ_WRITE)
-        if not isinstance(service_id, str) or not service_id:
-            raise ProtocolError("service_id must be a non-empty string")
-        sid = service_id.partition("@")[0]
-        if "/" not in sid:
-            sid = f"{peer.id}:{sid.rpartition(':')[2]}"
-        ws, cid, _ = svc_ids.split_full_id(sid)
-        if ws != peer.workspace or cid != peer.client_id:
-            raise PermissionDenied(f"Permission denied: {service_id} is not a service of {peer.id}")
-        removed = await self.hub.registry.unregister(sid)
-        peer.services.pop(sid, None)
-        peer.service_bytes.pop(sid, None)
-        if removed is None:
-            raise NotFound(f"Service not found: {service_id}")
-        if sid.endswith(":built-in"):
-            await self.hub.emit_event(ws, "client_disconnected", {"id": cid, "workspace": ws})
-        else:
-            await self.hub.emit_event(ws, "service_removed", removed)
-
-    async def get_service_info(
-        self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None
-    ) -> ServiceInfo:
-        """The registered info of one service."""
-        peer = self._caller(context)
-        config = plain(config) or {}
-        return await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
-
-    async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
-        """A service object whose methods the caller can call directly."""
-        peer = self._caller(context)
-        config = plain(config) or {}
-        info = await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
-        timeout = float(config.get("timeout") or 10.0)
-        try:
-            return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
-        except Exception:
-            # The provider may have left while we asked it (a dropped client stays listed
-            # until its transit grace ends): then the service is gone, and the caller is
-            # told so, as if it had looked a moment later.
-            await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
-            raise
-
-    async def list_services(
-        self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
-    ) -> list[ServiceInfo]:
-        """Services visible to the caller, filtered by ``query``."""
-        peer = self._caller(context)
-        q, filters = list_query(plain(query), peer.workspace)
-        found = await self.hub.registry.find(q)
-        result = []
-        for info in found:
-            ws = info["id"].partition("/")[0]
-            if q.workspace == "*" and ws != peer.workspace and svc_ids.visibility(info) != "public":
-                continue
-            if not svc_ids.may_list(
-                info,
-                caller_workspace=peer.workspace,
-                has_read=peer.user.can(ws, Permission.READ),
-                include_unlisted=include_unlisted,
-            ):
-                continue
-            if all(field_of(info, k) == v for k, v in filters.items()):
-                result.append(info)
-        return result
 
     async def list_clients(self, workspace: Any = None, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Every client of a workspace (those that registered their built-in service)."""
-        peer = self._caller(context)
+        peer = calling_peer()
         ws = ids.check_id(workspace or peer.workspace, "workspace")
-        self._require(peer, ws, Permission.READ)
+        require(peer, ws, Permission.READ)
         found = await self.hub.registry.find(ServiceQuery(ws, "*", "built-in"))
         return [{"id": i["id"].rpartition(":")[0], "user": i["config"].get("created_by")} for i in found]
 
     async def ping(self, client_id: Any, timeout: float = 5, context: dict[str, Any] | None = None) -> str:
         """``"pong"`` if the client answers, else a string saying why not (never raises)."""
-        peer = self._caller(context)
+        peer = calling_peer()
         if not isinstance(client_id, str):
             return f"Failed to ping client {client_id!r}: client_id must be a string"
         ws, slash, cid = client_id.rpartition("/")
@@ -404,7 +208,7 @@ class WorkspaceManager:
 
     async def generate_token(self, config: Any = None, context: dict[str, Any] | None = None) -> str:
         """A token for another client to join a workspace with a given permission."""
-        peer = self._caller(context)
+        peer = calling_peer()
         config = plain(config) or {}
         if not isinstance(config, dict):
             raise ProtocolError("generate_token expects a config object")
@@ -439,13 +243,13 @@ class WorkspaceManager:
 
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The user a token issued by this hub stands for."""
-        self._caller(context)
+        calling_peer()
         user = self.hub.issuer.verify(token)
         return user.to_wire(user.current_workspace, user.client_id)
 
     async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Receive workspace broadcasts of these event types on this connection."""
-        peer = self._caller(context)
+        peer = calling_peer()
         for name in _event_names(event_type):
             if name not in envelope.SERVER_EVENT_TYPES and (name.startswith("ws-") or "/" in name):
                 raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
@@ -454,15 +258,15 @@ class WorkspaceManager:
 
     async def unsubscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Stop receiving these event types."""
-        peer = self._caller(context)
+        peer = calling_peer()
         peer.subscriptions.difference_update(_event_names(event_type))
         return True
 
     async def get_workspace_info(self, workspace: Any = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """What this hub knows of a workspace."""
-        peer = self._caller(context)
+        peer = calling_peer()
         ws = ids.check_id(workspace or peer.workspace, "workspace")
-        self._require(peer, ws, Permission.READ)
+        require(peer, ws, Permission.READ)
         return {
             "type": "workspace",
             "id": ws,
@@ -481,7 +285,7 @@ class WorkspaceManager:
 
     async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """Whether the workspace is ready, and the caller's permission in it."""
-        peer = self._caller(context)
+        peer = calling_peer()
         return {"status": "ready", "user_permission": peer.user.permission(peer.workspace).code}
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import msgpack
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.auth import Permission
 from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import Uploads
 from switchboard.protocol import envelope
@@ -42,6 +43,20 @@ log = logging.getLogger(__name__)
 CALLER: ContextVar[Peer | None] = ContextVar("switchboard_manager_caller", default=None)
 
 _REFUSED = (ProtocolError, PermissionDenied, LimitExceeded)
+
+
+def calling_peer() -> Peer:
+    """The connection whose frame the manager is handling; never who the message says it is from."""
+    peer = CALLER.get()
+    if peer is None or peer.closed:
+        raise PermissionDenied("Permission denied: the manager serves only calls of connected clients")
+    return peer
+
+
+def require(peer: Peer, workspace: str, need: Permission) -> None:
+    """Refuse unless ``peer``'s user holds ``need`` in ``workspace``."""
+    if not peer.user.can(workspace, need):
+        raise PermissionDenied(f"Permission denied for workspace {workspace}")
 
 
 class ManagerDoor:

@@ -129,7 +129,9 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
     mode = request.query_params.get("_mode")
-    info = await _state(request).hub.manager.resolve(f"{ws}/{service_id}", workspace=own_ws, user=user, mode=mode)
+    info = await _state(request).hub.manager.directory.resolve(
+        f"{ws}/{service_id}", workspace=own_ws, user=user, mode=mode
+    )
     svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
     return info
 
@@ -236,7 +238,7 @@ async def call_function(request: Request) -> Response:
         _check_built_in(info, user)
         hub.metrics.http_calls.inc()
         timeout = hub.settings.call_timeout
-        service = await asyncio.wait_for(hub.manager.fetch_service(info, timeout=timeout), timeout)
+        service = await asyncio.wait_for(hub.manager.directory.fetch_service(info, timeout=timeout), timeout)
         key = request.path_params["function"]
         target: Any = service
         for part in key.split("."):
