@@ -22,6 +22,7 @@ async def test_connections_per_user_are_capped_with_a_clear_refusal():
         with pytest.raises(ConnectionAbortedError, match=r"Too many connections for user .* \(limit 2\)"):
             await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
         await second.disconnect()
+
         # the slot frees when the server has seen the close
         async def third_connection():
             return await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})

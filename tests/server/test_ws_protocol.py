@@ -26,7 +26,8 @@ from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
 from switchboard.server.runner import RunningServer
-from switchboard.server.ws_protocol import HubWebSocketProtocol, data_frame
+from switchboard.server.ws_frames import data_frame
+from switchboard.server.ws_protocol import HubWebSocketProtocol
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 

@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
@@ -51,6 +50,7 @@ from websockets.server import ServerProtocol
 from switchboard.server import ws_asgi
 from switchboard.server.connections import Connections
 from switchboard.server.frame_scan import FrameScanner
+from switchboard.server.ws_frames import close_in, data_frame
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
             self._write(writes)
             if not self.closing and SEND_EOF in writes:  # websockets failed the connection (1002, 1009, ...)
                 self.closing = True
-                sent = _close_in(writes)
+                sent = close_in(writes)
                 self._disconnect(sent.code if sent is not None else 1006, sent.reason if sent is not None else "")
         if scanner is not None:
             if not scanner.busy:
@@ -409,27 +409,3 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def _cancel(self, name: str) -> None:
         if (timer := self._timers.pop(name, None)) is not None:
             timer.cancel()
-
-
-_SHORT = struct.Struct(">BB")
-_MEDIUM = struct.Struct(">BBH")
-_LONG = struct.Struct(">BBQ")
-
-
-def data_frame(first: int, payload: bytes) -> bytes:
-    """One unmasked frame, ``first`` being its FIN bit and opcode (RFC 6455 §5.2)."""
-    size = len(payload)
-    if size < 126:
-        return _SHORT.pack(first, size) + payload
-    if size < 65536:
-        return _MEDIUM.pack(first, 126, size) + payload
-    return _LONG.pack(first, 127, size) + payload
-
-
-def _close_in(writes: list[bytes]) -> Close | None:
-    """The close frame among what websockets wrote, if any (a server's frames are unmasked and a
-    close frame's payload fits the 7-bit length: RFC 6455 §5.5)."""
-    for data in writes:
-        if len(data) >= 2 and data[0] == 0x88:
-            return Close.parse(data[2 : 2 + (data[1] & 0x7F)])
-    return None
