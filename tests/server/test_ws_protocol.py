@@ -26,7 +26,7 @@ from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
 from switchboard.server.runner import RunningServer
-from switchboard.server.ws_frames import data_frame
+from switchboard.server.ws_frames import BINARY, TEXT, data_frame
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
@@ -188,7 +188,7 @@ def test_a_frame_the_hub_frames_itself_reads_back_whole_in_websockets_client(siz
     assert client.events_received()
     assert client.state is State.OPEN
     payload = b"x" * size
-    client.receive_data(data_frame(0x81 if text else 0x82, payload))
+    client.receive_data(data_frame(TEXT if text else BINARY, payload))
     (frame,) = client.events_received()
     assert frame.opcode is (Opcode.TEXT if text else Opcode.BINARY)
     assert frame.fin

@@ -50,7 +50,7 @@ from websockets.server import ServerProtocol
 from switchboard.server import ws_asgi
 from switchboard.server.connections import Connections
 from switchboard.server.frame_scan import FrameScanner
-from switchboard.server.ws_frames import close_in, data_frame
+from switchboard.server.ws_frames import BINARY, TEXT, close_in, data_frame
 
 log = logging.getLogger(__name__)
 
@@ -288,9 +288,9 @@ class HubWebSocketProtocol(asyncio.Protocol):
         if self.closing or not self._writable.is_set() or not self.accepted or self.conn.state is not State.OPEN:
             return False
         if type(message) is str:
-            self.transport.write(data_frame(0x81, message.encode()))
+            self.transport.write(data_frame(TEXT, message.encode()))
         else:
-            self.transport.write(data_frame(0x82, message))  # type: ignore[arg-type]
+            self.transport.write(data_frame(BINARY, message))  # type: ignore[arg-type]
         return True
 
     def close(self, code: int, reason: str) -> None:
