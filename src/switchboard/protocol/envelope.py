@@ -18,7 +18,6 @@ from switchboard.protocol import ids, payload
 # Deep nesting is legal msgpack but no honest routing header needs it; the C
 # unpacker recurses, so a hostile header could otherwise cost stack and time.
 MAX_HEADER_BYTES = 64 * 1024
-_is_str = str.__instancecheck__
 
 # Event types only the hub sends (protocol §7.2, §3.5, §7.4). hypha-rpc acts on
 # some of them without looking at the sender: on ``client_disconnected`` or
@@ -63,6 +62,9 @@ class Envelope:
         return s if isinstance(s, str) and s else None
 
 
+_is_str = str.__instancecheck__  # for all(map(...)) over a header's keys: no generator per frame
+
+
 def decode(frame: bytes) -> Envelope:
     """Split a frame into its header map and payload bytes, validating the header."""
     if not frame:
@@ -85,7 +87,7 @@ def decode(frame: bytes) -> Envelope:
     offset = unpacker.tell()
     if not isinstance(main, dict):
         raise ProtocolError(f"message header must be a map, got {type(main).__name__}")
-    if not all(map(_is_str, main)):  # map, not a generator: this runs for every frame
+    if not all(map(_is_str, main)):
         raise ProtocolError("message header keys must be strings")
     msg_type = main.get("type")
     if not isinstance(msg_type, str) or not msg_type:
@@ -120,6 +122,7 @@ class Identity:
 
 
 def identity(sender: str, workspace: str, user: dict[str, Any]) -> Identity:
+    """``sender``'s identity, packed for :func:`stamp` (once per connection for a client)."""
     pack = msgpack.Packer(use_bin_type=True).pack
     packed = b"".join(map(pack, ("from", sender, "ws", workspace, "user", user)))
     return Identity(sender, workspace, user, packed)
