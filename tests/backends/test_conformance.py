@@ -7,7 +7,6 @@ for any other behind the hub.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -89,11 +88,14 @@ def ids(infos: list[dict[str, Any]]) -> list[str]:
     return sorted(i["id"] for i in infos)
 
 
-async def settle() -> None:
-    """Give an asynchronous backend the chance to deliver what it should not."""
-    for _ in range(10):
-        await asyncio.sleep(0)
-    await asyncio.sleep(0.01)
+async def settle(bus: EventBus) -> None:
+    """Until everything published before has been delivered, wanted or not: a marker published
+    after it, on a channel of its own, has come (a bus delivers to a subscriber in publish order)."""
+    seen: list[bytes] = []
+    await bus.subscribe("settle:marker", seen.append)
+    assert await bus.publish("settle:marker", b"marker") == 1
+    await eventually(lambda: seen, "the marker published after the rest")
+    await bus.unsubscribe("settle:marker")
 
 
 # -- Registry ----------------------------------------------------------------
@@ -375,7 +377,7 @@ class TestBus:
         assert await bus.publish("client:ws1/ab", b"for ab") == 1
         assert await bus.publish("client:ws1/abc", b"for nobody") == 0
         await eventually(lambda: len(a) == 1 and len(b) == 1, "delivery")
-        await settle()
+        await settle(bus)
 
         assert a == [b"for a"]
         assert b == [b"for ab"]
@@ -389,7 +391,7 @@ class TestBus:
         await bus.unsubscribe("chan")
 
         assert await bus.publish("chan", b"after") == 0
-        await settle()
+        await settle(bus)
         assert received == [b"before"]
 
     async def test_unsubscribe_leaves_other_channels(self, bus: EventBus) -> None:

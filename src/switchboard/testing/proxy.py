@@ -36,6 +36,7 @@ class ProxyStats:
     bytes_up: int = 0
     bytes_down: int = 0
     bytes_dropped: int = 0
+    ends_held: int = 0  # FINs and resets a blackhole holds back right now (passed on when it heals)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,12 @@ class ProxyConnection:
                 if (wait := due - loop.time()) > 0:
                     await asyncio.sleep(wait)
                 if not data:
-                    await proxy._flowing.wait()  # a FIN or RST is lost in a blackhole too
+                    if not proxy._flowing.is_set():  # a FIN or RST is lost in a blackhole too
+                        proxy._stats.ends_held += 1
+                        try:
+                            await proxy._flowing.wait()
+                        finally:
+                            proxy._stats.ends_held -= 1
                     return data is None
                 if not proxy._flowing.is_set():
                     proxy._stats.bytes_dropped += len(data)
