@@ -46,12 +46,13 @@ class Recorder:
 
     async def wait(self, kind: type | tuple[type, ...], *, after: int = 0) -> Any:
         async with asyncio.timeout(5):
-            while True:
+            for _ in range(10_000):  # events of other kinds, within 5 s
                 found = [e for e in self.events[after:] if isinstance(e, kind)]
                 if found:
                     return found[0]
                 self._changed.clear()
                 await self._changed.wait()
+        raise AssertionError(f"no {kind} event within 10,000 events")
 
     def kinds(self) -> list[str]:
         return [e.kind for e in self.events]

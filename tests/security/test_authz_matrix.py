@@ -468,7 +468,7 @@ async def raw_client(url: str, client_id: str, **hello: Any) -> AsyncIterator[tu
 
 async def next_reply(ws: Any, session: str) -> tuple[dict[str, Any], Any]:
     """The ``<session>.resolve`` or ``.reject`` frame (skipping anything else)."""
-    while True:
+    for _ in range(1000):  # frames skipped, each within 10 s
         frame = await asyncio.wait_for(ws.recv(), 10)
         if isinstance(frame, str):
             continue
@@ -477,6 +477,7 @@ async def next_reply(ws: Any, session: str) -> tuple[dict[str, Any], Any]:
         parts = list(unpacker)
         if parts[0].get("method") in (f"{session}.resolve", f"{session}.reject"):
             return parts[0], (parts[1] if len(parts) > 1 else None)
+    raise AssertionError(f"no reply to {session} within 1000 frames")
 
 
 FORGED_ROOT = {"id": "root", "roles": ["admin"], "is_anonymous": False, "scope": {"workspaces": {"*": "a"}}}

@@ -746,7 +746,7 @@ async def ws_case(hub: LiveHub, case: dict[str, Any], client_id: str) -> str:
             await ws.send(data)
         try:
             await ws.send(json.dumps({"type": "ping"}))
-            while True:
+            for _ in range(1000):  # frames before the pong, each within 10 s
                 frame = await asyncio.wait_for(ws.recv(), 10)
                 if isinstance(frame, str):
                     message = json.loads(frame)
@@ -755,6 +755,7 @@ async def ws_case(hub: LiveHub, case: dict[str, Any], client_id: str) -> str:
                         return "usable"
                 else:  # whatever the hub delivers is a well-formed, stamped envelope
                     assert envelope.decode(frame).main.get("to", "").endswith("/raw")
+            raise AssertionError("no pong within 1000 frames")
         except ConnectionClosed:
             assert oversized, (ws.close_code, ws.close_reason)
             assert ws.close_code == 1009, (ws.close_code, ws.close_reason)

@@ -271,7 +271,7 @@ class RawWebSocket:
         """The close code and reason the server sent, and the loop's time when they came."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while True:
+        for _ in range(1 << 20):  # reads, all before the deadline
             data = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), deadline - loop.time())
             if data:
                 self.proto.receive_data(data)
@@ -280,6 +280,7 @@ class RawWebSocket:
             close = self.proto.close_rcvd
             if close is not None or not data:
                 return (close.code if close else None), (close.reason if close else ""), loop.time()
+        raise AssertionError("no close frame within 2**20 reads")
 
     def close(self) -> None:
         self.sock.close()

@@ -65,7 +65,7 @@ class StalledClient:
         self.proto.send_request(self.proto.connect())
         await self._flush()
         said_hello = False
-        while True:
+        for _ in range(100):  # reads, each within 5 s
             data = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), 5)
             assert data, "the server closed during the handshake"
             self.proto.receive_data(data)
@@ -76,12 +76,13 @@ class StalledClient:
                 self.proto.send_text(json.dumps({"client_id": client_id}).encode())
                 await self._flush()
                 said_hello = True
+        raise AssertionError("no connection_info within 100 reads")
 
     async def read_until_closed(self, timeout: float) -> tuple[int, int | None, str | None]:
         """Start reading again: ``(frames read, close code, close reason)`` once the server is done."""
         loop = asyncio.get_running_loop()
         frames = 0
-        while True:
+        for _ in range(1 << 20):  # reads, each within ``timeout``
             data = await asyncio.wait_for(loop.sock_recv(self.sock, 1 << 20), timeout)
             if data:
                 self.proto.receive_data(data)
@@ -91,6 +92,7 @@ class StalledClient:
             if self.proto.close_rcvd is not None or not data:
                 close = self.proto.close_rcvd
                 return frames, (close.code if close else None), (close.reason if close else None)
+        raise AssertionError("the server neither closed nor ended the stream within 2**20 reads")
 
     def close(self) -> None:
         self.sock.close()
@@ -127,7 +129,7 @@ async def test_a_stalled_client_is_dropped_and_costs_bounded_memory_and_nobody_e
 
             async def sample_rss() -> None:
                 nonlocal peak
-                while True:
+                for _ in range(6000):  # every 10 ms for at most a minute, until cancelled
                     peak = max(peak, server.memory_info().rss)
                     await asyncio.sleep(0.01)
 

@@ -97,7 +97,7 @@ async def join(url: str, n: int) -> ClientConnection:
             }
         )
     )
-    while True:
+    for _ in range(1000):  # frames skipped, each within 30 s
         frame = await asyncio.wait_for(ws.recv(), 30)
         if isinstance(frame, str):
             continue
@@ -107,6 +107,7 @@ async def join(url: str, n: int) -> ClientConnection:
         if main.get("method") in (f"{session}.resolve", f"{session}.reject"):
             assert main["method"].endswith(".resolve"), next(unpacker, None)
             return ws
+    raise AssertionError(f"no reply to {session} within 1000 frames")
 
 
 @pytest.fixture(scope="module")

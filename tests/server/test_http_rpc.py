@@ -49,11 +49,15 @@ class RawStream:
         return msgpack.unpackb(await asyncio.wait_for(self._next_frame(), timeout), strict_map_key=False)
 
     async def frame_of_type(self, kind: str, timeout: float = 5.0) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            frame = await self.frame(max(0.01, deadline - asyncio.get_running_loop().time()))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        for _ in range(1000):  # frames of other kinds skipped, and never past the deadline
+            frame = await self.frame(max(0.01, deadline - loop.time()))
             if isinstance(frame, dict) and frame.get("type") == kind:
                 return frame
+            if loop.time() >= deadline:
+                break
+        raise AssertionError(f"no {kind!r} frame within {timeout:g} s or 1000 frames")
 
     async def wait_ended(self, timeout: float = 5.0) -> None:
         """Return once the server ended the body, skipping any frames before the end."""
@@ -65,13 +69,14 @@ class RawStream:
         await asyncio.wait_for(drain(), timeout)
 
     async def _next_frame(self) -> bytes:
-        while True:
+        for _ in range(1 << 20):  # chunks of the body (callers bound the time)
             if len(self._buffer) >= 4:
                 (length,) = struct.unpack(">I", self._buffer[:4])
                 if len(self._buffer) >= 4 + length:
                     frame, self._buffer = self._buffer[4 : 4 + length], self._buffer[4 + length :]
                     return frame
             self._buffer += await self._chunks.__anext__()
+        raise AssertionError("no whole frame within 2**20 chunks")
 
     async def post(self, body: bytes, **kwargs: Any) -> httpx.Response:
         params = {"workspace": self.info["workspace"], "client_id": self.info["client_id"]}

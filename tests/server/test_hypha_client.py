@@ -285,12 +285,13 @@ async def test_unregister_and_disconnect_remove_services_from_listings_at_once(c
     with pytest.raises(RemoteException, match="Service not found"):
         await owner.get_service("other:a")
     await other.disconnect()
-    # the server learns of the close one network hop later: poll, bounded
-    for _ in range(200):
+
+    # the server learns of the close one network hop later
+    async def listed_ids() -> list[set[str]]:
         ids = {s["id"] for s in await owner.list_services()}
-        if f"{ws}/other:b" not in ids:
-            break
-        await asyncio.sleep(0.01)
+        return [] if f"{ws}/other:b" in ids else [ids]
+
+    (ids,) = await eventually(listed_ids, "other:b withdrawn", timeout=2)
     assert not any(i.startswith(f"{ws}/other:") for i in ids)
     assert f"{ws}/other" not in {c["id"] for c in await owner.list_clients()}
 
@@ -308,12 +309,7 @@ async def test_a_client_that_reconnects_with_its_token_gets_its_identity_back(co
     peer.close(1011, "test: connection dropped")
     await eventually(lambda: server.hub.peers.get(f"{ws}/phoenix") not in (None, peer), "reconnection", timeout=10)
     assert server.hub.peers[f"{ws}/phoenix"].workspace == ws
-    for _ in range(200):
-        try:
-            svc = await caller.get_service(f"{ws}/phoenix:s")
-            break
-        except RemoteException:
-            await asyncio.sleep(0.02)
+    svc = await eventually(lambda: caller.get_service(f"{ws}/phoenix:s"), "the service listed again", timeout=4)
     assert await svc.f() == "back"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
 import pytest
@@ -30,12 +29,7 @@ async def test_clients_resume_after_a_restart_with_their_services(settings):
         await eventually(lambda: f"{ws}/prov" in again.hub.peers, "the client back", timeout=20, interval=0.05)
         caller = await connect_to_server({"server_url": again.url, "client_id": "caller"})
         try:
-            for _ in range(200):
-                try:
-                    svc = await caller.get_service(f"{ws}/prov:s")
-                    break
-                except Exception:
-                    await asyncio.sleep(0.05)
+            svc = await eventually(lambda: caller.get_service(f"{ws}/prov:s"), "the service listed again", timeout=10)
             assert await svc.f() == "alive"
             assert await provider.echo("still here") == "still here"
         finally:

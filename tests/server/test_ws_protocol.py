@@ -151,10 +151,11 @@ class RawClient:
     async def hello(self, client_id: str) -> dict:
         self.proto.send_text(json.dumps({"client_id": client_id}).encode())
         self._flush()
-        while True:
+        for _ in range(100):  # reads, each within 5 s
             self.proto.receive_data(await asyncio.wait_for(self.reader.read(65536), 5))
             for event in self.proto.events_received():
                 return json.loads(event.data)
+        raise AssertionError("no connection_info within 100 reads")
 
     def send_frame(self, first_byte: int, payload: bytes) -> None:
         """A masked frame (mask 0: the payload goes as it is) of fewer than 126 bytes."""
