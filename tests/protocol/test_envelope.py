@@ -358,3 +358,18 @@ def test_a_stamped_header_of_any_size_reads_back_with_the_identity_and_every_fie
     }
     assert bytes(head.rest) == PAYLOAD
     assert env.main == head.main  # left holding the stamped fields, as the manager's chunk assembly reads them
+
+
+def test_a_forged_identity_does_not_travel_at_all_not_even_shadowed() -> None:
+    """The sender's own ``from``/``ws``/``user`` are dropped, not merely followed by the hub's: a
+    decoder that keeps the first of two equal keys must read the hub's identity too."""
+    forged = {"type": "method", "to": "cB", "from": "ws9/forged", "ws": "ws9", "user": {"id": "forged"}}
+    frame = stamp(decode(encode(forged, PAYLOAD)), identity=identity("ws1/cA", "ws1", {"id": "u1"}), to="ws1/cB")
+    assert b"forged" not in frame
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(frame)
+    keys = []
+    for _ in range(unpacker.read_map_header()):
+        keys.append(unpacker.unpack())
+        unpacker.skip()
+    assert sorted(keys) == ["from", "to", "type", "user", "ws"]  # each once
