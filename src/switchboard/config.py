@@ -160,6 +160,21 @@ class Settings:
         "pieces arrive out of order",
         minimum=1024 * 1024,
     )
+    max_subscriptions_per_client: int = setting(
+        1000,
+        "Event types one connection may subscribe to at once (subscribe); one more is refused; freed when it leaves.",
+        "1000: a client listens to a handful of server events and its own event types, so an honest one never comes "
+        "near it, while one connection cannot grow the hub's memory call after call (with the length bound, it holds "
+        "at most about 0.3 MiB of names)",
+        minimum=1,
+    )
+    max_event_type_length: int = setting(
+        256,
+        "Characters an event type may have to be subscribed to; a longer one is refused.",
+        "256: ten times the longest event type Hypha itself sends (workspace_status_changed), ample for names clients "
+        "make up, and it keeps one connection's subscriptions small",
+        minimum=32,
+    )
     max_connections_per_user: int = setting(
         1000,
         "Connections one user may hold across the hub (counted through Redis with several replicas).",

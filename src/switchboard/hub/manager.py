@@ -19,7 +19,7 @@ from hypha_rpc import RPC
 from hypha_rpc.utils.schema import schema_function
 
 from switchboard.clock import Clock
-from switchboard.errors import PermissionDenied, ProtocolError
+from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission, TokenIssuer, child_user
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
@@ -248,12 +248,31 @@ class WorkspaceManager:
         return user.to_wire(user.current_workspace, user.client_id)
 
     async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
-        """Receive workspace broadcasts of these event types on this connection."""
+        """Receive workspace broadcasts of these event types on this connection.
+
+        What a connection holds is bounded (``--max-subscriptions-per-client``
+        names of at most ``--max-event-type-length`` characters) and freed
+        when it closes; a call that would pass a bound is refused whole.
+        """
         peer = calling_peer()
-        for name in _event_names(event_type):
+        s = self.hub.settings
+        names = _event_names(event_type)
+        for name in names:
+            if len(name) > s.max_event_type_length:
+                raise LimitExceeded(
+                    f"Event type too long ({len(name)} characters, {name[:40]!r}...): event types may have at most "
+                    f"{s.max_event_type_length} characters (--max-event-type-length/SWITCHBOARD_MAX_EVENT_TYPE_LENGTH)"
+                )
             if name not in envelope.SERVER_EVENT_TYPES and (name.startswith("ws-") or "/" in name):
                 raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
-            peer.subscriptions.add(name)
+        added = set(names) - peer.subscriptions
+        if len(peer.subscriptions) + len(added) > s.max_subscriptions_per_client:
+            raise LimitExceeded(
+                f"Too many event types: a connection may subscribe to at most {s.max_subscriptions_per_client} event "
+                f"types at once (--max-subscriptions-per-client/SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_CLIENT); it holds "
+                f"{len(peer.subscriptions)} and asked for {len(added)} more: unsubscribe from some first"
+            )
+        peer.subscriptions.update(added)
         return True
 
     async def unsubscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:

@@ -182,6 +182,7 @@ class Peer:
         self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
         self._queue.clear()
         self._queued_bytes = 0
+        self.subscriptions.clear()  # a closed connection hears nothing: what it asked for is freed with it
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""
