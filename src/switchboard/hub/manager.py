@@ -46,6 +46,10 @@ class Hub(DirectoryHost, Protocol):
 
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
+# The longest a ping may wait for its answer: hypha-rpc's default call timeout. A
+# caller would give up on a longer ping before it ended, while the manager kept
+# a task and a session waiting for it.
+MAX_PING_TIMEOUT = 30.0
 
 
 class _RouterLink:
@@ -191,14 +195,32 @@ class WorkspaceManager:
         return [{"id": i["id"].rpartition(":")[0], "user": i["config"].get("created_by")} for i in found]
 
     async def ping(self, client_id: Any, timeout: float = 5, context: dict[str, Any] | None = None) -> str:
-        """``"pong"`` if the client answers, else a string saying why not (never raises)."""
+        """``"pong"`` if the client answers, else a string saying why not (never raises).
+
+        Whether a client is connected is the workspace's business: a ping
+        needs ``read`` on the target's workspace (as Hypha's), and a refusal
+        reads the same for a connected client and an absent one. ``timeout``
+        is at most :data:`MAX_PING_TIMEOUT` seconds.
+        """
         peer = calling_peer()
         if not isinstance(client_id, str):
             return f"Failed to ping client {client_id!r}: client_id must be a string"
         ws, slash, cid = client_id.rpartition("/")
         if not ids.is_id(cid) or (slash and not ids.is_id(ws)):
             return f"Failed to ping client {client_id[:140]!r}: ids are {ids.GRAMMAR}"
-        target = client_id if slash else f"{peer.workspace}/{client_id}"
+        ws = ws if slash else peer.workspace
+        if not peer.user.can(ws, Permission.READ):
+            return f"Failed to ping client {client_id}: Permission denied for workspace {ws}"
+        if (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout <= MAX_PING_TIMEOUT  # NaN fails this too
+        ):
+            return (
+                f"Failed to ping client {client_id}: timeout must be a number of seconds above 0 "
+                f"and at most {MAX_PING_TIMEOUT:g}"
+            )
+        target = f"{ws}/{cid}"
         try:
             assert self.rpc is not None
             await self.rpc.ping(target, float(timeout))
