@@ -175,6 +175,15 @@ class Settings:
         "make up, and it keeps one connection's subscriptions small",
         minimum=32,
     )
+    allow_encrypted_payloads: bool = setting(
+        False,
+        "Let through payloads a hypha-rpc client encrypted end to end for its callee (connect_to_server with "
+        "encryption on, and the callee's public key). The callee then takes the caller's whole context from inside "
+        "the box: of an encrypted call's context it can trust only caller_public_key (docs/authorization.md).",
+        "off: the hub cannot read an encrypted payload, and hypha-rpc 0.21.47 merges every field inside it (ctx, "
+        "from, user, promise) over what the hub stamped, so anyone could have a provider run a call as any user; "
+        "turn it on only where every encrypting provider checks callers by key (trusted_keys)",
+    )
     max_connections_per_user: int = setting(
         1000,
         "Connections one user may hold across the hub (counted through Redis with several replicas).",

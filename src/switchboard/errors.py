@@ -7,7 +7,8 @@
     ├── UnsupportedServer (RuntimeError)  uvicorn or websockets outside the versions tested
     ├── ProtocolError                     a peer sent something we cannot accept
     │   ├── HandshakeError                the first frame was refused (carries a close code)
-    │   └── FrameTooLarge                 a frame above the size limit
+    │   ├── FrameTooLarge                 a frame above the size limit
+    │   └── EncryptedPayload              an end-to-end encrypted payload the hub does not let through
     ├── AuthError                         a token is missing, invalid or expired
     ├── PermissionDenied (PermissionError)
     ├── NotFound (KeyError)               a workspace, service or function does not exist
@@ -58,6 +59,10 @@ class HandshakeError(ProtocolError):
 
 class FrameTooLarge(ProtocolError):
     """A frame or HTTP body above ``max_message_bytes``."""
+
+
+class EncryptedPayload(ProtocolError):
+    """A frame carries a hypha-rpc end-to-end encrypted payload (``_enc``) and the hub refuses them."""
 
 
 class AuthError(SwitchboardError):

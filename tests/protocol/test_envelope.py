@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchboard.errors import ProtocolError
+from switchboard.errors import EncryptedPayload, ProtocolError
 from switchboard.protocol.envelope import (
     Envelope,
     Route,
@@ -188,6 +188,20 @@ class TestStamp:
 
     def test_header_only_message_stays_one_object(self) -> None:
         assert len(self.stamped({"type": "method", "to": "cB"})) == 1
+
+    @pytest.mark.parametrize("where", ["header", "payload"])
+    def test_a_sealed_message_is_refused_unless_encrypted_payloads_are_allowed(self, where: str) -> None:
+        """hypha-rpc opens ``{"_enc", "data"}`` found in either object and merges what is inside over the
+        message, context included: the hub cannot read it, so by default it does not pass."""
+        box = {"_enc": {"v": 2, "pub": b"k" * 32, "nonce": b"n" * 24}, "data": b"sealed"}
+        main = {"type": "method", "to": "cB", **(box if where == "header" else {})}
+        rest = pack({"args": [], **(box if where == "payload" else {})})
+        who = identity("ws1/cA", "ws1", self.USER)
+
+        with pytest.raises(EncryptedPayload, match="--allow-encrypted-payloads"):
+            stamp(decode(encode(main, rest)), identity=who, to="ws1/cB")
+        frame = stamp(decode(encode(main, rest)), identity=who, to="ws1/cB", allow_encrypted=True)
+        assert "_enc" in unpack_all(frame)[0 if where == "header" else 1]
 
 
 # -- route (§3.5 rule 2) -------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from switchboard.errors import PermissionDenied, ProtocolError
-from switchboard.protocol.payload import RESERVED, SMALL_PAYLOAD, Scanner, check_extra
+from switchboard.errors import EncryptedPayload, PermissionDenied, ProtocolError
+from switchboard.protocol.payload import ENCRYPTED, RESERVED, SMALL_PAYLOAD, Scanner, check_extra
 
 KEYS = st.sampled_from(sorted(RESERVED) + ["args", "with_kwargs", "t", "_enc", "data", "x" * 20])
 LEAVES = st.one_of(
@@ -61,12 +61,29 @@ def cut(data: bytes, sizes: list[int]) -> list[bytes]:
 class TestOneFrame:
     @settings(max_examples=200, deadline=None)
     @given(payload=PAYLOADS)
-    def test_a_payload_passes_exactly_when_it_sets_no_header_key(self, payload: dict) -> None:
+    def test_a_payload_passes_exactly_when_it_sets_no_header_key_and_is_not_sealed(self, payload: dict) -> None:
         if RESERVED & set(payload):
             with pytest.raises(ProtocolError, match="the hub sets who sent a message"):
+                check_extra(memoryview(pack(payload)), sender="W/alice", allow_encrypted=True)
+        elif ENCRYPTED in payload:
+            with pytest.raises(EncryptedPayload, match="--allow-encrypted-payloads"):
                 check_extra(memoryview(pack(payload)), sender="W/alice")
+            check_extra(memoryview(pack(payload)), sender="W/alice", allow_encrypted=True)
         else:
             check_extra(memoryview(pack(payload)), sender="W/alice")
+
+    @pytest.mark.parametrize("bulk", [0, SMALL_PAYLOAD, 1 << 20], ids=["small", "medium", "large"])
+    @pytest.mark.parametrize("many", [False, True], ids=["bytes", "many-values"])
+    def test_an_encrypted_payload_is_refused_unless_allowed_behind_any_amount_of_payload(
+        self, bulk: int, many: bool
+    ) -> None:
+        """hypha-rpc's sealed payload: its callee merges the box's fields, ctx included, over the message."""
+        args = [0] * (bulk // 8) if many else [b"x" * bulk]
+        payload = pack({"args": args, "_enc": {"v": 2, "pub": b"k" * 32, "nonce": b"n" * 24}, "data": b"box"})
+
+        with pytest.raises(EncryptedPayload, match="--allow-encrypted-payloads"):
+            check_extra(memoryview(payload), sender="W/alice")
+        check_extra(memoryview(payload), sender="W/alice", allow_encrypted=True)
 
     @pytest.mark.parametrize("key", sorted(RESERVED))
     @pytest.mark.parametrize("bulk", [0, SMALL_PAYLOAD, 1 << 20], ids=["small", "medium", "large"])
@@ -132,7 +149,7 @@ class TestStream:
             scanner.feed(piece)
 
         assert scanner.complete
-        assert scanner.found == RESERVED & set(payload)
+        assert scanner.found == (RESERVED & set(payload)) | ({ENCRYPTED} & (set(header) | set(payload)))
 
     @settings(max_examples=200, deadline=None)
     @given(
@@ -167,6 +184,12 @@ class TestStream:
 
         assert scanner.complete
         assert scanner.found == set()
+
+    def test_a_sealed_header_is_found_too_since_hypha_rpc_merges_both(self) -> None:
+        scanner = Scanner(objects=2, payload=1)
+        scanner.feed(pack({"type": "method", "_enc": {"v": 2}, "data": b"box"}) + pack({"args": []}))
+
+        assert scanner.found == {ENCRYPTED}
 
     def test_a_message_without_payload_is_complete_after_its_header(self) -> None:
         scanner = Scanner(objects=2, payload=1)

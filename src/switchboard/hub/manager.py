@@ -96,6 +96,7 @@ class WorkspaceManager:
                 max_bytes=s.max_upload_bytes,
                 max_uploads=MAX_OPEN_UPLOADS,
                 idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                allow_encrypted=s.allow_encrypted_payloads,
             ),
         )
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.errors import EncryptedPayload, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.actions import (
     Action,
     Broadcast,
@@ -124,10 +124,14 @@ class Router:
                 route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
-            frame = envelope.stamp(env, identity=peer.identity, to=route.target)
+            frame = envelope.stamp(
+                env, identity=peer.identity, to=route.target, allow_encrypted=self.settings.allow_encrypted_payloads
+            )
         except (ProtocolError, PermissionDenied) as exc:
             self.metrics.bad_frames.inc()
             peer.log.info("rejected frame: %s", exc)
+            if isinstance(exc, EncryptedPayload) and env.session:  # an honest client's call: it fails now, saying why
+                return Send(peer, self._refusal(peer, env.session, route.target, str(exc)))
             return Send(peer, handshake.error_text(f"Invalid message: {exc}"))
         method, session, target = env.main.get("method"), env.session, route.target
         traits = classify(method, session, env.rest)
@@ -206,6 +210,7 @@ class Router:
                 max_bytes=self.settings.max_upload_bytes,
                 max_uploads=MAX_OPEN_UPLOADS,
                 idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                allow_encrypted=self.settings.allow_encrypted_payloads,
             )
         uploads = receiver.uploads
         try:

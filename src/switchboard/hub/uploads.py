@@ -51,9 +51,19 @@ class Upload:
 class Uploads:
     """The chunked messages on their way to one receiver, by key."""
 
-    def __init__(self, *, clock: Clock, keep: bool, max_bytes: int, max_uploads: int, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        keep: bool,
+        max_bytes: int,
+        max_uploads: int,
+        idle_timeout: float,
+        allow_encrypted: bool = False,
+    ) -> None:
         self.clock = clock
         self.keep = keep
+        self.allow_encrypted = allow_encrypted  # let an end-to-end encrypted message through (payload.ENCRYPTED)
         self.max_bytes = max_bytes  # bytes one sender may have held here
         self.max_uploads = max_uploads  # messages one sender may have open here
         self.idle_timeout = idle_timeout
@@ -110,7 +120,7 @@ class Uploads:
         scanner = upload.scanner
         if upload.ahead or not scanner.complete:
             raise ProtocolError(f"Message {key!r} is incomplete: pieces are missing")
-        check_keys(scanner.found)
+        check_keys(scanner.found, allow_encrypted=self.allow_encrypted)
         check_promise(decode_promise(scanner.promise), sender)
         return b"".join(upload.kept) if self.keep else None
 

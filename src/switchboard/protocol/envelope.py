@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import msgpack
 
-from switchboard.errors import ProtocolError
+from switchboard.errors import EncryptedPayload, ProtocolError
 from switchboard.protocol import ids, payload
 
 # Deep nesting is legal msgpack but no honest routing header needs it; the C
@@ -139,7 +139,7 @@ def _map_header(size: int) -> bytes:
     return (b"\xde" + size.to_bytes(2, "big")) if size < 0x10000 else (b"\xdf" + size.to_bytes(4, "big"))
 
 
-def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False) -> bytes:
+def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False, allow_encrypted: bool = False) -> bytes:
     """The message as every receiver will read it, with the identity the hub gives it.
 
     This is the trust boundary. ``from``, ``ws`` and ``user`` drive reply
@@ -150,6 +150,9 @@ def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False) 
     in its payload, any key the hub owns, nor a promise that sends the answer to
     anyone but the sender (:mod:`switchboard.protocol.payload`).
     A server event type (:data:`SERVER_EVENT_TYPES`) is refused outright.
+    An end-to-end encrypted payload (``_enc`` in the header or the payload)
+    is refused unless ``allow_encrypted``: its callee would take a context
+    from inside a box the hub cannot read (:data:`payload.ENCRYPTED`).
     ``trusted`` frames (the manager's own) skip the payload check.
 
     The sender's own header goes out without whatever it said its identity
@@ -162,7 +165,9 @@ def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False) 
             raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
         if "ctx" in main:
             raise ProtocolError("a message may not set 'ctx': the hub sets who sent a message")
-        payload.check_extra(env.rest, sender=identity.sender)
+        if payload.ENCRYPTED in main and not allow_encrypted:
+            raise EncryptedPayload(payload.ENCRYPTED_REFUSAL)
+        payload.check_extra(env.rest, sender=identity.sender, allow_encrypted=allow_encrypted)
     for key in _STAMPED:
         main.pop(key, None)
     main["to"] = to

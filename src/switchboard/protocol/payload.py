@@ -23,12 +23,25 @@ from typing import Any
 
 import msgpack
 
-from switchboard.errors import PermissionDenied, ProtocolError
+from switchboard.errors import EncryptedPayload, PermissionDenied, ProtocolError
 
 # Keys of the header the hub sets or decides on (identity, routing, the call's kind).
 # In the payload they would override, on the receiving side, what the hub stamped.
 RESERVED = frozenset({"type", "from", "to", "ws", "user", "ctx", "session", "method"})
 _RESERVED_BYTES = frozenset(k.encode() for k in RESERVED)
+# hypha-rpc's end-to-end encryption: a payload ``{"_enc": {...}, "data": <box>}``
+# is opened by the callee, and every field inside (ctx, from, user, promise...)
+# merged over the message after its context was built. The hub cannot read the
+# box, so unless encrypted payloads are allowed, a top-level ``_enc`` in any part
+# of a message is refused (``--allow-encrypted-payloads``).
+ENCRYPTED = "_enc"
+_ENCRYPTED_BYTES = ENCRYPTED.encode()
+_WATCHED = RESERVED | {ENCRYPTED}
+ENCRYPTED_REFUSAL = (
+    "end-to-end encrypted payloads ('_enc') are refused by this hub: it cannot check what they carry, and "
+    "hypha-rpc takes the caller's context (ctx, from, user) from inside them; a hub started with "
+    "--allow-encrypted-payloads (SWITCHBOARD_ALLOW_ENCRYPTED_PAYLOADS) lets them through"
+)
 _LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES | {b"promise"})
 
 MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest message
@@ -155,7 +168,8 @@ class Scanner:
                 else:
                     self._obj += 1
                 continue
-            is_key = len(stack) == 1 and self._obj == self.payload and not stack[0] & 1
+            top_key = len(stack) == 1 and not stack[0] & 1  # a key of a top-level object
+            is_key = top_key and self._obj == self.payload
             promise_key = False
             if kind == _LEAF:
                 if pos > end:
@@ -163,13 +177,15 @@ class Scanner:
             elif kind in (_STR, _EXT):
                 if kind == _EXT:
                     pos += 1
-                if is_key and kind == _STR and n <= _LONGEST_KEY:
+                if top_key and kind == _STR and n <= _LONGEST_KEY:
                     if pos + n > end:  # a short key cut in two: walk it again next time
                         return self._stop(data, start, cap_from, walked)
                     key = bytes(data[pos : pos + n])
-                    if key in _RESERVED_BYTES:
+                    if key == _ENCRYPTED_BYTES:  # in the header too: hypha-rpc looks for it in both
+                        self.found.add(ENCRYPTED)
+                    elif is_key and key in _RESERVED_BYTES:
                         self.found.add(key.decode())
-                    promise_key = key == b"promise"
+                    promise_key = is_key and key == b"promise"
                 pos += n
                 if pos > end:
                     self._skip = pos - end
@@ -224,19 +240,24 @@ class Scanner:
         return done
 
 
-def check_extra(rest: bytes | memoryview, *, sender: str) -> None:
-    """Refuse a frame's payload unless it is one map free of :data:`RESERVED` keys whose
-    promise, if any, sends the answer to ``sender`` only."""
+def check_extra(rest: bytes | memoryview, *, sender: str, allow_encrypted: bool = False) -> None:
+    """Refuse a frame's payload unless it is one map free of :data:`RESERVED` keys (and of
+    :data:`ENCRYPTED`, unless ``allow_encrypted``) whose promise, if any, sends the answer to
+    ``sender`` only."""
     if not rest:
         return
     found, promise = _keys_of_small(rest) if len(rest) <= SMALL_PAYLOAD else _keys_of_large(rest)
-    check_keys(found)
+    check_keys(found, allow_encrypted=allow_encrypted)
     check_promise(promise, sender)
 
 
-def check_keys(found: AbstractSet[str]) -> None:
-    if found:
-        raise ProtocolError(f"the payload may not set {', '.join(sorted(found))}: the hub sets who sent a message")
+def check_keys(found: AbstractSet[str], *, allow_encrypted: bool = False) -> None:
+    """Refuse what a :class:`Scanner` (or a decoded payload) found: reserved keys, an encrypted payload."""
+    reserved = sorted(k for k in found if k != ENCRYPTED)
+    if reserved:
+        raise ProtocolError(f"the payload may not set {', '.join(reserved)}: the hub sets who sent a message")
+    if ENCRYPTED in found and not allow_encrypted:
+        raise EncryptedPayload(ENCRYPTED_REFUSAL)
 
 
 def check_promise(promise: Any, sender: str) -> None:
@@ -331,7 +352,7 @@ def _keys_of_small(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
             raise
     if type(extra) is not dict:
         raise ProtocolError("each part of a message must be a msgpack map")
-    return RESERVED.intersection(extra), extra.get("promise")
+    return _WATCHED.intersection(extra), extra.get("promise")
 
 
 def _keys_of_large(rest: bytes | memoryview) -> tuple[AbstractSet[str], Any]:
@@ -355,7 +376,7 @@ def _keys_with_c_unpacker(rest: bytes | memoryview) -> tuple[set[str], Any]:
             if key == "promise":
                 promise = unpacker.unpack()
                 continue
-            if isinstance(key, str) and key in RESERVED:
+            if isinstance(key, str) and key in _WATCHED:
                 found.add(key)
             unpacker.skip()
     if unpacker.tell() != len(rest):
