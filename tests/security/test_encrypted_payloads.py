@@ -249,11 +249,12 @@ async def test_a_sealed_header_is_refused(victim: Victim, raw: Any) -> None:
     provider = f"{victim.workspace}/provider"
     for attacker in await attackers(raw, victim):
         session = attacker.session()
-        box = sealed(victim.key, {"args": [], "promise": attacker.promise(session)})
-        head = {"type": "method", "to": provider, "method": "services.pub.who", "session": session, **box}
-        await attacker.ws.send(pack(head))
-        assert_refused(await asyncio.wait_for(asyncio.shield(attacker.future(session)), 10))
-        assert victim.forged() == []
+        inside = {"args": [], "promise": attacker.promise(session), "ctx": forged_ctx(victim.workspace, provider)}
+        head = {"type": "method", "to": provider, "method": "services.pub.who", "session": session}
+        await attacker.ws.send(pack({**head, **sealed(victim.key, inside)}))
+        answer = await asyncio.wait_for(asyncio.shield(attacker.future(session)), 10)
+        assert victim.forged() == [], "the provider ran a call as root"
+        assert_refused(answer)
 
 
 async def test_a_real_encrypting_caller_is_refused_at_once_naming_the_setting(victim: Victim, connect: Any) -> None:
