@@ -253,6 +253,8 @@ def check_extra(rest: bytes | memoryview, *, sender: str, allow_encrypted: bool 
 
 def check_keys(found: AbstractSet[str], *, allow_encrypted: bool = False) -> None:
     """Refuse what a :class:`Scanner` (or a decoded payload) found: reserved keys, an encrypted payload."""
+    if not found:  # every honest frame: nothing more to pay
+        return
     reserved = sorted(k for k in found if k != ENCRYPTED)
     if reserved:
         raise ProtocolError(f"the payload may not set {', '.join(reserved)}: the hub sets who sent a message")
