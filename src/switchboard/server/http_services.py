@@ -44,6 +44,11 @@ def _state(request: Request) -> ServerState:
 
 
 def _token(request: Request) -> str | None:
+    """The caller's token from ``Authorization`` (Bearer, Basic's password, or bare); never a cookie.
+
+    A browser attaches cookies to requests from any page of the site, with no
+    preflight; a token the page must send itself is one no other page can use.
+    """
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip() or None
@@ -52,7 +57,7 @@ def _token(request: Request) -> str | None:
             return base64.b64decode(auth[6:]).decode().partition(":")[2] or None
         except ValueError:
             raise AuthError("malformed Basic credentials") from None
-    return auth.strip() or request.cookies.get("access_token") or None
+    return auth.strip() or None
 
 
 def _user(request: Request) -> tuple[User, str]:
