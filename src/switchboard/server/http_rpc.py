@@ -57,7 +57,7 @@ from switchboard.errors import AuthError, BackendError, HandshakeError, Protocol
 from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
-from switchboard.protocol import envelope, handshake
+from switchboard.protocol import envelope, handshake, ids
 from switchboard.server import fetch_origin
 from switchboard.server.connection_reset import reset
 from switchboard.server.http_errors import refusal, status_of
@@ -361,9 +361,12 @@ async def post_message(request: Request) -> Response:
 
 
 def _param(request: Request, name: str) -> str:
+    """A required id of the query, in the id grammar (it names a peer): else 400."""
     value = _query(request, name)
     if not value:
         raise RequestRefused(400, f"Query parameter {name!r} is required")
+    if not ids.is_id(value):
+        raise RequestRefused(400, f"invalid {name.replace('_', ' ')} {value[:64]!r}: use {ids.GRAMMAR}")
     return value
 
 

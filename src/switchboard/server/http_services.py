@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.auth import Permission, User, user_workspace
+from switchboard.protocol import ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
@@ -69,6 +70,11 @@ def _user(request: Request) -> tuple[User, str]:
     return user, user.current_workspace or user_workspace(user.id)
 
 
+def _workspace(request: Request) -> str:
+    """The path's workspace, in the id grammar before it names a key (``*`` would query them all): else 400."""
+    return ids.check_id(request.path_params["workspace"], "workspace")
+
+
 def _jsonable(value: Any) -> Any:
     value = plain(value)
     if isinstance(value, bytes | bytearray | memoryview):
@@ -107,8 +113,8 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
 
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
+        ws = _workspace(request)
         user, own_ws = _user(request)
-        ws = request.path_params["workspace"]
         found = await _state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
@@ -129,7 +135,7 @@ async def service_info(request: Request) -> Response:
 
 
 async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
-    ws = request.path_params["workspace"]
+    ws = _workspace(request)
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
