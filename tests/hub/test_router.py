@@ -378,6 +378,15 @@ def test_a_broadcast_is_refused(main: dict[str, Any], grants: Any, why: str) -> 
     assert why in error_of(t.route(main, sender=sender))
 
 
+@pytest.mark.parametrize("target", ["*/x", "*/manager-old"])
+def test_a_star_workspace_names_only_the_manager_and_anything_else_fails_at_once(target: str) -> None:
+    """``*`` is no workspace: the target never becomes a channel (no Forward), the caller learns why."""
+    t = Table()
+    assert "invalid target" in reject_of(t.route(call(target)))
+    assert "invalid target" in error_of(t.route(event(target)))
+    assert t.router.inflight.pending(ME) == 0
+
+
 # -- the trust boundary -------------------------------------------------------------
 
 

@@ -69,3 +69,53 @@ async def test_console_follows_the_hub_and_calls_a_function(js_tools, chromium, 
         loaded = await page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
         assert loaded
         assert all(url.startswith(server.url + "/") for url in loaded), "nothing from another origin"
+
+
+async def test_a_function_name_is_one_encoded_path_segment_and_never_a_dot_segment(js_tools, chromium, server, connect):
+    """A provider names its functions; the console must not let a name steer its POST elsewhere.
+
+    ``a/b`` is one segment, encoded; ``..`` is a dot segment that the browser
+    would resolve (``%2e%2e`` too), so it cannot be named in a URL at all: the
+    console says so and sends nothing with the viewer's token.
+    """
+    provider = await connect(client_id="prov")
+    ws = provider.config["workspace"]
+    called: list[str] = []
+
+    def slash() -> str:
+        called.append("a/b")
+        return "slash"
+
+    await provider.register_service(
+        {"id": "odd", "config": {"visibility": "public"}, "a/b": slash, "..": lambda: "dots", "ok": lambda: "ok"}
+    )
+    async with chromium.page() as page:
+        await page.goto(f"{server.url}/console")
+        row = f'[data-service="{ws}/prov:odd"]'
+        await eventually(lambda: page.evaluate(_exists(row)), timeout=5, what="the service on the page")
+        await page.evaluate(
+            "window.posted = []; const send = window.fetch;"
+            "window.fetch = (url, init) => {"
+            "  if (init && init.method === 'POST') window.posted.push(new URL(url, location.href).pathname);"
+            "  return send(url, init); }"
+        )
+
+        async def call(name: str) -> str:
+            button = json.dumps(f"{row} button[title={json.dumps('call ' + name)}]")
+            await page.evaluate(
+                f"document.querySelector({button}).click();"
+                "document.getElementById('call-args').value = '{}';"
+                "document.querySelector('#call-form button[type=submit]').click()"
+            )
+            settled = "(t => t && t !== 'calling…')(document.getElementById('call-result').textContent.trim())"
+            await eventually(lambda: page.evaluate(settled), timeout=5, what=f"the result of {name}")
+            return await page.evaluate("document.getElementById('call-result').textContent.trim()")
+
+        assert await call("a/b") == '"slash"'
+        assert called == ["a/b"]
+        assert await page.evaluate("window.posted") == [f"/{ws}/services/prov%3Aodd/a%2Fb"]
+
+        refused = await call("..")
+        assert "cannot be called over HTTP" in refused, refused
+        assert await page.evaluate("window.posted") == [f"/{ws}/services/prov%3Aodd/a%2Fb"], "nothing sent for '..'"
+        assert await call("ok") == '"ok"'

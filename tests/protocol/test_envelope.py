@@ -216,7 +216,8 @@ class TestRoute:
             pytest.param("ws1/cB", Route("client", "ws1/cB", "ws1"), id="ws-cid-same-ws"),
             pytest.param("ws2/cB", Route("client", "ws2/cB", "ws2"), id="ws-cid-other-ws"),
             pytest.param("*/manager-X", Route("manager", "*/manager-X", "*"), id="manager"),
-            pytest.param("*/manager-old", Route("client", "*/manager-old", "*"), id="stale-manager"),
+            pytest.param("*/manager-old", Route("nowhere", "*/manager-old", "*"), id="stale-manager"),
+            pytest.param("*/x", Route("nowhere", "*/x", "*"), id="star-is-no-workspace-of-a-client"),
             pytest.param("ws2/manager-X", Route("manager", "ws2/manager-X", "ws2"), id="manager-named-in-a-workspace"),
             pytest.param("ws1/*", Route("broadcast", "ws1/*", "ws1"), id="ws-star-own"),
             pytest.param("ws2/*", Route("broadcast", "ws2/*", "ws2"), id="ws-star-other"),
@@ -227,7 +228,7 @@ class TestRoute:
 
     def test_manager_id_is_the_one_given(self) -> None:
         assert route("*/m2", sender_workspace=WS, manager_id="m2").kind == "manager"
-        assert route("*/m2", sender_workspace=WS, manager_id=MANAGER).kind == "client"
+        assert route("*/m2", sender_workspace=WS, manager_id=MANAGER).kind == "nowhere"
 
     @pytest.mark.parametrize(
         ("to", "message"),
@@ -239,6 +240,8 @@ class TestRoute:
             pytest.param("/", "expected '<workspace>/<client_id>'", id="slash"),
             pytest.param("a/b/c", "expected '<workspace>/<client_id>'", id="two-slashes"),
             pytest.param("a:b", "client ids are letters", id="colon"),
+            pytest.param("*/x*", "ids are letters", id="glob-after-star"),
+            pytest.param("ws-*/x", "ids are letters", id="glob-workspace"),
         ],
     )
     def test_malformed_targets(self, to: str | None, message: str) -> None:

@@ -254,6 +254,14 @@ class TestVisibility:
 
         assert may_list(svc, caller_workspace=caller, has_read=has_read, include_unlisted=include_unlisted) is listed
 
+    @pytest.mark.parametrize("vis", ["public", "protected", "unlisted", None])
+    def test_a_clients_built_in_service_is_listed_to_readers_only(self, vis: str | None) -> None:
+        """It is the client's presence, which list_clients shows only with read: hypha-rpc makes it public."""
+        built_in = info("ws1/cA:built-in", vis=vis, authorized=["other"])
+        for caller in ("other", "ws1"):
+            assert may_list(built_in, caller_workspace=caller, has_read=True, include_unlisted=True)
+            assert not may_list(built_in, caller_workspace=caller, has_read=False, include_unlisted=True)
+
 
 # -- registration ----------------------------------------------------------------
 

@@ -244,6 +244,10 @@ def check_frame(frame: bytes) -> str:
         route = envelope.route(env.main.get("to"), sender_workspace=WS, manager_id=MANAGER)
     except ProtocolError:
         return "unroutable"
+    if route.kind == "nowhere":  # "*/<not the manager>": the router answers the sender, nothing is sent on
+        assert route.target.startswith("*/")
+        assert route.target != f"*/{MANAGER}"
+        return "unroutable"
     assert route.kind in ("manager", "client", "broadcast")
     clean = payload_as_the_receiver_reads_it(rest)
     try:

@@ -143,6 +143,10 @@ class Router:
                     peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal)
                 )
             return None
+        if route.kind == "nowhere":
+            self.metrics.bad_frames.inc()
+            why = f"invalid target {target!r}: only the manager is addressed as {self.manager_address!r}; "
+            return Send(peer, self._refusal(peer, session, target, why + "a client is '<workspace>/<client_id>'"))
         if route.kind == "manager":
             if traits.answers is not None:
                 self.inflight.closed(target, traits.answers)

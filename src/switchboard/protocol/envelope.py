@@ -179,15 +179,20 @@ def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False, 
     return frame
 
 
-RouteKind = Literal["manager", "client", "broadcast"]
+RouteKind = Literal["manager", "client", "broadcast", "nowhere"]
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where a client's message goes: the manager, one client, or a workspace."""
+    """Where a client's message goes: the manager, one client, a workspace, or nowhere.
+
+    ``nowhere``: ``*/<id>`` for an id that is not the manager's. ``*`` is no
+    workspace, so no client has that address: the sender is answered at once,
+    and the target never becomes a channel or key name.
+    """
 
     kind: RouteKind
-    target: str  # "<ws>/<cid>", "*/<manager_id>" or "<ws>/*"
+    target: str  # "<ws>/<cid>", "*/<manager_id>", "<ws>/*" (or "*/<other id>", nowhere)
     workspace: str
 
 
@@ -207,9 +212,9 @@ def route(to: str | None, *, sender_workspace: str, manager_id: str) -> Route:
     if not (ws == "*" or ids.is_id(ws)) or not (cid == "*" or ids.is_id(cid)):
         raise ProtocolError(f"invalid target {to[:140]!r}: ids are {ids.GRAMMAR}")
     if ws == "*":
-        # "*/<old manager id>" (a client that kept a stale id) is simply a
-        # client nobody serves: it fails fast like any vanished target.
-        return Route("manager" if cid == manager_id else "client", to, "*")
+        # "*/<old manager id>" (a client that kept a stale id) is a client
+        # nobody serves: it fails fast like any vanished target.
+        return Route("manager" if cid == manager_id else "nowhere", to, "*")
     if cid == "*":
         return Route("broadcast", to, ws)
     if cid == manager_id:  # the manager serves every workspace (its callbacks name one)

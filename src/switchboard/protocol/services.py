@@ -99,9 +99,16 @@ def may_use(info: ServiceInfo, *, caller_workspace: str, has_read: bool) -> bool
 
 
 def may_list(info: ServiceInfo, *, caller_workspace: str, has_read: bool, include_unlisted: bool) -> bool:
-    """Listings show less than ids reach: unlisted only on request, in one's own workspace."""
+    """Listings show less than ids reach: unlisted only on request, in one's own workspace.
+
+    A client's ``built-in`` service only says that the client is there (its
+    presence, which ``list_clients`` shows with ``read`` on the workspace): it
+    is listed to readers alone, whatever visibility the client gave it.
+    """
     vis = visibility(info)
     own = info["id"].startswith(caller_workspace + "/")
+    if info["id"].endswith(":built-in"):
+        return has_read
     if vis == "public":
         return True
     if vis == "unlisted":

@@ -139,8 +139,8 @@ def _middleware(settings: Settings) -> list[Middleware]:
     """CORS for the HTTP endpoints (WebSockets are not subject to it), if any origin is allowed.
 
     No credentials: a cross-origin page's requests never carry a visitor's
-    cookies (the stream cookie of the HTTP transport, ``access_token``), only
-    what the page sends itself. Any request header may be sent: the transport
+    cookie (the stream cookie of the HTTP transport, the only one), only what
+    the page sends itself. Any request header may be sent: the transport
     needs ``Authorization`` and ``Content-Type: application/msgpack``.
     """
     origins = settings.cors_origin_list

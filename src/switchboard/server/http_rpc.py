@@ -18,9 +18,12 @@ are in every service id). So the GET response sets a per-stream secret cookie
 (``sb_rpc_<hash of peer id>``, HttpOnly, SameSite=Strict, default path so a
 path-prefixing proxy keeps working), which the client's httpx session returns
 on each POST; each GET rotates it. A POST is accepted with the current secret
-of that peer's stream, or else with a bearer token that verifies as the peer's
-own user (same client id if the token is bound to one, read access to the
-workspace): its holder could open a stream as that user anyway. Otherwise 401
+of that peer's stream, unless a browser sent it from a page of another origin
+(SameSite stops other sites, not other ports or subdomains of this one:
+:mod:`~switchboard.server.fetch_origin`), or else with a bearer token that
+verifies as the peer's own user (same client id if the token is bound to
+one, read access to the workspace): its holder could open a stream as that
+user anyway. Otherwise 401
 (bad token) or 403. A client without a cookie jar (Node's fetch, a browser
 posting cross-origin: the hub allows no credentials across origins) thus needs
 a token, and the 403 says so (:data:`REMEDY`). A stream opened cross-origin
@@ -54,7 +57,8 @@ from switchboard.errors import AuthError, BackendError, HandshakeError, Protocol
 from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
-from switchboard.protocol import envelope, handshake
+from switchboard.protocol import envelope, handshake, ids
+from switchboard.server import fetch_origin
 from switchboard.server.connection_reset import reset
 from switchboard.server.http_errors import refusal, status_of
 from switchboard.server.server_state import ServerState
@@ -357,9 +361,12 @@ async def post_message(request: Request) -> Response:
 
 
 def _param(request: Request, name: str) -> str:
+    """A required id of the query, in the id grammar (it names a peer): else 400."""
     value = _query(request, name)
     if not value:
         raise RequestRefused(400, f"Query parameter {name!r} is required")
+    if not ids.is_id(value):
+        raise RequestRefused(400, f"invalid {name.replace('_', ' ')} {value[:64]!r}: use {ids.GRAMMAR}")
     return value
 
 
@@ -377,12 +384,24 @@ def _stream_peer(hub: Hub, peer_id: str) -> Peer:
 
 
 def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
-    """The stream's cookie, or the peer's own user's token (see the module docstring)."""
+    """The stream's cookie from the hub's own origin, or the peer's own user's token (see the module docstring)."""
     transport = _stream_of(peer)
     presented = request.cookies.get(cookie_name(peer.id), "")
-    if presented and hmac.compare_digest(presented.encode(), transport.session.encode()):
-        return
     token = _bearer(request)
+    if presented and hmac.compare_digest(presented.encode(), transport.session.encode()):
+        own = fetch_origin.own_origins(
+            request.url.scheme, request.headers.get("host", ""), hub.settings.public_base_url
+        )
+        foreign = fetch_origin.foreign_page(request.headers, own)
+        if foreign is None:
+            return
+        if token is None:
+            raise RequestRefused(
+                403,
+                f"Permission denied: a POST from another origin ({foreign}) may not use the cookie of the stream "
+                f"of {peer.id}: only the hub's own pages may. A page elsewhere must send a token "
+                "(Authorization: Bearer).",
+            )
     if token is None:
         raise RequestRefused(
             403,

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.auth import Permission, User, user_workspace
+from switchboard.protocol import ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
@@ -44,6 +45,11 @@ def _state(request: Request) -> ServerState:
 
 
 def _token(request: Request) -> str | None:
+    """The caller's token from ``Authorization`` (Bearer, Basic's password, or bare); never a cookie.
+
+    A browser attaches cookies to requests from any page of the site, with no
+    preflight; a token the page must send itself is one no other page can use.
+    """
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip() or None
@@ -52,7 +58,7 @@ def _token(request: Request) -> str | None:
             return base64.b64decode(auth[6:]).decode().partition(":")[2] or None
         except ValueError:
             raise AuthError("malformed Basic credentials") from None
-    return auth.strip() or request.cookies.get("access_token") or None
+    return auth.strip() or None
 
 
 def _user(request: Request) -> tuple[User, str]:
@@ -62,6 +68,11 @@ def _user(request: Request) -> tuple[User, str]:
         return ANONYMOUS_HTTP, "ws-anonymous"
     user = _state(request).hub.issuer.verify(token)  # AuthError: 401
     return user, user.current_workspace or user_workspace(user.id)
+
+
+def _workspace(request: Request) -> str:
+    """The path's workspace, in the id grammar before it names a key (``*`` would query them all): else 400."""
+    return ids.check_id(request.path_params["workspace"], "workspace")
 
 
 def _jsonable(value: Any) -> Any:
@@ -102,8 +113,8 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
 
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
+        ws = _workspace(request)
         user, own_ws = _user(request)
-        ws = request.path_params["workspace"]
         found = await _state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
@@ -124,7 +135,7 @@ async def service_info(request: Request) -> Response:
 
 
 async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
-    ws = request.path_params["workspace"]
+    ws = _workspace(request)
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")

@@ -1,8 +1,8 @@
 """``GET /api/status``: what the web console shows, as JSON, under the same authorization as the rest.
 
-The viewer is whoever the request's token says (``Authorization: Bearer``,
-Basic or the ``access_token`` cookie, as for HTTP service calls), or the
-anonymous HTTP user. A workspace the viewer may read (``read`` or more) shows
+The viewer is whoever the request's token says (``Authorization: Bearer``
+or Basic, as for HTTP service calls; never a cookie), or the anonymous HTTP
+user. A workspace the viewer may read (``read`` or more) shows
 its clients and every service a listing would show it (protected ones
 included); any other workspace shows only its public services, and not its
 clients (``list_clients`` needs ``read``). Replicas and rates are the hub's

@@ -122,16 +122,23 @@ class Chromium:
     @contextlib.asynccontextmanager
     async def page(self) -> AsyncIterator[Page]:
         """A tab in a browser context of its own (no cookies or storage shared with other pages)."""
+        async with self.tabs(1) as (page,):
+            yield page
+
+    @contextlib.asynccontextmanager
+    async def tabs(self, count: int) -> AsyncIterator[tuple[Page, ...]]:
+        """``count`` tabs of one visitor: one browser context, so they share its cookies (and no other's)."""
         async with CDPConnection.open(self.ws_url) as cdp:
             context = (await cdp.send("Target.createBrowserContext"))["browserContextId"]
-            target = (await cdp.send("Target.createTarget", {"url": "about:blank", "browserContextId": context}))[
-                "targetId"
-            ]
-            session = (await cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
-            page = Page(cdp, session)
-            await page.enable()
             try:
-                yield page
+                pages = []
+                for _ in range(count):
+                    created = await cdp.send("Target.createTarget", {"url": "about:blank", "browserContextId": context})
+                    attach = {"targetId": created["targetId"], "flatten": True}
+                    page = Page(cdp, (await cdp.send("Target.attachToTarget", attach))["sessionId"])
+                    await page.enable()
+                    pages.append(page)
+                yield tuple(pages)
             finally:
                 with contextlib.suppress(Exception):
                     await cdp.send("Target.disposeBrowserContext", {"browserContextId": context})

@@ -169,6 +169,18 @@ function selectFunction(workspace, service, fn) {
   $("call-result").className = "result";
 }
 
+// The path of a call, each part one encoded segment; null if a part would be a dot
+// segment, which the browser resolves ("%2e%2e" too) and would send the viewer's
+// token elsewhere. Names come from whoever registered the service.
+function callPath(workspace, serviceId, fn) {
+  const parts = fn.split("."); // nested functions are dotted, as the hub reads them
+  const segments = [workspace, serviceId, fn];
+  if (parts.some((part) => part === "") || segments.some((s) => s === "." || s === "..")) return null;
+  const path = `/${encodeURIComponent(workspace)}/services/${encodeURIComponent(serviceId)}/` +
+    parts.map(encodeURIComponent).join(".");
+  return new URL(path, location.href).pathname === path ? path : null;
+}
+
 async function callSelected(event) {
   event.preventDefault();
   const result = $("call-result");
@@ -183,8 +195,12 @@ async function callSelected(event) {
   }
   const { workspace, service } = selected;
   const fn = $("call-function").value;
-  const path = `/${encodeURIComponent(workspace)}/services/${encodeURIComponent(`${service.client}:${service.service}`)}/` +
-    fn.split(".").map(encodeURIComponent).join(".");
+  const path = callPath(workspace, `${service.client}:${service.service}`, fn);
+  if (path === null) {
+    result.className = "result error";
+    result.textContent = `${fn} cannot be called over HTTP: no URL path can name it (a part of it is empty, "." or "..")`;
+    return;
+  }
   result.className = "result";
   result.textContent = "calling…";
   try {
