@@ -229,6 +229,7 @@ def test_a_key_stays_its_senders_across_the_receivers_reconnection() -> None:
     t.here.close(1006, "dropped")
     t.peers.pop(HERE)
     t.transit.left(HERE)
+    t.router.uploads.forget(HERE)  # as the hub does when a connection ends
     t.back("here")
     stranger = relayed_piece(HERE, "append", "k1", b"\x00", sender=ELSEWHERE)
     assert "in use by another sender" in refusal(t.router.relayed(t.peers[HERE], stranger))
@@ -266,8 +267,8 @@ def test_a_receivers_walks_go_when_it_has_left_and_stay_while_it_is_in_transit()
     t.here.close(1006, "dropped")
     t.peers.pop(HERE)
     t.transit.left(HERE)
-    t.router.forget_uploads(HERE)
+    t.router.uploads.forget(HERE)
     assert HERE in t.router.uploads, "in transit: it comes back with its message cache"
     t.transit.expire(HERE)
-    t.router.forget_uploads(HERE)
+    t.router.uploads.forget(HERE)
     assert HERE not in t.router.uploads

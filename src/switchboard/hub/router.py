@@ -45,7 +45,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.reply_routes import ReplyRoutes
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.transit import Transit
-from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.hub.uploads import Receivers
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
 from switchboard.protocol.chunks import overwriting, parse_cache_call
@@ -88,8 +88,10 @@ class Router:
         self.retry = retry
         self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
-        # chunked messages on their way to each client here or in transit from here (uploads_of)
-        self.uploads: dict[str, Uploads] = {}
+        # chunked messages on their way to each client here or in transit from here
+        self.uploads = Receivers(
+            clock=clock, max_bytes=settings.max_upload_bytes, alive=lambda c: c in self.peers or c in self.transit
+        )
         self.draining = False
         s = settings
         self._rate_refusal = (
@@ -229,27 +231,6 @@ class Router:
             return self.toward(item.caller, Undelivered(reject, None, target))
         return None
 
-    def uploads_of(self, client: str) -> Uploads:
-        """The chunked messages on their way to ``client``: kept while it is here or in transit,
-        since hypha-rpc keeps its message cache across reconnections."""
-        uploads = self.uploads.get(client)
-        if uploads is None:
-            for gone in [c for c in self.uploads if c not in self.peers and c not in self.transit]:
-                del self.uploads[gone]  # a safety net: forget_uploads is called as clients leave
-            uploads = self.uploads[client] = Uploads(
-                clock=self.clock,
-                keep=False,
-                max_bytes=self.settings.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS,
-                idle_timeout=UPLOAD_IDLE_TIMEOUT,
-            )
-        return uploads
-
-    def forget_uploads(self, client: str) -> None:
-        """``client`` is neither connected here nor in transit any more: what was under way to it goes."""
-        if client not in self.peers and client not in self.transit:
-            self.uploads.pop(client, None)
-
     def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None:
         """Why a ``message_cache`` call for ``receiver`` may not reach it, or ``None``.
 
@@ -258,17 +239,8 @@ class Router:
         walks them on the receiver's replica, as they are handed to its
         connection, whichever path they took (:mod:`switchboard.hub.uploads`).
         """
-        uploads = self.uploads_of(receiver.id)
         try:
-            call = parse_cache_call(op, payload_map(rest))
-            if call.op == "create":
-                uploads.create(sender, call.key, overwrite=call.overwrite)
-            elif call.op in ("append", "set"):
-                uploads.add(sender, call.key, call.index, call.data)
-            elif call.op == "remove":
-                uploads.remove(sender, call.key)
-            else:
-                uploads.finish(sender, call.key)
+            self.uploads.of(receiver.id).take(sender, parse_cache_call(op, payload_map(rest)))
         except (ProtocolError, PermissionDenied, LimitExceeded) as exc:
             self.metrics.bad_frames.inc()
             receiver.log.info("refused a chunk from %s: %s", sender, exc)
