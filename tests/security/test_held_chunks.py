@@ -220,7 +220,9 @@ async def open_stage(urls: list[str]) -> AsyncIterator[Stage]:
         await provider.register_service(
             {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "act": act}
         )
-        await provider.register_service({"id": "pub", "config": {"visibility": "public"}, "ping": lambda: "pong"})
+        await provider.register_service(
+            {"id": "pub", "config": {"visibility": "public"}, "ping": lambda: "pong", "size": lambda data: len(data)}
+        )
         http = await stack.enter_async_context(httpx.AsyncClient(timeout=10))
         stage = Stage(urls, proxy, owner, provider, workspace, calls, http, clients=clients)
         try:
@@ -329,3 +331,17 @@ async def test_a_message_cut_around_its_receivers_move_cannot_name_its_sender(st
         await atk.answer(await atk.call(st.provider_id, CACHE + "append", "k-cut", tail, False))
         await atk.answer(await atk.call(st.provider_id, CACHE + "process", "k-cut", False))
         await assert_act_never_ran(st, atk)
+
+
+async def test_an_honest_large_call_made_while_its_provider_is_away_goes_through_when_it_is_back(
+    st: Stage,
+) -> None:
+    """The walk refuses only what it must: a real hypha-rpc caller's message of several pieces,
+    its first frames held while the provider reconnects, reaches it whole (its ``create`` as an
+    overwrite, its pieces walked as they are delivered)."""
+    pub = await st.owner.get_service(f"{st.provider_id}:pub")
+    data = bytes(range(256)) * 3000  # 768,000 bytes: three pieces of hypha-rpc's 256 KiB
+    await st.drop()
+    call = asyncio.ensure_future(pub.size(data))
+    await st.back()
+    assert await asyncio.wait_for(call, 30) == len(data)
