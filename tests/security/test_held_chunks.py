@@ -305,6 +305,32 @@ async def test_a_message_in_pieces_held_while_its_receiver_reconnects_cannot_nam
         await assert_act_never_ran(st, atk)
 
 
+def cut_message(st: Stage, atk: Raw, session: str) -> tuple[bytes, bytes]:
+    """A forged message cut in two: the first piece names W's owner and ends in the header of a
+    bytes value; the tail, the bytes of that value, is two clean maps on its own."""
+    tail = pack({"type": "method"}) + pack({"args": []})
+    head, payload = forged_message(st, atk, session)
+    fields = msgpack.unpackb(payload)
+    first = head + bytes([0x80 | (len(fields) + 1)])
+    first += b"".join(pack(k) + pack(v) for k, v in fields.items())
+    first += pack("pad") + b"\xc4" + bytes([len(tail)])
+    assert len(tail) < 256
+    return first, tail
+
+
+async def test_a_message_the_hub_refused_cannot_be_finished_under_the_same_key(st: Stage) -> None:
+    """The hub refuses the ``process`` of a message whose pieces are missing, and forgets the key;
+    the provider still holds the first piece under it. Creating the key again must not let a tail
+    that is clean on its own finish the forged message (no move needed)."""
+    async with st.attacker() as atk:
+        first, tail = cut_message(st, atk, "inner-3")
+        for op, args in [("create", ()), ("append", (first,)), ("process", ())]:
+            await atk.answer(await atk.call(st.provider_id, CACHE + op, "k-refused", *args, False))
+        for op, args in [("create", ()), ("append", (tail,)), ("process", ())]:
+            await atk.answer(await atk.call(st.provider_id, CACHE + op, "k-refused", *args, False))
+        await assert_act_never_ran(st, atk)
+
+
 async def test_a_message_cut_around_its_receivers_move_cannot_name_its_sender(st: Stage) -> None:
     """The first piece reaches the provider before its move; the provider keeps it in its message
     cache. After the move the attacker creates the key again (the provider refuses, the key
@@ -312,15 +338,7 @@ async def test_a_message_cut_around_its_receivers_move_cannot_name_its_sender(st
     padding that ends a payload naming W's owner. The walk of the key must not start afresh over
     what the provider already holds."""
     async with st.attacker() as atk:
-        tail = pack({"type": "method"}) + pack({"args": []})  # on its own: two clean maps
-        head, payload = forged_message(st, atk, "inner-2")
-        # the forged payload with one more key, whose bytes value is the tail: the first piece
-        # ends in that value's header
-        fields = msgpack.unpackb(payload)
-        first = head + bytes([0x80 | (len(fields) + 1)])
-        first += b"".join(pack(k) + pack(v) for k, v in fields.items())
-        first += pack("pad") + b"\xc4" + bytes([len(tail)])
-        assert len(tail) < 256
+        first, tail = cut_message(st, atk, "inner-2")
         assert (await atk.answer(await atk.call(st.provider_id, CACHE + "create", "k-cut", False)))[0] == "resolve"
         assert (await atk.answer(await atk.call(st.provider_id, CACHE + "append", "k-cut", first, False)))[
             0
