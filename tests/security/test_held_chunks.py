@@ -11,8 +11,10 @@ it reconnect, with its reconnection token as hypha-rpc does, to the same hub
 and ``ctx``: connected, the hub refuses exactly these; held in transit, or
 split around the move, they must be refused as well, and ``act`` must never run.
 
-On 9ff5e27 every test here fails: held frames were delivered unchecked, and
-the provider's next connection started with an empty walk.
+On 9ff5e27 every attack here succeeds (``act`` runs as W's owner): held
+frames were delivered unchecked, the provider's next connection started with an
+empty walk, and a key the hub had forgotten could be created again over pieces
+the provider still held. The honest large call passes there and here.
 """
 
 from __future__ import annotations
