@@ -11,7 +11,7 @@ import msgpack
 import pytest
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.uploads import Uploads
+from switchboard.hub.uploads import Receivers, Uploads
 from switchboard.protocol.chunks import parse_cache_call
 from switchboard.protocol.payload import foreign_targets
 from switchboard.testing import FakeClock
@@ -203,3 +203,38 @@ class TestPromiseTargets:
         }
 
         assert foreign_targets(promise, "W/alice")
+
+
+class TestEachReceiver:
+    """A replica's walks by receiver (``Receivers``): one per client, kept while it is alive."""
+
+    def test_a_receivers_walk_outlives_its_connection_while_it_is_alive_and_goes_after(self) -> None:
+        alive = {"W/bob"}
+        walks = Receivers(clock=FakeClock(), max_bytes=1 << 20, alive=alive.__contains__)
+        walks.of("W/bob").take(ALICE, parse_cache_call("create", {"args": ["k"]}))
+        walks.forget("W/bob")
+        assert "W/bob" in walks, "connected or in transit: its message cache is still there"
+        with pytest.raises(PermissionDenied):
+            walks.of("W/bob").take(MALLORY, parse_cache_call("append", {"args": ["k", b"x"]}))
+        alive.clear()
+        walks.forget("W/bob")
+        assert "W/bob" not in walks
+
+    def test_walks_of_clients_that_left_unnoticed_go_when_another_begins(self) -> None:
+        alive = {"W/bob"}
+        walks = Receivers(clock=FakeClock(), max_bytes=1 << 20, alive=alive.__contains__)
+        walks.of("W/bob")
+        alive.clear()
+        walks.of("W/carol")
+        assert "W/bob" not in walks
+        assert len(walks) == 1
+
+    def test_take_does_what_each_call_says_and_returns_a_kept_message(self) -> None:
+        ups = uploads(keep=True)
+        data = message({"with_kwargs": False})
+        assert ups.take(ALICE, parse_cache_call("create", {"args": ["k"]})) is None
+        assert ups.take(ALICE, parse_cache_call("set", {"args": ["k", 0, data]})) is None
+        assert ups.take(ALICE, parse_cache_call("process", {"args": ["k"]})) == data
+        ups.take(ALICE, parse_cache_call("create", {"args": ["k"]}))
+        assert ups.take(ALICE, parse_cache_call("remove", {"args": ["k"]})) is None
+        assert len(ups) == 0

@@ -250,7 +250,8 @@ class Dispatch:
         if item is None:
             return
         self.metrics.publishes_to_nobody.inc()
-        spawn(self._background, self._retry_or_fail(target, Undelivered(item.frame, item.session, item.caller)))
+        retried = Undelivered(item.frame, item.session, item.caller, op=item.op)
+        spawn(self._background, self._retry_or_fail(target, retried))
 
     async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
         if self.moves.hold(target, item):

@@ -133,6 +133,7 @@ class Hub:
             retry=self.retry,
             deliver=lambda target, item: self.dispatch.deliver(target, item),
             announce_gone=self.announce_gone,
+            forget=self.router.uploads.forget,
         )
         self.dispatch = Dispatch(
             router=self.router,
@@ -290,6 +291,7 @@ class Hub:
             self.moves.salvage(peer)
             peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
             return
+        self.router.uploads.forget(peer.id)
         try:
             await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:

@@ -121,14 +121,9 @@ class ManagerDoor:
         """
         call = parse_cache_call(op, extra)
         whole = None
-        if call.op == "create":
-            self.uploads.create(sender, call.key, overwrite=call.overwrite)
-        elif call.op in ("append", "set"):
-            self.uploads.add(sender, call.key, call.index, call.data)
-        elif call.op == "remove":
-            self.uploads.remove(sender, call.key)
-        else:
-            assembled = envelope.decode(self.uploads.finish(sender, call.key) or b"")
+        done = self.uploads.take(sender, call)
+        if call.op == "process":
+            assembled = envelope.decode(done or b"")
             main = env.main  # the process call's header, as the hub stamped it
             who = envelope.identity(main["from"], main.get("ws", ""), main.get("user") or {})
             envelope.stamp(assembled, identity=who, to=main["to"])

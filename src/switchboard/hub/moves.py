@@ -55,7 +55,9 @@ class Moves:
 
     ``peers`` is the hub's table of clients here (read only); ``deliver``
     routes a held frame again once its transit ended, ``announce_gone``
-    tells a workspace a client left (its services, then the client).
+    tells a workspace a client left (its services, then the client), ``forget``
+    drops what the router kept for a client's next connection (its uploads)
+    once its transit ended and it is not connected here.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Moves:
         retry: RetryWindow,
         deliver: Deliver,
         announce_gone: AnnounceGone,
+        forget: Callable[[str], None] = lambda client: None,
     ) -> None:
         self.registry = registry
         self.remote = remote
@@ -80,6 +83,7 @@ class Moves:
         self.retry = retry
         self.deliver = deliver
         self.announce_gone = announce_gone
+        self.forget = forget
         self.replica_id = remote.replica_id
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         self._wakeup = asyncio.Event()
@@ -136,7 +140,12 @@ class Moves:
         self._wakeup.set()
 
     def _send_on(self, released: Released[Undelivered] | None) -> None:
-        """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
+        """Route a finished transit's frames again, in order: to the client if it is back, else they fail.
+
+        What the hub kept for the client's next connection here goes unless that came (``forget``).
+        """
+        if released is not None:
+            self.forget(released.client)
         if released is None or not released.frames:
             return
         self.log.debug(
@@ -207,7 +216,7 @@ class Moves:
         """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
         ahead of what was held for it since."""
         for frame in reversed(peer.leftovers(self.clock.monotonic())):
-            item = undelivered_of(frame)
+            item = undelivered_of(frame, walked=True)
             if item is not None and not self.transit.hold(peer.id, item, size=len(frame), first=True):
                 break
 

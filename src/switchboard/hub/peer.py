@@ -10,7 +10,6 @@ from typing import Any, Protocol
 
 from switchboard.hub.auth import User
 from switchboard.hub.limits import TokenBucket
-from switchboard.hub.uploads import Uploads
 from switchboard.protocol import envelope
 
 log = logging.getLogger(__name__)
@@ -86,7 +85,6 @@ class Peer:
         # when the shared registry comes back empty
         self.services: dict[str, dict[str, Any]] = {}
         self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
-        self.uploads: Uploads | None = None  # chunked messages on their way to this client, once one comes
         self.rate: TokenBucket | None = None  # set by the hub when it admits the peer
         self.counted = False  # whether the hub-wide connection counts include this peer
         # the last reconnection token signed for this connection, reused for a while

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import envelope, relay
+from switchboard.protocol.calls import classify
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -33,16 +34,24 @@ class Undelivered(NamedTuple):
     session: str | None
     caller: str
     event: bool = False  # a point-to-point event: keeps to the bus's shared path
+    # a piece of a chunked message not yet walked for its receiver (its message_cache
+    # operation): the replica that hands it to the receiver's connection walks it first
+    op: str | None = None
 
 
-def undelivered_of(data: bytes) -> Undelivered | None:
-    """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed."""
+def undelivered_of(data: bytes, *, walked: bool = False) -> Undelivered | None:
+    """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed.
+
+    ``walked``: it was already handed to a connection of its receiver here (a
+    connection's leftovers), so a piece of a chunked message passed its walk.
+    """
     try:
         _, _, frame = relay.unwrap(data)
         env = envelope.decode(frame)
     except ProtocolError:
         return None
-    return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method")
+    op = None if walked else classify(env.main.get("method"), env.session, env.rest).op
+    return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method", op)
 
 
 Publish = Callable[[str, bytes, "str | None", str, bool], Awaitable[bool]]

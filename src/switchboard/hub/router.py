@@ -45,10 +45,10 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.reply_routes import ReplyRoutes
 from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.transit import Transit
-from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.hub.uploads import Receivers
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.chunks import parse_cache_call
+from switchboard.protocol.chunks import overwriting, parse_cache_call
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,13 @@ class Router:
         self.retry = retry
         self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
+        # chunked messages on their way to each client here or in transit from here
+        self.uploads = Receivers(
+            clock=clock,
+            max_bytes=settings.max_upload_bytes,
+            alive=lambda c: c in self.peers or c in self.transit,
+            allow_encrypted=settings.allow_encrypted_payloads,
+        )
         self.draining = False
         s = settings
         self._rate_refusal = (
@@ -152,16 +159,15 @@ class Router:
                 self.inflight.closed(target, traits.answers)
             return self._to_manager(peer, method, env.rest, frame)
         if route.kind == "client":
-            if traits.op is not None and (receiver := self.peers.get(target)) is not None:
-                refused = self.upload_refusal(receiver, peer.id, traits.op, env.rest)
-                if refused is not None:
-                    return Send(peer, self._refusal(peer, session, target, refused))
+            if traits.op == "create":
+                frame = self._overwriting(env, peer, target, frame)
             new_call = traits.kind is CALL
             if new_call:
                 self.inflight.opened(peer.id, session, target, self.peers)  # type: ignore[arg-type]
             elif traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
-            action = self.toward(target, Undelivered(frame, session, peer.id, env.type != "method"), new_call=new_call)
+            item = Undelivered(frame, session, peer.id, env.type != "method", traits.op)
+            action = self.toward(target, item, new_call=new_call)
             return self._noted(action) if traits.kind is REPLY else action
         if env.type == "method":
             return Send(peer, handshake.error_text("Invalid message: cannot broadcast a method call"))
@@ -199,34 +205,53 @@ class Router:
             return ToManager(frame, peer)
         return ToReplica(origin, frame)
 
+    # -- chunked messages: walked for their receiver, whatever path they took ----------
+
+    def _overwriting(self, env: envelope.Envelope, peer: Peer, target: str, frame: bytes) -> bytes:
+        """A client's ``create`` as its receiver gets it: an overwrite (:func:`~switchboard.protocol.chunks.overwriting`)."""
+        try:
+            extra = payload_map(env.rest)
+            env.rest = overwriting(parse_cache_call("create", extra), extra)
+        except ProtocolError:
+            return frame  # refused when it is walked
+        return envelope.stamp(env, identity=peer.identity, to=target)
+
+    def _walked(self, receiver: Peer, item: Undelivered) -> Action | None:
+        """A piece of a chunked message about to be handed to ``receiver``'s connection: walked first.
+
+        This is where every piece for a client of this replica passes, straight
+        from its sender, after it was held while the client was in transit, or
+        from the retry window; once walked it travels as an ordinary frame (a
+        connection that ends as it is handed over holds it for the next).
+        """
+        try:
+            rest = envelope.decode(item.frame).rest
+        except ProtocolError:  # cannot happen: the hub stamped it
+            return None
+        refused = self.upload_refusal(receiver, item.caller, item.op or "", rest)
+        if refused is not None:
+            return self._refused(receiver.id, item, refused)
+        return Deliver(receiver, item._replace(op=None))
+
+    def _refused(self, target: str, item: Undelivered, message: str) -> Action | None:
+        """A piece that may not reach ``target``: its sender is told, wherever it is."""
+        if (sender := self.peers.get(item.caller)) is not None:
+            return Send(sender, self._refusal(sender, item.session, target, message))
+        if item.session and "/" in item.caller:
+            reject = envelope.reject_frame(session=item.session, target=target, caller=item.caller, message=message)
+            return self.toward(item.caller, Undelivered(reject, None, target))
+        return None
+
     def upload_refusal(self, receiver: Peer, sender: str, op: str, rest: bytes | memoryview) -> str | None:
         """Why a ``message_cache`` call for ``receiver`` may not reach it, or ``None``.
 
         hypha-rpc joins the pieces of a large message on the receiving side
         and reads their payload over the header the hub stamped, so the hub
-        walks them here, where every piece for this client passes, whichever
-        replica it came from (:mod:`switchboard.hub.uploads`).
+        walks them on the receiver's replica, as they are handed to its
+        connection, whichever path they took (:mod:`switchboard.hub.uploads`).
         """
-        if receiver.uploads is None:
-            receiver.uploads = Uploads(
-                clock=self.clock,
-                keep=False,
-                max_bytes=self.settings.max_upload_bytes,
-                max_uploads=MAX_OPEN_UPLOADS,
-                idle_timeout=UPLOAD_IDLE_TIMEOUT,
-                allow_encrypted=self.settings.allow_encrypted_payloads,
-            )
-        uploads = receiver.uploads
         try:
-            call = parse_cache_call(op, payload_map(rest))
-            if call.op == "create":
-                uploads.create(sender, call.key, overwrite=call.overwrite)
-            elif call.op in ("append", "set"):
-                uploads.add(sender, call.key, call.index, call.data)
-            elif call.op == "remove":
-                uploads.remove(sender, call.key)
-            else:
-                uploads.finish(sender, call.key)
+            self.uploads.of(receiver.id).take(sender, parse_cache_call(op, payload_map(rest)))
         except (ProtocolError, PermissionDenied, LimitExceeded) as exc:
             self.metrics.bad_frames.inc()
             receiver.log.info("refused a chunk from %s: %s", sender, exc)
@@ -235,11 +260,12 @@ class Router:
 
     # -- a frame for one client, wherever it is ----------------------------------
 
-    def toward(self, target: str, item: Undelivered, *, new_call: bool = False) -> Action:
+    def toward(self, target: str, item: Undelivered, *, new_call: bool = False) -> Action | None:
         """Where a frame for the client ``target`` goes from here.
 
         An event (a point-to-point emit) never takes a direct link (see
         :class:`Forward`), so it cannot overtake a broadcast its sender emitted before it.
+        A piece of a chunked message for a client here is walked first (:meth:`_walked`).
         """
         if target in self.aliases:
             return ToAlias(target, item.frame)
@@ -250,6 +276,8 @@ class Router:
                 # elsewhere, and is no longer in flight here (the drain must not wait for it)
                 self.inflight.closed(item.caller, item.session or "")
                 return RetryLater(target, item)
+            if item.op is not None:
+                return self._walked(peer, item)
             return Deliver(peer, item)
         if target in self.transit:  # it is moving between connections: the frame waits for it
             return Hold(target, item, self.elsewhere(target, item))
@@ -321,22 +349,22 @@ class Router:
         except ProtocolError:
             return None if peer.closed else Send(peer, frame)  # not ours to judge: its receiver drops it
         caller, session = env.main.get("from"), env.session
+        traits = classify(env.main.get("method"), session, env.rest)
+        # the manager's own frames (a call stays wrapped with its origin) are the hub's, as
+        # from_manager's are here; every other piece is walked as it reaches the client
+        op = traits.op if origin is None else None
         if peer.closed:
             # a manager call stays wrapped with its origin: sent on, it still finds its way back
             item = (
                 Undelivered(data, None, "", False)
                 if origin is not None
-                else Undelivered(frame, session, str(caller or ""), env.type != "method")
+                else Undelivered(frame, session, str(caller or ""), env.type != "method", op)
             )
             return Hold(peer.id, item, self._bounce(peer.id, session, caller))
-        traits = classify(env.main.get("method"), session, env.rest)
-        if traits.op is not None and isinstance(caller, str):
-            refused = self.upload_refusal(peer, caller, traits.op, env.rest)
+        if op is not None:
+            refused = self.upload_refusal(peer, str(caller or ""), op, env.rest)
             if refused is not None:
-                if session and "/" in caller:
-                    reject = envelope.reject_frame(session=session, target=peer.id, caller=caller, message=refused)
-                    return self.toward(caller, Undelivered(reject, None, peer.id))
-                return None
+                return self._refused(peer.id, Undelivered(frame, session, str(caller or "")), refused)
         if traits.kind is CALL:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
         elif traits.answers is not None and self.inflight.busy(peer.id):
@@ -344,7 +372,7 @@ class Router:
         send = Send(peer, frame)
         return self._noted(send) if traits.kind is REPLY else send
 
-    def _noted(self, action: Action) -> Action:
+    def _noted(self, action: Action | None) -> Action | None:
         """A reply about to be written to a client here is noted by its connection (:meth:`Peer.note_reply`)."""
         if isinstance(action, Deliver) and action.peer.returned:  # else not fresh: no clock read
             action.peer.note_reply(action.item.frame, self.clock.monotonic())

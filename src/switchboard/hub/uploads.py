@@ -8,7 +8,10 @@ frame. The hub must see such a message as the receiver will: its payload
 may not name a sender (:mod:`switchboard.protocol.payload`), and a stranger
 may not write into, take over or fill another sender's message.
 
-An :class:`Uploads` belongs to one receiver. It knows who sends each key,
+An :class:`Uploads` belongs to one receiver (a client, kept by the router of
+its replica while it is connected there or in transit from there, since
+hypha-rpc keeps its message cache across reconnections; or the hub's
+manager). It knows who sends each key,
 walks the pieces in order with a :class:`~switchboard.protocol.payload.Scanner`
 (so nothing is decoded), and holds only pieces that arrived ahead of their
 turn, or, for the hub's own manager (``keep=True``), all of them, since the
@@ -18,10 +21,12 @@ sender's bound; an upload nobody touches for ``idle_timeout`` is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.protocol.chunks import CacheCall
 from switchboard.protocol.payload import Scanner, check_keys, check_promise, decode_promise
 
 # Walking is plain Python; a message of more values than this is refused rather
@@ -124,6 +129,18 @@ class Uploads:
         check_promise(decode_promise(scanner.promise), sender)
         return b"".join(upload.kept) if self.keep else None
 
+    def take(self, sender: str, call: CacheCall) -> bytes | None:
+        """One ``message_cache`` call of ``sender``; what :meth:`finish` returns for a ``process``."""
+        if call.op == "create":
+            self.create(sender, call.key, overwrite=call.overwrite)
+        elif call.op in ("append", "set"):
+            self.add(sender, call.key, call.index, call.data)
+        elif call.op == "remove":
+            self.remove(sender, call.key)
+        else:
+            return self.finish(sender, call.key)
+        return None
+
     def remove(self, sender: str, key: str) -> None:
         self._owned(sender, key)
         self._drop(key)
@@ -185,3 +202,47 @@ class Uploads:
         cutoff = self.clock.monotonic() - self.idle_timeout
         for key in [k for k, u in self._uploads.items() if u.touched < cutoff]:
             self._drop(key)
+
+
+class Receivers:
+    """The :class:`Uploads` of each client of one replica, by client id.
+
+    A client's outlives its connection while it is ``alive`` (connected here,
+    or in transit from here): hypha-rpc keeps its message cache across
+    reconnections, so the walk of what is in it must go on where it stopped.
+    """
+
+    def __init__(
+        self, *, clock: Clock, max_bytes: int, alive: Callable[[str], bool], allow_encrypted: bool = False
+    ) -> None:
+        self.clock = clock
+        self.max_bytes = max_bytes
+        self.alive = alive
+        self.allow_encrypted = allow_encrypted
+        self._by_client: dict[str, Uploads] = {}
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._by_client
+
+    def __len__(self) -> int:
+        return len(self._by_client)
+
+    def of(self, client: str) -> Uploads:
+        uploads = self._by_client.get(client)
+        if uploads is None:
+            for gone in [c for c in self._by_client if not self.alive(c)]:
+                del self._by_client[gone]  # a safety net: forget() is called as clients leave
+            uploads = self._by_client[client] = Uploads(
+                clock=self.clock,
+                keep=False,
+                max_bytes=self.max_bytes,
+                max_uploads=MAX_OPEN_UPLOADS,
+                idle_timeout=UPLOAD_IDLE_TIMEOUT,
+                allow_encrypted=self.allow_encrypted,
+            )
+        return uploads
+
+    def forget(self, client: str) -> None:
+        """What was under way to ``client`` goes, unless it is still alive (it came back here)."""
+        if not self.alive(client):
+            self._by_client.pop(client, None)

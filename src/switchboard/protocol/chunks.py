@@ -4,12 +4,22 @@
 ``create(key, heartbeat[, overwrite])``, ``append(key, data, heartbeat)``,
 ``set(key, index, data, heartbeat)``, ``process(key, heartbeat)`` and
 ``remove(key)`` (keyword arguments are accepted as well). Pure functions.
+
+The hub walks the pieces for their receiver (:mod:`switchboard.hub.uploads`),
+and that walk of a key starts at its ``create``. hypha-rpc (Python and
+JavaScript) refuses a ``create`` for a key its cache already holds unless it
+says ``overwrite``, and would then join new pieces after old ones the walk
+never saw (pieces walked on another replica, before a reconnection, or of an
+upload the hub gave up on). So every ``create`` reaches the receiver as an
+overwrite (:func:`overwriting`): its cache for the key starts where the walk does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from switchboard.errors import ProtocolError
 
@@ -34,6 +44,7 @@ class CacheCall:
     index: int | None = None
     data: bytes = b""
     overwrite: bool = False
+    heartbeat: Any = False
 
 
 def cache_op(method: object) -> str | None:
@@ -70,4 +81,12 @@ def parse_cache_call(op: str, extra: dict[str, Any]) -> CacheCall:
     data = values.get("data", b"")
     if op in ("append", "set") and not isinstance(data, bytes):
         raise ProtocolError(f"message_cache.{op}: data must be bytes")
-    return CacheCall(op, key, index, data, bool(values.get("overwrite")))
+    return CacheCall(op, key, index, data, bool(values.get("overwrite")), values.get("heartbeat", False))
+
+
+def overwriting(call: CacheCall, extra: dict[str, Any]) -> bytes:
+    """The payload of the ``create`` ``call`` (decoded as ``extra``), re-encoded to overwrite
+    whatever its receiver holds under the key; every other field of the payload is kept."""
+    args = [call.key, call.heartbeat, True]
+    packed: bytes = msgpack.packb({**extra, "args": args, "with_kwargs": False}, use_bin_type=True)
+    return packed
