@@ -40,6 +40,10 @@ async def test_the_hub_is_pid_1_as_a_non_root_user_listening_on_every_interface(
     assert hub.exec("printenv", "SWITCHBOARD_STATE_DIR").stdout.strip() == STATE_DIR
     healthcheck = await asyncio.to_thread(hub.healthcheck)
     assert healthcheck.returncode == 0, f"the image's HEALTHCHECK failed: {healthcheck.stdout}{healthcheck.stderr}"
+    took = await asyncio.to_thread(hub.stop)
+    assert hub.exit_code() == 0, hub.logs()
+    assert took < scaled(2.0), f"podman stop took {took:.2f} s:\n{hub.logs()}"
+    print(f"podman stop of an idle hub: {took:.2f} s")
 
 
 async def test_unmodified_hypha_rpc_clients_on_the_host_call_each_other_through_a_hub_in_a_container(
