@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 from support.containers import ROOT, VERSION
-
 from switchboard.config import Settings
 
 MANIFEST = (ROOT / "deploy" / "switchboard.yaml").read_text()
