@@ -74,7 +74,7 @@ def base_image() -> str:
     tar = CACHE / f"base-{key}.tar"
     if not tar.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = tar.with_suffix(".partial.tar")
+        partial = tar.with_name(f"{tar.stem}.{os.getpid()}.partial")
         hooks = []
         if HOST_CA.exists():
             hooks = [
