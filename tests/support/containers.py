@@ -74,7 +74,7 @@ def base_image() -> str:
     tar = CACHE / f"base-{key}.tar"
     if not tar.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = tar.with_name(f"{tar.stem}.{os.getpid()}.partial")
+        partial = tar.with_name(f"{tar.stem}.{os.getpid()}.partial.tar")  # mmdebstrap: a tar by its name
         hooks = []
         if HOST_CA.exists():
             hooks = [
@@ -97,7 +97,10 @@ def base_image() -> str:
 
 
 def build_image(base: str) -> str:
-    """``podman build`` of the repository's Dockerfile on ``base``, tagged as the README says."""
+    """``podman build`` of the repository's Dockerfile on ``base``, tagged as the README says.
+
+    The image it replaces (the source changed) is removed, so that runs do not pile up copies."""
+    replaced = podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
     podman(
         "build",
         "--format",
@@ -111,6 +114,8 @@ def build_image(base: str) -> str:
         str(ROOT),
         timeout=900,
     )
+    if replaced and replaced != podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip():
+        podman("rmi", replaced, check=False)  # refused while a container still uses it: left alone
     return IMAGE
 
 
