@@ -66,7 +66,7 @@ def _base_key() -> str:
 
 
 def base_image() -> str:
-    """The Debian base, built once (about 20 s on a warm apt mirror, 225 MB), then reused."""
+    """The Debian base, built once (about 45 s here, 225 MB), then reused."""
     key = _base_key()
     name = f"{BASE_REPOSITORY}:{key}"
     if podman("image", "exists", name, check=False).returncode == 0:
