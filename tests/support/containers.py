@@ -191,7 +191,7 @@ class Container:
         return (done.stdout + done.stderr)[-6000:]
 
     def remove(self) -> None:
-        podman("rm", "--force", "--time", "0", self.name, check=False)
+        podman("rm", "--force", "--volumes", "--time", "0", self.name, check=False)  # and its state volume
 
 
 def ci_requires_tools() -> bool:
