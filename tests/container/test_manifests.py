@@ -17,7 +17,7 @@ README = (ROOT / "README.md").read_text()
 
 # Seconds a replica takes from the end of its drain to its exit: the wait for the clients it
 # sent away to close their side and uvicorn's stop. Measured in tests/container: SIGTERM with
-# a client to move -> exit 0 in 0.4-0.55 s; 2 s is what the tests hold it to.
+# a client to move -> exit 0 in 0.2-0.55 s; 2 s is what the tests hold it to.
 EXIT_AFTER_DRAIN = 2.0
 
 
