@@ -8,7 +8,6 @@ workspace. Verification never trusts a claim it did not sign.
 from __future__ import annotations
 
 import enum
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,10 +125,6 @@ class TokenIssuer:
 
     secret: str
     clock: Clock
-
-    @staticmethod
-    def generate_secret() -> str:
-        return secrets.token_urlsafe(32)
 
     def issue(
         self,
