@@ -143,7 +143,8 @@ class Settings:
     )
     reconnection_token_lifetime: float = setting(
         172800.0,
-        "Seconds a reconnection token stays valid.",
+        "Seconds a reconnection token stays valid (and each refresh of it); never past the expiry of the token the "
+        "client connected with, which it carries (an anonymous user, who has none, gets the whole lifetime).",
         "2 days, as Hypha: a laptop that sleeps overnight resumes its identity",
         minimum=60,
     )
