@@ -40,3 +40,17 @@ async def first_reply(url: str, client_id: str, **hello: Any) -> dict[str, Any]:
 async def past(moment: float) -> None:
     """Until the wall clock (which the hub checks tokens against) is past ``moment``."""
     await eventually(lambda: time.time() > moment + 0.05, f"the clock past {moment}", timeout=moment - time.time() + 5)
+
+
+def resumption(user_id: str, client_id: str, *, secret: str, expires_in: float = 3600.0) -> str:
+    """A reconnection token for ``client_id`` of ``user_id`` in its own workspace, as a hub with ``secret`` signs it."""
+    clock = SystemClock()
+    user = User(id=user_id, roles=("user",), credential_expires_at=clock.time() + expires_in)
+    return TokenIssuer(secret, clock).issue(
+        user,
+        workspace=user_workspace(user_id),
+        permission=Permission.ADMIN,
+        expires_in=expires_in,
+        client_id=client_id,
+        resumes=True,
+    )
