@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import pytest
 from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
@@ -50,6 +51,19 @@ async def test_a_short_credentials_reconnection_token_expires_with_it(server: Ru
         reply = await first_reply(server.url, "worker", reconnection_token=candidate, workspace=info["workspace"])
         assert reply["type"] == "error", f"reconnected after the credential expired: {reply}"
         assert "token has expired" in reply["message"]
+
+
+async def test_nor_can_an_http_streaming_client(server: RunningServer) -> None:
+    token, expires = credential("frank", LIFE)
+    info = await first_reply(server.url, "franks-stream", token=token)
+    resume = info["reconnection_token"]
+    await past(expires)
+    async with httpx.AsyncClient(base_url=server.url, timeout=5) as http:
+        query = {"client_id": "franks-stream", "workspace": info["workspace"], "reconnection_token": resume}
+        async with http.stream("GET", "/rpc", params=query) as response:
+            assert response.status_code == 401, "a stream opened after the credential expired"
+            body = (await response.aread()).decode()
+    assert "token has expired" in body
 
 
 async def test_an_unmodified_client_cannot_resume_after_its_credential_expired(server: RunningServer) -> None:
