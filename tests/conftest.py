@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +12,15 @@ from hypha_rpc import connect_to_server
 
 from switchboard.config import Settings
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No hub of the suite, in process or spawned, keeps a token secret in the real user's data directory."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+        patch.setenv("SWITCHBOARD_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        yield
 
 
 @pytest.fixture

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -95,3 +98,38 @@ def test_status_needs_a_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["status"])
     assert result.exit_code == 2
     assert "--redis-url' (or SWITCHBOARD_REDIS_URL)" in result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [({"jwt_secret": "short"}, {}), ({}, {"SWITCHBOARD_JWT_SECRET": "x" * 31})],
+)
+def test_a_jwt_secret_shorter_than_32_bytes_is_refused_saying_how_to_make_one(flags, env) -> None:
+    """A short HS256 secret can be brute-forced offline from any token it signed."""
+    with pytest.raises(ConfigError) as info:
+        Settings.load(flags, env)
+    message = str(info.value)
+    assert "--jwt-secret/SWITCHBOARD_JWT_SECRET" in message
+    assert "at least 32 random bytes" in message
+    assert 'python -c "import secrets; print(secrets.token_urlsafe(32))"' in message
+
+
+def test_a_jwt_secret_of_32_bytes_is_accepted() -> None:
+    assert Settings.load({}, {"SWITCHBOARD_JWT_SECRET": "x" * 32}).jwt_secret == "x" * 32
+
+
+def test_serve_refuses_a_short_jwt_secret_before_starting() -> None:
+    # a port already taken: were the secret accepted, the hub would exit 3 on the bind, not hang
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [sys.executable, "-m", "switchboard", "serve", "--port", port, "--jwt-secret", "short"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr  # a usage error, before anything starts
+    assert "--jwt-secret/SWITCHBOARD_JWT_SECRET" in done.stderr
+    assert "secrets.token_urlsafe(32)" in done.stderr

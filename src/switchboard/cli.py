@@ -60,7 +60,10 @@ def serve(**values: Any) -> None:
     )
     # replace whatever hypha-rpc set up on import: one handler, our format
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:  # the state directory's secret (server/state_dir.py): unusable as it is
+        raise click.ClickException(str(exc)) from None
     try:
         server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
     except UnsupportedServer as exc:  # the start-up check (server/versions.py)

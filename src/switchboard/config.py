@@ -23,6 +23,8 @@ from switchboard.errors import ConfigError
 from switchboard.protocol import ids
 
 ENV_PREFIX = "SWITCHBOARD_"
+MIN_SECRET_BYTES = 32  # 256 bits: HS256's key strength; shorter keys fall to offline guessing
+MAKE_SECRET = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def setting(default: Any, help: str, why: str, *, minimum: float | None = None) -> Any:
@@ -67,8 +69,18 @@ class Settings:
     )
     jwt_secret: str = setting(
         "",
-        "HS256 secret for tokens (empty: a random one, tokens then die with the process).",
-        "one shared secret lets tokens and reconnection survive restarts and work on every replica",
+        f"HS256 secret for tokens, at least {MIN_SECRET_BYTES} bytes (empty: the one kept in --state-dir, made "
+        "on first start). Required with --redis-url, the same on every replica.",
+        "one shared secret lets tokens and reconnection survive restarts and work on every replica; 32 bytes (256 "
+        "bits, HS256's own strength) cannot be guessed offline from a token it signed",
+    )
+    state_dir: str = setting(
+        "",
+        "Directory where a hub without --jwt-secret keeps the token secret it made on first start (created 0700, "
+        "the file 0600; a secret file others can read is refused). Empty: $XDG_DATA_HOME/switchboard, else "
+        "~/.local/share/switchboard.",
+        "the user's data directory, as the XDG spec has it: a quick start keeps its tokens and client identities "
+        "across restarts without any setting; a container mounts a volume here",
     )
     max_message_bytes: int = setting(
         16 * 1024 * 1024,
@@ -131,7 +143,8 @@ class Settings:
     )
     reconnection_token_lifetime: float = setting(
         172800.0,
-        "Seconds a reconnection token stays valid.",
+        "Seconds a reconnection token stays valid (and each refresh of it); never past the expiry of the token the "
+        "client connected with, which it carries (an anonymous user, who has none, gets the whole lifetime).",
         "2 days, as Hypha: a laptop that sleeps overnight resumes its identity",
         minimum=60,
     )
@@ -316,10 +329,17 @@ class Settings:
             raise ConfigError(
                 f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://"
             )
+        if self.jwt_secret and len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                f"{_named('jwt_secret')} is {len(self.jwt_secret.encode())} bytes: use at least "
+                f"{MIN_SECRET_BYTES} random bytes, or anyone holding a token can guess the secret offline; "
+                f"make one with: {MAKE_SECRET}"
+            )
         if self.redis_url and not self.jwt_secret:
             raise ConfigError(
                 f"{_named('jwt_secret')} is required with {_named('redis_url')}: "
-                "replicas must share it so tokens and reconnection work across them"
+                "replicas must share it so tokens and reconnection work across them (a state directory is "
+                f"per replica); make one with: {MAKE_SECRET}"
             )
         if self.redis_url and not self.public_url:
             raise ConfigError(

@@ -19,6 +19,7 @@ from switchboard.client import (
     Reconnecting,
     ReconnectPolicy,
     Refused,
+    Rejoined,
     State,
     Transport,
 )
@@ -309,9 +310,36 @@ async def test_an_error_frame_is_final(hub, rec):
     assert isinstance(gave.error, Refused)
     assert gave.error.close_code == 1008
     assert "token expired" in str(gave.error)
-    assert len(hub.dials) == 2  # the refused attempt, no retry
+    # the refused resumption, one join with the credential (refused too), no retry
+    assert len(hub.dials) == 3
+    assert hub.hellos[-1][1]["reconnection_token"] is None
     with pytest.raises(Refused):
         await t.emit_message(b"x")
+
+
+async def test_a_refused_reconnection_token_joins_again_as_the_same_client_with_the_credential(hub, rec):
+    t = transport(hub, rec, token="the-credential")
+    await t.open()
+    hub.endpoint(A).refuse_resumes = ("Authentication error: invalid token: Signature verification failed", 1008)
+    hub.live.server_close(1012)
+    rejoined = await rec.wait(Rejoined)
+    await rec.wait(Reconnected)
+    assert (rejoined.client_id, rejoined.workspace, rejoined.url) == ("c1", "ws-stub", A)
+    assert rejoined.reason == "Authentication error: invalid token: Signature verification failed"
+    resumed, joined = hub.hellos[-2][1], hub.hellos[-1][1]
+    assert resumed["reconnection_token"] == "rt-1"
+    assert joined == {"client_id": "c1", "workspace": "ws-stub", "token": "the-credential", "reconnection_token": None}
+    assert t.state is State.READY
+
+
+async def test_a_refusal_that_is_not_about_the_token_does_not_join_again(hub, rec):
+    t = transport(hub, rec)
+    await t.open()
+    hub.endpoint(A).refusal = ("Failed to establish connection: Permission denied for workspace: ws-stub", 1001)
+    hub.live.server_close(1006)
+    await rec.wait(GivingUp)
+    assert len(hub.dials) == 2
+    assert not [e for e in rec.events if isinstance(e, Rejoined)]
 
 
 async def test_a_try_again_later_refusal_is_retried(hub, rec):

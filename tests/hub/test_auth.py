@@ -12,6 +12,7 @@ import pytest
 from switchboard.errors import AuthError, ProtocolError
 from switchboard.hub.auth import (
     AUDIENCE,
+    CREDENTIAL_EXPIRY,
     ISSUER,
     ROOT,
     Permission,
@@ -407,3 +408,45 @@ class TestScopeIsBuiltFromCheckedValues:
 
         assert user.grants == {**ALICE.grants, "ws-work": Permission.READ}
         assert (user.client_id, user.current_workspace) == ("cA", "ws-work")
+
+
+# -- a reconnection token expires with the credential it descends from (issue 21, item 4) ----------
+
+TWO_DAYS = 172800.0
+
+
+def test_a_reconnection_token_expires_no_later_than_its_credential(issuer: TokenIssuer, clock: FakeClock) -> None:
+    credential = issuer.issue(ALICE, workspace="ws-team", permission=Permission.ADMIN, expires_in=10)
+    holder = issuer.verify(credential)
+    resume = issuer.issue(holder, workspace="ws-team", permission=Permission.ADMIN, expires_in=TWO_DAYS, resumes=True)
+    assert claims_of(resume)["exp"] == int(FUTURE + 10)
+    clock.advance(6)
+    resumed = issuer.verify(resume)  # a refresh, on any replica: the bound travels in the token
+    refreshed = issuer.issue(
+        resumed, workspace="ws-team", permission=Permission.ADMIN, expires_in=TWO_DAYS, resumes=True
+    )
+    assert claims_of(refreshed)["exp"] == int(FUTURE + 10)
+    clock.advance(5)
+    for token in (resume, refreshed):
+        with pytest.raises(AuthError, match="token has expired"):
+            issuer.verify(token)
+
+
+def test_an_anonymous_users_reconnection_token_keeps_the_configured_lifetime(
+    issuer: TokenIssuer, clock: FakeClock
+) -> None:
+    guest = new_anonymous_user()
+    ws = user_workspace(guest.id)
+    resume = issuer.issue(guest, workspace=ws, permission=Permission.ADMIN, expires_in=TWO_DAYS, resumes=True)
+    clock.advance(TWO_DAYS - 1)
+    renewed = issuer.issue(
+        issuer.verify(resume), workspace=ws, permission=Permission.ADMIN, expires_in=TWO_DAYS, resumes=True
+    )
+    assert claims_of(renewed)["exp"] == int(FUTURE + 2 * TWO_DAYS - 1)
+
+
+def test_only_an_anonymous_user_resumes_without_a_credential(issuer: TokenIssuer) -> None:
+    resume = issuer.issue(ALICE, workspace="ws-team", permission=Permission.ADMIN, expires_in=60, resumes=True)
+    body = {**claims_of(resume), CREDENTIAL_EXPIRY: None}
+    with pytest.raises(AuthError, match="bad credential expiry"):
+        issuer.verify(jwt.encode(body, SECRET, algorithm="HS256"))

@@ -64,8 +64,12 @@ class StubSocket:
 
     def _answer(self) -> None:
         endpoint = self.hub.endpoint(self.url)
-        if endpoint.refusal is not None:
-            message, code = endpoint.refusal
+        assert self.hello is not None
+        refusal = endpoint.refusal
+        if refusal is None and self.hello.get("reconnection_token"):
+            refusal = endpoint.refuse_resumes
+        if refusal is not None:
+            message, code = refusal
             self.push(json.dumps({"type": "error", "message": message}))
             self.server_close(code, message[:120])
             return
@@ -95,6 +99,7 @@ class Endpoint:
 
     down_until: float | None = None  # refuse TCP until this clock time (inf: forever)
     refusal: tuple[str, int] | None = None  # answer with an error frame and this close code
+    refuse_resumes: tuple[str, int] | None = None  # the same, only to a hello with a reconnection token
     dial_cost: float = 0.0  # clock seconds a failed dial takes (e.g. a connect timeout)
     fail: Callable[[], BaseException] | None = None  # raise this instead of refusing
 

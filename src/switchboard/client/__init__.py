@@ -24,6 +24,7 @@ from switchboard.client.events import (
     GivingUp,
     Reconnected,
     Reconnecting,
+    Rejoined,
 )
 from switchboard.client.policy import Jitter, Outage, ReconnectPolicy, classify
 from switchboard.client.transport import State, Transport
@@ -43,6 +44,7 @@ __all__ = [
     "Reconnecting",
     "ReconnectPolicy",
     "Refused",
+    "Rejoined",
     "RemoteCall",
     "State",
     "Transport",

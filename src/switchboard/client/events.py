@@ -62,6 +62,23 @@ class Reconnected:
 
 
 @dataclass(frozen=True, slots=True)
+class Rejoined:
+    """``url`` no longer accepted the reconnection token (``reason``: its secret changed, or the token expired).
+
+    The client joined again as the same ``client_id`` in ``workspace`` with the
+    credential it was given (none: anonymous); its services are re-registered
+    next, and ``Reconnected`` follows as after any reconnection. Peers saw it
+    leave and come back.
+    """
+
+    kind: ClassVar[str] = "rejoined"
+    url: str
+    client_id: str
+    workspace: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class GivingUp:
     """The client stopped for good; pending and new calls raise ``error``.
 
@@ -72,7 +89,7 @@ class GivingUp:
     error: SwitchboardError
 
 
-Event = Disconnected | Reconnecting | Reconnected | GivingUp
+Event = Disconnected | Reconnecting | Reconnected | Rejoined | GivingUp
 EventHandler = Callable[[Event], Awaitable[None] | None]
 
 
@@ -90,6 +107,11 @@ def describe(event: Event) -> str:
         return (
             f"reconnected to {event.url} after {event.outage_seconds:.1f} s and {event.attempts} "
             f"attempt{'s' if event.attempts != 1 else ''} ({event.remaining:.1f} s of budget left)"
+        )
+    if isinstance(event, Rejoined):
+        return (
+            f"{event.url} no longer accepts the reconnection token ({event.reason}): joined again as "
+            f"{event.workspace}/{event.client_id} with the credential given"
         )
     return str(event.error)
 

@@ -178,6 +178,16 @@ def classify(exc: BaseException) -> Verdict:
     return Verdict.FATAL
 
 
+def rejoins(exc: BaseException, *, resumed: bool) -> bool:
+    """Whether to join again, as the same client with the credential given, after this refusal.
+
+    A hub checks only the reconnection token when one is presented, so an
+    authentication refusal then means it can no longer verify that token (its
+    secret changed, or the token expired): the credential may still be good.
+    """
+    return resumed and isinstance(exc, Refused) and exc.reason.startswith("Authentication error")
+
+
 class Outage:
     """The budget of one outage on the injected clock.
 

@@ -33,9 +33,10 @@ from switchboard.client.events import (
     Listeners,
     Reconnected,
     Reconnecting,
+    Rejoined,
     describe,
 )
-from switchboard.client.policy import GOING_AWAY, Outage, ReconnectPolicy, Verdict, classify
+from switchboard.client.policy import GOING_AWAY, Outage, ReconnectPolicy, Verdict, classify, rejoins
 from switchboard.clock import Clock, SystemClock
 from switchboard.errors import SwitchboardError
 
@@ -98,6 +99,7 @@ class Transport:
         self.failure: SwitchboardError | None = None
         self.drops = 0  # established connections lost; a change fails calls in flight
         self._failed_sends = 0
+        self._rejoining: str | None = None  # why the reconnection token was dropped, until joined again
         self._index = 0
         self._socket: wire.Socket | None = None
         self._changed = asyncio.Event()
@@ -387,11 +389,34 @@ class Transport:
         return delay
 
     async def _attempt(self, url: str) -> wire.Socket:
-        """One dial and handshake; on success the socket is open and ``connection_info`` stored."""
-        sock = await self._dial(url)
-        first = wire.hello(self.client_id, self._workspace, self._token, self._reconnection_token)
+        """One dial and handshake; on success the socket is open and ``connection_info`` stored.
+
+        A hub that can no longer verify the reconnection token is dialled once
+        more at once, joining as the same client id, in the same workspace,
+        with the credential given (:func:`~switchboard.client.policy.rejoins`).
+        """
+        resumed = self._reconnection_token is not None
         try:
-            info = await asyncio.wait_for(wire.handshake(sock, first, url, self._workspace), self._handshake_timeout)
+            sock = await self._handshake(url)
+        except Refused as exc:
+            if not rejoins(exc, resumed=resumed):
+                raise
+            log.info("client %s: %s; joining again", self.client_id, exc, extra={"client_id": self.client_id})
+            self._reconnection_token = None
+            self._rejoining = exc.reason
+            sock = await self._handshake(url)
+        if self._rejoining is not None:
+            reason, self._rejoining = self._rejoining, None
+            self._announce(Rejoined(url=url, client_id=self.client_id, workspace=str(self.workspace), reason=reason))
+        return sock
+
+    async def _handshake(self, url: str) -> wire.Socket:
+        # joining again: the workspace of the last connection (an anonymous client named none)
+        workspace = self.workspace if self._rejoining is not None else self._workspace
+        sock = await self._dial(url)
+        first = wire.hello(self.client_id, workspace, self._token, self._reconnection_token)
+        try:
+            info = await asyncio.wait_for(wire.handshake(sock, first, url, workspace), self._handshake_timeout)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(sock.close(1000, "handshake failed"), 1.0)

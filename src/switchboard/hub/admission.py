@@ -156,4 +156,5 @@ class Gatekeeper:
             permission=peer.user.permission(peer.workspace),
             expires_in=self.settings.reconnection_token_lifetime,
             client_id=peer.client_id,
+            resumes=True,  # never past the credential the peer connected with
         )

@@ -8,7 +8,6 @@ workspace. Verification never trusts a claim it did not sign.
 from __future__ import annotations
 
 import enum
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +23,9 @@ AUDIENCE = "switchboard"
 _ROLES = "https://amun.ai/roles"
 _EMAIL = "https://amun.ai/email"
 _PARENT = "https://amun.ai/parent"
+# On a reconnection token: when the credential it descends from expires (null: none, an anonymous user).
+# Carried in the token, so a refresh on any replica, or after a restart, keeps the bound.
+CREDENTIAL_EXPIRY = ISSUER + "credential_exp"
 
 
 class Permission(enum.IntEnum):
@@ -73,6 +75,9 @@ class User:
     expires_at: float | None = None
     client_id: str | None = None  # a token bound to one client id
     current_workspace: str | None = None  # the token's wid
+    # when the credential this identity stands on expires: a reconnection token never
+    # outlives it; None only for an anonymous user, who has no credential
+    credential_expires_at: float | None = None
 
     @property
     def is_anonymous(self) -> bool:
@@ -127,10 +132,6 @@ class TokenIssuer:
     secret: str
     clock: Clock
 
-    @staticmethod
-    def generate_secret() -> str:
-        return secrets.token_urlsafe(32)
-
     def issue(
         self,
         user: User,
@@ -139,15 +140,26 @@ class TokenIssuer:
         permission: Permission,
         expires_in: float,
         client_id: str | None = None,
+        resumes: bool = False,
     ) -> str:
+        """A token for ``user``; ``resumes``: a reconnection token, which expires with
+        the user's credential if that comes first, and carries that bound on."""
         now = self.clock.time()
+        expires = now + expires_in
+        extra: dict[str, Any] = {}
+        if resumes:
+            bound = user.credential_expires_at
+            if bound is not None:
+                expires = min(expires, bound)
+            extra[CREDENTIAL_EXPIRY] = bound
         return jwt.encode(
             {
+                **extra,
                 "iss": ISSUER,
                 "aud": AUDIENCE,
                 "sub": ids.check_id(user.id, "user id"),
                 "iat": int(now),
-                "exp": int(now + expires_in),
+                "exp": int(expires),
                 "scope": format_scope(
                     grants=user.grants,
                     workspace=workspace,
@@ -258,7 +270,20 @@ def _user_from_claims(claims: dict[str, Any]) -> User:
         expires_at=float(claims["exp"]),
         client_id=scope.client_id,
         current_workspace=scope.workspace,
+        credential_expires_at=_credential_expiry(claims, anonymous="anonymous" in roles),
     )
+
+
+def _credential_expiry(claims: dict[str, Any], *, anonymous: bool) -> float | None:
+    """A reconnection token's bound as it carries it; any other token is its own credential."""
+    if CREDENTIAL_EXPIRY not in claims:
+        return float(claims["exp"])
+    bound = claims[CREDENTIAL_EXPIRY]
+    if bound is None and anonymous:
+        return None
+    if isinstance(bound, int | float) and not isinstance(bound, bool):
+        return float(bound)
+    raise AuthError("invalid token: bad credential expiry")
 
 
 def child_user(parent: User, *, workspace: str, permission: Permission) -> User:

@@ -25,6 +25,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
 from switchboard.server import http_rpc, http_services, status_api, web_console
 from switchboard.server.server_state import Phase, ServerState
+from switchboard.server.state_dir import token_secret
 from switchboard.server.websocket import websocket_endpoint
 
 if TYPE_CHECKING:
@@ -62,13 +63,7 @@ def build_hub(
 ) -> Hub:
     """A hub on the embedded backends unless others are given."""
     clock = clock or SystemClock()
-    secret = settings.jwt_secret
-    if not secret:
-        log.warning(
-            "no SWITCHBOARD_JWT_SECRET set: using a random one, so tokens and reconnection do not survive a restart",
-            extra={"replica": settings.replica_id},
-        )
-        secret = TokenIssuer.generate_secret()
+    secret = token_secret(settings)  # --jwt-secret, else the one kept in the state directory
     hub_registry: Registry = registry or MemoryRegistry(clock=clock)
     hub_bus: EventBus = bus or MemoryBus()
     cluster_parts = None

@@ -34,6 +34,7 @@ class ReplicaProcess:
         replica_id: str,
         redis_url: str | None = None,
         jwt_secret: str = "test-secret-please-ignore-0123456789",
+        state_dir: str | Path | None = None,
         port: int | None = None,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
@@ -47,7 +48,10 @@ class ReplicaProcess:
         self.extra_env = env or {}
         self.args = args or []
         self.proc: subprocess.Popen[bytes] | None = None
-        self._log = Path(tempfile.mkdtemp(prefix=f"sb-{replica_id}-")) / "replica.log"
+        scratch = Path(tempfile.mkdtemp(prefix=f"sb-{replica_id}-"))
+        self._log = scratch / "replica.log"
+        # its own state directory unless told to share one: never the real user's
+        self.state_dir = Path(state_dir) if state_dir is not None else scratch / "state"
 
     @property
     def url(self) -> str:
@@ -65,9 +69,11 @@ class ReplicaProcess:
             str(self.port),
             "--replica-id",
             self.replica_id,
-            "--jwt-secret",
-            self.jwt_secret,
+            "--state-dir",
+            str(self.state_dir),
         ]
+        if self.jwt_secret:  # empty: the secret kept in the state directory
+            cmd += ["--jwt-secret", self.jwt_secret]
         if self.redis_url:
             # replicas of one hub share the public URL (a load balancer's, in production)
             cmd += ["--redis-url", self.redis_url, "--public-url", self.public_url]
