@@ -93,3 +93,28 @@ async def test_an_anonymous_user_keeps_the_configured_lifetime(server: RunningSe
     again = await first_reply(server.url, "guest", reconnection_token=resume)
     assert again["type"] == "connection_info", again
     assert claims(again["reconnection_token"])["exp"] >= time.time() + lifetime - 60  # renewed, still unbounded
+
+
+async def test_a_token_minted_with_a_short_credential_expires_with_it(server: RunningServer) -> None:
+    """A token's lifetime never grows through what is derived from it: an admin
+    holding a 3 s grant cannot mint a day-long token for its workspace."""
+    token, expires = credential("carol", LIFE)
+    client = await connect_to_server({"server_url": server.url, "client_id": "carols-minter", "token": token})
+    try:
+        minted = await client.generate_token({"permission": "read", "expires_in": 86400})
+    finally:
+        await client.disconnect()
+    assert claims(minted)["exp"] <= expires, "a generated token outlives the credential it was minted with"
+    await past(expires)
+    reply = await first_reply(server.url, "carols-guest", token=minted)
+    assert reply["type"] == "error", f"joined with a token minted from an expired credential: {reply}"
+    assert "token has expired" in reply["message"]
+
+
+async def test_an_anonymous_user_mints_tokens_of_the_lifetime_it_asks_for(server: RunningServer) -> None:
+    client = await connect_to_server({"server_url": server.url, "client_id": "anon-minter"})
+    try:
+        minted = await client.generate_token({"permission": "read", "expires_in": 7200})
+    finally:
+        await client.disconnect()
+    assert claims(minted)["exp"] >= time.time() + 7200 - 60

@@ -255,6 +255,14 @@ class WorkspaceManager:
             or not 0 < expires_in <= MAX_TOKEN_LIFETIME
         ):
             raise ProtocolError(f"expires_in must be a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
+        # a token's lifetime never grows through what is derived from it: one minted
+        # with a credential expires with that credential (an anonymous user has none)
+        bound = peer.user.credential_expires_at
+        if bound is not None:
+            left = bound - self.hub.issuer.clock.time()
+            if left <= 0:
+                raise PermissionDenied("Your token has expired: connect again with a fresh one to generate tokens.")
+            expires_in = min(float(expires_in), left)
         user = child_user(peer.user, workspace=ws, permission=permission)
         return self.hub.issuer.issue(
             user,
