@@ -6,8 +6,9 @@ instead of through Redis, which saves the Redis hop and its CPU on every
 frame. A frame the receiver no longer has a subscriber for comes back
 (``NACK``) so the sender can fall back to Redis. Each side sends ``PING``
 when it has sent nothing else for a while, so silence means a dead link.
-``ACK n`` says the first ``n`` DELIVERs were handled; the sender keeps the
-rest, and sends them through Redis if the link dies before they are acked. Pure functions and a
+Every frame says how many DELIVERs its sender has handled (an ``ACK`` says
+only that); the other side keeps the rest, and sends them through Redis if
+the link dies before they are acked. Pure functions and a
 byte-stream decoder here; every frame after the handshake sealed with a sequence number and a
 MAC in ``protocol/link_seal.py``; one link's state (acks, heartbeat) in ``protocol/link_state.py``,
 who may start a handshake in ``protocol/link_gate.py``, its socket in ``replicas/link.py``, the
@@ -42,7 +43,6 @@ HANDSHAKE_MAX_FRAME = 4096
 
 _HEAD = struct.Struct(">IB")
 _CHAN = struct.Struct(">H")
-_COUNT = struct.Struct(">Q")
 
 
 def encode(kind: int, body: bytes) -> bytes:
@@ -58,23 +58,8 @@ def nack(channel: str, data: bytes) -> bytes:
     return _channel_frame(NACK, channel, data)
 
 
-def ack(count: int) -> bytes:
-    return encode(ACK, _COUNT.pack(count))
-
-
-def ack_count(body: bytes | memoryview) -> int:
-    if len(body) != _COUNT.size:
-        raise ProtocolError("link ACK must carry one 8-byte count")
-    count: int = _COUNT.unpack(body)[0]
-    return count
-
-
 def hint(channel: str) -> bytes:
     return encode(HINT, channel.encode())
-
-
-def ack_body(count: int) -> bytes:
-    return _COUNT.pack(count)
 
 
 def channel_head(channel: str) -> bytes:

@@ -8,10 +8,12 @@ receiving replica). So each direction of a link has its own key, derived
 from the handshake's transcript (both nonces, both replica ids) under the
 key derived from the hub's secret, and each frame is sealed under it::
 
-    u32 length | u8 kind | u64 sequence | body | MAC
+    u32 length | u8 kind | u64 sequence | u64 acked | body | MAC
 
 where the MAC (keyed BLAKE2b, 16 bytes) covers everything before it and the
-sequence number counts the frames of that direction from 0. The receiver
+sequence number counts the frames of that direction from 0. ``acked`` is the
+sender's cumulative ack of the DELIVERs it has handled (``protocol/link_state.py``):
+riding in every frame, it saves a separately sealed ACK frame per reply. The receiver
 checks the MAC, then that the number is exactly the next one: a frame made
 up, changed, taken from another link or from the other direction fails the
 MAC; one sent again, held back or left out fails the number. Either is a
@@ -20,8 +22,8 @@ through Redis).
 
 BLAKE2b with a key is a MAC by design (no HMAC construction needed) and,
 with the keyed state made once per link and copied per frame, costs about a
-microsecond for a small frame: a few per call, well within the budget of a
-cross-replica call (``bench/ab.py``).
+microsecond for a small frame: two frames per call and its reply (the acks
+ride in them), well within the budget of a cross-replica call (``bench/ab.py``).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import struct
 from switchboard.errors import ProtocolError
 
 TAG_SIZE = 16
-_SEQ = struct.Struct(">Q")
+_NUMBERS = struct.Struct(">QQ")  # sequence, acked: the start of a sealed body
 _HEAD = struct.Struct(">IB")  # as in protocol/link.py: length (kind and body), kind
-_SEALED_HEAD = struct.Struct(">IBQ")  # ... and the sequence number that starts a sealed body
-OVERHEAD = _SEQ.size + TAG_SIZE  # what sealing adds to a frame's body
+_SEALED_HEAD = struct.Struct(">IBQQ")  # both, and the numbers
+OVERHEAD = _NUMBERS.size + TAG_SIZE  # what sealing adds to a frame's body
 
 
 class Sealer:
@@ -48,12 +50,12 @@ class Sealer:
         self._mac = hashlib.blake2b(key=key, digest_size=TAG_SIZE)
         self.seq = 0  # the number of the next frame
 
-    def seal(self, kind: int, *parts: bytes) -> bytes:
+    def seal(self, kind: int, acked: int, *parts: bytes) -> bytes:
         """The frame of ``kind`` whose body is ``parts`` joined, sealed; frames go out in this order."""
         size = 1 + OVERHEAD
         for part in parts:
             size += len(part)
-        head = _SEALED_HEAD.pack(size, kind, self.seq)
+        head = _SEALED_HEAD.pack(size, kind, self.seq, acked)
         self.seq += 1
         mac = self._mac.copy()
         mac.update(head)
@@ -71,9 +73,9 @@ class Opener:
         self._mac = hashlib.blake2b(key=key, digest_size=TAG_SIZE)
         self.seq = 0  # the number the next frame must carry
 
-    def open(self, kind: int, body: bytes) -> memoryview:
-        """The body inside a sealed frame of ``kind``; :class:`ProtocolError` if it is not the next
-        frame the other side sealed."""
+    def open(self, kind: int, body: bytes) -> tuple[int, memoryview]:
+        """``(acked, body)`` of a sealed frame of ``kind``; :class:`ProtocolError` if it is not the
+        next frame the other side sealed."""
         if len(body) < OVERHEAD:
             raise ProtocolError(f"link frame {self.seq} too short to be sealed: injected on the way")
         view = memoryview(body)
@@ -82,8 +84,8 @@ class Opener:
         mac.update(view[:-TAG_SIZE])
         if not hmac.compare_digest(mac.digest(), view[-TAG_SIZE:]):
             raise ProtocolError(f"link frame {self.seq} failed its MAC: injected or altered on the way")
-        (seq,) = _SEQ.unpack_from(body)
+        seq, acked = _NUMBERS.unpack_from(body)
         if seq != self.seq:
             raise ProtocolError(f"link frame numbered {seq} where {self.seq} was due: replayed, dropped or reordered")
         self.seq += 1
-        return view[_SEQ.size : -TAG_SIZE]
+        return acked, view[_NUMBERS.size : -TAG_SIZE]

@@ -9,8 +9,9 @@ tests drive it synchronously (``tests/protocol/test_link_state.py``), as
 
 * A sender keeps each DELIVER until the receiver's cumulative ``ACK n``: what
   a dead link leaves unacked is handed back (:meth:`take_unacked`) for Redis.
-* A receiver's ack rides on its next write; with nothing to write it is due
-  within :data:`ACK_DELAY` (:attr:`ack_pending`).
+* A receiver's ack rides in every frame it sends (the ``acked`` number of its
+  seal); with nothing to send it is due, as an ACK frame, within
+  :data:`ACK_DELAY` (:attr:`ack_pending`).
 * Each side writes at least every :data:`HEARTBEAT` (a PING when idle), and a
   link silent for :data:`DEAD_AFTER`, or not authenticated within it, is dead.
 * Once the handshake is done, every frame each way is sealed (a sequence
@@ -110,20 +111,20 @@ class LinkState:
                     events.append(Opened(peer))
                 continue
             try:
-                body = self._opener.open(kind, frame)
+                acked, body = self._opener.open(kind, frame)
             except ProtocolError as exc:
                 self.forged = str(exc)
                 raise
+            if acked > self._acked_in:
+                self._acked(acked)
             if kind == wire.DELIVER:
                 self.handled += 1
                 events.append(Delivered(*wire.split_channel(body)))
             elif kind == wire.HINT:
                 events.append(Hinted(str(body, "utf-8", "replace")))
-            elif kind == wire.ACK:
-                self._acked(wire.ack_count(body))
             elif kind == wire.NACK:
                 events.append(SentBack(*wire.split_channel(body)))
-            elif kind != wire.PING:  # a PING's arrival was the point
+            elif kind not in (wire.PING, wire.ACK):  # their numbers, and their arrival, were the point
                 raise ProtocolError(f"unexpected {wire.KINDS[kind]} on an open link")
         return events
 
@@ -135,15 +136,17 @@ class LinkState:
         self._decoder.max_frame = self._max_frame + OVERHEAD
 
     def _seal(self, kind: int, *parts: bytes) -> bytes:
+        """``kind`` sealed, with the ack of every DELIVER handled so far in it."""
         if self._sealer is None:
             raise ProtocolError(f"{wire.KINDS[kind]} before the link was authenticated")
-        return self._sealer.seal(kind, *parts)
+        self._acked_out = self.handled
+        return self._sealer.seal(kind, self.handled, *parts)
 
     def _acked(self, count: int) -> None:
         for _ in range(min(count - self._acked_in, len(self.unacked))):
             _, data = self.unacked.popleft()
             self.unacked_bytes -= len(data)
-        self._acked_in = max(self._acked_in, count)
+        self._acked_in = count
 
     # -- frames out ------------------------------------------------------------
 
@@ -170,15 +173,16 @@ class LinkState:
 
     @property
     def ack_pending(self) -> bool:
-        """Frames were handled and not acked yet: ack them with the next write, or after :data:`ACK_DELAY`."""
+        """Frames were handled and not acked yet: the next frame sent acks them; with none, an
+        ACK frame after :data:`ACK_DELAY`."""
         return self.handled > self._acked_out
 
     def data_to_send(self, now: float) -> list[bytes]:
-        """Every frame queued, with an ack of what was handled; the caller writes them now."""
+        """Every frame queued, and an ACK frame if they do not ack all that was handled; the
+        caller writes them now."""
         out, self._out = self._out, []
         if self.handled > self._acked_out:
-            out.append(self._seal(wire.ACK, wire.ack_body(self.handled)))
-            self._acked_out = self.handled
+            out.append(self._seal(wire.ACK))
         if out:
             self.last_tx = now
         return out

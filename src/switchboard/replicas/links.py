@@ -8,7 +8,9 @@ directory to keep consistent:
 2. The replica that holds the channel dials the sender, answers its
    challenge (``protocol/link.py``: a HELLO good for that one connection to
    that one replica, a WELCOME back; both prove they hold a key derived from
-   the hub's shared secret) and sends ``HINT channel``.
+   the hub's shared secret) and sends ``HINT channel``. Every frame after the
+   handshake is sealed, each way (``protocol/link_seal.py``), and a listener
+   takes few unfinished handshakes per address (``protocol/link_gate.py``).
 3. The sender writes later frames for that channel to the link (``DELIVER``).
 4. A receiver that no longer has the channel (the client left or moved)
    sends the frame back (``NACK``); the sender forgets the route and the
