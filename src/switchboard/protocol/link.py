@@ -15,7 +15,7 @@ who may start a handshake in ``protocol/link_gate.py``, its socket in ``replicas
 pool in ``replicas/links.py``.
 
 Wire: ``u32 length | u8 kind | body``; the length counts kind and body. After the handshake
-the body is ``u64 sequence | body | 16-byte MAC`` (``link_seal``).
+the body is ``u64 sequence | u64 acked | body | 16-byte MAC`` (``link_seal``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def encode(kind: int, body: bytes) -> bytes:
 
 
 def deliver(channel: str, data: bytes) -> bytes:
-    """``DELIVER`` (or, with ``kind=NACK``, the same layout sent back)."""
+    """A ``DELIVER`` frame, unsealed: its layout (an open link sends it sealed, ``link_seal``)."""
     return _channel_frame(DELIVER, channel, data)
 
 
