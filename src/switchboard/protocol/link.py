@@ -129,7 +129,10 @@ class Decoder:
 # keys that seal the frames of this link in each direction (never sent): a
 # frame sealed on one link, or in one direction, opens on no other.
 
-KEY_INFO = b"switchboard link v2"
+# v3: frames after the handshake are sealed (``link_seal``). A replica of another version
+# derives another key, so its handshake fails (and its frames go through Redis) rather than
+# opening a link whose frames the other side would take for forged.
+KEY_INFO = b"switchboard link v3"
 NONCE_SIZE = 32
 _MAC_SIZE = 32
 _LEN = struct.Struct(">I")
