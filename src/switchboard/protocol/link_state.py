@@ -135,12 +135,12 @@ class LinkState:
         self._sealer, self._opener = Sealer(keys[0]), Opener(keys[1])
         self._decoder.max_frame = self._max_frame + OVERHEAD
 
-    def _seal(self, kind: int, *parts: bytes) -> bytes:
+    def _seal(self, kind: int, start: bytes = b"", data: bytes = b"") -> bytes:
         """``kind`` sealed, with the ack of every DELIVER handled so far in it."""
         if self._sealer is None:
             raise ProtocolError(f"{wire.KINDS[kind]} before the link was authenticated")
         self._acked_out = self.handled
-        return self._sealer.seal(kind, self.handled, *parts)
+        return self._sealer.seal(kind, self.handled, start, data)
 
     def _acked(self, count: int) -> None:
         for _ in range(min(count - self._acked_in, len(self.unacked))):
