@@ -200,7 +200,7 @@ def test_hkdf_matches_rfc_5869(ikm: bytes, salt: bytes, info: bytes, okm: str) -
 
 
 def test_the_link_key_is_derived_from_the_secret_not_the_secret_itself() -> None:
-    assert link.hkdf_sha256(SECRET.encode(), b"switchboard link v2") == KEY
+    assert link.hkdf_sha256(SECRET.encode(), b"switchboard link v3") == KEY
     assert KEY not in (SECRET.encode(), link.link_key("another secret"))
 
 

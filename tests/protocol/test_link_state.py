@@ -6,6 +6,7 @@ import pytest
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
+from switchboard.protocol import link_seal
 from switchboard.protocol.link_state import (
     ACK_DELAY,
     DEAD_AFTER,
@@ -21,9 +22,9 @@ from switchboard.protocol.link_state import (
 KEY = wire.link_key("state-test-secret")
 
 
-def pair(now: float = 0.0) -> tuple[LinkState, LinkState]:
+def pair(now: float = 0.0, listener_nonce: bytes = b"L" * wire.NONCE_SIZE) -> tuple[LinkState, LinkState]:
     """A dialler and a listener that have completed their handshake at ``now``."""
-    listener = LinkState(wire.Accept(KEY, "listener", b"L" * wire.NONCE_SIZE), now=now, max_frame=1 << 20)
+    listener = LinkState(wire.Accept(KEY, "listener", listener_nonce), now=now, max_frame=1 << 20)
     dialler = LinkState(wire.Dial(KEY, "dialler", "listener", b"D" * wire.NONCE_SIZE), now=now, max_frame=1 << 20)
     assert exchange(listener, dialler, now) == []  # CHALLENGE -> HELLO
     assert exchange(dialler, listener, now) == [Opened("dialler")]
@@ -61,11 +62,12 @@ def test_a_delivered_frame_stays_unacked_until_the_ack_comes_back() -> None:
     assert exchange(dialler, listener, 0.0) == [Delivered("ch", b"one"), Delivered("ch", b"two")]
     assert [data for _, data in dialler.unacked] == [b"one", b"two"]
     assert listener.ack_pending  # nothing to send: the owner acks within ACK_DELAY
-    assert kinds(listener, ACK_DELAY) == [wire.ACK]
+    ack = b"".join(listener.data_to_send(ACK_DELAY))
+    assert [kind for kind, _ in wire.Decoder(1 << 20).feed(ack)] == [wire.ACK]
     assert not listener.ack_pending
 
-    listener.data_to_send(ACK_DELAY)  # nothing more
-    dialler.receive_data(wire.ack(2), ACK_DELAY)
+    assert listener.data_to_send(ACK_DELAY) == []  # nothing more
+    dialler.receive_data(ack, ACK_DELAY)
     assert not dialler.unacked
     assert dialler.unacked_bytes == 0
 
@@ -75,15 +77,21 @@ def test_the_ack_rides_on_the_next_frame_the_receiver_sends() -> None:
     dialler.deliver("call", b"request")
     exchange(dialler, listener, 0.0)
     listener.deliver("reply", b"response")
-    assert kinds(listener, 0.0) == [wire.DELIVER, wire.ACK]  # one write: the reply and its ack
+    assert not listener.ack_pending
+    reply = b"".join(listener.data_to_send(0.0))
+    assert [kind for kind, _ in wire.Decoder(1 << 20).feed(reply)] == [wire.DELIVER]  # the ack is in it
+    assert dialler.receive_data(reply, 0.0) == [Delivered("reply", b"response")]
+    assert not dialler.unacked
 
 
 def test_a_lost_link_hands_back_exactly_what_was_not_acked() -> None:
     dialler, listener = pair()
-    for data in (b"a", b"b", b"c"):
+    dialler.deliver("ch", b"a")
+    exchange(dialler, listener, 0.0)
+    exchange(listener, dialler, 0.0)  # the ack of the first
+    for data in (b"b", b"c"):
         dialler.deliver("ch", data)
     exchange(dialler, listener, 0.0)
-    dialler.receive_data(wire.ack(1), 0.0)
     assert list(dialler.take_unacked()) == [("ch", b"b"), ("ch", b"c")]
     assert not dialler.unacked
 
@@ -128,3 +136,99 @@ def test_a_connection_that_never_authenticates_is_dead_after_the_deadline() -> N
     assert listener.tick(10.0 + DEAD_AFTER) is None
     assert listener.tick(10.0 + DEAD_AFTER + 0.1) == f"no handshake within {DEAD_AFTER:g} s"
     assert kinds(listener, 12.0) == [wire.CHALLENGE]  # its challenge, never a PING
+
+
+# -- every frame after the handshake is sealed: nothing on the path can add, change or repeat one ------
+
+
+def sealed(state: LinkState, now: float = 0.0) -> list[bytes]:
+    """What ``state`` writes, one sealed frame per item (as a host on the path sees them)."""
+    data = b"".join(state.data_to_send(now))
+    return [wire.encode(kind, body) for kind, body in wire.Decoder(1 << 20).feed(data)]
+
+
+def test_every_frame_after_the_handshake_carries_a_number_and_a_mac() -> None:
+    dialler, listener = pair()
+    dialler.deliver("ch", b"data")
+    [frame] = sealed(dialler)
+    [(kind, body)] = wire.Decoder(1 << 20).feed(frame)
+    assert kind == wire.DELIVER
+    assert body[:16] == bytes(16)  # the first frame of this direction: number 0, and nothing to ack
+    assert len(body) == 16 + len(wire.channel_head("ch")) + len(b"data") + link_seal.TAG_SIZE
+    assert listener.receive_data(frame, 0.0) == [Delivered("ch", b"data")]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        pytest.param(lambda: wire.deliver("ch", b"forged"), id="unsealed"),
+        pytest.param(lambda: wire.encode(wire.DELIVER, bytes(16) + wire.channel_head("ch") + b"x" * 16), id="zero-mac"),
+        pytest.param(lambda: wire.encode(wire.ACK, (99).to_bytes(8, "big")), id="unsealed-ack"),
+        pytest.param(lambda: wire.encode(wire.PING, b""), id="unsealed-ping"),
+    ],
+)
+def test_a_frame_not_sealed_by_the_other_side_is_refused(frame) -> None:
+    dialler, listener = pair()
+    with pytest.raises(ProtocolError, match="failed its MAC|too short to be sealed"):
+        listener.receive_data(frame(), 0.0)
+    assert listener.forged
+
+
+def test_a_frame_changed_on_the_way_fails_its_mac() -> None:
+    dialler, listener = pair()
+    dialler.deliver("ch", b"pay 100")
+    [frame] = sealed(dialler)
+    for changed in (frame.replace(b"pay 100", b"pay 999"), frame[:-1] + bytes([frame[-1] ^ 1])):
+        _, fresh = pair()
+        with pytest.raises(ProtocolError, match="link frame 0 failed its MAC"):
+            fresh.receive_data(changed, 0.0)
+        assert fresh.forged == "link frame 0 failed its MAC: injected or altered on the way"
+
+
+def test_a_frame_sent_again_is_refused_by_its_number() -> None:
+    dialler, listener = pair()
+    dialler.deliver("ch", b"transfer 1")
+    [first] = sealed(dialler)
+    assert listener.receive_data(first, 0.0) == [Delivered("ch", b"transfer 1")]
+    with pytest.raises(ProtocolError, match="numbered 0 where 1 was due: replayed"):
+        listener.receive_data(first, 0.0)
+
+
+def test_frames_out_of_order_or_one_left_out_are_refused() -> None:
+    dialler, listener = pair()
+    for data in (b"one", b"two"):
+        dialler.deliver("ch", data)
+    _, two = sealed(dialler)
+    with pytest.raises(ProtocolError, match="numbered 1 where 0 was due"):
+        listener.receive_data(two, 0.0)  # the first held back (or dropped): the second is out of turn
+
+
+def test_a_frame_sealed_on_another_link_or_sent_back_to_its_sender_fails_its_mac() -> None:
+    dialler, listener = pair()
+    other, _ = pair(listener_nonce=b"M" * wire.NONCE_SIZE)  # the same two replicas and secret, another link
+    other.deliver("ch", b"from another link")  # number 0, as this link's first frame would be
+    with pytest.raises(ProtocolError, match="failed its MAC"):
+        listener.receive_data(b"".join(sealed(other)), 0.0)
+
+    dialler.deliver("ch", b"reflected")
+    with pytest.raises(ProtocolError, match="failed its MAC"):
+        dialler.receive_data(b"".join(sealed(dialler)), 0.0)  # the dialler's own frame, back to it
+
+
+def test_the_two_directions_and_two_links_have_four_different_keys() -> None:
+    def keys(listener_nonce: bytes) -> tuple[bytes, bytes]:
+        accept = wire.Accept(KEY, "listener", listener_nonce)
+        dial = wire.Dial(KEY, "dialler", "listener", b"D" * wire.NONCE_SIZE)
+        hello, _ = dial.step(wire.CHALLENGE, listener_nonce)
+        [(kind, body)] = wire.Decoder(4096).feed(hello)
+        welcome, _ = accept.step(kind, body)
+        [(kind, body)] = wire.Decoder(4096).feed(welcome)
+        dial.step(kind, body)
+        assert accept.keys is not None
+        assert dial.keys is not None
+        assert accept.keys == (dial.keys[1], dial.keys[0])  # what one sends with, the other opens with
+        return dial.keys
+
+    first, second = keys(b"L" * wire.NONCE_SIZE), keys(b"M" * wire.NONCE_SIZE)
+    assert len({*first, *second}) == 4
+    assert KEY not in {*first, *second}

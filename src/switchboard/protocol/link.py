@@ -6,12 +6,16 @@ instead of through Redis, which saves the Redis hop and its CPU on every
 frame. A frame the receiver no longer has a subscriber for comes back
 (``NACK``) so the sender can fall back to Redis. Each side sends ``PING``
 when it has sent nothing else for a while, so silence means a dead link.
-``ACK n`` says the first ``n`` DELIVERs were handled; the sender keeps the
-rest, and sends them through Redis if the link dies before they are acked. Pure functions and a
-byte-stream decoder here; one link's state (acks, heartbeat) in ``protocol/link_state.py``,
-its socket in ``replicas/link.py``, the pool in ``replicas/links.py``.
+Every frame says how many DELIVERs its sender has handled (an ``ACK`` says
+only that); the other side keeps the rest, and sends them through Redis if
+the link dies before they are acked. Pure functions and a
+byte-stream decoder here; every frame after the handshake sealed with a sequence number and a
+MAC in ``protocol/link_seal.py``; one link's state (acks, heartbeat) in ``protocol/link_state.py``,
+who may start a handshake in ``protocol/link_gate.py``, its socket in ``replicas/link.py``, the
+pool in ``replicas/links.py``.
 
-Wire: ``u32 length | u8 kind | body``; the length counts kind and body.
+Wire: ``u32 length | u8 kind | body``; the length counts kind and body. After the handshake
+the body is ``u64 sequence | u64 acked | body | 16-byte MAC`` (``link_seal``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ HANDSHAKE_MAX_FRAME = 4096
 
 _HEAD = struct.Struct(">IB")
 _CHAN = struct.Struct(">H")
-_COUNT = struct.Struct(">Q")
 
 
 def encode(kind: int, body: bytes) -> bytes:
@@ -47,7 +50,7 @@ def encode(kind: int, body: bytes) -> bytes:
 
 
 def deliver(channel: str, data: bytes) -> bytes:
-    """``DELIVER`` (or, with ``kind=NACK``, the same layout sent back)."""
+    """A ``DELIVER`` frame, unsealed: its layout (an open link sends it sealed, ``link_seal``)."""
     return _channel_frame(DELIVER, channel, data)
 
 
@@ -55,29 +58,24 @@ def nack(channel: str, data: bytes) -> bytes:
     return _channel_frame(NACK, channel, data)
 
 
-def ack(count: int) -> bytes:
-    return encode(ACK, _COUNT.pack(count))
-
-
-def ack_count(body: bytes) -> int:
-    if len(body) != _COUNT.size:
-        raise ProtocolError("link ACK must carry one 8-byte count")
-    count: int = _COUNT.unpack(body)[0]
-    return count
-
-
 def hint(channel: str) -> bytes:
     return encode(HINT, channel.encode())
 
 
-def _channel_frame(kind: int, channel: str, data: bytes) -> bytes:
+def channel_head(channel: str) -> bytes:
+    """The start of a ``DELIVER`` or ``NACK`` body: the channel's name, its length first."""
     name = channel.encode()
     if len(name) > 0xFFFF:
         raise ProtocolError(f"channel name too long for a link frame ({len(name)} bytes)")
-    return b"".join((_HEAD.pack(len(data) + len(name) + 3, kind), _CHAN.pack(len(name)), name, data))
+    return _CHAN.pack(len(name)) + name
 
 
-def split_channel(body: bytes) -> tuple[str, bytes]:
+def _channel_frame(kind: int, channel: str, data: bytes) -> bytes:
+    head = channel_head(channel)
+    return b"".join((_HEAD.pack(len(data) + len(head) + 1, kind), head, data))
+
+
+def split_channel(body: bytes | memoryview) -> tuple[str, bytes]:
     """``(channel, data)`` of a ``DELIVER`` or ``NACK`` body."""
     if len(body) < 2:
         raise ProtocolError("link frame too short for a channel")
@@ -85,7 +83,7 @@ def split_channel(body: bytes) -> tuple[str, bytes]:
     if len(body) < 2 + n:
         raise ProtocolError("link frame shorter than its channel name")
     try:
-        return body[2 : 2 + n].decode(), body[2 + n :]
+        return str(body[2 : 2 + n], "utf-8"), bytes(body[2 + n :])
     except UnicodeDecodeError:
         raise ProtocolError("link channel name is not UTF-8") from None
 
@@ -127,8 +125,14 @@ class Decoder:
 # one connection whose challenge it answers, at the one replica it names, and
 # the WELCOME shows the dialler that the listener holds the key too. The key
 # is derived from the hub's secret, so link MACs never use the JWT key itself.
+# Each side then derives, from the same transcript under two more labels, the
+# keys that seal the frames of this link in each direction (never sent): a
+# frame sealed on one link, or in one direction, opens on no other.
 
-KEY_INFO = b"switchboard link v2"
+# v3: frames after the handshake are sealed (``link_seal``). A replica of another version
+# derives another key, so its handshake fails (and its frames go through Redis) rather than
+# opening a link whose frames the other side would take for forged.
+KEY_INFO = b"switchboard link v3"
 NONCE_SIZE = 32
 _MAC_SIZE = 32
 _LEN = struct.Struct(">I")
@@ -162,6 +166,15 @@ def _mac(
     parts = (KEY_INFO, role, listener_nonce, dialler.encode(), listener.encode(), dialler_nonce)
     # length-prefixed, so no two different transcripts are the same bytes
     return hmac.digest(key, b"".join(_LEN.pack(len(p)) + p for p in parts), "sha256")
+
+
+def session_keys(
+    key: bytes, listener_nonce: bytes, dialler: str, listener: str, dialler_nonce: bytes
+) -> tuple[bytes, bytes]:
+    """``(dialler -> listener, listener -> dialler)``: the keys that seal this link's frames."""
+    up = _mac(key, b"dialler to listener", listener_nonce, dialler, listener, dialler_nonce)
+    down = _mac(key, b"listener to dialler", listener_nonce, dialler, listener, dialler_nonce)
+    return up, down
 
 
 def challenge(nonce: bytes) -> bytes:
@@ -223,6 +236,7 @@ class Accept:
         self.first = challenge(nonce)  # sent as soon as the connection is made
         self._key, self._replica, self._nonce = key, replica, nonce
         self._spent = False
+        self.keys: tuple[bytes, bytes] | None = None  # (to send with, to receive with), once proven
 
     def step(self, kind: int, body: bytes) -> tuple[bytes, str | None]:
         """``(frame to send, the dialler's id once proven)``; :class:`ProtocolError` refuses."""
@@ -230,6 +244,8 @@ class Accept:
             raise _early(kind)
         self._spent = True  # one try per challenge
         dialler, nonce = check_hello(self._key, body, self._replica, self._nonce)
+        up, down = session_keys(self._key, self._nonce, dialler, self._replica, nonce)
+        self.keys = (down, up)
         return welcome(self._key, self._nonce, dialler, self._replica, nonce), dialler
 
 
@@ -241,6 +257,7 @@ class Dial:
         self._key, self._replica, self._listener, self._nonce = key, replica, listener, nonce
         self._challenge: bytes | None = None
         self._done = False
+        self.keys: tuple[bytes, bytes] | None = None  # (to send with, to receive with), once proven
 
     def step(self, kind: int, body: bytes) -> tuple[bytes, str | None]:
         """``(frame to send, the listener's id once proven)``; :class:`ProtocolError` refuses."""
@@ -254,6 +271,7 @@ class Dial:
         if kind == WELCOME and self._challenge is not None:
             self._done = True
             check_welcome(self._key, body, self._challenge, self._replica, self._listener, self._nonce)
+            self.keys = session_keys(self._key, self._challenge, self._replica, self._listener, self._nonce)
             return b"", self._listener
         raise _early(kind)
 

@@ -9,10 +9,15 @@ tests drive it synchronously (``tests/protocol/test_link_state.py``), as
 
 * A sender keeps each DELIVER until the receiver's cumulative ``ACK n``: what
   a dead link leaves unacked is handed back (:meth:`take_unacked`) for Redis.
-* A receiver's ack rides on its next write; with nothing to write it is due
-  within :data:`ACK_DELAY` (:attr:`ack_pending`).
+* A receiver's ack rides in every frame it sends (the ``acked`` number of its
+  seal); with nothing to send it is due, as an ACK frame, within
+  :data:`ACK_DELAY` (:attr:`ack_pending`).
 * Each side writes at least every :data:`HEARTBEAT` (a PING when idle), and a
   link silent for :data:`DEAD_AFTER`, or not authenticated within it, is dead.
+* Once the handshake is done, every frame each way is sealed (a sequence
+  number and a MAC, :mod:`switchboard.protocol.link_seal`): one that fails
+  is a :class:`ProtocolError` (:attr:`LinkState.forged` says why), which
+  drops the link.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
+from switchboard.protocol.link_seal import OVERHEAD, Opener, Sealer
 
 # Each side writes something at least every HEARTBEAT s; a link silent for
 # DEAD_AFTER s is dropped, so a blackholed link holds frames at most that
@@ -34,7 +40,6 @@ ACK_DELAY = 0.05
 # A link holding more unacked bytes than this takes no more frames until acks
 # come: they go through Redis instead, so one slow replica never grows our memory.
 WRITE_HIGH_WATER = 16 << 20
-PING_FRAME = wire.encode(wire.PING, b"")
 
 
 @dataclass(slots=True)
@@ -86,6 +91,9 @@ class LinkState:
         self._out: list[bytes] = [handshake.first] if handshake.first else []
         self._acked_out = 0
         self._acked_in = 0
+        self._sealer: Sealer | None = None  # both set once the handshake is done
+        self._opener: Opener | None = None
+        self.forged: str | None = None  # why a frame failed its seal (the link is then dropped)
 
     # -- bytes in --------------------------------------------------------------
 
@@ -93,33 +101,52 @@ class LinkState:
         """What ``data`` completes; :class:`ProtocolError`: drop the link (refused if not yet open)."""
         self.last_rx = now
         events: list[Event] = []
-        for kind, body in self._decoder.feed(data):
-            if self.peer is None:
-                reply, peer = self.handshake.step(kind, body)
+        for kind, frame in self._decoder.feed(data):
+            if self._opener is None:
+                reply, peer = self.handshake.step(kind, frame)
                 if reply:
-                    self._out.append(reply)
+                    self._out.append(reply)  # the last frame not sealed
                 if peer is not None:
-                    self.peer = peer
-                    self._decoder.max_frame = self._max_frame
+                    self._opened(peer)
                     events.append(Opened(peer))
-            elif kind == wire.DELIVER:
+                continue
+            try:
+                acked, body = self._opener.open(kind, frame)
+            except ProtocolError as exc:
+                self.forged = str(exc)
+                raise
+            if acked > self._acked_in:
+                self._acked(acked)
+            if kind == wire.DELIVER:
                 self.handled += 1
                 events.append(Delivered(*wire.split_channel(body)))
             elif kind == wire.HINT:
-                events.append(Hinted(body.decode("utf-8", "replace")))
-            elif kind == wire.ACK:
-                self._acked(wire.ack_count(body))
+                events.append(Hinted(str(body, "utf-8", "replace")))
             elif kind == wire.NACK:
                 events.append(SentBack(*wire.split_channel(body)))
-            elif kind != wire.PING:  # a PING's arrival was the point
+            elif kind not in (wire.PING, wire.ACK):  # their numbers, and their arrival, were the point
                 raise ProtocolError(f"unexpected {wire.KINDS[kind]} on an open link")
         return events
+
+    def _opened(self, peer: str) -> None:
+        keys = self.handshake.keys
+        assert keys is not None  # a handshake that names the peer has made the keys
+        self.peer = peer
+        self._sealer, self._opener = Sealer(keys[0]), Opener(keys[1])
+        self._decoder.max_frame = self._max_frame + OVERHEAD
+
+    def _seal(self, kind: int, start: bytes = b"", data: bytes = b"") -> bytes:
+        """``kind`` sealed, with the ack of every DELIVER handled so far in it."""
+        if self._sealer is None:
+            raise ProtocolError(f"{wire.KINDS[kind]} before the link was authenticated")
+        self._acked_out = self.handled
+        return self._sealer.seal(kind, self.handled, start, data)
 
     def _acked(self, count: int) -> None:
         for _ in range(min(count - self._acked_in, len(self.unacked))):
             _, data = self.unacked.popleft()
             self.unacked_bytes -= len(data)
-        self._acked_in = max(self._acked_in, count)
+        self._acked_in = count
 
     # -- frames out ------------------------------------------------------------
 
@@ -127,17 +154,18 @@ class LinkState:
         """Queue ``data`` for ``channel``, kept until acked; ``False``: too much unacked already."""
         if self.unacked_bytes > WRITE_HIGH_WATER:
             return False
+        frame = self._seal(wire.DELIVER, wire.channel_head(channel), data)
         self.unacked.append((channel, data))
         self.unacked_bytes += len(data)
-        self._out.append(wire.deliver(channel, data))
+        self._out.append(frame)
         return True
 
     def hint(self, channel: str) -> None:
-        self._out.append(wire.hint(channel))
+        self._out.append(self._seal(wire.HINT, channel.encode()))
 
     def send_back(self, channel: str, data: bytes) -> None:
         """Return a delivered frame whose channel is not here (NACK)."""
-        self._out.append(wire.nack(channel, data))
+        self._out.append(self._seal(wire.NACK, wire.channel_head(channel), data))
 
     @property
     def has_output(self) -> bool:
@@ -145,15 +173,16 @@ class LinkState:
 
     @property
     def ack_pending(self) -> bool:
-        """Frames were handled and not acked yet: ack them with the next write, or after :data:`ACK_DELAY`."""
+        """Frames were handled and not acked yet: the next frame sent acks them; with none, an
+        ACK frame after :data:`ACK_DELAY`."""
         return self.handled > self._acked_out
 
     def data_to_send(self, now: float) -> list[bytes]:
-        """Every frame queued, with an ack of what was handled; the caller writes them now."""
+        """Every frame queued, and an ACK frame if they do not ack all that was handled; the
+        caller writes them now."""
         out, self._out = self._out, []
         if self.handled > self._acked_out:
-            out.append(wire.ack(self.handled))
-            self._acked_out = self.handled
+            out.append(self._seal(wire.ACK))
         if out:
             self.last_tx = now
         return out
@@ -174,7 +203,7 @@ class LinkState:
         if now - self.last_rx > DEAD_AFTER:
             return f"silent for {now - self.last_rx:.1f} s"
         if now - self.last_tx >= HEARTBEAT and not self._out:
-            self._out.append(PING_FRAME)
+            self._out.append(self._seal(wire.PING))
         return None
 
     def __repr__(self) -> str:

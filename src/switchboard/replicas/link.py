@@ -33,6 +33,10 @@ class LinkOwner(Protocol):
 
     def now(self) -> float: ...
 
+    def admit(self, link: Link) -> bool:
+        """An accepted connection from ``link.address``: ``False`` turns it away unanswered."""
+        ...
+
     def on_events(self, link: Link, events: list[Event]) -> None:
         """Frames that arrived, in order (the first :class:`Opened` included)."""
         ...
@@ -49,7 +53,8 @@ class Link(asyncio.Protocol):
         self._owner = owner
         self.state = LinkState(handshake, now=owner.now(), max_frame=max_frame)
         self.reason: str | None = None  # why we aborted it, for the dial waiting on it
-        self.refused = False  # it failed its handshake
+        self.refused = False  # it failed its handshake (or was turned away before it)
+        self.address = ""  # the other end's IP address (accepted connections)
         self.closed = False
         self.paused = False
         self._loop = asyncio.get_running_loop()
@@ -74,6 +79,15 @@ class Link(asyncio.Protocol):
         with contextlib.suppress(OSError, AttributeError):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if not self.state.dialled:
+            peer = transport.get_extra_info("peername")
+            self.address = str(peer[0]) if peer else "unknown"
+            if not self._owner.admit(self):
+                self.refused = True
+                self.reason = "handshake refused: too many unfinished handshakes from this address already"
+                self.closed = True
+                transport.abort()  # before its challenge: a flood costs no nonce, no deadline
+                return
         if self.state.has_output:
             self._kick()
 
@@ -180,14 +194,15 @@ class Link(asyncio.Protocol):
         self.abort(reason)
 
     def abort(self, reason: str | None = None) -> None:
-        """Reset the connection; ``reason`` is logged once (none on a clean shutdown): here,
-        or by the dial waiting for it to open."""
+        """Reset the connection; ``reason`` is logged once (none on a clean shutdown): here for
+        an open link, by the dial waiting for it to open, or by the pool's count of refused
+        handshakes (:class:`~switchboard.protocol.link_gate.RefusalLog`)."""
         if reason is not None:
             self.reason = reason
-            if self.state.peer is not None or not self.state.dialled:
+            if self.state.peer is not None:
                 logger.warning(
                     "link to %s dropped: %s",
-                    self.state.peer or "unauthenticated peer",
+                    self.state.peer,
                     reason,
                     extra={"replica": self._owner.replica_id},
                 )

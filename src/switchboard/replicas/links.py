@@ -8,7 +8,9 @@ directory to keep consistent:
 2. The replica that holds the channel dials the sender, answers its
    challenge (``protocol/link.py``: a HELLO good for that one connection to
    that one replica, a WELCOME back; both prove they hold a key derived from
-   the hub's shared secret) and sends ``HINT channel``.
+   the hub's shared secret) and sends ``HINT channel``. Every frame after the
+   handshake is sealed, each way (``protocol/link_seal.py``), and a listener
+   takes few unfinished handshakes per address (``protocol/link_gate.py``).
 3. The sender writes later frames for that channel to the link (``DELIVER``).
 4. A receiver that no longer has the channel (the client left or moved)
    sends the frame back (``NACK``); the sender forgets the route and the
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link as wire
+from switchboard.protocol.link_gate import HandshakeGate, RefusalLog
 from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
 from switchboard.replicas.link import Link
 from switchboard.tasks import cancel_and_wait, spawn
@@ -68,7 +71,9 @@ class LinkStats:
     nacked: int = 0  # frames sent back because their channel is no longer here
     dials: int = 0
     dial_failures: int = 0
-    refused: int = 0  # accepted connections that failed the handshake (or never finished it)
+    refused: int = 0  # accepted connections that failed the handshake (or never finished it, or were turned away)
+    turned_away: int = 0  # of those, closed unanswered: too many unfinished handshakes from their address
+    forged: int = 0  # open links dropped because a frame failed its MAC or sequence number
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,9 @@ class Links:
         self._pending: dict[str, set[str]] = {}  # replica being dialled -> hints to send
         self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
         self._dialling: set[str] = set()
+        self._gate = HandshakeGate()  # unfinished handshakes per address, on the listener
+        self._handshaking: set[Link] = set()  # accepted links the gate counts
+        self._refusals = RefusalLog()
         self._returned: asyncio.Queue[Returned] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -183,6 +191,11 @@ class Links:
         """Channels with a learned route (routes of a lost link are forgotten with it)."""
         return len(self._routes)
 
+    @property
+    def pending_handshakes(self) -> int:
+        """Accepted connections that have not finished their handshake yet."""
+        return self._gate.pending
+
     def route_of(self, channel: str) -> str | None:
         """The replica ``channel``'s frames go straight to, if any (for tests and status)."""
         link = self._routes.get(channel)
@@ -223,6 +236,8 @@ class Links:
             now = self.now()
             for link in list(self._links):
                 link.tick(now)
+            if (line := self._refusals.due(now)) is not None:
+                logger.warning(line, extra={"replica": self.replica_id})
 
     async def _dial(self, replica: str, host: str, port: int) -> None:
         self.stats.dials += 1
@@ -255,6 +270,18 @@ class Links:
     def _accept(self) -> wire.Accept:
         """A fresh challenge for each connection: a HELLO recorded on another one answers nothing."""
         return wire.Accept(self._key, self.replica_id, secrets.token_bytes(wire.NONCE_SIZE))
+
+    def admit(self, link: Link) -> bool:
+        if not self._gate.admit(link.address):
+            self.stats.turned_away += 1
+            return False
+        self._handshaking.add(link)
+        return True
+
+    def _handshake_over(self, link: Link) -> None:
+        if link in self._handshaking:
+            self._handshaking.discard(link)
+            self._gate.release(link.address)
 
     def _track(self, link: Link) -> Link:
         self._links.add(link)
@@ -290,6 +317,7 @@ class Links:
                 self._opened(link, event.peer)
 
     def _opened(self, link: Link, peer: str) -> None:
+        self._handshake_over(link)
         self._to[peer] = link
         hinted = self._hinted[link]
         for channel in self._pending.pop(peer, ()):
@@ -298,8 +326,15 @@ class Links:
 
     def on_lost(self, link: Link) -> None:
         self._links.discard(link)
+        self._handshake_over(link)
         if link.refused and not link.dialled:
             self.stats.refused += 1
+            why = (link.reason or "").removeprefix("handshake refused: ")
+            line = self._refusals.refused(self.now(), f"from {link.address}: {why}")
+            if line is not None:
+                logger.warning(line, extra={"replica": self.replica_id})
+        if link.state.forged is not None:
+            self.stats.forged += 1
         for channel in self._routes_of.pop(link, ()):
             if self._routes.get(channel) is link:
                 del self._routes[channel]

@@ -90,7 +90,14 @@ class ReplicaCollector:
                 links.dial_failures,
             )
             yield counter(
-                "switchboard_link_refused", "Incoming links refused for a bad or missing signature.", links.refused
+                "switchboard_link_refused",
+                "Incoming links refused: a bad or missing handshake, or too many unfinished from one address.",
+                links.refused,
+            )
+            yield counter(
+                "switchboard_link_forged",
+                "Open links dropped because a frame failed its MAC or sequence number (injected, altered, replayed).",
+                links.forged,
             )
 
     def describe(self) -> list[Any]:

@@ -1,0 +1,250 @@
+"""A host on the path of an open link between two replicas injects, alters or replays a frame.
+
+The handshake proves who opened a link; after it, every frame carries a
+sequence number and a MAC under a key of that link alone (``protocol/link.py``).
+So a frame the host writes into the stream, changes, or sends a second time is
+never delivered: the receiver drops the link, whose unacked frames go through
+Redis, and traffic carries on there. The host here is a loopback relay in
+front of the listener's link port (``support.link_mitm``) that relays whole
+frames and tampers with one on cue; the replicas are real buses on a real
+Valkey, and in the last test real replica processes with hypha-rpc clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+from hypha_rpc import connect_to_server
+
+from support.link_mitm import LinkMitm
+from support.linked import LinkedReplica as Replica
+from support.linked import linked_replicas
+from switchboard.protocol import envelope
+from switchboard.protocol import link as wire
+from switchboard.testing import ValkeyServer
+from switchboard.testing.replica import ReplicaProcess, free_port
+from switchboard.testing.wait import eventually, scaled
+
+pytestmark = pytest.mark.timeout(90)
+
+SECRET = "tampering-test-secret-0123456789abcdef"
+LINK_LOGGERS = ("switchboard.replicas.links", "switchboard.replicas.link")
+
+
+@pytest.fixture(scope="module")
+def valkey_tamper() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def buses(valkey_tamper: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
+    async with linked_replicas(valkey_tamper.url, SECRET) as make:
+        yield make
+
+
+@pytest.fixture
+async def mitm() -> AsyncIterator[LinkMitm]:
+    async with LinkMitm(free_port()) as relay:
+        yield relay
+
+
+def channel() -> str:
+    return f"sb:client:ws-{uuid.uuid4().hex[:6]}/c"
+
+
+async def through_the_host(buses, mitm: LinkMitm) -> tuple[Replica, Replica, str, list[bytes]]:
+    """``b`` dialled ``a`` through the host on the path, and ``a`` writes ``b``'s channel's frames to it."""
+    a = await buses("a", port=mitm.upstream, advertise=f"127.0.0.1:{mitm.port}")
+    b = await buses("b")
+    ch, got = channel(), []
+    await b.subscribe(ch, got.append)
+    assert await a.publish(ch, b"first") == 1  # through Redis: b dials a, through the host
+    await eventually(lambda: a.links.route_of(ch) == b.replica_id, "the link through the host")
+    assert await a.publish(ch, b"over the link") == 1
+    await eventually(lambda: got[-1:] == [b"over the link"], "a frame over the link")
+    assert a.links.stats.direct == 1
+    link = a.links._routes[ch]
+    await eventually(lambda: not link.state.unacked, "the frame acked")  # else the drop would send it again
+    assert mitm.connections == 1
+    assert len(mitm.delivered()) == 1
+    return a, b, ch, got
+
+
+async def carried_on(a: Replica, got: list[bytes], ch: str) -> None:
+    """A frame published after the tampering arrives (through Redis, or a link learned again)."""
+    assert await a.publish(ch, b"afterwards") == 1
+    await eventually(lambda: b"afterwards" in got, "traffic after the tampering")
+
+
+async def test_an_injected_deliver_is_not_delivered_and_drops_the_link(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+
+    mitm.inject(wire.deliver(ch, b"forged by the host on the path"))
+    await carried_on(a, got, ch)
+
+    assert b"forged by the host on the path" not in got
+    assert b.links.stats.forged == 1
+    assert got == [b"first", b"over the link", b"afterwards"]
+
+
+async def test_an_altered_deliver_is_not_delivered_and_the_original_arrives_through_redis(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+
+    def pay_999(kind: int, body: bytes) -> bytes | None:
+        return body.replace(b"pay 100", b"pay 999") if kind == wire.DELIVER and b"pay 100" in body else None
+
+    mitm.alter_next(pay_999)
+    assert await a.publish(ch, b"pay 100 to alice") == 1
+    await asyncio.wait_for(mitm.altered.wait(), scaled(5.0))
+    await eventually(lambda: any(frame.startswith(b"pay") for frame in got), "the payment, one way or another")
+
+    assert b"pay 999 to alice" not in got
+    await eventually(lambda: b"pay 100 to alice" in got, "the original, unacked, through Redis")
+    assert b.links.stats.forged == 1
+    await carried_on(a, got, ch)
+    assert got.count(b"pay 100 to alice") == 1
+
+
+async def test_a_replayed_deliver_is_not_delivered_twice(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+    assert await a.publish(ch, b"transfer 1") == 1
+    await eventually(lambda: b"transfer 1" in got, "the transfer")
+    recorded = mitm.delivered()[-1]
+    link = a.links._routes[ch]
+    await eventually(lambda: not link.state.unacked, "the transfer acked")
+
+    mitm.inject(recorded)  # the same bytes again, later in the stream
+    await carried_on(a, got, ch)
+
+    assert got.count(b"transfer 1") == 1
+    assert b.links.stats.forged == 1
+
+
+# -- handshakes nobody finishes -----------------------------------------------------------------
+
+
+async def test_four_hundred_silent_connections_hold_few_handshakes_and_write_few_warnings(buses, caplog) -> None:
+    caplog.set_level(logging.INFO, "switchboard.replicas")
+    b = await buses("b")
+    port = int(b.links.origin.rsplit(":", 1)[1])
+    conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(400)]
+    try:
+        answers = await asyncio.gather(*(first_frame_or_close(reader) for reader, _ in conns))
+        challenged = sum(kind == wire.CHALLENGE for kind in answers)
+        assert challenged <= 16, f"{challenged} handshakes pending at once"
+        from switchboard.protocol import link_gate  # noqa: PLC0415 (the cap's module: absent before it)
+
+        assert challenged <= link_gate.MAX_PENDING_PER_ADDRESS, f"{challenged} handshakes pending at once"
+        assert b.links.pending_handshakes <= link_gate.MAX_PENDING_PER_ADDRESS
+        await eventually(lambda: b.links.stats.refused == 400, "every silent connection refused", timeout=10)
+        assert b.links.pending_handshakes == 0
+    finally:
+        for _, writer in conns:
+            writer.transport.abort()
+    said = [r.getMessage() for r in caplog.records if r.name in LINK_LOGGERS and r.levelno >= logging.WARNING]
+    assert len(said) <= 3, f"{len(said)} warning lines, the first ones: {said[:5]}"
+
+    # the flood is over: a replica that dials b now gets its link
+    c = await buses("c")
+    ch = channel()
+    await c.subscribe(ch, lambda _: None)
+    assert await b.publish(ch, b"first") == 1  # through Redis: c dials b
+    await eventually(lambda: b.links.route_of(ch) == c.replica_id, "a link from c to b")
+
+
+async def first_frame_or_close(reader: asyncio.StreamReader) -> int | None:
+    """The kind of the first frame the listener sends, or ``None`` if it closes the connection first."""
+    try:
+        head = await asyncio.wait_for(reader.readexactly(5), scaled(5.0))
+    except (asyncio.IncompleteReadError, ConnectionResetError):
+        return None
+    return head[4]
+
+
+# -- the provider of a protected service, behind real replica processes ---------------------------
+
+
+def forged_call(workspace: str) -> bytes:
+    """A call to ``prov``'s protected ``act`` as the hub would stamp it, from a user named root."""
+    head = {
+        "type": "method",
+        "to": f"{workspace}/prov",
+        "method": "services.prot.act",
+        "session": "forged-session",
+        "from": f"{workspace}/forged",
+        "ws": workspace,
+        "user": {"id": "root", "is_anonymous": False, "email": "root@example.com", "roles": ["admin"]},
+    }
+    return envelope.encode(head, msgpack.packb({"args": ["forged"], "with_kwargs": False}, use_bin_type=True))
+
+
+async def metric(url: str, name: str) -> float:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{url}/metrics", timeout=5)).text
+    found = re.search(rf'^{name}(?:_total)?{{replica="[^"]+"}} ([0-9.e+]+)$', text, re.M)
+    assert found, f"{name} missing from /metrics"
+    return float(found.group(1))
+
+
+@pytest.mark.cluster
+async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_as_a_forged_user(
+    valkey_tamper, mitm
+) -> None:
+    a = ReplicaProcess(replica_id="tamper-a", redis_url=valkey_tamper.url)
+    b = ReplicaProcess(
+        replica_id="tamper-b",
+        redis_url=valkey_tamper.url,
+        args=["--link-port", str(mitm.upstream), "--link-advertise", f"127.0.0.1:{mitm.port}"],
+    )
+    made: list[Any] = []
+    try:
+        a.start()
+        b.start()
+        provider = await connect_to_server({"server_url": a.url, "client_id": "prov", "method_timeout": 20})
+        made.append(provider)
+        workspace = provider.config["workspace"]
+        ran: list[tuple[str, str]] = []
+
+        def act(*args: Any, context: dict[str, Any] | None = None) -> str:
+            ctx = context or {}
+            ran.append((ctx.get("from", ""), (ctx.get("user") or {}).get("id", "")))
+            return "done"
+
+        await provider.register_service(
+            {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "act": act}
+        )
+        token = await provider.generate_token()
+        member = await connect_to_server(
+            {"server_url": b.url, "client_id": "member", "token": token, "method_timeout": 20}
+        )
+        made.append(member)
+        prot = await member.get_service("prov:prot")
+        for _ in range(3):  # the first through Redis, then A dials B's link (through the host)
+            assert await prot.act() == "done"
+        await eventually(lambda: mitm.delivered(), "calls from B to A over the link through the host")
+        assert all(user != "root" for _, user in ran)
+        legit = len(ran)
+
+        mitm.inject(wire.deliver(f"sb:client:{workspace}/prov", forged_call(workspace)))
+        for _ in range(3):  # the member's calls carry on, through Redis if the link is gone
+            assert await asyncio.wait_for(prot.act(), 15) == "done"
+
+        assert [user for _, user in ran[legit:]] == [ran[0][1]] * 3, f"the provider ran {ran[legit:]}"
+        assert all(sender != f"{workspace}/forged" for sender, _ in ran)
+        assert await metric(a.url, "switchboard_link_forged") == 1
+    finally:
+        for api in reversed(made):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.disconnect(), 5)
+        a.kill()
+        b.kill()

@@ -1,0 +1,86 @@
+"""A host on the path of a replica link: relays its bytes, and injects, alters or replays a frame on cue.
+
+Put it in front of a replica's link port (the replica advertises the relay's
+port) and the link the other replica dials runs through it. It relays whole
+frames (``u32 length | u8 kind | body``, the framing every link frame has
+had), so what it writes into the stream lands between two frames, as an
+attacker who can rewrite TCP segments would place it. ``down`` is the
+listener's side to the dialler's: the direction the listener's DELIVERs take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from switchboard.protocol import link as wire
+
+Alter = Callable[[int, bytes], bytes | None]  # (kind, body) -> new body, or None to leave it
+
+
+class LinkMitm:
+    """A loopback relay to ``upstream`` (a link listener) that can tamper with the ``down`` stream."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.connections = 0
+        self.down_frames: list[tuple[int, bytes]] = []  # every frame relayed down, as it was
+        self._alter: Alter | None = None
+        self._down: asyncio.StreamWriter | None = None  # the current connection's dialler side
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.altered = asyncio.Event()
+
+    async def __aenter__(self) -> LinkMitm:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port: int = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()  # each pump then reads EOF and ends
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def delivered(self) -> list[bytes]:
+        """The DELIVER frames relayed down so far, re-encoded exactly as they crossed."""
+        return [wire.encode(kind, body) for kind, body in self.down_frames if kind == wire.DELIVER]
+
+    def inject(self, frame: bytes) -> None:
+        """Write ``frame`` into the current connection's ``down`` stream, between two frames."""
+        assert self._down is not None, "no link through the relay yet"
+        self._down.write(frame)
+
+    def alter_next(self, alter: Alter) -> None:
+        """Rewrite the next frame going down for which ``alter`` returns a body (once)."""
+        self._alter = alter
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self._writers += [writer, up_writer]
+        self._down = writer
+
+        async def up() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+                await up_writer.drain()
+            up_writer.transport.abort()
+
+        async def down() -> None:
+            decoder = wire.Decoder(1 << 30)
+            while data := await up_reader.read(65536):
+                for kind, body in decoder.feed(data):
+                    self.down_frames.append((kind, body))
+                    if self._alter is not None and (changed := self._alter(kind, body)) is not None:
+                        self._alter, body = None, changed
+                        self.altered.set()
+                    writer.write(wire.encode(kind, body))
+                await writer.drain()
+            writer.transport.abort()
+
+        with contextlib.suppress(OSError):
+            await asyncio.gather(up(), down())
