@@ -63,7 +63,8 @@ async def test_removing_a_workspace_removes_its_record_tables_and_log(store: Wor
     assert await store.table_set("team-a", "env", "k", '"v"', max_entries=5, keep=True, only_new=False)
     await store.log_append("team-a", "e1", max_entries=10, keep=True)
     removed = await store.remove("team-a")
-    assert removed is not None and removed["id"] == "team-a"
+    assert removed is not None
+    assert removed["id"] == "team-a"
     assert await store.get("team-a") is None
     assert await store.table("team-a", "env") == {}
     assert await store.log_entries("team-a", 10) == []
@@ -86,7 +87,8 @@ async def test_the_log_keeps_about_its_last_entries_oldest_first(store: Workspac
     kept = await store.log_entries("ws-x", 1000)
     # Redis trims approximately (MAXLEN ~): never below the bound, at most a node's worth above it
     assert 100 <= len(kept) <= 200
-    assert kept[-1] == "e499" and kept == sorted(kept, key=lambda e: int(e[1:]))
+    assert kept[-1] == "e499"
+    assert kept == sorted(kept, key=lambda e: int(e[1:]))
     assert await store.log_entries("ws-x", 3) == ["e497", "e498", "e499"]
 
 
@@ -98,9 +100,7 @@ async def test_data_without_a_persistent_record_expires_after_its_last_write(sto
     if id(store) in CLOCKS:
         CLOCKS[id(store)].advance(TTL + 0.1)
     else:
-        await eventually(
-            lambda: _gone(store, "brief-ws"), "brief-ws's data expired", timeout=TTL * 20, interval=0.1
-        )
+        await eventually(lambda: _gone(store, "brief-ws"), "brief-ws's data expired", timeout=TTL * 20, interval=0.1)
     assert await store.table("brief-ws", "env") == {}
     assert await store.table("kept-ws", "env") == {"k": "v"}
     assert await store.log_entries("kept-ws", 5) == ["e"]

@@ -97,10 +97,11 @@ class User:
         return self.permission(workspace) >= need
 
     def named_in(self, owners: object) -> bool:
-        """Whether a workspace record's ``owners`` name this user (by id, or by its token's email)."""
+        """Whether a workspace record's ``owners`` name this user: by id, or by email for a
+        first-hand credential only (a generated token inherits its maker's email, not its rights)."""
         if not isinstance(owners, list):
             return False
-        return self.id in owners or (bool(self.email) and self.email in owners)
+        return self.id in owners or (self.parent is None and bool(self.email) and self.email in owners)
 
     def to_wire(self, workspace: str | None = None, client_id: str | None = None) -> dict[str, Any]:
         """The user object stamped on messages and shown in ``connection_info``."""
