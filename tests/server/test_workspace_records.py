@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 
+import httpx
 import jwt
 import pytest
 from hypha_rpc.rpc import RemoteException
@@ -188,3 +189,26 @@ async def test_a_persistent_workspace_survives_a_restart_of_the_embedded_hub(tmp
         assert (info["owners"], info["persistent"], info["description"]) == (["alice"], True, "kept")
         assert (await owner.check_status())["user_permission"] == "a"
         assert [w["id"] for w in await owner.list_workspaces() if w["id"].startswith(ws)] == [ws]
+
+
+async def test_hypha_info_routes_answer_over_http(server, connect):
+    alice = await connect(client_id="alice", token=token_of("alice"))
+    ws = fresh("team")
+    await alice.create_workspace({"id": ws, "description": "our lab"})
+    auth = {"Authorization": f"Bearer {login_token('alice')}"}
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        health = await http.get("/health")
+        assert health.status_code == 200
+        assert health.json()["status"] == "HEALTHY"
+        config = (await http.get("/assets/config.json", headers=auth)).json()
+        assert config["user"]["id"] == "alice"
+        assert config["public_base_url"]
+        assert config["hypha_version"]
+        info = await http.get(f"/{ws}/info", headers=auth)
+        assert info.status_code == 200
+        assert (info.json()["owners"], info.json()["description"]) == (["alice"], "our lab")
+        outsider = {"Authorization": f"Bearer {login_token('mallory')}"}
+        refused = await http.get(f"/{ws}/info", headers=outsider)
+        assert refused.status_code == 403
+        assert refused.json() == {"success": False, "detail": f"mallory has no permission to access {ws}"}
+        assert (await http.get(f"/{ws}/info")).status_code == 403  # anonymous

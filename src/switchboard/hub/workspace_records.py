@@ -214,7 +214,7 @@ class WorkspaceRecords:
         record = await self.store.get(ws)
         if not (peer.user.can(ws, Permission.READ) or owns(peer.user, record)):
             raise PermissionDenied(f"Permission denied for workspace {ws}")
-        info = dict(record) if record else _implicit(ws)
+        info = dict(record) if record else implicit_record(ws)
         info["service_types"] = {k: json.loads(v) for k, v in (await self.store.table(ws, "types")).items()}
         bookmarks = await self.store.table(ws, "bookmarks")
         if bookmarks:
@@ -226,7 +226,7 @@ class WorkspaceRecords:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ)
-        info = await self.store.get(ws) or _implicit(ws)
+        info = await self.store.get(ws) or implicit_record(ws)
         clients = sorted(
             i["id"].rpartition(":")[0] for i in await self.hub.registry.find(ServiceQuery(ws, "*", "built-in"))
         )
@@ -341,7 +341,7 @@ def json_text(value: Any, what: str, limit: int) -> str:
     return text
 
 
-def _implicit(ws: str) -> dict[str, Any]:
+def implicit_record(ws: str) -> dict[str, Any]:
     """What a workspace nobody created is: it exists while it is used, owned by nobody."""
     personal = ws.removeprefix("ws-user-") if ws.startswith("ws-user-") else None
     return {

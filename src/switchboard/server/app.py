@@ -24,7 +24,7 @@ from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server import http_rpc, http_services, status_api, web_console
+from switchboard.server import http_rpc, http_services, hypha_routes, status_api, web_console
 from switchboard.server.server_state import Phase, ServerState
 from switchboard.server.state_dir import WORKSPACES_FILE, state_path, token_secret
 from switchboard.server.websocket import websocket_endpoint
@@ -189,6 +189,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         Route("/health/liveness", liveness),
         Route("/health/readiness", readiness),
         Route("/metrics", metrics),
+        *hypha_routes.routes(),  # before the services': "/{workspace}/info" is not a service
         WebSocketRoute("/ws", websocket_endpoint),
         *http_rpc.routes(),
         *status_api.routes(),
