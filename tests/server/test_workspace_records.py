@@ -212,3 +212,19 @@ async def test_hypha_info_routes_answer_over_http(server, connect):
         assert refused.status_code == 403
         assert refused.json() == {"success": False, "detail": f"mallory has no permission to access {ws}"}
         assert (await http.get(f"/{ws}/info")).status_code == 403  # anonymous
+
+
+async def test_an_email_owner_is_admin_but_tokens_it_generates_inherit_its_email_not_its_rights(connect):
+    alice = await connect(client_id="alice", token=login_token("alice", "alice@example.org"))
+    ws = fresh("team")
+    await alice.create_workspace({"id": ws, "owners": ["alice@example.org"]})
+    assert (await alice.get_workspace_info(ws))["owners"] == ["alice@example.org"]
+    owner = await connect(client_id="owner", token=login_token("alice", "alice@example.org"), workspace=ws)
+    assert (await owner.check_status())["user_permission"] == "a"
+    reader = await connect(client_id="reader", token=await owner.generate_token({"permission": "read"}), workspace=ws)
+    assert reader.config["user"]["email"] == "alice@example.org"  # inherited, as in Hypha
+    assert (await reader.check_status())["user_permission"] == "r"
+    with pytest.raises(RemoteException, match="Permission denied"):
+        await reader.delete_workspace(ws)
+    with pytest.raises(RemoteException, match="Only admin can generate token"):
+        await reader.generate_token({"workspace": ws, "permission": "admin"})
