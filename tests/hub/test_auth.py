@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from switchboard.hub.auth import (
     AUDIENCE,
     CREDENTIAL_EXPIRY,
     ISSUER,
+    MAX_EXTRA_SCOPES,
     ROOT,
     Permission,
     TokenIssuer,
@@ -387,7 +389,11 @@ class TestScopeIsBuiltFromCheckedValues:
     @pytest.mark.parametrize(
         "scope",
         [
-            "ws:*#a ws:w#r wid:w x",
+            "ws:*#a ws:w#r wid:w x!",
+            "ws:w#r wid:w cid:",
+            "ws:w#r wid:w ws:v",
+            "ws:w#r wid:w wid:",
+            "wid:w a:b a:b",
             "ws:w#r  wid:w",
             "ws:w x#a wid:w",
             "cid:a cid:b wid:w",
@@ -400,6 +406,25 @@ class TestScopeIsBuiltFromCheckedValues:
     def test_a_scope_with_anything_unexpected_is_refused(self, scope: str) -> None:
         with pytest.raises(AuthError, match="bad scope entry"):
             parse_scope(scope)
+
+    def test_extra_scopes_read_back_as_labels_never_as_grants(self, issuer: TokenIssuer) -> None:
+        user = dataclasses.replace(ALICE, extra_scopes=("read:data", "quota.gold"))
+        token = issuer.issue(user, workspace="ws-work", permission=Permission.READ, expires_in=60)
+        back = issuer.verify(token)
+        assert back.extra_scopes == ("read:data", "quota.gold")
+        assert back.grants == {**ALICE.grants, "ws-work": Permission.READ}
+        assert parse_scope("wid:w a:b c.d").extra_scopes == ("a:b", "c.d")
+
+    @pytest.mark.parametrize("extra", ["ws:w#a", "cid:x", "wid:v", "a b", "a#b", "x" * 129, ""])
+    def test_an_extra_scope_outside_its_grammar_is_refused_when_issued(self, issuer: TokenIssuer, extra: str) -> None:
+        user = dataclasses.replace(ALICE, extra_scopes=(extra,))
+        with pytest.raises(AuthError, match="invalid extra scope"):
+            issuer.issue(user, workspace="ws-work", permission=Permission.READ, expires_in=60)
+
+    def test_too_many_extra_scopes_are_refused(self) -> None:
+        many = " ".join(f"s{i}" for i in range(MAX_EXTRA_SCOPES + 1))
+        with pytest.raises(AuthError, match="bad scope entry"):
+            parse_scope(f"wid:w {many}")
 
     def test_the_scope_reads_back_what_was_granted(self, issuer: TokenIssuer) -> None:
         token = issuer.issue(ALICE, workspace="ws-work", permission=Permission.READ, expires_in=60, client_id="cA")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
@@ -128,3 +128,52 @@ class ConnectionCounts(Protocol):
         ...
 
     async def remove(self, user: str, workspace: str) -> None: ...
+
+
+# How long the data (environment, service types, bookmarks, event log) of a workspace
+# without a persistent record lasts after its last write: a week spans a work cycle,
+# while workspaces nobody created (every user has one) cannot pile up for ever.
+WORKSPACE_DATA_TTL = 7 * 24 * 3600.0
+
+
+class WorkspaceStore(Protocol):
+    """Workspaces as records (owners, persistence), and the small data each keeps:
+    named tables (``env``, ``types``, ``bookmarks``) and a capped event log.
+
+    Records are plain JSON-ready dicts. Data of a workspace without a
+    persistent record lasts ``ttl`` seconds after its last write, so
+    workspaces nobody created cannot pile up; a persistent record keeps it.
+    """
+
+    async def get(self, workspace: str) -> dict[str, Any] | None:
+        """The record of ``workspace``, or ``None`` if nobody created it."""
+        ...
+
+    async def put(self, record: dict[str, Any], *, overwrite: bool) -> bool:
+        """Store ``record`` (keyed by its ``id``); ``False`` if one exists and not ``overwrite``."""
+        ...
+
+    async def remove(self, workspace: str) -> dict[str, Any] | None:
+        """Delete the record and every table and log entry of ``workspace``; return the record."""
+        ...
+
+    async def records(self, limit: int) -> list[dict[str, Any]]:
+        """At most ``limit`` records, in no particular order."""
+        ...
+
+    async def table_set(
+        self, workspace: str, table: str, key: str, value: str | None, *, max_entries: int, keep: bool, only_new: bool
+    ) -> bool:
+        """Set (``None``: delete) one entry; ``False`` if it would make ``max_entries`` entries
+        too many, or if ``only_new`` and the key exists. ``keep``: the workspace is persistent."""
+        ...
+
+    async def table(self, workspace: str, table: str) -> dict[str, str]: ...
+
+    async def log_append(self, workspace: str, entry: str, *, max_entries: int, keep: bool) -> None:
+        """Append to the workspace's log, dropping its oldest entries beyond about ``max_entries``."""
+        ...
+
+    async def log_entries(self, workspace: str, limit: int) -> list[str]:
+        """The log, oldest first, at most the last ``limit`` entries."""
+        ...

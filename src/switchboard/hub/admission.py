@@ -7,9 +7,10 @@ message the client will see, and keeps the hub-wide connection counts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
-from switchboard.backends.base import ConnectionCounts, Registry
+from switchboard.backends.base import ConnectionCounts, Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
@@ -32,12 +33,14 @@ class Gatekeeper:
         registry: Registry,
         counts: ConnectionCounts,
         clock: Clock,
+        workspaces: WorkspaceStore | None = None,
     ) -> None:
         self.settings = settings
         self.issuer = issuer
         self.registry = registry
         self.counts = counts
         self.clock = clock
+        self.workspaces = workspaces
         self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
 
     async def admit(self, hello: Hello, *, workspace_here: Callable[[str], bool]) -> tuple[User, str, bool]:
@@ -90,6 +93,7 @@ class Gatekeeper:
         else:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
+        user = await self._as_owner(user, workspace)
         if not user.can(workspace, Permission.READ):
             if await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
@@ -101,6 +105,22 @@ class Gatekeeper:
                 CLOSE_GOING_AWAY,
             )
         return user, workspace, False
+
+    async def _as_owner(self, user: User, workspace: str) -> User:
+        """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.
+
+        Resolved once, at admission: the connection's permission checks read
+        the grant without asking the store again.
+        """
+        if self.workspaces is None or user.is_anonymous or user.can(workspace, Permission.ADMIN):
+            return user
+        try:
+            record = await self.workspaces.get(workspace)
+        except BackendError:
+            return user  # the store is away: the user keeps what its token grants, no more
+        if record is not None and user.named_in(record.get("owners")):
+            return dataclasses.replace(user, grants={**user.grants, workspace: Permission.ADMIN})
+        return user
 
     async def _workspace_exists(self, workspace: str, here: Callable[[str], bool]) -> bool:
         if workspace == "public" or here(workspace):

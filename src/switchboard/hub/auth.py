@@ -8,6 +8,7 @@ workspace. Verification never trusts a claim it did not sign.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,8 @@ class User:
     # when the credential this identity stands on expires: a reconnection token never
     # outlives it; None only for an anonymous user, who has no credential
     credential_expires_at: float | None = None
+    # labels for applications (Hypha's ``extra_scopes``); the hub itself grants nothing by them
+    extra_scopes: tuple[str, ...] = ()
 
     @property
     def is_anonymous(self) -> bool:
@@ -93,6 +96,13 @@ class User:
     def can(self, workspace: str, need: Permission) -> bool:
         return self.permission(workspace) >= need
 
+    def named_in(self, owners: object) -> bool:
+        """Whether a workspace record's ``owners`` name this user: by id, or by email for a
+        first-hand credential only (a generated token inherits its maker's email, not its rights)."""
+        if not isinstance(owners, list):
+            return False
+        return self.id in owners or (self.parent is None and bool(self.email) and self.email in owners)
+
     def to_wire(self, workspace: str | None = None, client_id: str | None = None) -> dict[str, Any]:
         """The user object stamped on messages and shown in ``connection_info``."""
         grants = {ws: p.code for ws, p in self.grants.items()}
@@ -105,7 +115,7 @@ class User:
                 "current_workspace": workspace,
                 "workspaces": grants,
                 "client_id": client_id,
-                "extra_scopes": None,
+                "extra_scopes": list(self.extra_scopes) if self.extra_scopes else None,
             },
             "email": self.email,
             "parent": self.parent,
@@ -165,6 +175,7 @@ class TokenIssuer:
                     workspace=workspace,
                     permission=permission,
                     client_id=client_id,
+                    extra_scopes=user.extra_scopes,
                 ),
                 "gty": "client-credentials",
                 _ROLES: list(user.roles),
@@ -200,7 +211,12 @@ class TokenIssuer:
 
 
 def format_scope(
-    *, grants: dict[str, Permission], workspace: str, permission: Permission, client_id: str | None
+    *,
+    grants: dict[str, Permission],
+    workspace: str,
+    permission: Permission,
+    client_id: str | None,
+    extra_scopes: tuple[str, ...] = (),
 ) -> str:
     """The ``scope`` claim, built from checked values (protocol §6.4).
 
@@ -213,7 +229,30 @@ def format_scope(
     if client_id:
         parts.append(f"cid:{ids.check_id(client_id, 'client id')}")
     parts.append(f"wid:{ids.check_id(workspace, 'workspace')}")
+    parts.extend(check_extra_scope(x) for x in extra_scopes)
     return " ".join(parts)
+
+
+# An extra scope: an application's label such as ``read:data`` (letters, digits, '_', '-',
+# '|', '.', ':'), never one of the hub's own kinds, so it cannot be read back as a grant.
+EXTRA_SCOPE_GRAMMAR = "letters, digits, '_', '-', '|', '.' and ':', at most 128, not starting with ws:, cid: or wid:"
+_EXTRA_SCOPE = re.compile(r"[A-Za-z0-9_\-|.:]{1,128}")
+MAX_EXTRA_SCOPES = 16
+
+
+def is_extra_scope(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and _EXTRA_SCOPE.fullmatch(value) is not None
+        and value.partition(":")[0] not in ("ws", "cid", "wid")
+    )
+
+
+def check_extra_scope(value: object) -> str:
+    if not is_extra_scope(value):
+        raise AuthError(f"invalid extra scope {str(value)[:80]!r}: use {EXTRA_SCOPE_GRAMMAR}")
+    assert isinstance(value, str)
+    return value
 
 
 def _grant_key(workspace: str) -> str:
@@ -228,18 +267,21 @@ class Scope:
     grants: dict[str, Permission]
     client_id: str | None
     workspace: str | None
+    extra_scopes: tuple[str, ...] = ()
 
 
 _CODES = {"r": Permission.READ, "rw": Permission.READ_WRITE, "a": Permission.ADMIN}
 
 
 def parse_scope(text: object) -> Scope:
-    """Read a ``scope`` claim; anything but ``ws:<id>#<r|rw|a>``, ``cid:<id>`` and
-    ``wid:<id>`` (each id in the grammar, ``cid`` and ``wid`` at most once) is refused."""
+    """Read a ``scope`` claim; anything but ``ws:<id>#<r|rw|a>``, ``cid:<id>``,
+    ``wid:<id>`` (each id in the grammar, ``cid`` and ``wid`` at most once) and up to
+    :data:`MAX_EXTRA_SCOPES` extra scopes (:data:`EXTRA_SCOPE_GRAMMAR`) is refused."""
     if not isinstance(text, str):
         raise AuthError("invalid token: scope must be a string")
     grants: dict[str, Permission] = {}
     single: dict[str, str] = {}
+    extra: list[str] = []
     for part in text.split(" "):
         kind, colon, value = part.partition(":")
         if kind == "ws" and colon:
@@ -250,8 +292,11 @@ def parse_scope(text: object) -> Scope:
         elif kind in ("cid", "wid") and colon and ids.is_id(value) and kind not in single:
             single[kind] = value
             continue
+        elif is_extra_scope(part) and part not in extra and len(extra) < MAX_EXTRA_SCOPES:
+            extra.append(part)
+            continue
         raise AuthError(f"invalid token: bad scope entry {part[:80]!r}")
-    return Scope(grants, single.get("cid"), single.get("wid"))
+    return Scope(grants, single.get("cid"), single.get("wid"), tuple(extra))
 
 
 def _user_from_claims(claims: dict[str, Any]) -> User:
@@ -271,6 +316,7 @@ def _user_from_claims(claims: dict[str, Any]) -> User:
         client_id=scope.client_id,
         current_workspace=scope.workspace,
         credential_expires_at=_credential_expiry(claims, anonymous="anonymous" in roles),
+        extra_scopes=scope.extra_scopes,
     )
 
 
@@ -286,12 +332,21 @@ def _credential_expiry(claims: dict[str, Any], *, anonymous: bool) -> float | No
     raise AuthError("invalid token: bad credential expiry")
 
 
-def child_user(parent: User, *, workspace: str, permission: Permission) -> User:
-    """The user a generated token stands for: a new id that inherits roles."""
+def child_user(
+    parent: User,
+    *,
+    workspace: str,
+    permission: Permission,
+    extra_scopes: tuple[str, ...] = (),
+    email: str | None = None,
+) -> User:
+    """The user a generated token stands for: a new id that inherits roles (and the email,
+    unless one is given: the caller checked it may set one)."""
     return User(
         id=shortuuid.uuid()[:16].lower(),
         roles=parent.roles,
         grants={workspace: permission},
         parent=parent.parent or parent.id,
-        email=parent.email,
+        email=email or parent.email,
+        extra_scopes=extra_scopes,
     )

@@ -19,8 +19,9 @@ from typing import Any
 
 import shortuuid
 
-from switchboard.backends.base import ConnectionCounts, EventBus, Registry
+from switchboard.backends.base import WORKSPACE_DATA_TTL, ConnectionCounts, EventBus, Registry, WorkspaceStore
 from switchboard.backends.memory import MemoryConnectionCounts
+from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
@@ -38,7 +39,7 @@ from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
@@ -50,6 +51,10 @@ log = logging.getLogger(__name__)
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
 # of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
 TOKEN_REUSE = 60.0
+
+
+# every replica hears here which workspace was deleted, and ends its clients' sessions there
+DELETED_CHANNEL = "sb:deleted"
 
 
 class Hub:
@@ -66,6 +71,7 @@ class Hub:
         issuer: TokenIssuer,
         counts: ConnectionCounts | None = None,
         links: LinkSettings | None = None,
+        workspaces: WorkspaceStore | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -74,7 +80,15 @@ class Hub:
         self.metrics = metrics
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
-        self.gate = Gatekeeper(settings=settings, issuer=issuer, registry=registry, counts=self.counts, clock=clock)
+        self.workspaces = workspaces or MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL)
+        self.gate = Gatekeeper(
+            settings=settings,
+            issuer=issuer,
+            registry=registry,
+            counts=self.counts,
+            clock=clock,
+            workspaces=self.workspaces,
+        )
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"
@@ -164,6 +178,7 @@ class Hub:
         spawn(self._background, self.dispatch.take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
         await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
+        await self.bus.subscribe(DELETED_CHANNEL, self._workspace_deleted)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
@@ -373,6 +388,16 @@ class Hub:
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
             await self.unicast.unsubscribe(channel)
+
+    async def end_workspace(self, workspace: str) -> None:
+        """A workspace was deleted: every replica ends the sessions of its clients there."""
+        self._workspace_deleted(workspace.encode())
+        await self.remote.publish(DELETED_CHANNEL, workspace.encode())
+
+    def _workspace_deleted(self, data: bytes) -> None:
+        workspace = data.decode(errors="replace")
+        for peer in list(self._by_workspace.get(workspace, ())):
+            peer.close(CLOSE_POLICY, f"Workspace {workspace} was deleted")
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""

@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from hypha_rpc import RPC
 from hypha_rpc.utils.schema import schema_function
 
+from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
-from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission, TokenIssuer, child_user
+from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.auth import MAX_EXTRA_SCOPES, Permission, TokenIssuer, check_extra_scope, child_user
+from switchboard.hub.event_log import EventLog
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
 from switchboard.hub.service_directory import DirectoryHost, ServiceDirectory
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.hub.workspace_data import WorkspaceData
+from switchboard.hub.workspace_records import WorkspaceRecords
 from switchboard.protocol import envelope, ids
 from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.protocol.services import ServiceQuery
@@ -40,8 +45,15 @@ class Hub(DirectoryHost, Protocol):
     clock: Clock
     issuer: TokenIssuer
     manager_id: str
+    workspaces: WorkspaceStore
 
     async def route_from_manager(self, data: bytes) -> None: ...
+
+    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
+
+    async def end_workspace(self, workspace: str) -> None: ...
+
+    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
 
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
@@ -50,6 +62,8 @@ MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
 # caller would give up on a longer ping before it ended, while the manager kept
 # a task and a session waiting for it.
 MAX_PING_TIMEOUT = 30.0
+# An email a generated token carries (set only by callers with the hub's admin role).
+_EMAIL = re.compile(r"[^@\s]{1,64}@[^@\s]+\.[^@\s]+")
 
 
 class _RouterLink:
@@ -85,6 +99,11 @@ class WorkspaceManager:
         self.link = _RouterLink(hub)
         self.rpc: RPC | None = None
         self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc)  # the methods about services
+        # workspaces as records, their event log, their environment and service types
+        self.records = WorkspaceRecords(hub, events=None, directory=self.directory, ping=self.ping)
+        self.events = EventLog(hub, keep=self.records.keep, require=self.records.require)
+        self.records.events = self.events
+        self.data = WorkspaceData(hub.workspaces, self.records)
         self._sending: set[asyncio.Task[Any]] = set()  # answers the door sends
         s = hub.settings
         self.door = ManagerDoor(
@@ -129,7 +148,7 @@ class WorkspaceManager:
         s = self.hub.settings
         methods: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
             "echo": (self.echo, {"data": {}}),
-            "log": (self.log_message, {"msg": {"type": "string"}}),
+            "log": (self.events.log, {"msg": {}}),
             "register_service": (self.directory.register_service, {"service": {"type": "object"}, "config": {}}),
             "unregister_service": (self.directory.unregister_service, {"service_id": {"type": "string"}}),
             "get_service_info": (self.directory.get_service_info, {"service_id": {"type": "string"}, "config": {}}),
@@ -141,9 +160,9 @@ class WorkspaceManager:
             "parse_token": (self.parse_token, {"token": {"type": "string"}}),
             "subscribe": (self.subscribe, {"event_type": {}}),
             "unsubscribe": (self.unsubscribe, {"event_type": {}}),
-            "get_workspace_info": (self.get_workspace_info, {"workspace": {"type": "string"}}),
             "check_status": (self.check_status, {}),
         }
+        methods.update(self._record_methods())
         service: dict[str, Any] = {
             "id": "default",
             "name": "Default workspace management service",
@@ -163,6 +182,30 @@ class WorkspaceManager:
             )
         return service
 
+    def _record_methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
+        r, e, d = self.records, self.events, self.data
+        ws: dict[str, Any] = {"workspace": {"type": "string"}}
+        any_: dict[str, Any] = {}
+        times = {"event_type": {"type": "string"}, "start_time": any_, "end_time": any_}
+        return {
+            "get_workspace_info": (r.get_workspace_info, ws),
+            "create_workspace": (r.create_workspace, {"config": {"type": "object"}, "overwrite": {"type": "boolean"}}),
+            "delete_workspace": (r.delete_workspace, ws),
+            "list_workspaces": (r.list_workspaces, {"match": any_, "offset": any_, "limit": any_}),
+            "get_summary": (r.get_summary, {}),
+            "cleanup": (r.cleanup, {**ws, "timeout": {"type": "number"}}),
+            "bookmark": (r.bookmark, {"item": {"type": "object"}}),
+            "unbookmark": (r.unbookmark, {"item": {"type": "object"}}),
+            "set_env": (d.set_env, {"key": {"type": "string"}, "value": any_}),
+            "get_env": (d.get_env, {"key": any_}),
+            "register_service_type": (d.register_service_type, {"type_info": {"type": "object"}}),
+            "get_service_type": (d.get_service_type, {"type_id": {"type": "string"}}),
+            "list_service_types": (d.list_service_types, ws),
+            "log_event": (e.log_event, {"event_type": {"type": "string"}, "data": any_}),
+            "get_events": (e.get_events, times),
+            "get_event_stats": (e.get_event_stats, times),
+        }
+
     # -- helpers -------------------------------------------------------------
 
     async def answers_ping(self, address: str, timeout: float = 2.0) -> bool:
@@ -180,12 +223,6 @@ class WorkspaceManager:
         peer = calling_peer()
         require(peer, peer.workspace, Permission.READ_WRITE)
         return data
-
-    async def log_message(self, msg: Any, context: dict[str, Any] | None = None) -> None:
-        """Write a line to the server log on behalf of the caller."""
-        peer = calling_peer()
-        require(peer, peer.workspace, Permission.READ_WRITE)
-        peer.log.info("client log: %.1000s", msg)
 
     async def list_clients(self, workspace: Any = None, context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Every client of a workspace (those that registered their built-in service)."""
@@ -236,8 +273,9 @@ class WorkspaceManager:
         if not isinstance(config, dict):
             raise ProtocolError("generate_token expects a config object")
         ws = ids.check_id(config.get("workspace") or peer.workspace, "workspace")
-        if not peer.user.can(ws, Permission.ADMIN):
+        if await self.records.permission(peer.user, ws) < Permission.ADMIN:  # an owner is admin
             raise PermissionDenied("Only admin can generate token.")
+        extra_scopes, email = self._token_labels(peer.user, config)
         client_id = config.get("client_id")
         if client_id is not None:
             ids.check_id(client_id, "client id")
@@ -263,7 +301,7 @@ class WorkspaceManager:
             if left <= 0:
                 raise PermissionDenied("Your token has expired: connect again with a fresh one to generate tokens.")
             expires_in = min(float(expires_in), left)
-        user = child_user(peer.user, workspace=ws, permission=permission)
+        user = child_user(peer.user, workspace=ws, permission=permission, extra_scopes=extra_scopes, email=email)
         return self.hub.issuer.issue(
             user,
             workspace=ws,
@@ -271,6 +309,33 @@ class WorkspaceManager:
             expires_in=float(expires_in),
             client_id=client_id,
         )
+
+    @staticmethod
+    def _token_labels(user: Any, config: dict[str, Any]) -> tuple[tuple[str, ...], str | None]:
+        """``extra_scopes`` and ``email`` for a generated token, checked.
+
+        A token's rights never grow through what is derived from it: a caller
+        adds only extra scopes it holds itself, and sets an email only with
+        the hub's admin role (as Hypha's), unless it has that role.
+        """
+        extra = config.get("extra_scopes") or []
+        if not isinstance(extra, list) or len(extra) > MAX_EXTRA_SCOPES:
+            raise ProtocolError(f"extra_scopes must be a list of at most {MAX_EXTRA_SCOPES} strings")
+        try:
+            checked = tuple(dict.fromkeys(check_extra_scope(x) for x in extra))
+        except AuthError as exc:
+            raise ProtocolError(str(exc)) from None
+        is_admin = "admin" in user.roles
+        beyond = [x for x in checked if x not in user.extra_scopes]
+        if beyond and not is_admin:
+            raise PermissionDenied(f"Cannot grant extra scopes your own token does not carry: {', '.join(beyond)}")
+        email = config.get("email")
+        if email is not None:
+            if not is_admin:
+                raise PermissionDenied("Only callers with the 'admin' role may set the token's email")
+            if not isinstance(email, str) or len(email) > 254 or not _EMAIL.fullmatch(email):
+                raise ProtocolError("email must be an email address")
+        return checked, email
 
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The user a token issued by this hub stands for."""
@@ -311,27 +376,6 @@ class WorkspaceManager:
         peer = calling_peer()
         peer.subscriptions.difference_update(_event_names(event_type))
         return True
-
-    async def get_workspace_info(self, workspace: Any = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
-        """What this hub knows of a workspace."""
-        peer = calling_peer()
-        ws = ids.check_id(workspace or peer.workspace, "workspace")
-        require(peer, ws, Permission.READ)
-        return {
-            "type": "workspace",
-            "id": ws,
-            "name": ws,
-            "description": "",
-            "persistent": False,
-            "owners": [],
-            "read_only": False,
-            "icon": None,
-            "covers": [],
-            "docs": None,
-            "service_types": {},
-            "config": {},
-            "status": {"ready": True},
-        }
 
     async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """Whether the workspace is ready, and the caller's permission in it."""

@@ -15,17 +15,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from switchboard.backends.base import EventBus, Registry
+from switchboard.backends.base import WORKSPACE_DATA_TTL, EventBus, Registry, WorkspaceStore
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
+from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.clock import Clock, SystemClock
 from switchboard.config import Settings
 from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server import http_rpc, http_services, status_api, web_console
+from switchboard.server import http_rpc, http_services, hypha_routes, status_api, web_console
 from switchboard.server.server_state import Phase, ServerState
-from switchboard.server.state_dir import token_secret
+from switchboard.server.state_dir import WORKSPACES_FILE, state_path, token_secret
 from switchboard.server.websocket import websocket_endpoint
 
 if TYPE_CHECKING:
@@ -68,9 +69,11 @@ def build_hub(
     hub_bus: EventBus = bus or MemoryBus()
     cluster_parts = None
     links = counts = None
+    workspaces: WorkspaceStore | None = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
         from switchboard.backends.redis.counts import RedisConnectionCounts
+        from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 
         redis = make_client(settings.redis_url)
         redis_registry = RedisRegistry(redis, replica_id=settings.replica_id)
@@ -81,6 +84,7 @@ def build_hub(
             reconcile_interval=settings.subscription_reconcile_interval,
         )
         counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
+        workspaces = RedisWorkspaceStore(redis, ttl=WORKSPACE_DATA_TTL)
         hub_registry, hub_bus = redis_registry, redis_bus
         cluster_parts = (redis, redis_registry, redis_bus, counts)
         if settings.links:
@@ -91,9 +95,16 @@ def build_hub(
                 advertise=settings.link_advertise,
                 max_frame=settings.max_message_bytes + (64 << 10),  # room for the relay's wrapping
             )
+    if workspaces is None:
+        # the embedded hub keeps its persistent workspace records in the state directory, when
+        # it has one in use (no --jwt-secret, or --state-dir given); else they last while it runs
+        kept = settings.state_dir or not settings.jwt_secret
+        path = state_path(settings.state_dir) / WORKSPACES_FILE if kept else None
+        workspaces = MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL, path=path)
     hub = Hub(
         counts=counts,
         links=links,
+        workspaces=workspaces,
         settings=settings,
         registry=hub_registry,
         bus=hub_bus,
@@ -178,6 +189,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         Route("/health/liveness", liveness),
         Route("/health/readiness", readiness),
         Route("/metrics", metrics),
+        *hypha_routes.routes(),  # before the services': "/{workspace}/info" is not a service
         WebSocketRoute("/ws", websocket_endpoint),
         *http_rpc.routes(),
         *status_api.routes(),

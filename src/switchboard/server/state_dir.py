@@ -19,6 +19,8 @@ from switchboard.config import MAKE_SECRET, MIN_SECRET_BYTES, Settings
 from switchboard.errors import ConfigError
 
 SECRET_FILE = "jwt-secret"
+# persistent workspace records of the embedded hub (switchboard.backends.memory_workspaces)
+WORKSPACES_FILE = "workspaces.json"
 _STATE_DIR = "--state-dir/SWITCHBOARD_STATE_DIR"
 _JWT_SECRET = "--jwt-secret/SWITCHBOARD_JWT_SECRET"
 

@@ -1,0 +1,145 @@
+"""Workspace records and their data in one process (the embedded hub's :class:`WorkspaceStore`).
+
+Records last while the process runs, except persistent ones, which a
+``path`` keeps in a JSON file (the hub's state directory) so they survive a
+restart. Tables and logs live in memory only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from switchboard.clock import Clock, SystemClock
+from switchboard.errors import ConfigError
+
+
+@dataclass
+class _Data:
+    tables: dict[str, dict[str, str]] = field(default_factory=dict)
+    log: deque[str] = field(default_factory=deque)
+    keep: bool = False
+    deadline: float = 0.0
+
+
+class MemoryWorkspaceStore:
+    """Records in a dict; data per workspace in an ``OrderedDict`` by last write, so the
+    data of workspaces without a persistent record can be dropped from the front once
+    ``ttl`` seconds passed since their last write."""
+
+    def __init__(self, *, clock: Clock | None = None, ttl: float, path: Path | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._ttl = ttl
+        self._path = path
+        self._records: dict[str, dict[str, Any]] = {}
+        self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
+        self._kept: dict[str, _Data] = {}  # of persistent workspaces
+        if path is not None and path.exists():
+            try:
+                kept = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot read the workspace records in {path}: {exc}") from None
+            if isinstance(kept, list):
+                self._records = {r["id"]: r for r in kept if isinstance(r, dict) and isinstance(r.get("id"), str)}
+
+    async def get(self, workspace: str) -> dict[str, Any] | None:
+        return self._records.get(workspace)
+
+    async def put(self, record: dict[str, Any], *, overwrite: bool) -> bool:
+        ws = record["id"]
+        if ws in self._records and not overwrite:
+            return False
+        was_kept = bool(self._records.get(ws, {}).get("persistent"))
+        self._records[ws] = json.loads(json.dumps(record))
+        data = self._data.pop(ws, None)
+        if data is not None and record.get("persistent"):
+            data.keep = True
+            self._kept[ws] = data
+        elif data is not None:
+            self._data[ws] = data
+        if was_kept or record.get("persistent"):
+            self._save()
+        return True
+
+    async def remove(self, workspace: str) -> dict[str, Any] | None:
+        self._data.pop(workspace, None)
+        self._kept.pop(workspace, None)
+        record = self._records.pop(workspace, None)
+        if record is not None and record.get("persistent"):
+            self._save()
+        return record
+
+    async def records(self, limit: int) -> list[dict[str, Any]]:
+        return list(self._records.values())[:limit]
+
+    async def table_set(
+        self, workspace: str, table: str, key: str, value: str | None, *, max_entries: int, keep: bool, only_new: bool
+    ) -> bool:
+        entries = self._touch(workspace, keep).tables.setdefault(table, {})
+        if value is None:
+            entries.pop(key, None)
+            return True
+        if key in entries and only_new:
+            return False
+        if key not in entries and len(entries) >= max_entries:
+            return False
+        entries[key] = value
+        return True
+
+    async def table(self, workspace: str, table: str) -> dict[str, str]:
+        data = self._live(workspace)
+        return dict(data.tables.get(table, {})) if data else {}
+
+    async def log_append(self, workspace: str, entry: str, *, max_entries: int, keep: bool) -> None:
+        log = self._touch(workspace, keep).log
+        log.append(entry)
+        while len(log) > max_entries:
+            log.popleft()
+
+    async def log_entries(self, workspace: str, limit: int) -> list[str]:
+        data = self._live(workspace)
+        return list(data.log)[-limit:] if data else []
+
+    def _live(self, workspace: str) -> _Data | None:
+        if workspace in self._kept:
+            return self._kept[workspace]
+        data = self._data.get(workspace)
+        if data is not None and data.deadline <= self._clock.monotonic():
+            return None
+        return data
+
+    def _touch(self, workspace: str, keep: bool) -> _Data:
+        """The workspace's data, moved to the back as the latest written; expired data dropped first."""
+        if workspace in self._kept:
+            return self._kept[workspace]
+        now = self._clock.monotonic()
+        while self._data and next(iter(self._data.values())).deadline <= now:
+            self._data.popitem(last=False)
+        data = self._data.pop(workspace, None) or _Data()
+        data.deadline = now + self._ttl
+        if keep:
+            data.keep = True
+            self._kept[workspace] = data
+        else:
+            self._data[workspace] = data
+        return data
+
+    def _save(self) -> None:
+        """Write the persistent records aside, then rename into place: a crash leaves the old file whole."""
+        if self._path is None:
+            return
+        kept = [r for r in self._records.values() if r.get("persistent")]
+        self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(kept))
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, 0o600)
+        os.replace(tmp, self._path)
+
+    def __repr__(self) -> str:
+        return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={len(self._data) + len(self._kept)})"

@@ -1,0 +1,128 @@
+"""What every ``WorkspaceStore`` must do, run against the memory store and a real Valkey."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from switchboard.backends.base import WorkspaceStore
+from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
+from switchboard.backends.redis.connection import make_client
+from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+from switchboard.testing import FakeClock, ValkeyServer
+from switchboard.testing.wait import eventually
+
+TTL = 0.5  # short, so expiry on a real Valkey is seen within a test
+
+
+@pytest.fixture(scope="module")
+def valkey_workspaces() -> Iterator[ValkeyServer]:
+    with ValkeyServer() as server:
+        yield server
+
+
+CLOCKS: dict[int, FakeClock] = {}  # the memory store's clock, by store, for the test that moves time
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[WorkspaceStore]:
+    if request.param == "memory":
+        clock = FakeClock()
+        memory = MemoryWorkspaceStore(ttl=TTL, clock=clock)
+        CLOCKS[id(memory)] = clock
+        yield memory
+        CLOCKS.pop(id(memory))
+        return
+    server = request.getfixturevalue("valkey_workspaces")
+    server.client().flushall()  # a fresh, empty store per test (test-owned server)
+    client = make_client(server.url)
+    try:
+        yield RedisWorkspaceStore(client, ttl=TTL)
+    finally:
+        await client.aclose()
+
+
+def record(ws: str, *, persistent: bool = False, owners: tuple[str, ...] = ("alice",)) -> dict[str, object]:
+    return {"id": ws, "name": ws, "owners": list(owners), "persistent": persistent}
+
+
+async def test_a_record_is_created_once_unless_overwritten(store: WorkspaceStore) -> None:
+    assert await store.put(record("team-a"), overwrite=False)
+    assert not await store.put(record("team-a", owners=("mallory",)), overwrite=False)
+    assert (await store.get("team-a"))["owners"] == ["alice"]  # type: ignore[index]
+    assert await store.put(record("team-a", owners=("bob",)), overwrite=True)
+    assert (await store.get("team-a"))["owners"] == ["bob"]  # type: ignore[index]
+    assert [r["id"] for r in await store.records(10)] == ["team-a"]
+
+
+async def test_removing_a_workspace_removes_its_record_tables_and_log(store: WorkspaceStore) -> None:
+    await store.put(record("team-a", persistent=True), overwrite=False)
+    assert await store.table_set("team-a", "env", "k", '"v"', max_entries=5, keep=True, only_new=False)
+    await store.log_append("team-a", "e1", max_entries=10, keep=True)
+    removed = await store.remove("team-a")
+    assert removed is not None
+    assert removed["id"] == "team-a"
+    assert await store.get("team-a") is None
+    assert await store.table("team-a", "env") == {}
+    assert await store.log_entries("team-a", 10) == []
+    assert await store.remove("team-a") is None
+
+
+async def test_a_table_is_bounded_and_only_new_refuses_an_existing_key(store: WorkspaceStore) -> None:
+    for i in range(3):
+        assert await store.table_set("ws-x", "env", f"k{i}", str(i), max_entries=3, keep=False, only_new=False)
+    assert not await store.table_set("ws-x", "env", "k3", "3", max_entries=3, keep=False, only_new=False)
+    assert await store.table_set("ws-x", "env", "k0", "new", max_entries=3, keep=False, only_new=False)  # a change
+    assert not await store.table_set("ws-x", "env", "k0", "again", max_entries=3, keep=False, only_new=True)
+    assert await store.table_set("ws-x", "env", "k1", None, max_entries=3, keep=False, only_new=False)
+    assert await store.table("ws-x", "env") == {"k0": "new", "k2": "2"}
+
+
+async def test_the_log_keeps_about_its_last_entries_oldest_first(store: WorkspaceStore) -> None:
+    for i in range(500):
+        await store.log_append("ws-x", f"e{i}", max_entries=100, keep=False)
+    kept = await store.log_entries("ws-x", 1000)
+    # Redis trims approximately (MAXLEN ~): never below the bound, at most a node's worth above it
+    assert 100 <= len(kept) <= 200
+    assert kept[-1] == "e499"
+    assert kept == sorted(kept, key=lambda e: int(e[1:]))
+    assert await store.log_entries("ws-x", 3) == ["e497", "e498", "e499"]
+
+
+async def test_data_without_a_persistent_record_expires_after_its_last_write(store: WorkspaceStore) -> None:
+    await store.put(record("kept-ws", persistent=True), overwrite=False)
+    for ws, keep in (("brief-ws", False), ("kept-ws", True)):
+        await store.table_set(ws, "env", "k", "v", max_entries=5, keep=keep, only_new=False)
+        await store.log_append(ws, "e", max_entries=5, keep=keep)
+    if id(store) in CLOCKS:
+        CLOCKS[id(store)].advance(TTL + 0.1)
+    else:
+        await eventually(lambda: _gone(store, "brief-ws"), "brief-ws's data expired", timeout=TTL * 20, interval=0.1)
+    assert await store.table("brief-ws", "env") == {}
+    assert await store.table("kept-ws", "env") == {"k": "v"}
+    assert await store.log_entries("kept-ws", 5) == ["e"]
+
+
+async def _gone(store: WorkspaceStore, ws: str) -> bool:
+    return await store.table(ws, "env") == {} and await store.log_entries(ws, 5) == []
+
+
+def test_the_memory_store_keeps_persistent_records_in_its_file_and_only_those(tmp_path: Path) -> None:
+    import asyncio
+
+    path = tmp_path / "workspaces.json"
+
+    async def first_life() -> None:
+        store = MemoryWorkspaceStore(ttl=TTL, path=path)
+        await store.put(record("kept-ws", persistent=True), overwrite=False)
+        await store.put(record("brief-ws"), overwrite=False)
+
+    asyncio.run(first_life())
+    assert [r["id"] for r in json.loads(path.read_text())] == ["kept-ws"]
+    assert path.stat().st_mode & 0o077 == 0
+    again = MemoryWorkspaceStore(ttl=TTL, path=path)
+    assert asyncio.run(again.get("kept-ws")) is not None
+    assert asyncio.run(again.get("brief-ws")) is None
