@@ -200,8 +200,12 @@ async def test_tilde_over_http_gives_the_managers_info(connect, server):
     token = await api.generate_token()
     async with httpx.AsyncClient(base_url=server.url) as http:
         got = await http.get(f"/{ws}/services/~", headers={"Authorization": f"Bearer {token}"})
+        called = await http.get(f"/{ws}/services/~/echo?data=1", headers={"Authorization": f"Bearer {token}"})
     assert got.status_code == 200, got.text
     assert got.json()["id"] == "~"
+    # its functions serve connected clients (a difference from Hypha, listed in the README)
+    assert called.status_code == 400
+    assert "not callable over plain HTTP" in called.text
 
 
 async def test_http_mode_picks_among_several_and_refuses_an_unknown_one(connect, server):

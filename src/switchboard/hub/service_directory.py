@@ -277,33 +277,33 @@ class ServiceDirectory:
         """
         answers: list[tuple[str, Any]] = []
 
-        async def fetch(info: ServiceInfo) -> tuple[str, Any]:
+        async def ask(info: ServiceInfo) -> tuple[str, Any]:
             service = await self.fetch_service(info, timeout=timeout)
-            return info["id"], dict.get(service, mode.function)
+            function = dict.get(service, mode.function)  # dict.get: a service may have a method "get"
+            if not callable(function):
+                raise NotFound(f"{info['id']} has no function {mode.function}")
+            return info["id"], await function()
 
         ws = candidates[0]["id"].partition("/")[0]
         acting_ws = ws if user.can(ws, Permission.READ) else workspace
-        try:
-            async with asyncio.timeout(timeout):
-                fetched = await asyncio.gather(*(fetch(i) for i in candidates), return_exceptions=True)
-                functions = [f for f in fetched if isinstance(f, tuple) and callable(f[1])]
-                async with self.hub.acting_as(user.to_wire(acting_ws, "select"), acting_ws):
-                    calls = [asyncio.ensure_future(_answer(sid, fn)) for sid, fn in functions]
-                    try:
-                        for next_answer in asyncio.as_completed(calls):
-                            try:
-                                answers.append(await next_answer)
-                            except Exception as exc:  # a candidate that fails is left out, as in Hypha
-                                log.info("select: a candidate's %s failed: %s", mode.function, exc)
-                                continue
-                            if mode.criteria == "first_success":
-                                break
-                    finally:
-                        for call in calls:
-                            call.cancel()
-                        await asyncio.gather(*calls, return_exceptions=True)
-        except TimeoutError:
-            log.info("select: %d of %d candidates answered within %gs", len(answers), len(candidates), timeout)
+        async with self.hub.acting_as(user.to_wire(acting_ws, "select"), acting_ws):
+            calls = [asyncio.ensure_future(ask(i)) for i in candidates]
+            try:
+                async with asyncio.timeout(timeout):
+                    for next_answer in asyncio.as_completed(calls):
+                        try:
+                            answers.append(await next_answer)
+                        except Exception as exc:  # a candidate that fails is left out, as in Hypha
+                            log.info("select: a candidate's %s failed: %s", mode.function, exc)
+                            continue
+                        if mode.criteria == "first_success":
+                            break
+            except TimeoutError:
+                log.info("select: %d of %d candidates answered within %gs", len(answers), len(calls), timeout)
+            finally:
+                for call in calls:
+                    call.cancel()
+                await asyncio.gather(*calls, return_exceptions=True)
         return answers
 
     def manager_info(self) -> ServiceInfo:
@@ -373,10 +373,6 @@ class ServiceDirectory:
 
     def __repr__(self) -> str:
         return f"<ServiceDirectory registry={type(self.hub.registry).__name__}>"
-
-
-async def _answer(service_id: str, function: Callable[[], Any]) -> tuple[str, Any]:
-    return service_id, await function()
 
 
 def _names_manager(service_id: Any) -> bool:
