@@ -162,24 +162,22 @@ class ServiceDirectory:
         if _names_manager(service_id):
             return self._manager_service()
 
-        async def find() -> ServiceInfo:
-            return await self.resolve(
-                service_id,
-                workspace=peer.workspace,
-                user=peer.user,
-                mode=config.get("mode"),
-                select_timeout=config.get("select_timeout"),
-            )
-
-        info = await find()
+        info = await self.resolve(
+            service_id,
+            workspace=peer.workspace,
+            user=peer.user,
+            mode=config.get("mode"),
+            select_timeout=config.get("select_timeout"),
+        )
         timeout = float(config.get("timeout") or 10.0)
         try:
             return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
         except Exception:
             # The provider may have left while we asked it (a dropped client stays listed
             # until its transit grace ends): then the service is gone, and the caller is
-            # told so, as if it had looked a moment later.
-            await find()
+            # told so, as if it had looked a moment later (the chosen one only: a select:
+            # mode does not ask the candidates again).
+            await self.resolve(info["id"], workspace=peer.workspace, user=peer.user, mode=None)
             raise
 
     async def list_services(
