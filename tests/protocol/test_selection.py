@@ -7,7 +7,7 @@ import random
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol.selection import Mode, choose, parse_mode, parse_select_timeout
+from switchboard.protocol.selection import Mode, choose, parse_mode, parse_select_timeout, to_ask
 from switchboard.protocol.services import ServiceQuery, glob_match, list_query
 
 A, B, C = "ws/a:calc", "ws/b:calc", "ws/c:calc"
@@ -118,6 +118,12 @@ class TestChoose:
         r = rng()
         picks = {choose([A, B, C], Mode("select", criteria, "f"), rng=r, answers=[]) for _ in range(60)}
         assert picks == {A, B, C}
+
+
+def test_select_asks_every_candidate_up_to_a_bound_then_a_random_sample() -> None:
+    assert to_ask([A, B, C], rng(), limit=3) == [A, B, C]
+    sample = to_ask([f"ws/c{i}:calc" for i in range(100)], rng(), limit=10)
+    assert len(set(sample)) == 10
 
 
 class TestPatterns:

@@ -258,7 +258,8 @@ class ServiceDirectory:
             elif chosen.kind == "native:random":
                 local = {c for c in providers if self.hub.peer_for(c) is not None}
             elif chosen.kind == "select":
-                answers = await self._ask(allowed, chosen, wait, user=user, workspace=workspace)
+                asked = [by_id[i] for i in selection.to_ask(ids, self._rng)]
+                answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
         pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
         return by_id[pick]
 

@@ -25,6 +25,10 @@ SIMPLE_MODES = ("exact", "random", "first", "last", "min_load", "native:random")
 CRITERIA = ("min", "max", "first_success")
 # Hypha's default for select:...: how long the candidates' function may take
 DEFAULT_SELECT_TIMEOUT = 2.0
+# Candidates a select: lookup asks at most (a random sample of them beyond): one lookup
+# fans out into that many calls at once, and 64 is far more than a pool of replicas of
+# one service usually holds.
+MAX_ASKED = 64
 # A select: function is one member of the service object, named like a Python identifier.
 _FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -77,6 +81,11 @@ def parse_select_timeout(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 60:
         raise ProtocolError("select_timeout must be a number of seconds above 0 and at most 60")
     return float(value)
+
+
+def to_ask(ids: Sequence[str], rng: random.Random, limit: int = MAX_ASKED) -> list[str]:
+    """The candidates a ``select:`` lookup calls: all of them, or a random ``limit`` of them."""
+    return list(ids) if len(ids) <= limit else rng.sample(list(ids), limit)
 
 
 def client_of(service_id: str) -> str:
