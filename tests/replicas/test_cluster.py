@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,12 @@ class Metrics:
 
 
 @dataclass
+class Loads:
+    def published(self) -> dict[str, int]:
+        return {"ws-1/a": 2}
+
+
+@dataclass
 class HubSide:
     """What the cluster uses of the hub: its clients, and the repairs and sweeps it asks for."""
 
@@ -53,6 +60,7 @@ class HubSide:
     peers: dict[str, Client] = field(default_factory=dict)
     manager: Manager = field(default_factory=Manager)
     metrics: Metrics = field(default_factory=Metrics)
+    loads: Loads = field(default_factory=Loads)
     to_repair: list[ServiceInfo] = field(default_factory=list)
     sweeps: int = 0
 
@@ -206,6 +214,21 @@ async def test_a_round_writes_this_replicas_presence_with_a_short_life() -> None
     assert record["bus"] == "ok"
     assert record["received"] == 7.0
     assert record["ttl"] == PRESENCE_TTL
+
+
+async def test_a_round_publishes_the_calls_in_flight_to_this_replicas_clients() -> None:
+    w = world()
+    await w.cluster.tend()
+    assert json.loads(w.presence.records["ra"]["loads"]) == {"ws-1/a": 2}
+
+
+async def test_the_other_replicas_loads_are_read_from_their_records() -> None:
+    w = world()
+    await w.cluster.tend()  # this replica's own record is not another's
+    w.presence.records["rb"] = {"id": "rb", "loads": json.dumps({"ws-1/b": 5, "ws-1/odd": "x"})}
+    w.presence.records["rc"] = {"id": "rc", "loads": "not json"}
+    w.presence.records["rd"] = {"id": "rd"}  # a replica of an older version publishes none
+    assert await w.cluster.peer_loads() == {"ws-1/b": 5}
 
 
 async def test_a_store_that_lost_its_data_gets_every_live_registration_back() -> None:

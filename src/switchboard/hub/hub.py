@@ -30,6 +30,7 @@ from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
 from switchboard.hub.inflight import InFlight
+from switchboard.hub.loads import Loads
 from switchboard.hub.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
@@ -103,12 +104,14 @@ class Hub:
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
+        calls = InFlight()  # the router's: the calls a lost link's unacked frames are judged by
+        # calls in flight to each provider, for the min_load service selection
+        self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
         self.manager = WorkspaceManager(self)
         # clients whose connection ended and that are expected back (switchboard.hub.moves)
         self.transit: Transit[Undelivered] = Transit(
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
         )
-        calls = InFlight()  # the router's: the calls a lost link's unacked frames are judged by
         # frames for clients of other replicas: over direct links (``links``) or through the bus
         self.unicast = Unicast(bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links)
         self.remote = Remote(

@@ -22,13 +22,20 @@ class InFlight:
         self.opened_count = 0  # calls ever opened: a drain waits only for those opened before it
         self._by_peer: dict[str, set[tuple[str, str]]] = {}
         self._pending: dict[str, int] = {}  # open calls per caller
+        self._to: dict[str, int] = {}  # open calls per local callee: its load (service selection's min_load)
+        self._counted: set[tuple[str, str]] = set()  # the calls counted in _to
         self._changed = asyncio.Event()
 
     def opened(self, caller: str, session: str, callee: str, local: set[str] | Any) -> None:
         key = (caller, session)
         if key not in self._calls:
             self._pending[caller] = self._pending.get(caller, 0) + 1
+        else:
+            self._unload(key, self._calls[key][1])
         self._calls[key] = (caller, callee)
+        if callee in local:  # the callee's replica sees every call to it, wherever the caller is
+            self._to[callee] = self._to.get(callee, 0) + 1
+            self._counted.add(key)
         self.opened_count += 1
         self._opened_at[key] = self.opened_count
         for peer in (caller, callee):
@@ -40,6 +47,7 @@ class InFlight:
         self._opened_at.pop((caller, session), None)
         if pair is None:
             return
+        self._unload((caller, session), pair[1])
         self._uncount(caller)
         for peer in pair:
             self._discard(peer, (caller, session))
@@ -50,6 +58,7 @@ class InFlight:
             pair = self._calls.pop(key, None)
             self._opened_at.pop(key, None)
             if pair:
+                self._unload(key, pair[1])
                 self._uncount(pair[0])
                 for other in pair:
                     self._discard(other, key)
@@ -62,6 +71,16 @@ class InFlight:
             if not keys:
                 del self._by_peer[peer]
 
+    def _unload(self, key: tuple[str, str], callee: str) -> None:
+        if key not in self._counted:
+            return
+        self._counted.discard(key)
+        left = self._to.get(callee, 0) - 1
+        if left > 0:
+            self._to[callee] = left
+        else:
+            self._to.pop(callee, None)
+
     def _uncount(self, caller: str) -> None:
         left = self._pending.get(caller, 0) - 1
         if left > 0:
@@ -71,6 +90,16 @@ class InFlight:
 
     def is_open(self, caller: str, session: str) -> bool:
         return (caller, session) in self._calls
+
+    def load(self, callee: str) -> int:
+        """Calls to ``callee``, a client of this replica, that wait for its reply."""
+        return self._to.get(callee, 0)
+
+    def loads(self, limit: int) -> dict[str, int]:
+        """The ``limit`` most loaded clients of this replica with their open calls (none idle)."""
+        if len(self._to) <= limit:
+            return dict(self._to)
+        return dict(sorted(self._to.items(), key=lambda item: item[1], reverse=True)[:limit])
 
     def pending(self, caller: str) -> int:
         """Calls ``caller`` made that still wait for a reply."""

@@ -11,9 +11,12 @@ services through the same methods (:mod:`switchboard.server.http_services`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from hypha_rpc import RPC
@@ -21,12 +24,21 @@ from hypha_rpc import RPC
 from switchboard.backends.base import Registry
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission
+from switchboard.hub.auth import Permission, User
 from switchboard.hub.manager_door import calling_peer, require
 from switchboard.hub.peer import Peer
+from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceInfo, field_of, list_query
+from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
 from switchboard.protocol.values import plain
+
+log = logging.getLogger(__name__)
+
+
+class Loads(Protocol):
+    """Calls in flight to providers (:class:`switchboard.hub.loads.Loads`)."""
+
+    async def of(self, providers: Collection[str]) -> Mapping[str, int]: ...
 
 
 class DirectoryHost(Protocol):
@@ -35,8 +47,14 @@ class DirectoryHost(Protocol):
     settings: Settings
     registry: Registry
     registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
+    manager_address: str
+
+    @property
+    def loads(self) -> Loads: ...
 
     def peer_for(self, address: str) -> Peer | None: ...
+
+    def acting_as(self, user: dict[str, Any], workspace: str) -> contextlib.AbstractAsyncContextManager[Any]: ...
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
@@ -51,6 +69,7 @@ class ServiceDirectory:
     def __init__(self, hub: DirectoryHost, *, rpc: Callable[[], RPC | None]) -> None:
         self.hub = hub
         self._rpc = rpc
+        self._rng = random.Random()
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -71,6 +90,8 @@ class ServiceDirectory:
         limit = self.hub.settings.max_services_per_client
         if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
             raise LimitExceeded(f"Too many services: a client may register at most {limit}")
+        if short != "built-in":  # a client's presence is never a singleton, and every client has one
+            await self._check_singleton(info)
         self._check_size(peer, info)
         peer.services[info["id"]] = info
         try:
@@ -121,37 +142,56 @@ class ServiceDirectory:
     async def get_service_info(
         self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None
     ) -> ServiceInfo:
-        """The registered info of one service."""
+        """The registered info of one service (``"~"``: the workspace manager's)."""
         peer = calling_peer()
         config = plain(config) or {}
-        return await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+        if _names_manager(service_id):
+            return self.manager_info()
+        return await self.resolve(
+            service_id,
+            workspace=peer.workspace,
+            user=peer.user,
+            mode=config.get("mode"),
+            select_timeout=config.get("select_timeout"),
+        )
 
     async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
-        """A service object whose methods the caller can call directly."""
+        """A service object whose methods the caller can call directly (``"~"``: the workspace manager)."""
         peer = calling_peer()
         config = plain(config) or {}
-        info = await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+        if _names_manager(service_id):
+            return self._manager_service()
+
+        info = await self.resolve(
+            service_id,
+            workspace=peer.workspace,
+            user=peer.user,
+            mode=config.get("mode"),
+            select_timeout=config.get("select_timeout"),
+        )
         timeout = float(config.get("timeout") or 10.0)
         try:
             return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
         except Exception:
             # The provider may have left while we asked it (a dropped client stays listed
             # until its transit grace ends): then the service is gone, and the caller is
-            # told so, as if it had looked a moment later.
-            await self.resolve(service_id, workspace=peer.workspace, user=peer.user, mode=config.get("mode"))
+            # told so, as if it had looked a moment later (the chosen one only: a select:
+            # mode does not ask the candidates again).
+            await self.resolve(info["id"], workspace=peer.workspace, user=peer.user, mode=None)
             raise
 
     async def list_services(
         self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
     ) -> list[ServiceInfo]:
-        """Services visible to the caller, filtered by ``query``."""
+        """Services visible to the caller, filtered by ``query`` (whose values may hold ``*``)."""
         peer = calling_peer()
-        q, filters = list_query(plain(query), peer.workspace)
-        found = await self.hub.registry.find(q)
+        listing = list_query(plain(query), peer.workspace)
+        found = await self.hub.registry.find(listing.lookup)
+        everywhere = listing.patterns.get("workspace", "*") == "*"
         result = []
         for info in found:
             ws = info["id"].partition("/")[0]
-            if q.workspace == "*" and ws != peer.workspace and svc_ids.visibility(info) != "public":
+            if everywhere and ws != peer.workspace and svc_ids.visibility(info) != "public":
                 continue
             if not svc_ids.may_list(
                 info,
@@ -160,7 +200,7 @@ class ServiceDirectory:
                 include_unlisted=include_unlisted,
             ):
                 continue
-            if all(field_of(info, k) == v for k, v in filters.items()):
+            if listing.admits(info):
                 result.append(info)
         return result
 
@@ -180,11 +220,22 @@ class ServiceDirectory:
             )
         peer.service_bytes[info["id"]] = size
 
-    async def resolve(self, service_id: str, *, workspace: str, user: Any, mode: str | None) -> ServiceInfo:
-        """The single service ``service_id`` names for a caller, or a clear error."""
+    async def resolve(
+        self,
+        service_id: str,
+        *,
+        workspace: str,
+        user: User,
+        mode: Any,
+        select_timeout: Any = None,
+    ) -> ServiceInfo:
+        """The single service ``service_id`` names for a caller, chosen by ``mode`` among several
+        (:mod:`switchboard.protocol.selection`), or a clear error."""
         query = svc_ids.parse_query(service_id, workspace)
         if query.workspace == "*":
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
+        chosen = selection.parse_mode(mode, workspace=query.workspace)  # refused even for one match
+        wait = selection.parse_select_timeout(select_timeout)
         found = await self.hub.registry.find(query)
         allowed = [
             i
@@ -195,16 +246,87 @@ class ServiceDirectory:
             if found:
                 raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
             raise NotFound(f"Service not found: {query}")
-        if len(allowed) == 1:
-            return allowed[0]
-        mode = mode or ("random" if query.workspace == "public" else "exact")
-        if mode == "random":
-            return random.choice(allowed)
-        if mode == "first":
-            return allowed[0]
-        if mode == "last":
-            return allowed[-1]
-        raise ProtocolError(f"Multiple services found for {query} (use mode 'random', 'first' or 'last')")
+        by_id = {i["id"]: i for i in allowed}
+        ids = list(by_id)
+        loads: Mapping[str, int] = {}
+        local: set[str] = set()
+        answers: list[tuple[str, Any]] = []
+        if len(ids) > 1:
+            providers = {selection.client_of(i) for i in ids}
+            if chosen.kind == "min_load":
+                loads = await self.hub.loads.of(providers)
+            elif chosen.kind == "native:random":
+                local = {c for c in providers if self.hub.peer_for(c) is not None}
+            elif chosen.kind == "select":
+                asked = [by_id[i] for i in selection.to_ask(ids, self._rng)]
+                answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
+        pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
+        return by_id[pick]
+
+    async def _ask(
+        self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str
+    ) -> list[tuple[str, Any]]:
+        """Call ``mode.function`` on every candidate at once; the answers that came within ``timeout``,
+        in the order they came (for ``first_success``, only the first).
+
+        Hypha asks one candidate after another, each with the whole timeout;
+        here they are asked in parallel and the whole selection takes at most
+        ``timeout``. The function is called as the caller, never as the
+        manager: a provider sees who asked, as it would for a direct call.
+        """
+        answers: list[tuple[str, Any]] = []
+
+        async def ask(info: ServiceInfo) -> tuple[str, Any]:
+            service = await self.fetch_service(info, timeout=timeout)
+            function = dict.get(service, mode.function)  # dict.get: a service may have a method "get"
+            if not callable(function):
+                raise NotFound(f"{info['id']} has no function {mode.function}")
+            return info["id"], await function()
+
+        ws = candidates[0]["id"].partition("/")[0]
+        acting_ws = ws if user.can(ws, Permission.READ) else workspace
+        async with self.hub.acting_as(user.to_wire(acting_ws, "select"), acting_ws):
+            calls = [asyncio.ensure_future(ask(i)) for i in candidates]
+            try:
+                async with asyncio.timeout(timeout):
+                    for next_answer in asyncio.as_completed(calls):
+                        try:
+                            answers.append(await next_answer)
+                        except Exception as exc:  # a candidate that fails is left out, as in Hypha
+                            log.info("select: a candidate's %s failed: %s", mode.function, exc)
+                            continue
+                        if mode.criteria == "first_success":
+                            break
+            except TimeoutError:
+                log.info("select: %d of %d candidates answered within %gs", len(answers), len(calls), timeout)
+            finally:
+                for call in calls:
+                    call.cancel()
+                await asyncio.gather(*calls, return_exceptions=True)
+        return answers
+
+    def manager_info(self) -> ServiceInfo:
+        """What ``get_service_info("~")`` returns: the manager's service, as Hypha shows it (id ``~``)."""
+        service = self._manager_service()
+        config = dict(dict.get(service, "config") or {})
+        return {
+            "id": "~",
+            "name": service.get("name"),
+            "type": "generic",
+            "description": service.get("description"),
+            "config": config,
+            "app_id": "*",
+            "service_schema": {k: v.__schema__ for k, v in service.items() if callable(v) and hasattr(v, "__schema__")},
+        }
+
+    def _manager_service(self) -> dict[str, Any]:
+        """The manager's ``default`` service itself: its methods go back to the manager as the
+        ``services.default.*`` calls a client makes anyway."""
+        rpc = self._rpc()
+        assert rpc is not None
+        address = self.hub.manager_address
+        service: dict[str, Any] = rpc.get_local_service("default", context={"to": address, "ws": "*"})
+        return service
 
     async def fetch_service(self, info: ServiceInfo, *, timeout: float, case_conversion: Any = None) -> Any:
         """Ask the provider for its service object and address it for any caller."""
@@ -223,5 +345,35 @@ class ServiceDirectory:
         service["config"] = service_config
         return service
 
+    async def _check_singleton(self, info: ServiceInfo) -> None:
+        """A ``singleton`` service is the only one of its name in its workspace (Hypha's rule, both ways).
+
+        A check before the write, as in Hypha: two registrations racing on two
+        replicas can both pass.
+        """
+        ws, _, name = svc_ids.split_full_id(info["id"])
+        try:
+            found = await self.hub.registry.find(ServiceQuery(ws, "*", name))
+        except BackendError:
+            return  # the registry is away: the registration is deferred anyway (register_service)
+        others = [i for i in found if i["id"] != info["id"]]
+        if not others:
+            return
+        if (info.get("config") or {}).get("singleton"):
+            raise ProtocolError(
+                f"A singleton service with the same name ({name}) already exists in the workspace ({ws}), "
+                "please remove it first or use a different name."
+            )
+        if any((i.get("config") or {}).get("singleton") for i in others):
+            raise ProtocolError(
+                f"A singleton service with the same name ({name}) has already exists in the workspace ({ws}), "
+                "please remove it first or use a different name."
+            )
+
     def __repr__(self) -> str:
         return f"<ServiceDirectory registry={type(self.hub.registry).__name__}>"
+
+
+def _names_manager(service_id: Any) -> bool:
+    """``"~"`` (or ``"<workspace>/~"``, as the HTTP routes put it) is the workspace manager, as in Hypha."""
+    return service_id == "~" or (isinstance(service_id, str) and service_id.endswith("/~"))

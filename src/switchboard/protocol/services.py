@@ -48,8 +48,44 @@ def _part(value: str, what: str) -> str:
     return value if value == "*" else ids.check_id(value, what)
 
 
-def parse_query(text: str, default_workspace: str) -> ServiceQuery:
-    """Resolve the id forms ``get_service`` accepts (protocol §5.2)."""
+def _glob_part(value: str, what: str) -> str:
+    """A part of a listing query: an id in which ``*`` stands for any run of characters (Hypha's
+    Redis glob; ``?`` and ``[`` are not id characters, so ``*`` is the only wildcard)."""
+    if "*" not in value:
+        return ids.check_id(value, what)
+    for piece in value.split("*"):
+        if piece and not ids.is_id(piece):
+            raise ProtocolError(f"invalid {what} pattern {value[:64]!r}: use {ids.GRAMMAR}, and '*' for any run")
+    if len(value) > 2 * ids.MAX_ID_LENGTH:
+        raise ProtocolError(f"invalid {what} pattern {value[:64]!r}: too long")
+    return value
+
+
+def glob_match(pattern: str, value: str) -> bool:
+    """Does ``value`` match ``pattern``, where ``*`` is any run of characters?
+
+    Linear in the length of both: the pieces between stars are found left to
+    right (the first must start ``value``, the last must end it), so a
+    pattern with many stars cannot make the matching backtrack.
+    """
+    if "*" not in pattern:
+        return pattern == value
+    pieces = pattern.split("*")
+    head, tail = pieces[0], pieces[-1]
+    if len(head) + len(tail) > len(value) or not value.startswith(head) or not value.endswith(tail):
+        return False
+    at, end = len(head), len(value) - len(tail)
+    for piece in pieces[1:-1]:
+        found = value.find(piece, at, end)
+        if found < 0:
+            return False
+        at = found + len(piece)
+    return True
+
+
+def parse_query(text: str, default_workspace: str, *, globs: bool = False) -> ServiceQuery:
+    """Resolve the id forms ``get_service`` accepts (protocol §5.2); with ``globs``, those of a
+    listing, whose parts may hold ``*`` (:func:`glob_match`)."""
     if not isinstance(text, str) or not text:
         raise ProtocolError("service id must be a non-empty string")
     original = text
@@ -68,9 +104,8 @@ def parse_query(text: str, default_workspace: str) -> ServiceQuery:
         cid = cid or "*"
     if not text or ":" in text:
         raise ProtocolError(f"invalid service id {original[:200]!r}: no service name")
-    return ServiceQuery(
-        _part(ws, "workspace"), _part(cid, "client id"), _part(text, "service id"), _part(app, "app id")
-    )
+    part = _glob_part if globs else _part
+    return ServiceQuery(part(ws, "workspace"), part(cid, "client id"), part(text, "service id"), part(app, "app id"))
 
 
 def matches(info: ServiceInfo, query: ServiceQuery) -> bool:
@@ -175,37 +210,80 @@ def prepare_registration(service: Any, *, workspace: str, client_id: str, user_w
 _LIST_KEYS = {"workspace", "client_id", "service_id", "id", "type", "visibility", "app_id"}
 
 
-def list_query(query: Any, workspace: str) -> tuple[ServiceQuery, dict[str, Any]]:
-    """The registry query and the extra field filters of a ``list_services`` call."""
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A ``list_services`` query: ``lookup`` for the registry (a part holding a pattern is
+    widened to ``*``), ``patterns`` for each field a service must match (``*`` = any)."""
+
+    lookup: ServiceQuery
+    patterns: dict[str, str]
+
+    def admits(self, info: ServiceInfo) -> bool:
+        ws, cid, svc = split_full_id(info["id"])
+        fields = {
+            "workspace": ws,
+            "client_id": cid,
+            "service_id": svc,
+            "app_id": str(info.get("app_id") or "*"),
+            "type": str(info.get("type") or ""),
+            "visibility": visibility(info),
+        }
+        return all(glob_match(p, fields[k]) for k, p in self.patterns.items())
+
+
+def _listing(query: ServiceQuery, **extra: str) -> Listing:
+    parts = {
+        "workspace": query.workspace,
+        "client_id": query.client_id,
+        "service_id": query.service_id,
+        "app_id": query.app_id,
+        **extra,
+    }
+    patterns = {k: v for k, v in parts.items() if v != "*"}
+    wide = {k: ("*" if "*" in v else v) for k, v in parts.items() if k in ("workspace", "client_id", "service_id")}
+    lookup = ServiceQuery(wide["workspace"], wide["client_id"], wide["service_id"], "*")
+    return Listing(lookup, patterns)
+
+
+def list_query(query: Any, workspace: str) -> Listing:
+    """The registry query and the field patterns of a ``list_services`` call.
+
+    Each value may hold ``*`` for any run of characters, as in Hypha
+    (``{"service_id": "calc*"}``, ``"ws-*/*:echo"``).
+    """
     if query is None:
-        return ServiceQuery(workspace), {}
+        return _listing(ServiceQuery(workspace))
     if isinstance(query, str):
         if "/" not in query and ":" not in query:
-            return ServiceQuery(_part(query, "workspace")), {}
-        q = parse_query(query, workspace)
-        return q, ({"visibility": "public"} if q.workspace == "*" else {})
+            return _listing(ServiceQuery(_glob_part(query, "workspace")))
+        q = parse_query(query, workspace, globs=True)
+        return _listing(q, **({"visibility": "public"} if q.workspace == "*" else {}))
     if isinstance(query, dict):
         unknown = set(query) - _LIST_KEYS
         if unknown:
             raise ProtocolError(f"Unknown list_services keys: {', '.join(sorted(unknown))}")
-        parts = (
-            query.get("workspace") or workspace,
-            query.get("client_id") or "*",
-            query.get("service_id") or query.get("id") or "*",
-            query.get("app_id") or "*",
-        )
-        if not all(isinstance(p, str) for p in parts):
+        if query.get("id") not in (None, "*") and query.get("service_id") not in (None, "*"):
+            raise ProtocolError("Cannot specify both 'id' and 'service_id' in the query.")
+        values = {
+            "workspace": query.get("workspace") or workspace,
+            "client_id": query.get("client_id") or "*",
+            "service_id": query.get("service_id") or query.get("id") or "*",
+            "app_id": query.get("app_id") or "*",
+            "type": query.get("type") or "*",
+            "visibility": query.get("visibility") or "*",
+        }
+        if not all(isinstance(v, str) for v in values.values()):
             raise ProtocolError("list_services query values must be strings")
-        q = ServiceQuery(
-            _part(parts[0], "workspace"),
-            _part(parts[1], "client id"),
-            _part(parts[2], "service id"),
-            _part(parts[3], "app id"),
-        )
-        filters = {k: query[k] for k in ("type", "visibility") if query.get(k) not in (None, "*")}
-        return q, filters
+        service, at, app = values["service_id"].partition("@")
+        if at:
+            if values["app_id"] not in ("*", app):
+                raise ProtocolError(f"App id mismatch: {values['app_id'][:64]} != {app[:64]}")
+            values["service_id"], values["app_id"] = service, app or "*"
+        for key, what in (("workspace", "workspace"), ("client_id", "client id"), ("service_id", "service id")):
+            values[key] = _glob_part(values[key], what)
+        for key in ("app_id", "type", "visibility"):
+            if values[key] != "*":
+                values[key] = _glob_part(values[key], key.replace("_", " "))
+        q = ServiceQuery(values["workspace"], values["client_id"], values["service_id"], values["app_id"])
+        return _listing(q, type=values["type"], visibility=values["visibility"])
     raise ProtocolError("list_services query must be null, a string or an object")
-
-
-def field_of(info: ServiceInfo, key: str) -> Any:
-    return visibility(info) if key == "visibility" else info.get(key)

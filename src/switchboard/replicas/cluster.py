@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -77,6 +78,9 @@ class Served(Protocol):
     async def repair_registry(self) -> list[ServiceInfo]: ...
 
     async def sweep_transits(self) -> int: ...
+
+    @property
+    def loads(self) -> Any: ...
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
@@ -189,6 +193,8 @@ class Cluster:
                 "leader": int(self.elector.is_leader),
                 # running totals, for the rates the web console draws (server/status_api.py)
                 **dict(self.hub.metrics.totals().items()),
+                # calls in flight to this replica's busiest clients, for min_load lookups (hub/loads.py)
+                "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
             },
             ttl=PRESENCE_TTL,
         )
@@ -198,6 +204,21 @@ class Cluster:
         count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
         self.reasserted += count
         self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(peers))
+
+    async def peer_loads(self) -> dict[str, int]:
+        """Calls in flight to the other replicas' clients, as their presence records last said."""
+        records, _ = await self.presence.read_all()
+        loads: dict[str, int] = {}
+        for record in records:
+            if record.get("id") == self.hub.replica_id:
+                continue
+            try:
+                published = json.loads(record.get("loads") or "{}")
+            except ValueError:
+                continue
+            if isinstance(published, dict):
+                loads.update({str(k): v for k, v in published.items() if isinstance(v, int)})
+        return loads
 
     async def live_replicas(self) -> set[str]:
         return (await self.presence.known_and_live())[1]

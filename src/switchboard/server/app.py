@@ -138,6 +138,7 @@ def _cluster(
         counts=counts,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
+    hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too
     return cluster
 
 

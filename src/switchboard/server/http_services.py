@@ -139,9 +139,17 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
-    mode = request.query_params.get("_mode")
-    info = await _state(request).hub.manager.directory.resolve(
-        f"{ws}/{service_id}", workspace=own_ws, user=user, mode=mode
+    directory = _state(request).hub.manager.directory
+    if service_id == "~":  # the workspace manager, as in Hypha
+        return directory.manager_info()
+    info = await directory.resolve(
+        f"{ws}/{service_id}",
+        workspace=own_ws,
+        user=user,
+        mode=request.query_params.get("_mode"),
+        select_timeout=_query_value(request.query_params["_select_timeout"])
+        if "_select_timeout" in request.query_params
+        else None,
     )
     svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
     return info
@@ -245,6 +253,12 @@ async def call_function(request: Request) -> Response:
         hub = state.hub
         user, own_ws = _user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
+        if request.path_params["service_id"] == "~":
+            raise RequestRefused(
+                400,
+                "The workspace manager's functions are not callable over plain HTTP here: "
+                "call them from a connected client (WebSocket or the /rpc HTTP transport)",
+            )
         info = await _resolve(request, user, own_ws)
         _check_built_in(info, user)
         hub.metrics.http_calls.inc()
