@@ -113,6 +113,14 @@ class Hub:
             give_up=lambda target, item: self.dispatch.give_up(target, item),
             hold_until=self.transit.deadline,
         )
+        # replies to calls another replica's manager made, waiting for its channel like a client's frames
+        self.replies = RetryWindow(
+            clock=clock,
+            window=settings.undeliverable_retry_window,
+            interval=0.1,
+            publish=self.remote.publish_to_replica,
+            give_up=lambda origin, _: self.log.warning("manager reply for replica %s dropped: unreachable", origin),
+        )
         self.router = Router(
             settings=settings,
             inflight=calls,
@@ -140,6 +148,7 @@ class Hub:
             remote=self.remote,
             moves=self.moves,
             retry=self.retry,
+            replies=self.replies,
             to_manager=self.manager.receive,
             members=self._by_workspace,
             aliases=self._acting,
@@ -176,6 +185,7 @@ class Hub:
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
         await self.retry.close()
+        await self.replies.close()
         await self.moves.stop()
         for companion in reversed(self.companions):
             await companion.stop()

@@ -63,6 +63,12 @@ class Remote:
             self.log.warning("publish failed: %s", exc)
             return 0
 
+    async def publish_to_replica(
+        self, replica: str, frame: bytes, session: str | None = None, caller: str = "", event: bool = False
+    ) -> bool:
+        """A reply to a call ``replica``'s manager made, to its replica channel; ``False``: nobody heard it."""
+        return await self.publish(REPLICA_CHANNEL + replica, frame) > 0
+
     def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
         """A call the manager makes travels with its origin, for the reply to find the way back."""
         if session and (caller == self.manager_address or caller in self.aliases):
