@@ -15,7 +15,7 @@ import pytest
 
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
-from switchboard.testing.wait import scaled
+from switchboard.testing.wait import eventually, scaled
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -67,3 +67,83 @@ async def test_a_manager_reply_that_reaches_nobody_is_retried_not_dropped(redis_
         finally:
             b.kill()
             a.kill()
+
+
+async def readiness(replica: ReplicaProcess) -> int:
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"{replica.url}/health/readiness", timeout=2)).status_code
+
+
+async def ready_is(replica: ReplicaProcess, status: int) -> bool:
+    return await readiness(replica) == status
+
+
+async def timed_calls(svc, seconds: float, *, rate: float = 20) -> list[float]:
+    """Call ``svc.f`` ``rate`` times a second for ``seconds``; every call's duration, sorted."""
+    loop = asyncio.get_running_loop()
+
+    async def one() -> float:
+        started = loop.time()
+        assert await asyncio.wait_for(svc.f(), scaled(10)) == "ok"
+        return loop.time() - started
+
+    calls = []
+    for _ in range(int(seconds * rate)):
+        calls.append(asyncio.ensure_future(one()))
+        await asyncio.sleep(1 / rate)
+    return sorted(await asyncio.gather(*calls))
+
+
+async def keep_looking_up(client, service_id: str, seconds: float) -> None:
+    """Look ``service_id`` up twice a second for ``seconds``, each on its own, whatever it answers."""
+    tasks = []
+    for _ in range(int(seconds * 2)):
+        tasks.append(asyncio.ensure_future(asyncio.wait_for(client.get_service(service_id, {"timeout": 3}), 4)))
+        await asyncio.sleep(0.5)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed(redis_server, clients):
+    """With its Redis connection blackholed (no error, no close), a call between two clients of
+    the same replica needs nothing from Redis: it stays as fast as before, while the replica
+    turns not-ready within about 2 s. Meanwhile a client of the other replica keeps asking
+    for the same provider (its lookups fetch the service from the provider, whose answers go
+    back through Redis): what cannot get through must not hold up the provider's other replies."""
+    b = ReplicaProcess(replica_id="rb", redis_url=redis_server.url).start()
+    with ThreadedFaultProxy("127.0.0.1", redis_server.port) as proxy:
+        a = ReplicaProcess(replica_id="ra", redis_url=proxy.url_for_redis()).start()
+        try:
+            provider = await clients(a.url, client_id="prov")
+            ws = provider.config["workspace"]
+            await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "ok"})
+            token = await provider.generate_token()
+            caller = await clients(a.url, client_id="caller", token=token)
+            svc = await caller.get_service(f"{ws}/prov:s")
+            elsewhere = await clients(b.url, client_id="elsewhere", token=token)
+            for _ in range(3):  # B learns the way to the provider: a direct link, which Redis's cut spares
+                await (await elsewhere.get_service(f"{ws}/prov:s")).f()
+            before = await timed_calls(svc, 1)
+            lookups = asyncio.ensure_future(keep_looking_up(elsewhere, f"{ws}/prov:s", 9))
+
+            loop = asyncio.get_running_loop()
+            proxy.blackhole()
+            cut = loop.time()
+            calls = asyncio.ensure_future(timed_calls(svc, 8))
+            await eventually(lambda: ready_is(a, 503), timeout=10, interval=0.05, what="readiness 503")
+            not_ready_after = loop.time() - cut
+            during = await calls
+            proxy.pass_through()
+            await lookups
+            print(
+                f"before {before[len(before) // 2]:.4f} {before[-1]:.4f}; during {during[len(during) // 2]:.4f} {during[-1]:.4f}; 503 after {not_ready_after:.2f}"
+            )
+
+            median_before, median_during = before[len(before) // 2], during[len(during) // 2]
+            assert median_during < max(0.05, 5 * median_before), (
+                f"median call {median_during * 1000:.1f} ms cut off, {median_before * 1000:.1f} ms before"
+            )
+            assert during[-1] < 0.5, f"slowest call {during[-1]:.2f}s cut off"
+            assert not_ready_after < scaled(3), f"readiness 503 only after {not_ready_after:.1f}s"
+        finally:
+            a.kill()
+            b.kill()

@@ -132,7 +132,8 @@ class Dispatch:
                     self.receive_as(acting, action.frame)
                 return None
             elif type(action) is ToReplica:
-                return self._to_replica(action.replica, action.frame)
+                self._to_replica(action.replica, action.frame)
+                return None
             elif type(action) is Broadcast:
                 return self.broadcast(action.workspace, action.event_type, action.frame)
             elif type(action) is SendToken:
@@ -173,13 +174,17 @@ class Dispatch:
         """The retry window (or a holding) could not deliver ``item``: its caller is told."""
         self.carry(self.router.undeliverable(target, item.session, item.caller))
 
-    async def _to_replica(self, origin: str, frame: bytes) -> None:
-        """A reply for another replica's manager; one that reached nobody (the replica's subscription
-        is being re-wired, Redis restarted) waits in ``replies`` as a client's frame would, in order,
-        instead of leaving its caller to its whole timeout."""
-        reply = Undelivered(frame, None, "")
-        if self.replies.pending(origin) or not await self.remote.publish_to_replica(origin, frame):
-            self.replies.add(origin, reply)
+    def _to_replica(self, origin: str, frame: bytes) -> None:
+        """A reply for another replica's manager, sent by ``replies`` in its own task, in order.
+
+        Never awaited on the provider's path: a publish Redis does not answer
+        (a replica cut off from it) would hold up the provider's every later
+        frame, its replies to callers here included. One that reaches nobody
+        (the replica's subscription is being re-wired, Redis restarted) is
+        retried as a client's frame is, instead of leaving its caller to its
+        whole timeout.
+        """
+        self.replies.add(origin, Undelivered(frame, None, ""))
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.
