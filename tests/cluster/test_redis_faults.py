@@ -12,6 +12,7 @@ import asyncio
 
 import httpx
 import pytest
+import websockets
 
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
@@ -147,3 +148,41 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
         finally:
             a.kill()
             b.kill()
+
+
+async def test_a_replica_cut_off_from_redis_turns_upgrades_away_before_accepting_them(redis_server, clients):
+    """While its Redis does not answer, a replica answers a WebSocket upgrade with HTTP 503, as a
+    draining one does, never with an accept and a close (final for hypha-rpc's JavaScript
+    client); a hypha-rpc client whose connection drops meanwhile keeps redialling and is
+    back, services and all, once Redis is."""
+    with ThreadedFaultProxy("127.0.0.1", redis_server.port) as redis_path:
+        a = ReplicaProcess(replica_id="ra", redis_url=redis_path.url_for_redis()).start()
+        try:
+            with ThreadedFaultProxy("127.0.0.1", a.port) as network:  # the client's way to the replica
+                held = await clients(f"http://127.0.0.1:{network.port}", client_id="held")
+                ws = held.config["workspace"]
+                await held.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "ok"})
+
+                redis_path.blackhole()
+                await eventually(lambda: ready_is(a, 503), timeout=10, interval=0.05, what="readiness 503")
+                with pytest.raises(websockets.InvalidStatus) as refused:
+                    async with websockets.connect(f"ws://127.0.0.1:{a.port}/ws", open_timeout=5):
+                        pass
+                assert refused.value.response.status_code == 503
+                assert b"backend unavailable" in refused.value.response.body
+
+                dialled = network.stats.accepted
+                network.reset_all()  # the held client's connection drops: it redials into the outage
+                await eventually(
+                    lambda: network.stats.accepted > dialled, timeout=10, interval=0.05, what="the client redialling"
+                )
+                redis_path.pass_through()
+                await eventually(lambda: ready_is(a, 200), timeout=15, interval=0.1, what="readiness 200")
+                checker = await clients(a.url, client_id="checker")
+
+                async def answers() -> bool:
+                    return await (await checker.get_service(f"{ws}/held:s")).f() == "ok"
+
+                await eventually(answers, timeout=30, interval=0.25, what="the held client back with its service")
+        finally:
+            a.kill()
