@@ -186,3 +186,73 @@ async def test_a_replica_cut_off_from_redis_turns_upgrades_away_before_accepting
                 await eventually(answers, timeout=30, interval=0.25, what="the held client back with its service")
         finally:
             a.kill()
+
+
+async def test_right_after_redis_restarts_empty_lookups_say_retry_never_not_found(replicas, clients, redis_server):
+    """Valkey restarted without its data: until the replicas have written their clients'
+    registrations back, a lookup must not answer "Service not found" or a list without the
+    service (a caller would conclude it is gone); it waits briefly or says "please retry"."""
+    a, b = replicas.start("ra"), replicas.start("rb")
+    provider = await clients(a.url, client_id="prov")
+    ws = provider.config["workspace"]
+    await provider.register_service({"id": "s", "config": {"visibility": "public"}, "f": lambda: "ok"})
+    token = await provider.generate_token()
+    caller = await clients(b.url, client_id="caller", token=token)
+    sid = f"{ws}/prov:s"
+    assert sid in {s["id"] for s in await caller.list_services()}
+
+    redis_server.restart()
+    loop = asyncio.get_running_loop()
+    wrong: list[str] = []
+    retried = answered = 0
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+        deadline = loop.time() + 6  # three rounds of every replica's 2 s data-loss check
+        while loop.time() < deadline:
+            for what, lookup in (
+                ("list_services", lambda: caller.list_services()),
+                ("get_service", lambda: caller.get_service(sid, {"timeout": 5})),
+            ):
+                try:
+                    found = await asyncio.wait_for(lookup(), scaled(8))
+                except Exception as exc:  # noqa: BLE001 - sorted below: "retry" is a fine answer
+                    if "retry" in str(exc):
+                        retried += 1
+                    else:
+                        wrong.append(f"{what}: {type(exc).__name__}: {str(exc)[:200]}")
+                    continue
+                answered += 1
+                if what == "list_services" and sid not in {s["id"] for s in found}:
+                    wrong.append(f"list_services without {sid}: {[s['id'] for s in found]}")
+            response = await http.get(f"{b.url}/{ws}/services/prov:s", timeout=10)
+            if response.status_code not in (200, 503) or (response.status_code == 503 and "retry" not in response.text):
+                wrong.append(f"HTTP {response.status_code}: {response.text[:200]}")
+            await asyncio.sleep(0.05)
+    assert not wrong, f"{len(wrong)} wrong answers ({answered} right, {retried} 'please retry'): {wrong[:5]}"
+    assert answered > 0
+
+
+async def test_connection_counters_are_rebuilt_after_redis_restarts_empty(redis_server, clients):
+    """The per-workspace (and per-user) connection counts live in Redis: after it lost them,
+    each replica writes back what its clients count, so the limits hold again."""
+    a = ReplicaProcess(replica_id="ra", redis_url=redis_server.url, args=["--max-connections-per-workspace", "2"])
+    b = ReplicaProcess(replica_id="rb", redis_url=redis_server.url, args=["--max-connections-per-workspace", "2"])
+    a.start(), b.start()
+    try:
+        first = await clients(a.url, client_id="first")
+        ws = first.config["workspace"]
+        token = await first.generate_token()
+        await clients(b.url, client_id="second", token=token)
+        key = f"sb:conns:w:{ws}"
+
+        def counted() -> int:
+            with redis_server.client() as r:
+                return sum(int(v) for v in r.hvals(key))
+
+        assert counted() == 2
+        redis_server.restart()
+        await eventually(lambda: counted() == 2, timeout=10, interval=0.1, what="the workspace's count rebuilt")
+        with pytest.raises(Exception, match="(?i)too many connections|limit"):
+            await clients(a.url, client_id="third", token=token)
+    finally:
+        a.kill()
+        b.kill()

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from hypha_rpc import RPC
 
 from switchboard.backends.base import Registry
+from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission
@@ -28,12 +29,20 @@ from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, field_of, list_query
 from switchboard.protocol.values import plain
 
+# Right after Redis lost its data (restarted empty), the registry is re-filled by every replica
+# within seconds; meanwhile a lookup waits this long at most for it, then answers "please retry"
+# (an empty answer would tell the caller that services which are there are gone).
+SETTLE_WAIT = 2.0
+SETTLE_POLL = 0.1
+REFILLING = "Hub backend unavailable, please retry: the registry is being re-filled after Redis lost its data"
+
 
 class DirectoryHost(Protocol):
     """What the service methods need of the hub (the hub is :class:`switchboard.hub.hub.Hub`)."""
 
     settings: Settings
     registry: Registry
+    clock: Clock
     registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
 
     def peer_for(self, address: str) -> Peer | None: ...
@@ -147,6 +156,7 @@ class ServiceDirectory:
         """Services visible to the caller, filtered by ``query``."""
         peer = calling_peer()
         q, filters = list_query(plain(query), peer.workspace)
+        await self._settled()
         found = await self.hub.registry.find(q)
         result = []
         for info in found:
@@ -163,6 +173,29 @@ class ServiceDirectory:
             if all(field_of(info, k) == v for k, v in filters.items()):
                 result.append(info)
         return result
+
+    async def _settled(self) -> None:
+        """Return once the registry holds what it should (at once, unless Redis just lost its data:
+        then at most :data:`SETTLE_WAIT` later); raise a retryable error if it still does not."""
+        registry, clock = self.hub.registry, self.hub.clock
+        deadline = clock.monotonic() + SETTLE_WAIT
+        while await registry.lost_data():
+            if clock.monotonic() >= deadline:
+                raise BackendError(REFILLING)
+            await clock.sleep(SETTLE_POLL)
+
+    async def _find_once_settled(self, query: svc_ids.ServiceQuery) -> list[ServiceInfo]:
+        """Nothing found while the registry is being re-filled: look again until it is, or it is found."""
+        registry, clock = self.hub.registry, self.hub.clock
+        deadline = clock.monotonic() + SETTLE_WAIT
+        while True:
+            if found := await registry.find(query):
+                return found
+            if not await registry.lost_data():
+                return []
+            if clock.monotonic() >= deadline:
+                raise BackendError(REFILLING)
+            await clock.sleep(SETTLE_POLL)
 
     def _check_size(self, peer: Peer, info: ServiceInfo) -> None:
         """Bound what one client's registrations hold (they live in the registry until it leaves)."""
@@ -186,6 +219,8 @@ class ServiceDirectory:
         if query.workspace == "*":
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
         found = await self.hub.registry.find(query)
+        if not found and await self.hub.registry.lost_data():
+            found = await self._find_once_settled(query)
         allowed = [
             i
             for i in found
