@@ -95,21 +95,30 @@ async def timed_calls(svc, seconds: float, *, rate: float = 20) -> list[float]:
     return sorted(await asyncio.gather(*calls))
 
 
-async def keep_looking_up(client, service_id: str, seconds: float) -> None:
-    """Look ``service_id`` up twice a second for ``seconds``, each on its own, whatever it answers."""
+async def keep_looking_up(client, service_id: str, seconds: float) -> list[str]:
+    """Look ``service_id`` up and call it twice a second for ``seconds``; what went wrong, if anything."""
+
+    async def once() -> str | None:
+        try:
+            svc = await asyncio.wait_for(client.get_service(service_id, {"timeout": 3}), 4)
+            return None if await asyncio.wait_for(svc.f(), 3) == "ok" else "a wrong answer"
+        except Exception as exc:  # noqa: BLE001 - every failure is reported by the test
+            return f"{type(exc).__name__}: {str(exc)[-200:]}"
+
     tasks = []
     for _ in range(int(seconds * 2)):
-        tasks.append(asyncio.ensure_future(asyncio.wait_for(client.get_service(service_id, {"timeout": 3}), 4)))
+        tasks.append(asyncio.ensure_future(once()))
         await asyncio.sleep(0.5)
-    await asyncio.gather(*tasks, return_exceptions=True)
+    return [problem for problem in await asyncio.gather(*tasks) if problem]
 
 
 async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed(redis_server, clients):
     """With its Redis connection blackholed (no error, no close), a call between two clients of
     the same replica needs nothing from Redis: it stays as fast as before, while the replica
-    turns not-ready within about 2 s. Meanwhile a client of the other replica keeps asking
-    for the same provider (its lookups fetch the service from the provider, whose answers go
-    back through Redis): what cannot get through must not hold up the provider's other replies."""
+    turns not-ready within about 2 s. Meanwhile a client of the other replica keeps looking
+    up and calling the same provider: its lookups fetch the service object from the provider,
+    whose answers go back to the other replica's manager over the direct link between the two
+    replicas (Redis cannot carry them), and never hold up the provider's other replies."""
     b = ReplicaProcess(replica_id="rb", redis_url=redis_server.url).start()
     with ThreadedFaultProxy("127.0.0.1", redis_server.port) as proxy:
         a = ReplicaProcess(replica_id="ra", redis_url=proxy.url_for_redis()).start()
@@ -133,8 +142,8 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
             await eventually(lambda: ready_is(a, 503), timeout=10, interval=0.05, what="readiness 503")
             not_ready_after = loop.time() - cut
             during = await calls
+            elsewhere_wrong = await lookups
             proxy.pass_through()
-            await lookups
             print(
                 f"before {before[len(before) // 2]:.4f} {before[-1]:.4f}; during {during[len(during) // 2]:.4f} {during[-1]:.4f}; 503 after {not_ready_after:.2f}"
             )
@@ -145,6 +154,7 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
             )
             assert during[-1] < 0.5, f"slowest call {during[-1]:.2f}s cut off"
             assert not_ready_after < scaled(3), f"readiness 503 only after {not_ready_after:.1f}s"
+            assert not elsewhere_wrong, f"lookups from the other replica failed: {elsewhere_wrong[:3]}"
         finally:
             a.kill()
             b.kill()

@@ -96,7 +96,9 @@ class Hub:
         )
         calls = InFlight()  # the router's: the calls a lost link's unacked frames are judged by
         # frames for clients of other replicas: over direct links (``links``) or through the bus
-        self.unicast = Unicast(bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links)
+        self.unicast = Unicast(
+            bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links, untagged_prefix=REPLICA_CHANNEL
+        )
         self.remote = Remote(
             bus=bus,
             unicast=self.unicast,
@@ -172,7 +174,7 @@ class Hub:
         await self.unicast.start()
         spawn(self._background, self.dispatch.take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
-        await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
+        await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that

@@ -66,8 +66,11 @@ class Remote:
     async def publish_to_replica(
         self, replica: str, frame: bytes, session: str | None = None, caller: str = "", event: bool = False
     ) -> bool:
-        """A reply to a call ``replica``'s manager made, to its replica channel; ``False``: nobody heard it."""
-        return await self.publish(REPLICA_CHANNEL + replica, frame) > 0
+        """A reply to a call ``replica``'s manager made, to its replica channel (over a link to it
+        if one is open: a replica cut off from Redis still answers those it is linked to);
+        ``False``: nobody heard it."""
+        channel = REPLICA_CHANNEL + replica
+        return self.unicast.send(channel, frame) or await self.publish(channel, frame) > 0
 
     def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
         """A call the manager makes travels with its origin, for the reply to find the way back."""
