@@ -201,7 +201,8 @@ async def test_a_replica_cut_off_from_redis_turns_upgrades_away_before_accepting
 async def test_right_after_redis_restarts_empty_lookups_say_retry_never_not_found(replicas, clients, redis_server):
     """Valkey restarted without its data: until the replicas have written their clients'
     registrations back, a lookup must not answer "Service not found" or a list without the
-    service (a caller would conclude it is gone); it waits briefly or says "please retry"."""
+    service (a caller would conclude it is gone); it waits briefly or says "please retry".
+    Nor may a lookup or an HTTP call on B that needs the provider on A hang meanwhile."""
     a, b = replicas.start("ra"), replicas.start("rb")
     provider = await clients(a.url, client_id="prov")
     ws = provider.config["workspace"]
@@ -233,9 +234,12 @@ async def test_right_after_redis_restarts_empty_lookups_say_retry_never_not_foun
                 answered += 1
                 if what == "list_services" and sid not in {s["id"] for s in found}:
                     wrong.append(f"list_services without {sid}: {[s['id'] for s in found]}")
-            response = await http.get(f"{b.url}/{ws}/services/prov:s", timeout=10)
-            if response.status_code not in (200, 503) or (response.status_code == 503 and "retry" not in response.text):
-                wrong.append(f"HTTP {response.status_code}: {response.text[:200]}")
+            for path in (f"/{ws}/services/prov:s", f"/{ws}/services/prov:s/f"):  # an info, a call on A
+                response = await http.get(f"{b.url}{path}", timeout=scaled(10))
+                if response.status_code not in (200, 503) or (
+                    response.status_code == 503 and "retry" not in response.text
+                ):
+                    wrong.append(f"HTTP {path}: {response.status_code}: {response.text[:200]}")
             await asyncio.sleep(0.05)
     assert not wrong, f"{len(wrong)} wrong answers ({answered} right, {retried} 'please retry'): {wrong[:5]}"
     assert answered > 0
