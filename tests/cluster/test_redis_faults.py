@@ -9,11 +9,13 @@ empty restart play the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import httpx
 import pytest
 import websockets
 
+from switchboard.client import connect
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually, scaled
@@ -122,6 +124,7 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
     b = ReplicaProcess(replica_id="rb", redis_url=redis_server.url).start()
     with ThreadedFaultProxy("127.0.0.1", redis_server.port) as proxy:
         a = ReplicaProcess(replica_id="ra", redis_url=proxy.url_for_redis()).start()
+        sdk = None
         try:
             provider = await clients(a.url, client_id="prov")
             ws = provider.config["workspace"]
@@ -129,6 +132,8 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
             token = await provider.generate_token()
             caller = await clients(a.url, client_id="caller", token=token)
             svc = await caller.get_service(f"{ws}/prov:s")
+            sdk = await connect(a.url, token=token, client_id="sdk")  # Switchboard's own client, too
+            sdk_svc = await sdk.get_service(f"{ws}/prov:s")
             elsewhere = await clients(b.url, client_id="elsewhere", token=token)
             for _ in range(3):  # B learns the way to the provider: a direct link, which Redis's cut spares
                 await (await elsewhere.get_service(f"{ws}/prov:s")).f()
@@ -139,9 +144,11 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
             proxy.blackhole()
             cut = loop.time()
             calls = asyncio.ensure_future(timed_calls(svc, 8))
+            sdk_calls = asyncio.ensure_future(timed_calls(sdk_svc, 8, rate=10))
             await eventually(lambda: ready_is(a, 503), timeout=10, interval=0.05, what="readiness 503")
             not_ready_after = loop.time() - cut
             during = await calls
+            sdk_during = await sdk_calls
             elsewhere_wrong = await lookups
             proxy.pass_through()
             print(
@@ -153,9 +160,14 @@ async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed
                 f"median call {median_during * 1000:.1f} ms cut off, {median_before * 1000:.1f} ms before"
             )
             assert during[-1] < 0.5, f"slowest call {during[-1]:.2f}s cut off"
+            assert sdk_during[len(sdk_during) // 2] < 0.05, f"SDK median {sdk_during[len(sdk_during) // 2]:.3f}s"
+            assert sdk_during[-1] < 0.5, f"slowest SDK call {sdk_during[-1]:.2f}s cut off"
             assert not_ready_after < scaled(3), f"readiness 503 only after {not_ready_after:.1f}s"
             assert not elsewhere_wrong, f"lookups from the other replica failed: {elsewhere_wrong[:3]}"
         finally:
+            if sdk is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sdk.disconnect(), 5)
             a.kill()
             b.kill()
 
