@@ -175,7 +175,8 @@ class Dispatch:
         self.carry(self.router.undeliverable(target, item.session, item.caller))
 
     def _to_replica(self, origin: str, frame: bytes) -> None:
-        """A reply for another replica's manager, sent by ``replies`` in its own task, in order.
+        """A reply for another replica's manager: over a link at once, else by ``replies`` in its
+        own task, in order behind those already waiting there.
 
         Never awaited on the provider's path: a publish Redis does not answer
         (a replica cut off from it) would hold up the provider's every later
@@ -184,7 +185,8 @@ class Dispatch:
         retried as a client's frame is, instead of leaving its caller to its
         whole timeout.
         """
-        self.replies.add(origin, Undelivered(frame, None, ""))
+        if self.replies.pending(origin) or not self.remote.send_to_replica(origin, frame):
+            self.replies.add(origin, Undelivered(frame, None, ""))
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.
