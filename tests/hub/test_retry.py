@@ -112,3 +112,27 @@ async def test_a_target_back_from_transit_is_tried_at_once_not_at_the_next_inter
     await drain(window)
     assert route.delivered == [b"a"]
     assert route.attempts == 2
+
+
+async def test_the_window_counts_from_the_last_frame_that_got_through_not_from_the_first_that_waited():
+    """A queue that keeps moving (replies to another replica's manager all pass through it)
+    gives a frame that stops getting through its whole window, however old the queue is."""
+    clock = FakeClock()
+    outcomes = iter([False] * 10 + [True] + [False] * 55 + [True])  # through after 1 s; then 5.5 s more
+    delivered: list[bytes] = []
+    failed: list[Undelivered] = []
+
+    async def publish(target: str, frame: bytes, session: str | None, caller: str, event: bool) -> bool:
+        if next(outcomes):
+            delivered.append(frame)
+            return True
+        return False
+
+    window = RetryWindow(
+        clock=clock, window=6.0, interval=0.1, publish=publish, give_up=lambda t, item: failed.append(item)
+    )
+    window.add("rb", Undelivered(b"first", None, ""))
+    window.add("rb", Undelivered(b"second", None, ""))
+    await drain(window)
+    assert delivered == [b"first", b"second"]
+    assert failed == []

@@ -18,7 +18,7 @@ import pytest
 
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
-from switchboard.replicas.cluster import PRESENCE_TTL, Cluster, lease_policy
+from switchboard.replicas.cluster import PRESENCE_INTERVAL, PRESENCE_TTL, Cluster, lease_policy
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -28,8 +28,16 @@ def info(client: str, svc: str = "built-in") -> ServiceInfo:
 
 
 @dataclass
+class User:
+    id: str = "anonymous"
+
+
+@dataclass
 class Client:
     services: dict[str, ServiceInfo]
+    counted: bool = True  # the hub-wide connection counts include it
+    user: User = field(default_factory=User)
+    workspace: str = "ws-1"
 
 
 @dataclass
@@ -112,8 +120,10 @@ class Registry:
     async def owners(self) -> dict[str, str]:
         return {}
 
-    async def check_reset(self) -> bool:
-        reset, self.reset = self.reset, False
+    settle: float = 0.0
+
+    async def check_reset(self, *, settle: float = 0.0) -> bool:
+        reset, self.reset, self.settle = self.reset, False, settle
         return reset
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
@@ -129,6 +139,11 @@ class Registry:
 @dataclass
 class Counts:
     forgotten: list[str] = field(default_factory=list)
+    rebuilt: list[tuple[dict[str, int], dict[str, int]]] = field(default_factory=list)
+
+    async def rebuild(self, users: Mapping[str, int], workspaces: Mapping[str, int]) -> int:
+        self.rebuilt.append((dict(users), dict(workspaces)))
+        return len(users) + len(workspaces)
 
     async def forget_replica(self, replica_id: str) -> int:
         self.forgotten.append(replica_id)
@@ -238,6 +253,29 @@ async def test_a_store_that_lost_its_data_gets_every_live_registration_back() ->
     await w.cluster.tend()
     assert sorted(i["id"] for i in w.registry.written) == ["ws-1/a:built-in", "ws-1/a:s", "ws-1/b:built-in"]
     assert w.cluster.reasserted == 3
+
+
+async def test_a_store_that_lost_its_data_gets_this_replicas_connection_counts_back() -> None:
+    """Absolute counts of the clients counted here (one not counted, say it was admitted while
+    Redis was away, adds nothing), so the limits per user and per workspace hold again."""
+    w = world()
+    w.hub.peers = {
+        "ws-1/a": Client({}, user=User("alice")),
+        "ws-1/b": Client({}, user=User("alice")),
+        "ws-2/c": Client({}, user=User("bob"), workspace="ws-2"),
+        "ws-2/d": Client({}, user=User("bob"), workspace="ws-2", counted=False),
+    }
+    await w.cluster.tend()
+    assert w.counts.rebuilt == []  # nothing lost, nothing rebuilt
+    w.registry.reset = True
+    await w.cluster.tend()
+    assert w.counts.rebuilt == [({"alice": 2, "bob": 1}, {"ws-1": 2, "ws-2": 1})]
+
+
+async def test_the_replica_that_notices_a_loss_marks_the_store_settling_until_every_replica_could_notice() -> None:
+    w = world()
+    await w.cluster.tend()
+    assert w.registry.settle >= PRESENCE_INTERVAL  # every replica checks once per interval
 
 
 async def test_registrations_an_outage_left_unwritten_are_written_on_the_next_round() -> None:

@@ -95,7 +95,7 @@ async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> No
     assert b.links.stats.received == 50
 
 
-async def test_workspace_and_replica_channels_always_go_through_redis(bus_with_links) -> None:
+async def test_workspace_channels_always_go_through_redis(bus_with_links) -> None:
     """The hub sends broadcasts on the bus itself, beside the client channels: no tag, no link."""
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []

@@ -34,6 +34,7 @@ class LinkedReplica:
             clock=SystemClock(),
             calls=self.calls,
             links=LinkSettings(secret=secret, **link_options),
+            untagged_prefix="sb:replica:",  # as the hub has it: replicas' own channels go untagged
         )
         self.publish = self.unicast.publish
         self.subscribe = self.unicast.subscribe

@@ -36,7 +36,7 @@ from switchboard.hub.actions import (
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
-from switchboard.hub.remote import REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
+from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
 from switchboard.protocol import envelope, handshake
@@ -76,6 +76,7 @@ class Dispatch:
         remote: Remote,
         moves: Moves,
         retry: RetryWindow,
+        replies: RetryWindow,
         to_manager: Callable[[bytes, Peer | None], None],
         members: Mapping[str, set[Peer]],
         aliases: Mapping[str, Acting],
@@ -86,6 +87,7 @@ class Dispatch:
         self.remote = remote
         self.moves = moves
         self.retry = retry
+        self.replies = replies  # manager replies for other replicas that reached nobody (yet)
         self.to_manager = to_manager  # the manager's door: its RPC, with the frame's caller
         self.members = members
         self.aliases = aliases
@@ -130,7 +132,8 @@ class Dispatch:
                     self.receive_as(acting, action.frame)
                 return None
             elif type(action) is ToReplica:
-                return self._to_replica(action.replica, action.frame)
+                self._to_replica(action.replica, action.frame)
+                return None
             elif type(action) is Broadcast:
                 return self.broadcast(action.workspace, action.event_type, action.frame)
             elif type(action) is SendToken:
@@ -171,9 +174,19 @@ class Dispatch:
         """The retry window (or a holding) could not deliver ``item``: its caller is told."""
         self.carry(self.router.undeliverable(target, item.session, item.caller))
 
-    async def _to_replica(self, origin: str, frame: bytes) -> None:
-        if await self.remote.publish(REPLICA_CHANNEL + origin, frame) == 0:
-            self.log.info("manager reply for replica %s dropped: it is gone or unreachable", origin)
+    def _to_replica(self, origin: str, frame: bytes) -> None:
+        """A reply for another replica's manager: over a link at once, else by ``replies`` in its
+        own task, in order behind those already waiting there.
+
+        Never awaited on the provider's path: a publish Redis does not answer
+        (a replica cut off from it) would hold up the provider's every later
+        frame, its replies to callers here included. One that reaches nobody
+        (the replica's subscription is being re-wired, Redis restarted) is
+        retried as a client's frame is, instead of leaving its caller to its
+        whole timeout.
+        """
+        if self.replies.pending(origin) or not self.remote.send_to_replica(origin, frame):
+            self.replies.add(origin, Undelivered(frame, None, ""))
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

@@ -113,7 +113,9 @@ class Hub:
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
         )
         # frames for clients of other replicas: over direct links (``links``) or through the bus
-        self.unicast = Unicast(bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links)
+        self.unicast = Unicast(
+            bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links, untagged_prefix=REPLICA_CHANNEL
+        )
         self.remote = Remote(
             bus=bus,
             unicast=self.unicast,
@@ -129,6 +131,14 @@ class Hub:
             publish=self.remote.publish_to_client,
             give_up=lambda target, item: self.dispatch.give_up(target, item),
             hold_until=self.transit.deadline,
+        )
+        # replies to calls another replica's manager made, waiting for its channel like a client's frames
+        self.replies = RetryWindow(
+            clock=clock,
+            window=settings.undeliverable_retry_window,
+            interval=0.1,
+            publish=self.remote.publish_to_replica,
+            give_up=lambda origin, _: self.log.warning("manager reply for replica %s dropped: unreachable", origin),
         )
         self.router = Router(
             settings=settings,
@@ -157,6 +167,7 @@ class Hub:
             remote=self.remote,
             moves=self.moves,
             retry=self.retry,
+            replies=self.replies,
             to_manager=self.manager.receive,
             members=self._by_workspace,
             aliases=self._acting,
@@ -180,7 +191,7 @@ class Hub:
         await self.unicast.start()
         spawn(self._background, self.dispatch.take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
-        await self.bus.subscribe(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
+        await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
         await self.bus.subscribe(DELETED_CHANNEL, self._workspace_deleted)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
@@ -194,6 +205,7 @@ class Hub:
         for peer in list(self.peers.values()):
             peer.close(CLOSE_GOING_AWAY, "Server shutting down")
         await self.retry.close()
+        await self.replies.close()
         await self.moves.stop()
         for companion in reversed(self.companions):
             await companion.stop()

@@ -63,6 +63,18 @@ class Remote:
             self.log.warning("publish failed: %s", exc)
             return 0
 
+    async def publish_to_replica(
+        self, replica: str, frame: bytes, session: str | None = None, caller: str = "", event: bool = False
+    ) -> bool:
+        """A reply to a call ``replica``'s manager made, to its replica channel (over a link to it
+        if one is open: a replica cut off from Redis still answers those it is linked to);
+        ``False``: nobody heard it."""
+        return self.send_to_replica(replica, frame) or await self.publish(REPLICA_CHANNEL + replica, frame) > 0
+
+    def send_to_replica(self, replica: str, frame: bytes) -> bool:
+        """Over a direct link to ``replica``, if one is open and takes it now."""
+        return self.unicast.send(REPLICA_CHANNEL + replica, frame)
+
     def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
         """A call the manager makes travels with its origin, for the reply to find the way back."""
         if session and (caller == self.manager_address or caller in self.aliases):

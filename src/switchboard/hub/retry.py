@@ -124,6 +124,7 @@ class RetryWindow:
                     if queue and queue[0] is head:  # fail() may have emptied it meanwhile
                         queue.popleft()
                     self.recovered += 1
+                    deadline = self._clock.monotonic() + self.window  # unreachable since the last success
                     continue
                 held = self._hold_until(target) if self._hold_until is not None else None
                 if self._clock.monotonic() >= max(deadline, held or deadline):

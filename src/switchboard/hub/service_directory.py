@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from hypha_rpc import RPC
 
 from switchboard.backends.base import Registry
+from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission, User
@@ -41,11 +42,20 @@ class Loads(Protocol):
     async def of(self, providers: Collection[str]) -> Mapping[str, int]: ...
 
 
+# Right after Redis lost its data (restarted empty), the registry is re-filled by every replica
+# within seconds; meanwhile a lookup waits this long at most for it, then answers "please retry"
+# (an empty answer would tell the caller that services which are there are gone).
+SETTLE_WAIT = 2.0
+SETTLE_POLL = 0.1
+REFILLING = "Hub backend unavailable, please retry: the registry is being re-filled after Redis lost its data"
+
+
 class DirectoryHost(Protocol):
     """What the service methods need of the hub (the hub is :class:`switchboard.hub.hub.Hub`)."""
 
     settings: Settings
     registry: Registry
+    clock: Clock
     registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
     manager_address: str
 
@@ -186,6 +196,7 @@ class ServiceDirectory:
         """Services visible to the caller, filtered by ``query`` (whose values may hold ``*``)."""
         peer = calling_peer()
         listing = list_query(plain(query), peer.workspace)
+        await self._settled()
         found = await self.hub.registry.find(listing.lookup)
         everywhere = listing.patterns.get("workspace", "*") == "*"
         result = []
@@ -203,6 +214,29 @@ class ServiceDirectory:
             if listing.admits(info):
                 result.append(info)
         return result
+
+    async def _settled(self) -> None:
+        """Return once the registry holds what it should (at once, unless Redis just lost its data:
+        then at most :data:`SETTLE_WAIT` later); raise a retryable error if it still does not."""
+        registry, clock = self.hub.registry, self.hub.clock
+        deadline = clock.monotonic() + SETTLE_WAIT
+        while await registry.lost_data():
+            if clock.monotonic() >= deadline:
+                raise BackendError(REFILLING)
+            await clock.sleep(SETTLE_POLL)
+
+    async def _find_once_settled(self, query: svc_ids.ServiceQuery) -> list[ServiceInfo]:
+        """Nothing found while the registry is being re-filled: look again until it is, or it is found."""
+        registry, clock = self.hub.registry, self.hub.clock
+        deadline = clock.monotonic() + SETTLE_WAIT
+        while True:
+            if found := await registry.find(query):
+                return found
+            if not await registry.lost_data():
+                return []
+            if clock.monotonic() >= deadline:
+                raise BackendError(REFILLING)
+            await clock.sleep(SETTLE_POLL)
 
     def _check_size(self, peer: Peer, info: ServiceInfo) -> None:
         """Bound what one client's registrations hold (they live in the registry until it leaves)."""
@@ -237,6 +271,8 @@ class ServiceDirectory:
         chosen = selection.parse_mode(mode, workspace=query.workspace)  # refused even for one match
         wait = selection.parse_select_timeout(select_timeout)
         found = await self.hub.registry.find(query)
+        if not found and await self.hub.registry.lost_data():
+            found = await self._find_once_settled(query)
         allowed = [
             i
             for i in found

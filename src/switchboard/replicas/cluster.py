@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -40,11 +41,28 @@ logger = logging.getLogger(__name__)
 
 PRESENCE_INTERVAL = 2.0  # seconds between presence writes and registry epoch checks
 PRESENCE_TTL = 6.0  # three missed writes and a replica counts as gone
+# after a data loss, lookups answer "retry" until every replica had its chance to re-assert:
+# each checks every PRESENCE_INTERVAL, plus a second for a round slowed by the outage
+SETTLE = PRESENCE_INTERVAL + 1.0
+
+
+class _User(Protocol):
+    @property
+    def id(self) -> str: ...
 
 
 class _Client(Protocol):
     @property
     def services(self) -> Mapping[str, ServiceInfo]: ...
+
+    @property
+    def counted(self) -> bool: ...
+
+    @property
+    def user(self) -> _User: ...
+
+    @property
+    def workspace(self) -> str: ...
 
 
 class _Manager(Protocol):
@@ -167,7 +185,7 @@ class Cluster:
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
         await self._write_presence()
-        if await self.registry.check_reset():
+        if await self.registry.check_reset(settle=SETTLE):
             await self._reassert()
         elif repair := await self.hub.repair_registry():
             repaired = await self.registry.reassert(repair)
@@ -204,6 +222,10 @@ class Cluster:
         count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
         self.reasserted += count
         self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(peers))
+        counted = [peer for peer in peers if peer.counted]
+        users = Counter(peer.user.id for peer in counted)
+        workspaces = Counter(peer.workspace for peer in counted)
+        await self.counts.rebuild(users, workspaces)
 
     async def peer_loads(self) -> dict[str, int]:
         """Calls in flight to the other replicas' clients, as their presence records last said."""

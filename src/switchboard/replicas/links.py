@@ -135,6 +135,7 @@ class Links:
         self._routes_of: dict[Link, set[str]] = {}  # the channels each link carries from us
         self._hinted: dict[Link, set[str]] = {}  # channels we told each link's other side live here
         self._pending: dict[str, set[str]] = {}  # replica being dialled -> hints to send
+        self._everywhere: set[str] = set()  # hinted on every link: this replica's own channels
         self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
         self._dialling: set[str] = set()
         self._gate = HandshakeGate()  # unfinished handshakes per address, on the listener
@@ -222,6 +223,16 @@ class Links:
         if replica not in self._dialling and self.now() >= self._quiet_until.get(replica, 0.0):
             self._dialling.add(replica)
             spawn(self._tasks, self._dial(replica, host, port), f"switchboard-link-dial-{replica}")
+
+    def hint_everywhere(self, channel: str) -> None:
+        """Offer ``channel`` on every link, open or to come: frames for it may take any link here
+        (this replica's own channel: a replica it talks to through links need not hear it through
+        Redis first, nor reach it through Redis at all)."""
+        self._everywhere.add(channel)
+        for link in self._to.values():
+            if not link.closed and channel not in self._hinted[link]:
+                self._hinted[link].add(channel)
+                link.hint(channel)
 
     def forget(self, channel: str) -> None:
         """``channel`` left this replica: hint it again if it comes back."""
@@ -320,9 +331,10 @@ class Links:
         self._handshake_over(link)
         self._to[peer] = link
         hinted = self._hinted[link]
-        for channel in self._pending.pop(peer, ()):
-            hinted.add(channel)
-            link.hint(channel)
+        for channel in (*self._pending.pop(peer, ()), *self._everywhere):
+            if channel not in hinted:
+                hinted.add(channel)
+                link.hint(channel)
 
     def on_lost(self, link: Link) -> None:
         self._links.discard(link)

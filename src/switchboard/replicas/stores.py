@@ -39,8 +39,9 @@ class OwnedRegistry(Protocol):
         """``<ws>/<cid>`` → id of the replica that owns it."""
         ...
 
-    async def check_reset(self) -> bool:
-        """Whether the store lost its data since the previous call (the first only records)."""
+    async def check_reset(self, *, settle: float = 0.0) -> bool:
+        """Whether the store lost its data since the previous call (the first only records); the
+        first replica to notice marks the store settling for ``settle`` seconds."""
         ...
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
@@ -55,4 +56,8 @@ class ReplicaCounts(Protocol):
 
     async def forget_replica(self, replica_id: str) -> int:
         """Drop every count of a replica that is gone."""
+        ...
+
+    async def rebuild(self, users: Mapping[str, int], workspaces: Mapping[str, int]) -> int:
+        """Set this replica's counts (after the store lost them); return how many counters."""
         ...

@@ -45,8 +45,12 @@ class Unicast:
         clock: Clock,
         calls: OpenCalls,
         links: LinkSettings | None = None,
+        untagged_prefix: str | None = None,
     ) -> None:
         self._bus = bus
+        # channels whose frames go through the bus as they are (replicas' own channels, heard by
+        # a plain subscriber): a frame for one that a link gave back is published untagged
+        self._untagged_prefix = untagged_prefix
         self._calls = calls
         self._here: dict[str, BusHandler] = {}  # channels wanted here: a link's frame for one is delivered
         self._lost: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
@@ -108,6 +112,14 @@ class Unicast:
         self._here[channel] = handler
         await self._bus.subscribe(channel, functools.partial(self._from_bus, channel, handler))
 
+    async def subscribe_own(self, channel: str, handler: BusHandler) -> None:
+        """This replica's own channel: on the bus as its senders publish it (untagged), and offered
+        on every link, so a replica linked to this one reaches it even while Redis does not."""
+        self._here[channel] = handler
+        if self.links is not None:
+            self.links.hint_everywhere(channel)
+        await self._bus.subscribe(channel, handler)
+
     async def unsubscribe(self, channel: str) -> None:
         """Links' frames for ``channel`` go back at once; the bus's until Redis confirms."""
         self._here.pop(channel, None)
@@ -151,7 +163,10 @@ class Unicast:
     async def _republish(self, item: Returned) -> None:
         """Redis, the source of truth, decides who gets a frame a link gave back."""
         try:
-            receivers = await self.publish(item.channel, item.data)
+            if self._untagged_prefix is not None and item.channel.startswith(self._untagged_prefix):
+                receivers = await self._bus.publish(item.channel, item.data)
+            else:
+                receivers = await self.publish(item.channel, item.data)
         except BackendError as exc:
             logger.warning("%s", exc, extra=self._extra)
             receivers = 0

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BUS_PROBE_IDLE = 1.0  # seconds without a byte from Redis's pub/sub before the bus probes it
+BUS_PROBE_TIMEOUT = 1.0  # seconds a probe may take before the connection counts as dead
+
 
 async def liveness(request: Request) -> Response:
     return JSONResponse({"status": "OK"})
@@ -82,6 +85,10 @@ def build_hub(
             clock=clock,
             replica_id=settings.replica_id,
             reconcile_interval=settings.subscription_reconcile_interval,
+            # a silent Redis (a blackholed connection) turns readiness 503 within about 2 s: probed
+            # after 1 s without traffic, failed after 1 s without an echo (a loopback echo takes 0.1 ms)
+            probe_idle=BUS_PROBE_IDLE,
+            probe_timeout=BUS_PROBE_TIMEOUT,
         )
         counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
         workspaces = RedisWorkspaceStore(redis, ttl=WORKSPACE_DATA_TTL)

@@ -32,6 +32,21 @@ class ServerState:
     def accepting(self) -> bool:
         return self.phase is Phase.READY
 
+    def refusal(self) -> str | None:
+        """Why a new WebSocket must be turned away before its upgrade (``None``: welcome).
+
+        Starting or draining, or the shared backend is unreachable (its pub/sub
+        connection down: a client admitted now could not be counted, looked up
+        or reached from other replicas, and one that is accepted and then closed
+        takes it as final, hypha-rpc's JavaScript client at least).
+        """
+        if not self.accepting:
+            return "Server is draining or starting, please retry"
+        healthy, _ = self.hub.bus.health
+        if not healthy:
+            return "Hub backend unavailable, please retry"
+        return None
+
     def readiness(self) -> tuple[bool, str]:
         """(ready?, why) for ``/health/readiness``."""
         if self.phase is not Phase.READY:

@@ -98,8 +98,8 @@ async def _refuse(websocket: WebSocket, message: str, code: int) -> None:
         await websocket.close(code, close_reason(message))
 
 
-async def _refuse_upgrade(websocket: WebSocket) -> None:
-    """Turn a client away while starting or draining, so that every client tries again.
+async def _refuse_upgrade(websocket: WebSocket, why: str) -> None:
+    """Turn a client away while starting, draining or cut off from Redis, so that every client tries again.
 
     Before the upgrade, with HTTP 503 and ``Retry-After``: hypha-rpc's
     JavaScript client treats *any* close before ``connection_info`` as final
@@ -115,14 +115,14 @@ async def _refuse_upgrade(websocket: WebSocket) -> None:
     with contextlib.suppress(Exception):
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             denial = JSONResponse(
-                {"success": False, "detail": "Server is draining or starting, please retry"},
+                {"success": False, "detail": why},
                 status_code=503,
                 headers={"Retry-After": "1"},
             )
             await websocket.send_denial_response(denial)
             return
         await websocket.accept()
-        await websocket.close(handshake.CLOSE_TRY_AGAIN, "Server is draining, please reconnect")
+        await websocket.close(handshake.CLOSE_TRY_AGAIN, close_reason(why))
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
@@ -132,8 +132,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.accept()
         await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
         return
-    if not state.accepting:
-        await _refuse_upgrade(websocket)
+    if (why := state.refusal()) is not None:
+        await _refuse_upgrade(websocket, why)
         return
     await websocket.accept()
     try:

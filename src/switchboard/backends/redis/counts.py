@@ -10,6 +10,7 @@ clean-up reads one set instead of scanning the keyspace.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -67,6 +68,23 @@ class RedisConnectionCounts:
             await self._remove(keys=keys, args=[self.replica_id])
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
+
+    async def rebuild(self, users: Mapping[str, int], workspaces: Mapping[str, int]) -> int:
+        """After Redis lost its data: set this replica's field of each counter to what its clients
+        count now (absolute values, so a client counted again since the loss is not counted twice)."""
+        keys = {f"{self._p}u:{user}": n for user, n in users.items()}
+        keys.update({f"{self._p}w:{workspace}": n for workspace, n in workspaces.items()})
+        if not keys:
+            return 0
+        try:
+            async with self._r.pipeline(transaction=False) as pipe:
+                for key, n in keys.items():
+                    pipe.hset(key, self.replica_id, n)
+                pipe.sadd(self._touched(self.replica_id), *keys)
+                await pipe.execute()
+        except RedisError as exc:
+            raise BackendError(f"rebuilding the connection counts failed: {exc}") from exc
+        return len(keys)
 
     async def forget_replica(self, replica_id: str) -> int:
         """Drop every count of a replica that is gone; return how many counters it had."""

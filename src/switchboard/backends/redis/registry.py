@@ -7,6 +7,7 @@ Layout (``p`` = ``key_prefix``, default ``sb:``):
 * ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
 * ``p replica:<rid>:clients``  set of ``<ws>/<cid>`` that replica owns
 * ``p epoch``                  a random token; a new one means Redis lost its data
+* ``p epoch:settling``         set for a few seconds by the replica that noticed a loss first
 * ``p transit``, ``p transit:left``  clients in transit (:mod:`switchboard.backends.redis.transit`)
 
 Every multi-key change is one Lua script, so no reader ever sees half of it
@@ -287,25 +288,33 @@ class RedisRegistry:
         keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id)]
         return int(await self._call("reassert", self._reassert(keys=keys, args=args)))
 
-    async def check_reset(self) -> bool:
+    async def check_reset(self, *, settle: float = 0.0) -> bool:
         """True if Redis lost its data since this replica's previous call (then :meth:`reassert`).
 
         The first call only records the current epoch (creating one if needed).
+        The replica that finds the loss first also marks the store as settling
+        for ``settle`` seconds: the time every other replica takes to notice
+        and re-assert, during which :meth:`lost_data` stays true.
         """
         key = f"{self._p}epoch"
         fresh = uuid.uuid4().hex.encode()
         created = await self._call("check_reset", self._r.set(key, fresh, nx=True))
         current = fresh if created else await self._call("check_reset", self._r.get(key))
         known, self._epoch = self._epoch, current
-        return known is not None and current != known
+        reset = known is not None and current != known
+        if reset and created and settle > 0:
+            marker = self._r.set(f"{self._p}epoch:settling", b"1", px=max(1, int(settle * 1000)), nx=True)
+            await self._call("check_reset", marker)
+        return reset
 
     async def lost_data(self) -> bool:
-        """True if the epoch this replica recorded is gone or replaced (read-only, unlike
-        :meth:`check_reset`): Redis lost its data and re-assertion has not caught up."""
+        """True if the epoch this replica recorded is gone or replaced, or the store is settling
+        after a loss (read-only, unlike :meth:`check_reset`): re-assertion has not caught up."""
         if self._epoch is None:
             return False
-        current: bytes | None = await self._call("lost_data", self._r.get(f"{self._p}epoch"))
-        return current != self._epoch
+        keys = (f"{self._p}epoch", f"{self._p}epoch:settling")
+        current, settling = await self._call("lost_data", self._r.mget(keys))
+        return current != self._epoch or settling is not None
 
     def __repr__(self) -> str:
         return f"RedisRegistry(replica={self.replica_id!r}, prefix={self._p!r})"
