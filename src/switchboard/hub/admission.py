@@ -3,11 +3,14 @@
 The first frame names a client; the :class:`Gatekeeper` turns it into an
 authenticated user and a workspace (protocol §6.6), or a refusal with the
 message the client will see, and keeps the hub-wide connection counts.
+:func:`take_over` decides what the connection may do to the client id it
+names: a client id belongs to the user that first connected with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from switchboard.backends.base import ConnectionCounts, Registry
 from switchboard.clock import Clock
@@ -19,6 +22,61 @@ from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
 from switchboard.protocol.services import ServiceQuery
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """What a new connection may do to the client id it names (:func:`take_over`), as a value.
+
+    ``refusal``: it may not have the id (the message it gets). Otherwise it
+    becomes the client's live connection, superseding every other copy
+    hub-wide, and: ``resume`` (it presented the client's reconnection token)
+    it gets what was held for the client in transit; ``probe``, an earlier
+    connection may still be live: if that answers a ping, the newcomer is a
+    second live client with the same id and is refused; ``replace``, it
+    starts a new session: the earlier session's registrations are removed
+    (its departure announced) and what was held for it fails.
+    """
+
+    refusal: str | None = None
+    resume: bool = False
+    probe: bool = False
+    replace: bool = False
+
+
+def take_over(
+    *,
+    client: str,
+    user: str,
+    resuming: bool,
+    holder: str | None,
+    live_here: bool,
+    registered: bool,
+    in_transit: bool,
+) -> Takeover:
+    """Decide for ``user``'s connection naming ``client`` (``<ws>/<cid>``).
+
+    ``holder`` is the user the client id belongs to (``None``: nobody);
+    ``resuming``, whether the connection presented the client's reconnection
+    token (a token of the holder, checked by :meth:`Gatekeeper.admit`);
+    ``live_here``, whether a connection of the client is attached here;
+    ``registered``, whether it has registrations; ``in_transit``, whether it is
+    in transit. Only the holder may take the id, whatever a ping answers: a
+    client in transit or whose event loop is busy answers none.
+    """
+    if holder is not None and holder != user:
+        return Takeover(refusal=held_by_another(client))
+    if resuming:
+        return Takeover(resume=True)
+    return Takeover(probe=live_here or registered, replace=not live_here and (registered or in_transit))
+
+
+def held_by_another(client: str) -> str:
+    """The refusal of a connection naming a client id that another user holds."""
+    return (
+        f"Failed to establish connection: Client already exists: {client} belongs to another user "
+        "(only that user, or the client's reconnection token, may take it over)"
+    )
 
 
 class Gatekeeper:

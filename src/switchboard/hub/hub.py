@@ -24,7 +24,7 @@ from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.admission import Gatekeeper
+from switchboard.hub.admission import Gatekeeper, Takeover, held_by_another, take_over
 from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
@@ -34,7 +34,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
@@ -132,6 +132,7 @@ class Hub:
             transit=self.transit,
             retry=self.retry,
             deliver=lambda target, item: self.dispatch.deliver(target, item),
+            give_up=lambda target, item: self.dispatch.give_up(target, item),
             announce_gone=self.announce_gone,
         )
         self.dispatch = Dispatch(
@@ -195,30 +196,42 @@ class Hub:
         return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
 
     async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
-        """Make ``peer`` the live connection for its id; return its ``connection_info``."""
-        old = self.peers.get(peer.id)
-        if old is not None and not reconnecting:
-            if await self.manager.answers_ping(peer.id):
-                raise HandshakeError(
-                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
-                    CLOSE_GOING_AWAY,
-                )
-        elif old is None and not reconnecting:
-            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
-            if stale and await self.manager.answers_ping(peer.id):
-                raise HandshakeError(
-                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
-                    CLOSE_GOING_AWAY,
-                )
-            if stale:
-                await self.purge(peer.workspace, peer.client_id)
+        """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
+
+        ``reconnecting``: it presented the client's reconnection token. Whether
+        it may have the id is :func:`~switchboard.hub.admission.take_over`'s
+        decision (a client id belongs to the user that first connected with it);
+        this carries it out.
+        """
+        plan = await self._take_over(peer, reconnecting)
+        if plan.refusal is not None:
+            raise HandshakeError(plan.refusal, CLOSE_GOING_AWAY)
+        if plan.probe and await self.manager.answers_ping(peer.id):
+            raise HandshakeError(
+                f"Failed to establish connection: Client already exists and is active: {peer.id}",
+                CLOSE_GOING_AWAY,
+            )
+        if plan.replace:  # a new session: the earlier one's held frames fail, its registrations go
+            await self.moves.abandon(peer.id)
+            await self.purge(peer.workspace, peer.client_id)
         await self.gate.count_in(peer)
+        try:
+            claim = await self.registry.claim(peer.workspace, peer.client_id, user=peer.user.id, owner=self.replica_id)
+        except BackendError:
+            await self.gate.count_out(peer)
+            raise
+        if claim.holder is not None:  # another user claimed the id meanwhile
+            await self.gate.count_out(peer)
+            raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
             for frame in old.leftovers(self.clock.monotonic()):  # queued behind connection_info
-                peer.send(frame)
+                if plan.resume:
+                    peer.send(frame)
+                elif (item := undelivered_of(frame)) is not None:  # the earlier session's: it fails
+                    self.dispatch.give_up(peer.id, item)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())
         first_in_workspace = not members
@@ -232,7 +245,9 @@ class Hub:
             await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
         self.metrics.clients.set(len(self.peers))
         peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
-        if reconnecting or peer.id in self.transit:
+        if claim.previous_owner is not None:  # a copy on another replica is stale now
+            await self.moves.taken(peer.id)
+        if plan.resume:
             await self.moves.arrived(peer)
         return {
             "type": "connection_info",
@@ -247,6 +262,25 @@ class Hub:
             "reconnection_token": self.reconnection_token(peer),
             "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
         }
+
+    async def _take_over(self, peer: Peer, resuming: bool) -> Takeover:
+        """What the registry and this replica know about ``peer``'s client id, decided on."""
+        holder = await self.registry.holder(peer.workspace, peer.client_id)
+        stale: list[ServiceInfo] = []
+        if not resuming or holder is None:
+            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
+        if holder is None and stale:  # registered before the claim was recorded: its creator holds it
+            creator = (stale[0].get("config") or {}).get("created_by") or {}
+            holder = str(creator.get("id") or "") or None
+        return take_over(
+            client=peer.id,
+            user=peer.user.id,
+            resuming=resuming,
+            holder=holder,
+            live_here=peer.id in self.peers,
+            registered=bool(stale),
+            in_transit=peer.id in self.transit,
+        )
 
     def reconnection_token(self, peer: Peer) -> str:
         """A token that resumes ``peer``'s identity, signed afresh at most every

@@ -16,6 +16,14 @@ the decisions are :class:`~switchboard.hub.transit.Transit`'s.
   departure, as a clean disconnect would have at once, and says ``gone``;
   the held frames then meet nobody and their callers get "not connected".
 
+Who may come back is the hub's decision (:func:`~switchboard.hub.admission.take_over`):
+only a connection that presented the client's reconnection token gets what
+was held for it (:meth:`Moves.arrived`). The same user starting a new session
+with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
+held fails, on every replica, ``abandoned``). A client id is live in one place:
+a replica that takes a client over from another says ``taken``, and the
+other closes the copy it still has (:meth:`Moves.taken`).
+
 Notices are an optimisation over pub/sub (fire and forget): a replica holding
 frames asks the registry every :data:`RECHECK` seconds whether the client is
 still away, so a lost ``back`` or a ``left`` that overtook it costs a delay,
@@ -42,11 +50,13 @@ from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
-TRANSIT_CHANNEL = "sb:transit"  # notices: {"left"|"back"|"gone": "<ws>/<cid>", "from": replica, ...}
+# notices: {"left"|"back"|"gone"|"abandoned"|"taken": "<ws>/<cid>", "from": replica, ...}
+TRANSIT_CHANNEL = "sb:transit"
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
 
 Deliver = Callable[[str, Undelivered], Awaitable[None]]
+GiveUp = Callable[[str, Undelivered], None]
 AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
 
 
@@ -54,8 +64,9 @@ class Moves:
     """Clients in transit, the I/O side (see the module docstring).
 
     ``peers`` is the hub's table of clients here (read only); ``deliver``
-    routes a held frame again once its transit ended, ``announce_gone``
-    tells a workspace a client left (its services, then the client).
+    routes a held frame again once its transit ended, ``give_up`` fails one
+    (its caller is told), ``announce_gone`` tells a workspace a client left
+    (its services, then the client).
     """
 
     def __init__(
@@ -69,6 +80,7 @@ class Moves:
         transit: Transit[Undelivered],
         retry: RetryWindow,
         deliver: Deliver,
+        give_up: GiveUp,
         announce_gone: AnnounceGone,
     ) -> None:
         self.registry = registry
@@ -79,6 +91,7 @@ class Moves:
         self.transit = transit
         self.retry = retry
         self.deliver = deliver
+        self.give_up = give_up
         self.announce_gone = announce_gone
         self.replica_id = remote.replica_id
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
@@ -203,6 +216,23 @@ class Moves:
         )
         await self._notice("back", peer.id)
 
+    async def abandon(self, client: str) -> None:
+        """A new session of ``client`` replaces the one in transit (it came without the reconnection
+        token): what was held for the earlier session fails, here and on every replica."""
+        self._fail(self.transit.cancel(client))
+        self.retry.fail(client)
+        await self._notice("abandoned", client)
+
+    async def taken(self, client: str) -> None:
+        """``client`` was taken over here from another replica: a copy still live there is closed."""
+        await self._notice("taken", client)
+
+    def _fail(self, released: Released[Undelivered] | None) -> None:
+        """Fail a finished transit's frames: their callers are told the client is not connected."""
+        if released is not None:
+            for item in released.frames:
+                self.give_up(released.client, item)
+
     def salvage(self, peer: Peer) -> None:
         """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
         ahead of what was held for it since."""
@@ -309,3 +339,11 @@ class Moves:
         elif isinstance(client := notice.get("gone"), str):
             self.retry.fail(client)
             self._send_on(self.transit.cancel(client))
+        elif isinstance(client := notice.get("abandoned"), str):
+            self.retry.fail(client)
+            self._fail(self.transit.cancel(client))
+        elif isinstance(client := notice.get("taken"), str):
+            peer = self.peers.get(client)
+            if peer is not None and not peer.closed:  # one client id is live in one place
+                peer.log.info("superseded by a new connection on replica %s", origin)
+                peer.close(1000, "Superseded by a new connection of the same client")
