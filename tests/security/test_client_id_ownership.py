@@ -14,7 +14,7 @@ token, gets its held call. The same user connecting again with the same id
 (its own token, no reconnection token) still takes it over, but what was held
 for the earlier session does not go to it.
 
-Across two replicas: ``tests/cluster/test_client_id_ownership.py``.
+Across two replicas: ``tests/cluster/test_client_ids_across_replicas.py``.
 """
 
 from __future__ import annotations
