@@ -337,3 +337,13 @@ async def test_the_same_user_without_the_reconnection_token_starts_afresh_and_wh
     assert calls(fresh_wire) == [], "what was held for the earlier session is not handed to a new one"
     assert rejects(caller_wire) == ["s1.reject"]
     assert f"{WS}/prov" not in net.hub.transit
+
+
+async def test_a_store_that_lost_its_data_learns_again_whose_client_ids_they_are(net: Net) -> None:
+    await net.connect("prov", services=("s",))
+    await net.hub.registry.remove_client(WS, "prov")  # as if the store had lost it
+    assert await net.hub.registry.holder(WS, "prov") is None
+    await net.hub.reclaim()
+    assert await net.hub.registry.holder(WS, "prov") == USER.id
+    with pytest.raises(HandshakeError, match="belongs to another user"):
+        await net.connect("prov", user=new_anonymous_user())

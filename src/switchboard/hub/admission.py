@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from switchboard.backends.base import ConnectionCounts, Registry
+from switchboard.backends.base import Claim, ConnectionCounts, Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
@@ -21,7 +21,7 @@ from switchboard.hub.limits import TokenBucket
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,43 @@ class Gatekeeper:
                 CLOSE_GOING_AWAY,
             )
         return user, workspace, False
+
+    async def plan(self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool) -> Takeover:
+        """What the registry knows about ``peer``'s client id, decided on (:func:`take_over`)."""
+        holder = await self.registry.holder(peer.workspace, peer.client_id)
+        stale: list[ServiceInfo] = []
+        if not resuming or holder is None:
+            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
+        if holder is None and stale:  # registered before the claim was recorded: its creator holds it
+            creator = (stale[0].get("config") or {}).get("created_by") or {}
+            holder = str(creator.get("id") or "") or None
+        return take_over(
+            client=peer.id,
+            user=peer.user.id,
+            resuming=resuming,
+            holder=holder,
+            live_here=live_here,
+            registered=bool(stale),
+            in_transit=in_transit,
+        )
+
+    async def claim(self, peer: Peer) -> Claim:
+        """Record that ``peer``'s user holds its client id, live on this replica; refuse it if
+        another user claimed the id since :meth:`plan` looked."""
+        claim = await self.registry.claim(
+            peer.workspace, peer.client_id, user=peer.user.id, owner=self.settings.replica_id
+        )
+        if claim.holder is not None:
+            raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
+        return claim
+
+    async def reclaim(self, peers: list[Peer]) -> None:
+        """Claim the ids of clients connected here again (the store lost its data)."""
+        for peer in peers:
+            try:
+                await self.claim(peer)
+            except HandshakeError:
+                peer.log.warning("its client id was claimed by another user while the store was empty")
 
     async def _workspace_exists(self, workspace: str, here: Callable[[str], bool]) -> bool:
         if workspace == "public" or here(workspace):

@@ -24,7 +24,7 @@ from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.admission import Gatekeeper, Takeover, held_by_another, take_over
+from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
@@ -39,7 +39,7 @@ from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
@@ -203,7 +203,9 @@ class Hub:
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """
-        plan = await self._take_over(peer, reconnecting)
+        plan = await self.gate.plan(
+            peer, resuming=reconnecting, live_here=peer.id in self.peers, in_transit=peer.id in self.transit
+        )
         if plan.refusal is not None:
             raise HandshakeError(plan.refusal, CLOSE_GOING_AWAY)
         if plan.probe and await self.manager.answers_ping(peer.id):
@@ -216,13 +218,10 @@ class Hub:
             await self.purge(peer.workspace, peer.client_id)
         await self.gate.count_in(peer)
         try:
-            claim = await self.registry.claim(peer.workspace, peer.client_id, user=peer.user.id, owner=self.replica_id)
-        except BackendError:
+            claim = await self.gate.claim(peer)  # refused if another user claimed the id meanwhile
+        except (BackendError, HandshakeError):
             await self.gate.count_out(peer)
             raise
-        if claim.holder is not None:  # another user claimed the id meanwhile
-            await self.gate.count_out(peer)
-            raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
@@ -262,25 +261,6 @@ class Hub:
             "reconnection_token": self.reconnection_token(peer),
             "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
         }
-
-    async def _take_over(self, peer: Peer, resuming: bool) -> Takeover:
-        """What the registry and this replica know about ``peer``'s client id, decided on."""
-        holder = await self.registry.holder(peer.workspace, peer.client_id)
-        stale: list[ServiceInfo] = []
-        if not resuming or holder is None:
-            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
-        if holder is None and stale:  # registered before the claim was recorded: its creator holds it
-            creator = (stale[0].get("config") or {}).get("created_by") or {}
-            holder = str(creator.get("id") or "") or None
-        return take_over(
-            client=peer.id,
-            user=peer.user.id,
-            resuming=resuming,
-            holder=holder,
-            live_here=peer.id in self.peers,
-            registered=bool(stale),
-            in_transit=peer.id in self.transit,
-        )
 
     def reconnection_token(self, peer: Peer) -> str:
         """A token that resumes ``peer``'s identity, signed afresh at most every
@@ -425,6 +405,10 @@ class Hub:
             return []
         self.registry_dirty = False
         return [info for peer in list(self.peers.values()) for info in peer.services.values()]
+
+    async def reclaim(self) -> None:
+        """Record again whose client ids this replica's clients are (the store lost its data)."""
+        await self.gate.reclaim(list(self.peers.values()))
 
     async def sweep_transits(self) -> int:
         """End transits nobody here knew of whose grace is over (:meth:`Moves.sweep_transits`)."""
