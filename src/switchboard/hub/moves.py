@@ -22,7 +22,9 @@ was held for it (:meth:`Moves.arrived`). The same user starting a new session
 with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
 held fails, on every replica, ``abandoned``). A client id is live in one place:
 a replica that takes a client over from another says ``taken``, and the
-other closes the copy it still has (:meth:`Moves.taken`).
+other closes the copy it still has (:meth:`Moves.taken`), unless that copy
+resumed less than :data:`~switchboard.hub.peer.FRESH_GOODBYE` ago (hypha-rpc
+may reconnect twice at once, and closes one connection itself).
 
 Notices are an optimisation over pub/sub (fire and forget): a replica holding
 frames asks the registry every :data:`RECHECK` seconds whether the client is
@@ -42,7 +44,7 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import Peer
+from switchboard.hub.peer import FRESH_GOODBYE, Peer
 from switchboard.hub.remote import Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.transit import Released, Transit
@@ -195,6 +197,7 @@ class Moves:
 
     async def arrived(self, peer: Peer) -> None:
         """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
+        peer.returned_at = self.clock.monotonic()  # also for a resume that finds no transit (:meth:`_on_notice`)
         try:
             away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -207,7 +210,7 @@ class Moves:
             away = released.away
         if away is None:
             return
-        peer.returned, peer.returned_at = True, self.clock.monotonic()
+        peer.returned = True
         self.metrics.transit_seconds.observe(away)
         peer.log.info(
             "back after %.3f s in transit%s",
@@ -344,6 +347,11 @@ class Moves:
             self._fail(self.transit.cancel(client))
         elif isinstance(client := notice.get("taken"), str):
             peer = self.peers.get(client)
-            if peer is not None and not peer.closed:  # one client id is live in one place
-                peer.log.info("superseded by a new connection on replica %s", origin)
-                peer.close(1000, "Superseded by a new connection of the same client")
+            if peer is None or peer.closed:
+                return
+            if peer.returned_at > 0 and self.clock.monotonic() - peer.returned_at < FRESH_GOODBYE:
+                # hypha-rpc reconnecting may open two connections at once (through a balancer, to
+                # two replicas) and closes one itself within the second: the client chooses
+                return
+            peer.log.info("superseded by a new connection on replica %s", origin)  # one live copy
+            peer.close(1000, "Superseded by a new connection of the same client")
