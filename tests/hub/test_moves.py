@@ -347,3 +347,18 @@ async def test_a_store_that_lost_its_data_learns_again_whose_client_ids_they_are
     assert await net.hub.registry.holder(WS, "prov") == USER.id
     with pytest.raises(HandshakeError, match="belongs to another user"):
         await net.connect("prov", user=new_anonymous_user())
+
+
+async def test_what_was_held_fails_at_the_grace_s_end_and_never_reaches_whoever_takes_the_id_next(
+    net: Net,
+) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller")
+    await net.leave(prov, code=1006)
+    await net.call(caller, f"{WS}/prov", "s1")
+    net.clock.advance(GRACE)
+    await net.hub.moves.settle_transits()  # the id is free from here on
+    _, newcomer_wire = await net.connect("prov", user=new_anonymous_user())
+    await settle()
+    assert calls(newcomer_wire) == [], "a call held for the client that left reached the next holder of its id"
+    assert rejects(caller_wire) == ["s1.reject"]

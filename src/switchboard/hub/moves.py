@@ -14,7 +14,8 @@ the decisions are :class:`~switchboard.hub.transit.Transit`'s.
 * Its grace runs out first (:meth:`Moves.settle_transits`): whichever replica
   ends the mark in the registry removes its registrations and announces the
   departure, as a clean disconnect would have at once, and says ``gone``;
-  the held frames then meet nobody and their callers get "not connected".
+  the held frames then fail everywhere and their callers get "not connected"
+  (never routed again: the id is free, a newcomer may hold it).
 
 Who may come back is the hub's decision (:func:`~switchboard.hub.admission.take_over`):
 only a connection that presented the client's reconnection token gets what
@@ -276,7 +277,7 @@ class Moves:
             await self.announce_gone(ws, cid, expiry.removed)
             await self._notice("gone", client)
             self.retry.fail(client)
-            self._send_on(released)
+            self._fail(released)  # failed, not routed again: the id is free, a newcomer may hold it now
 
     async def sweep_transits(self) -> int:
         """End transits whose grace is over that no replica here knew of (their notice was lost
@@ -339,10 +340,7 @@ class Moves:
         elif isinstance(client := notice.get("back"), str):
             self._send_on(self.transit.back(client))
             self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
-        elif isinstance(client := notice.get("gone"), str):
-            self.retry.fail(client)
-            self._send_on(self.transit.cancel(client))
-        elif isinstance(client := notice.get("abandoned"), str):
+        elif isinstance(client := notice.get("gone"), str) or isinstance(client := notice.get("abandoned"), str):
             self.retry.fail(client)
             self._fail(self.transit.cancel(client))
         elif isinstance(client := notice.get("taken"), str):
