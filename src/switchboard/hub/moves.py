@@ -67,9 +67,8 @@ class Moves:
     """Clients in transit, the I/O side (see the module docstring).
 
     ``peers`` is the hub's table of clients here (read only); ``deliver``
-    routes a held frame again once its transit ended, ``give_up`` fails one
-    (its caller is told), ``announce_gone`` tells a workspace a client left
-    (its services, then the client).
+    routes a held frame again once its transit ended, ``announce_gone``
+    tells a workspace a client left (its services, then the client).
     """
 
     def __init__(
@@ -82,8 +81,8 @@ class Moves:
         peers: Mapping[str, Peer],
         transit: Transit[Undelivered],
         retry: RetryWindow,
-        deliver: Deliver,
         give_up: GiveUp,
+        deliver: Deliver,
         announce_gone: AnnounceGone,
     ) -> None:
         self.registry = registry
@@ -93,8 +92,8 @@ class Moves:
         self.peers = peers
         self.transit = transit
         self.retry = retry
+        self.give_up = give_up  # fails a held frame: its caller is told the client is not connected
         self.deliver = deliver
-        self.give_up = give_up
         self.announce_gone = announce_gone
         self.replica_id = remote.replica_id
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
@@ -151,9 +150,14 @@ class Moves:
     def _wake(self) -> None:
         self._wakeup.set()
 
-    def _send_on(self, released: Released[Undelivered] | None) -> None:
-        """Route a finished transit's frames again, in order: to the client if it is back, else they fail."""
+    def _send_on(self, released: Released[Undelivered] | None, *, fail: bool = False) -> None:
+        """Route a finished transit's frames again, in order: to the client if it is back, else they fail.
+        With ``fail``, they fail at once: the client left, or a new session took its id."""
         if released is None or not released.frames:
+            return
+        if fail:
+            for item in released.frames:
+                self.give_up(released.client, item)
             return
         self.log.debug(
             "sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client, released.away
@@ -223,19 +227,13 @@ class Moves:
     async def abandon(self, client: str) -> None:
         """A new session of ``client`` replaces the one in transit (it came without the reconnection
         token): what was held for the earlier session fails, here and on every replica."""
-        self._fail(self.transit.cancel(client))
+        self._send_on(self.transit.cancel(client), fail=True)
         self.retry.fail(client)
         await self._notice("abandoned", client)
 
     async def taken(self, client: str) -> None:
         """``client`` was taken over here from another replica: a copy still live there is closed."""
         await self._notice("taken", client)
-
-    def _fail(self, released: Released[Undelivered] | None) -> None:
-        """Fail a finished transit's frames: their callers are told the client is not connected."""
-        if released is not None:
-            for item in released.frames:
-                self.give_up(released.client, item)
 
     def salvage(self, peer: Peer) -> None:
         """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
@@ -277,7 +275,7 @@ class Moves:
             await self.announce_gone(ws, cid, expiry.removed)
             await self._notice("gone", client)
             self.retry.fail(client)
-            self._fail(released)  # failed, not routed again: the id is free, a newcomer may hold it now
+            self._send_on(released, fail=True)  # not routed again: the id is free, a newcomer may hold it
 
     async def sweep_transits(self) -> int:
         """End transits whose grace is over that no replica here knew of (their notice was lost
@@ -342,7 +340,7 @@ class Moves:
             self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
         elif isinstance(client := notice.get("gone"), str) or isinstance(client := notice.get("abandoned"), str):
             self.retry.fail(client)
-            self._fail(self.transit.cancel(client))
+            self._send_on(self.transit.cancel(client), fail=True)
         elif isinstance(client := notice.get("taken"), str):
             peer = self.peers.get(client)
             if peer is None or peer.closed:
