@@ -265,6 +265,35 @@ class TestTransit:
         assert await registry.end_transit("ws1", "a", owner="conformance") is None
 
 
+class TestClaims:
+    """A client id belongs to the user that first connected with it, until the client leaves."""
+
+    async def test_the_first_user_holds_the_id_and_another_is_told_who(self, registry: Registry) -> None:
+        assert await registry.holder("ws1", "a") is None
+        assert (await registry.claim("ws1", "a", user="alice", owner="conformance")).holder is None
+        assert (await registry.claim("ws1", "a", user="alice", owner="conformance")).holder is None  # again
+        assert (await registry.claim("ws1", "a", user="mallory", owner="conformance")).holder == "alice"
+        assert await registry.holder("ws1", "a") == "alice", "a refused claim changes nothing"
+        assert await registry.holder("ws1", "b") is None
+        assert await registry.holder("ws2", "a") is None
+
+    async def test_the_id_is_free_again_once_the_client_left(self, registry: Registry) -> None:
+        await registry.claim("ws1", "a", user="alice", owner="conformance")
+        await registry.register(svc("ws1/a:built-in"))
+        await registry.remove_client("ws1", "a", owner="conformance")
+        assert await registry.holder("ws1", "a") is None
+        assert (await registry.claim("ws1", "a", user="bob", owner="conformance")).holder is None
+
+    async def test_the_id_stays_held_in_transit_and_is_free_once_the_grace_is_over(self, registry: Registry) -> None:
+        await registry.claim("ws1", "a", user="alice", owner="conformance")
+        await registry.register(svc("ws1/a:built-in"))
+        assert await registry.begin_transit("ws1", "a", owner="conformance", grace=0.2)
+        assert await registry.holder("ws1", "a") == "alice"
+        await eventually(registry.transits_due, "the grace is over")
+        assert (await registry.expire_transit("ws1", "a")).state == "expired"
+        assert await registry.holder("ws1", "a") is None
+
+
 class TestFind:
     SERVICES = (
         svc("ws1/cA:built-in"),

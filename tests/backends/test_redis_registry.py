@@ -302,3 +302,35 @@ async def test_the_replica_a_client_comes_back_to_takes_it_over(make_registry) -
     assert await b.owners() == {"ws1/c": "rb"}
     assert await b.owned_by("rb") == [("ws1", "c")]
     assert ids(await b.remove_replica_state("rb")) == ["ws1/c:built-in"]  # rb's own now
+
+
+# -- who holds a client id, and where it is live ------------------------------------------
+
+
+async def test_a_claim_from_another_replica_takes_the_client_over_there(
+    make_registry: Callable[[str], RedisRegistry],
+) -> None:
+    a, b = make_registry("ra"), make_registry("rb")
+    assert (await a.claim("ws1", "c", user="alice", owner="ra")).previous_owner is None
+    await a.register(svc("ws1/c:built-in"))
+    assert await a.owned_by("ra") == [("ws1", "c")]
+    moved = await b.claim("ws1", "c", user="alice", owner="rb")
+    assert moved.holder is None
+    assert moved.previous_owner == "ra", "the copy on ra is stale: rb says so"
+    assert await a.owned_by("ra") == []
+    assert await b.owned_by("rb") == [("ws1", "c")]
+    assert await a.remove_client("ws1", "c", owner="ra") == [], "ra's late clean-up removes nothing"
+    assert await a.holder("ws1", "c") == "alice"
+    refused = await a.claim("ws1", "c", user="mallory", owner="ra")
+    assert refused.holder == "alice"
+    assert await b.owned_by("rb") == [("ws1", "c")], "a refused claim moves nothing"
+
+
+async def test_a_dead_replica_s_clients_free_their_ids(make_registry: Callable[[str], RedisRegistry]) -> None:
+    a, b = make_registry("ra"), make_registry("rb")
+    await a.claim("ws1", "quiet", user="alice", owner="ra")  # connected, registered nothing
+    await a.claim("ws1", "c", user="bob", owner="ra")
+    await a.register(svc("ws1/c:built-in"))
+    await b.remove_replica_state("ra")
+    assert await b.holder("ws1", "quiet") is None
+    assert await b.holder("ws1", "c") is None

@@ -16,7 +16,8 @@ import msgpack
 import pytest
 
 from support.wire import Wire, attach_client, settle
-from switchboard.hub.auth import new_anonymous_user
+from switchboard.errors import HandshakeError
+from switchboard.hub.auth import User, new_anonymous_user
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import HANDED_OVER, Peer
 from switchboard.protocol import envelope
@@ -46,9 +47,10 @@ class Net:
         reconnecting: bool = False,
         services: tuple[str, ...] = (),
         events: tuple[str, ...] = (),
+        user: User = USER,
     ) -> tuple[Peer, Wire]:
         peer, wire, writer = await attach_client(
-            self.hub, WS, client_id, USER, reconnecting=reconnecting, services=services, events=events
+            self.hub, WS, client_id, user, reconnecting=reconnecting, services=services, events=events
         )
         self.tasks.append(writer)
         return peer, wire
@@ -303,3 +305,60 @@ async def test_a_client_cannot_make_the_hub_keep_more_than_the_bound_of_fresh_re
     assert all(len(frame) <= FRESH_REPLY_BYTES for frame in back.fresh_replies)
     await net.leave(back, code=1000)  # its own reconnection race: handed on ...
     assert len(back.fresh_replies) == 0, "... and freed"
+
+
+# -- who gets what was held: only the client's reconnection token ----------------------------
+
+
+async def test_another_user_naming_a_client_in_transit_is_refused_and_gets_nothing_held_for_it(net: Net) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller", events=("client_disconnected", "service_removed"))
+    await net.leave(prov, code=1006)
+    await net.call(caller, f"{WS}/prov", "s1")
+    with pytest.raises(HandshakeError, match="belongs to another user"):
+        await net.connect("prov", user=new_anonymous_user())
+    assert net.hub.transit.holding == 1, "the held call still waits for the client"
+    assert await net.listed("prov")
+    _, back_wire = await net.connect("prov", reconnecting=True)  # the client, with its token
+    assert calls(back_wire) == ["s1"]
+    assert events(caller_wire) == []
+    assert rejects(caller_wire) == []
+
+
+async def test_the_same_user_without_the_reconnection_token_starts_afresh_and_what_was_held_fails(
+    net: Net,
+) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller")
+    await net.leave(prov, code=1006)
+    await net.call(caller, f"{WS}/prov", "s1")
+    _, fresh_wire = await net.connect("prov")  # its own token, not the reconnection token
+    await settle()
+    assert calls(fresh_wire) == [], "what was held for the earlier session is not handed to a new one"
+    assert rejects(caller_wire) == ["s1.reject"]
+    assert f"{WS}/prov" not in net.hub.transit
+
+
+async def test_a_store_that_lost_its_data_learns_again_whose_client_ids_they_are(net: Net) -> None:
+    await net.connect("prov", services=("s",))
+    await net.hub.registry.remove_client(WS, "prov")  # as if the store had lost it
+    assert await net.hub.registry.holder(WS, "prov") is None
+    await net.hub.reclaim()
+    assert await net.hub.registry.holder(WS, "prov") == USER.id
+    with pytest.raises(HandshakeError, match="belongs to another user"):
+        await net.connect("prov", user=new_anonymous_user())
+
+
+async def test_what_was_held_fails_at_the_grace_s_end_and_never_reaches_whoever_takes_the_id_next(
+    net: Net,
+) -> None:
+    prov, _ = await net.connect("prov", services=("s",))
+    caller, caller_wire = await net.connect("caller")
+    await net.leave(prov, code=1006)
+    await net.call(caller, f"{WS}/prov", "s1")
+    net.clock.advance(GRACE)
+    await net.hub.moves.settle_transits()  # the id is free from here on
+    _, newcomer_wire = await net.connect("prov", user=new_anonymous_user())
+    await settle()
+    assert calls(newcomer_wire) == [], "a call held for the client that left reached the next holder of its id"
+    assert rejects(caller_wire) == ["s1.reject"]

@@ -71,10 +71,14 @@ class HubSide:
     loads: Loads = field(default_factory=Loads)
     to_repair: list[ServiceInfo] = field(default_factory=list)
     sweeps: int = 0
+    reclaims: int = 0
 
     async def repair_registry(self) -> list[ServiceInfo]:
         repair, self.to_repair = self.to_repair, []
         return repair
+
+    async def reclaim(self) -> None:
+        self.reclaims += 1
 
     async def sweep_transits(self) -> int:
         self.sweeps += 1
@@ -253,6 +257,7 @@ async def test_a_store_that_lost_its_data_gets_every_live_registration_back() ->
     await w.cluster.tend()
     assert sorted(i["id"] for i in w.registry.written) == ["ws-1/a:built-in", "ws-1/a:s", "ws-1/b:built-in"]
     assert w.cluster.reasserted == 3
+    assert w.hub.reclaims == 1, "whose client ids they are is recorded again too"
 
 
 async def test_a_store_that_lost_its_data_gets_this_replicas_connection_counts_back() -> None:

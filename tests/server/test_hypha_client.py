@@ -314,10 +314,15 @@ async def test_a_client_that_reconnects_with_its_token_gets_its_identity_back(co
 
 
 async def test_a_second_live_client_with_the_same_id_is_refused(connect):
-    first = await connect(client_id="twin")
-    token = await first.generate_token()
+    owner = await connect(client_id="owner")
+    ws = owner.config["workspace"]
+    token = await owner.generate_token()
+    await connect(client_id="twin", token=token)
     with pytest.raises(ConnectionAbortedError, match="already exists and is active"):
-        await connect(client_id="twin", token=token, workspace=first.config["workspace"])
+        await connect(client_id="twin", token=token, workspace=ws)
+    # another user may not have the id at all, live or not (tests/security/test_client_id_ownership.py)
+    with pytest.raises(ConnectionAbortedError, match="already exists: .* belongs to another user"):
+        await connect(client_id="twin", token=await owner.generate_token(), workspace=ws)
 
 
 async def test_a_service_whose_methods_shadow_dict_methods_is_served(connect):

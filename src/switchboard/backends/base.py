@@ -26,6 +26,19 @@ class Expiry:
     remaining: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What :meth:`Registry.claim` found.
+
+    ``holder``: another user holds the client id, and nothing changed.
+    Otherwise the claim holds, and ``previous_owner`` is the replica the
+    client was connected to before, if another one (its copy there is stale).
+    """
+
+    holder: str | None = None
+    previous_owner: str | None = None
+
+
 class Registry(Protocol):
     """Service infos by full id ``<ws>/<cid>:<svc>``, visible to every replica."""
 
@@ -43,8 +56,21 @@ class Registry(Protocol):
         With ``owner``, only while that replica still owns the client: a
         replica cleaning up after a lost connection must not delete what the
         client has meanwhile registered through another replica. A transit
-        mark of the client goes with its registrations.
+        mark of the client and its claim (:meth:`claim`) go with its registrations.
         """
+        ...
+
+    # A client id belongs to the user that first connected with it, until the
+    # client leaves (its registrations and transit mark go, and so does the claim).
+
+    async def holder(self, workspace: str, client_id: str) -> str | None:
+        """The id of the user holding the client id, ``None`` if nobody does."""
+        ...
+
+    async def claim(self, workspace: str, client_id: str, *, user: str, owner: str) -> Claim:
+        """Make ``user`` the holder of the client id, connected through replica ``owner``,
+        unless another user holds it (see :class:`Claim`). One step: of two users
+        claiming a free id at once, one gets it."""
         ...
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:

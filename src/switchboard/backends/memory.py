@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.backends.base import BusHandler, Expiry
+from switchboard.backends.base import BusHandler, Claim, Expiry
 from switchboard.clock import Clock, SystemClock
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
@@ -17,6 +17,7 @@ class MemoryRegistry:
         self._by_workspace: dict[str, dict[str, ServiceInfo]] = {}
         self._clock = clock or SystemClock()
         self._transit: dict[str, tuple[float, float]] = {}  # "<ws>/<cid>" -> (left at, deadline)
+        self._holders: dict[str, str] = {}  # "<ws>/<cid>" -> id of the user holding it
 
     async def register(self, info: ServiceInfo) -> ServiceInfo | None:
         ws = split_full_id(info["id"])[0]
@@ -38,12 +39,20 @@ class MemoryRegistry:
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         """``owner`` is moot in one process: this replica owns every client."""
         self._transit.pop(f"{workspace}/{client_id}", None)
+        self._holders.pop(f"{workspace}/{client_id}", None)
         services = self._by_workspace.get(workspace, {})
         prefix = f"{workspace}/{client_id}:"
         removed = [services.pop(sid) for sid in [s for s in services if s.startswith(prefix)]]
         if workspace in self._by_workspace and not services:
             del self._by_workspace[workspace]
         return removed
+
+    async def holder(self, workspace: str, client_id: str) -> str | None:
+        return self._holders.get(f"{workspace}/{client_id}")
+
+    async def claim(self, workspace: str, client_id: str, *, user: str, owner: str) -> Claim:
+        holder = self._holders.setdefault(f"{workspace}/{client_id}", user)
+        return Claim() if holder == user else Claim(holder=holder)
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
         if query.workspace == "*":
@@ -82,6 +91,7 @@ class MemoryRegistry:
     async def close(self) -> None:
         self._by_workspace.clear()
         self._transit.clear()
+        self._holders.clear()
 
     def __repr__(self) -> str:
         count = sum(len(s) for s in self._by_workspace.values())

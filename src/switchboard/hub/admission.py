@@ -3,14 +3,17 @@
 The first frame names a client; the :class:`Gatekeeper` turns it into an
 authenticated user and a workspace (protocol §6.6), or a refusal with the
 message the client will see, and keeps the hub-wide connection counts.
+:func:`take_over` decides what the connection may do to the client id it
+names: a client id belongs to the user that first connected with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from switchboard.backends.base import ConnectionCounts, Registry, WorkspaceStore
+from switchboard.backends.base import Claim, ConnectionCounts, Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
@@ -19,7 +22,62 @@ from switchboard.hub.limits import TokenBucket
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """What a new connection may do to the client id it names (:func:`take_over`), as a value.
+
+    ``refusal``: it may not have the id (the message it gets). Otherwise it
+    becomes the client's live connection, superseding every other copy
+    hub-wide, and: ``resume`` (it presented the client's reconnection token)
+    it gets what was held for the client in transit; ``probe``, an earlier
+    connection may still be live: if that answers a ping, the newcomer is a
+    second live client with the same id and is refused; ``replace``, it
+    starts a new session: the earlier session's registrations are removed
+    (its departure announced) and what was held for it fails.
+    """
+
+    refusal: str | None = None
+    resume: bool = False
+    probe: bool = False
+    replace: bool = False
+
+
+def take_over(
+    *,
+    client: str,
+    user: str,
+    resuming: bool,
+    holder: str | None,
+    live_here: bool,
+    registered: bool,
+    in_transit: bool,
+) -> Takeover:
+    """Decide for ``user``'s connection naming ``client`` (``<ws>/<cid>``).
+
+    ``holder`` is the user the client id belongs to (``None``: nobody);
+    ``resuming``, whether the connection presented the client's reconnection
+    token (a token of the holder, checked by :meth:`Gatekeeper.admit`);
+    ``live_here``, whether a connection of the client is attached here;
+    ``registered``, whether it has registrations; ``in_transit``, whether it is
+    in transit. Only the holder may take the id, whatever a ping answers: a
+    client in transit or whose event loop is busy answers none.
+    """
+    if holder is not None and holder != user:
+        return Takeover(refusal=held_by_another(client))
+    if resuming:
+        return Takeover(resume=True)
+    return Takeover(probe=live_here or registered, replace=not live_here and (registered or in_transit))
+
+
+def held_by_another(client: str) -> str:
+    """The refusal of a connection naming a client id that another user holds."""
+    return (
+        f"Failed to establish connection: Client already exists: {client} belongs to another user "
+        "(only that user, or the client's reconnection token, may take it over)"
+    )
 
 
 class Gatekeeper:
@@ -121,6 +179,43 @@ class Gatekeeper:
         if record is not None and user.named_in(record.get("owners")):
             return dataclasses.replace(user, grants={**user.grants, workspace: Permission.ADMIN})
         return user
+
+    async def plan(self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool) -> Takeover:
+        """What the registry knows about ``peer``'s client id, decided on (:func:`take_over`)."""
+        holder = await self.registry.holder(peer.workspace, peer.client_id)
+        stale: list[ServiceInfo] = []
+        if not resuming or holder is None:
+            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
+        if holder is None and stale:  # registered before the claim was recorded: its creator holds it
+            creator = (stale[0].get("config") or {}).get("created_by") or {}
+            holder = str(creator.get("id") or "") or None
+        return take_over(
+            client=peer.id,
+            user=peer.user.id,
+            resuming=resuming,
+            holder=holder,
+            live_here=live_here,
+            registered=bool(stale),
+            in_transit=in_transit,
+        )
+
+    async def claim(self, peer: Peer) -> Claim:
+        """Record that ``peer``'s user holds its client id, live on this replica; refuse it if
+        another user claimed the id since :meth:`plan` looked."""
+        claim = await self.registry.claim(
+            peer.workspace, peer.client_id, user=peer.user.id, owner=self.settings.replica_id
+        )
+        if claim.holder is not None:
+            raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
+        return claim
+
+    async def reclaim(self, peers: list[Peer]) -> None:
+        """Claim the ids of clients connected here again (the store lost its data)."""
+        for peer in peers:
+            try:
+                await self.claim(peer)
+            except HandshakeError:
+                peer.log.warning("its client id was claimed by another user while the store was empty")
 
     async def _workspace_exists(self, workspace: str, here: Callable[[str], bool]) -> bool:
         if workspace == "public" or here(workspace):

@@ -36,12 +36,12 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
@@ -159,6 +159,7 @@ class Hub:
             transit=self.transit,
             retry=self.retry,
             deliver=lambda target, item: self.dispatch.deliver(target, item),
+            give_up=lambda target, item: self.dispatch.give_up(target, item),
             announce_gone=self.announce_gone,
             forget=self.router.uploads.forget,
         )
@@ -226,30 +227,41 @@ class Hub:
         return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
 
     async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
-        """Make ``peer`` the live connection for its id; return its ``connection_info``."""
-        old = self.peers.get(peer.id)
-        if old is not None and not reconnecting:
-            if await self.manager.answers_ping(peer.id):
-                raise HandshakeError(
-                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
-                    CLOSE_GOING_AWAY,
-                )
-        elif old is None and not reconnecting:
-            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
-            if stale and await self.manager.answers_ping(peer.id):
-                raise HandshakeError(
-                    f"Failed to establish connection: Client already exists and is active: {peer.id}",
-                    CLOSE_GOING_AWAY,
-                )
-            if stale:
-                await self.purge(peer.workspace, peer.client_id)
+        """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
+
+        ``reconnecting``: it presented the client's reconnection token. Whether
+        it may have the id is :func:`~switchboard.hub.admission.take_over`'s
+        decision (a client id belongs to the user that first connected with it);
+        this carries it out.
+        """
+        plan = await self.gate.plan(
+            peer, resuming=reconnecting, live_here=peer.id in self.peers, in_transit=peer.id in self.transit
+        )
+        if plan.refusal is not None:
+            raise HandshakeError(plan.refusal, CLOSE_GOING_AWAY)
+        if plan.probe and await self.manager.answers_ping(peer.id):
+            raise HandshakeError(
+                f"Failed to establish connection: Client already exists and is active: {peer.id}",
+                CLOSE_GOING_AWAY,
+            )
+        if plan.replace:  # a new session: the earlier one's held frames fail, its registrations go
+            await self.moves.abandon(peer.id)
+            await self.purge(peer.workspace, peer.client_id)
         await self.gate.count_in(peer)
+        try:
+            claim = await self.gate.claim(peer)  # refused if another user claimed the id meanwhile
+        except (BackendError, HandshakeError):
+            await self.gate.count_out(peer)
+            raise
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
             for frame in old.leftovers(self.clock.monotonic()):  # queued behind connection_info
-                peer.send(frame)
+                if plan.resume:
+                    peer.send(frame)
+                elif (item := undelivered_of(frame)) is not None:  # the earlier session's: it fails
+                    self.dispatch.give_up(peer.id, item)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())
         first_in_workspace = not members
@@ -263,7 +275,9 @@ class Hub:
             await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
         self.metrics.clients.set(len(self.peers))
         peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
-        if reconnecting or peer.id in self.transit:
+        if claim.previous_owner is not None:  # a copy on another replica is stale now
+            await self.moves.taken(peer.id)
+        if plan.resume:
             await self.moves.arrived(peer)
         return {
             "type": "connection_info",
@@ -433,6 +447,10 @@ class Hub:
             return []
         self.registry_dirty = False
         return [info for peer in list(self.peers.values()) for info in peer.services.values()]
+
+    async def reclaim(self) -> None:
+        """Record again whose client ids this replica's clients are (the store lost its data)."""
+        await self.gate.reclaim(list(self.peers.values()))
 
     async def sweep_transits(self) -> int:
         """End transits nobody here knew of whose grace is over (:meth:`Moves.sweep_transits`)."""

@@ -14,7 +14,18 @@ the decisions are :class:`~switchboard.hub.transit.Transit`'s.
 * Its grace runs out first (:meth:`Moves.settle_transits`): whichever replica
   ends the mark in the registry removes its registrations and announces the
   departure, as a clean disconnect would have at once, and says ``gone``;
-  the held frames then meet nobody and their callers get "not connected".
+  the held frames then fail everywhere and their callers get "not connected"
+  (never routed again: the id is free, a newcomer may hold it).
+
+Who may come back is the hub's decision (:func:`~switchboard.hub.admission.take_over`):
+only a connection that presented the client's reconnection token gets what
+was held for it (:meth:`Moves.arrived`). The same user starting a new session
+with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
+held fails, on every replica, ``abandoned``). A client id is live in one place:
+a replica that takes a client over from another says ``taken``, and the
+other closes the copy it still has (:meth:`Moves.taken`), unless that copy
+resumed less than :data:`~switchboard.hub.peer.FRESH_GOODBYE` ago (hypha-rpc
+may reconnect twice at once, and closes one connection itself).
 
 Notices are an optimisation over pub/sub (fire and forget): a replica holding
 frames asks the registry every :data:`RECHECK` seconds whether the client is
@@ -34,7 +45,7 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import Peer
+from switchboard.hub.peer import FRESH_GOODBYE, Peer
 from switchboard.hub.remote import Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.transit import Released, Transit
@@ -42,11 +53,13 @@ from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
-TRANSIT_CHANNEL = "sb:transit"  # notices: {"left"|"back"|"gone": "<ws>/<cid>", "from": replica, ...}
+# notices: {"left"|"back"|"gone"|"abandoned"|"taken": "<ws>/<cid>", "from": replica, ...}
+TRANSIT_CHANNEL = "sb:transit"
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
 
 Deliver = Callable[[str, Undelivered], Awaitable[None]]
+GiveUp = Callable[[str, Undelivered], None]
 AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
 
 
@@ -70,6 +83,7 @@ class Moves:
         peers: Mapping[str, Peer],
         transit: Transit[Undelivered],
         retry: RetryWindow,
+        give_up: GiveUp,
         deliver: Deliver,
         announce_gone: AnnounceGone,
         forget: Callable[[str], None] = lambda client: None,
@@ -81,6 +95,7 @@ class Moves:
         self.peers = peers
         self.transit = transit
         self.retry = retry
+        self.give_up = give_up  # fails a held frame: its caller is told the client is not connected
         self.deliver = deliver
         self.announce_gone = announce_gone
         self.forget = forget
@@ -139,14 +154,19 @@ class Moves:
     def _wake(self) -> None:
         self._wakeup.set()
 
-    def _send_on(self, released: Released[Undelivered] | None) -> None:
+    def _send_on(self, released: Released[Undelivered] | None, *, fail: bool = False) -> None:
         """Route a finished transit's frames again, in order: to the client if it is back, else they fail.
+        With ``fail``, they fail at once: the client left, or a new session took its id.
 
         What the hub kept for the client's next connection here goes unless that came (``forget``).
         """
         if released is not None:
             self.forget(released.client)
         if released is None or not released.frames:
+            return
+        if fail:
+            for item in released.frames:
+                self.give_up(released.client, item)
             return
         self.log.debug(
             "sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client, released.away
@@ -191,6 +211,7 @@ class Moves:
 
     async def arrived(self, peer: Peer) -> None:
         """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
+        peer.returned_at = self.clock.monotonic()  # also for a resume that finds no transit (:meth:`_on_notice`)
         try:
             away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -203,7 +224,7 @@ class Moves:
             away = released.away
         if away is None:
             return
-        peer.returned, peer.returned_at = True, self.clock.monotonic()
+        peer.returned = True
         self.metrics.transit_seconds.observe(away)
         peer.log.info(
             "back after %.3f s in transit%s",
@@ -211,6 +232,17 @@ class Moves:
             f", {len(released.frames)} frames held here" if released and released.frames else "",
         )
         await self._notice("back", peer.id)
+
+    async def abandon(self, client: str) -> None:
+        """A new session of ``client`` replaces the one in transit (it came without the reconnection
+        token): what was held for the earlier session fails, here and on every replica."""
+        self._send_on(self.transit.cancel(client), fail=True)
+        self.retry.fail(client)
+        await self._notice("abandoned", client)
+
+    async def taken(self, client: str) -> None:
+        """``client`` was taken over here from another replica: a copy still live there is closed."""
+        await self._notice("taken", client)
 
     def salvage(self, peer: Peer) -> None:
         """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
@@ -252,7 +284,7 @@ class Moves:
             await self.announce_gone(ws, cid, expiry.removed)
             await self._notice("gone", client)
             self.retry.fail(client)
-            self._send_on(released)
+            self._send_on(released, fail=True)  # not routed again: the id is free, a newcomer may hold it
 
     async def sweep_transits(self) -> int:
         """End transits whose grace is over that no replica here knew of (their notice was lost
@@ -315,6 +347,16 @@ class Moves:
         elif isinstance(client := notice.get("back"), str):
             self._send_on(self.transit.back(client))
             self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
-        elif isinstance(client := notice.get("gone"), str):
+        elif isinstance(client := notice.get("gone"), str) or isinstance(client := notice.get("abandoned"), str):
             self.retry.fail(client)
-            self._send_on(self.transit.cancel(client))
+            self._send_on(self.transit.cancel(client), fail=True)
+        elif isinstance(client := notice.get("taken"), str):
+            peer = self.peers.get(client)
+            if peer is None or peer.closed:
+                return
+            if peer.returned_at > 0 and self.clock.monotonic() - peer.returned_at < FRESH_GOODBYE:
+                # hypha-rpc reconnecting may open two connections at once (through a balancer, to
+                # two replicas) and closes one itself within the second: the client chooses
+                return
+            peer.log.info("superseded by a new connection on replica %s", origin)  # one live copy
+            peer.close(1000, "Superseded by a new connection of the same client")

@@ -95,6 +95,8 @@ class Served(Protocol):
 
     async def repair_registry(self) -> list[ServiceInfo]: ...
 
+    async def reclaim(self) -> None: ...
+
     async def sweep_transits(self) -> int: ...
 
     @property
@@ -219,6 +221,7 @@ class Cluster:
 
     async def _reassert(self) -> None:
         peers = list(self.hub.peers.values())
+        await self.hub.reclaim()  # whose client ids these are, first
         count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
         self.reasserted += count
         self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(peers))

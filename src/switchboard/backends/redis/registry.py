@@ -5,6 +5,7 @@ Layout (``p`` = ``key_prefix``, default ``sb:``):
 * ``p svc:<ws>``               hash ``<cid>:<svc>`` → service info JSON (a workspace is one HGETALL)
 * ``p workspaces``             set of workspaces with at least one service (for ``find("*")``)
 * ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
+* ``p holder``                 hash ``<ws>/<cid>`` → id of the user holding the client id (until it leaves)
 * ``p replica:<rid>:clients``  set of ``<ws>/<cid>`` that replica owns
 * ``p epoch``                  a random token; a new one means Redis lost its data
 * ``p epoch:settling``         set for a few seconds by the replica that noticed a loss first
@@ -25,7 +26,7 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from switchboard.backends.base import Expiry
+from switchboard.backends.base import Claim, Expiry
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
@@ -69,7 +70,7 @@ local function remove_fields(key, prefix, removed)
 end
 """
 
-# KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash.
+# KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash, holder hash.
 # ARGV: ws, "<cid>:", "<ws>/<cid>", replica prefix, expected owner ("" = any).
 # With an expected owner, a client another replica has taken over is left alone.
 _REMOVE_CLIENT = (
@@ -82,6 +83,7 @@ if ARGV[5] ~= '' then
 end
 redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('HDEL', KEYS[5], ARGV[3])
+redis.call('HDEL', KEYS[6], ARGV[3])
 remove_fields(KEYS[1], ARGV[2], removed)
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 local owner = redis.call('HGET', KEYS[3], ARGV[3])
@@ -93,7 +95,7 @@ return removed
 """
 )
 
-# KEYS: the replica's clients set, owner hash, workspaces set, transit zset.
+# KEYS: the replica's clients set, owner hash, workspaces set, transit zset, holder hash.
 # ARGV: replica id, svc prefix.
 # Clients another replica has since taken over (owner changed) are left alone, and so
 # are clients in transit: their grace decides (whoever they come back to owns them).
@@ -109,12 +111,30 @@ for _, wc in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     remove_fields(key, string.sub(wc, slash + 1) .. ':', removed)
     if redis.call('HLEN', key) == 0 then redis.call('SREM', KEYS[3], ws) end
     redis.call('HDEL', KEYS[2], wc)
+    redis.call('HDEL', KEYS[5], wc)
   end
 end
 redis.call('DEL', KEYS[1])
 return removed
 """
 )
+
+# KEYS: holder hash, owner hash, the claiming replica's clients set.
+# ARGV: "<ws>/<cid>", user id, replica id, replica key prefix.
+# {holder, ""} when another user holds the id (nothing changes), else {"", previous owner or ""}.
+_CLAIM = """
+local holder = redis.call('HGET', KEYS[1], ARGV[1])
+if holder and holder ~= ARGV[2] then return {holder, ''} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if old ~= ARGV[3] then
+  if old then redis.call('SREM', ARGV[4] .. old .. ':clients', ARGV[1]) end
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+  redis.call('SADD', KEYS[3], ARGV[1])
+  if old then return {'', old} end
+end
+return {'', ''}
+"""
 
 # KEYS: owner hash, workspaces set, this replica's clients set.
 # ARGV: replica id, svc prefix, then (ws, field, "<ws>/<cid>", json) per info.
@@ -161,9 +181,9 @@ class RedisRegistry:
         self._remove_client = self._r.register_script(_REMOVE_CLIENT)
         self._remove_replica = self._r.register_script(_REMOVE_REPLICA)
         self._reassert = self._r.register_script(_REASSERT)
+        self._claim = self._r.register_script(_CLAIM)
         self._keys = TransitKeys(key_prefix)
         self._transit_key = self._keys.transit
-        self._transit_left_key = self._keys.transit_left
         self._transit = RedisTransit(self._r, self._keys, self._call)
 
     def _svc_key(self, workspace: str) -> str:
@@ -209,10 +229,23 @@ class RedisRegistry:
         return None if prev is None else _decode(prev)
 
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
-        keys = [self._svc_key(workspace), self._ws_key, self._owner_key, self._transit_key, self._transit_left_key]
+        k = self._keys
+        keys = [self._svc_key(workspace), self._ws_key, self._owner_key, k.transit, k.transit_left, k.holder]
         args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
         removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
         return [_decode(raw) for raw in removed]
+
+    # -- who holds a client id ---------------------------------------------------
+
+    async def holder(self, workspace: str, client_id: str) -> str | None:
+        raw = await self._call("holder", self._r.hget(self._keys.holder, f"{workspace}/{client_id}"))
+        return None if raw is None else str(raw.decode())
+
+    async def claim(self, workspace: str, client_id: str, *, user: str, owner: str) -> Claim:
+        keys = [self._keys.holder, self._owner_key, self._clients_key(owner)]
+        args = [f"{workspace}/{client_id}", user, owner, f"{self._p}replica:"]
+        holder, previous = (v.decode() for v in await self._call("claim", self._claim(keys=keys, args=args)))
+        return Claim(holder=holder or None, previous_owner=previous or None)
 
     # -- clients in transit (backends/redis/transit.py) -------------------------
 
@@ -269,7 +302,7 @@ class RedisRegistry:
         Only that replica's keys and clients: a client a peer has taken over
         keeps its registrations, and no peer key is touched.
         """
-        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key]
+        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key, self._keys.holder]
         args = [replica_id, f"{self._p}svc:"]
         removed = await self._call("remove_replica_state", self._remove_replica(keys=keys, args=args))
         return [_decode(raw) for raw in removed]

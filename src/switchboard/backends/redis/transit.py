@@ -39,6 +39,10 @@ class TransitKeys:
         return f"{self.prefix}transit:left"
 
     @property
+    def holder(self) -> str:
+        return f"{self.prefix}holder"
+
+    @property
     def owner(self) -> str:
         return f"{self.prefix}owner"
 
@@ -99,7 +103,7 @@ return math.max(0, now - tonumber(left))
 """
 )
 
-# KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash.
+# KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash, holder hash.
 # ARGV: "<ws>/<cid>", "<cid>:", ws, replica key prefix.
 # {'none'} | {'waiting', ms left} | {'expired', info...}
 EXPIRE = (
@@ -124,6 +128,7 @@ if owner then
   redis.call('SREM', ARGV[4] .. owner .. ':clients', ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
+redis.call('HDEL', KEYS[6], ARGV[1])
 return out
 """
 )
@@ -169,7 +174,7 @@ class RedisTransit:
 
     async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
         k = self._k
-        keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner]
+        keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.holder]
         args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, k.replica_prefix]
         reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
         state = reply[0].decode()
