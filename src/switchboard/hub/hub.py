@@ -21,17 +21,20 @@ import shortuuid
 
 from switchboard.backends.base import ConnectionCounts, EventBus, Registry
 from switchboard.backends.memory import MemoryConnectionCounts
+from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
 from switchboard.hub.inflight import InFlight
 from switchboard.hub.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
+from switchboard.hub.oidc import OidcVerifier
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered
@@ -66,6 +69,7 @@ class Hub:
         issuer: TokenIssuer,
         counts: ConnectionCounts | None = None,
         links: LinkSettings | None = None,
+        revocations: Revocations | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -74,7 +78,20 @@ class Hub:
         self.metrics = metrics
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
-        self.gate = Gatekeeper(settings=settings, issuer=issuer, registry=registry, counts=self.counts, clock=clock)
+        # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
+        self.credentials = Credentials(
+            issuer,
+            revocations or MemoryRevocations(clock),
+            OidcVerifier(settings, clock) if settings.oidc_issuer else None,
+        )
+        self.gate = Gatekeeper(
+            settings=settings,
+            issuer=issuer,
+            credentials=self.credentials,
+            registry=registry,
+            counts=self.counts,
+            clock=clock,
+        )
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"

@@ -21,6 +21,7 @@ from hypha_rpc.utils.schema import schema_function
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission, TokenIssuer, child_user
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
 from switchboard.hub.service_directory import DirectoryHost, ServiceDirectory
@@ -39,6 +40,7 @@ class Hub(DirectoryHost, Protocol):
 
     clock: Clock
     issuer: TokenIssuer
+    credentials: Credentials
     manager_id: str
 
     async def route_from_manager(self, data: bytes) -> None: ...
@@ -139,6 +141,7 @@ class WorkspaceManager:
             "ping": (self.ping, {"client_id": {"type": "string"}, "timeout": {"type": "number"}}),
             "generate_token": (self.generate_token, {"config": {"type": "object"}}),
             "parse_token": (self.parse_token, {"token": {"type": "string"}}),
+            "revoke_token": (self.revoke_token, {"token": {"type": "string"}}),
             "subscribe": (self.subscribe, {"event_type": {}}),
             "unsubscribe": (self.unsubscribe, {"event_type": {}}),
             "get_workspace_info": (self.get_workspace_info, {"workspace": {"type": "string"}}),
@@ -275,8 +278,17 @@ class WorkspaceManager:
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The user a token issued by this hub stands for."""
         calling_peer()
-        user = self.hub.issuer.verify(token)
-        return user.to_wire(user.current_workspace, user.client_id)
+        user = await self.hub.credentials.verify(token)
+        wire: dict[str, Any] = user.to_wire(user.current_workspace, user.client_id)
+        return wire
+
+    async def revoke_token(self, token: Any, context: dict[str, Any] | None = None) -> None:
+        """Refuse ``token``, and every reconnection token derived from it, on every replica until it expires.
+
+        Its holder may revoke it, and so may an admin of its workspace.
+        """
+        peer = calling_peer()
+        await self.hub.credentials.revoke(token, by=peer.user)
 
     async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Receive workspace broadcasts of these event types on this connection.

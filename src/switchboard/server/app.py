@@ -68,9 +68,11 @@ def build_hub(
     hub_bus: EventBus = bus or MemoryBus()
     cluster_parts = None
     links = counts = None
+    revocations = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
         from switchboard.backends.redis.counts import RedisConnectionCounts
+        from switchboard.backends.redis.revoked import RedisRevocations
 
         redis = make_client(settings.redis_url)
         redis_registry = RedisRegistry(redis, replica_id=settings.replica_id)
@@ -81,6 +83,7 @@ def build_hub(
             reconcile_interval=settings.subscription_reconcile_interval,
         )
         counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
+        revocations = RedisRevocations(redis, clock=clock)  # one revocation holds on every replica
         hub_registry, hub_bus = redis_registry, redis_bus
         cluster_parts = (redis, redis_registry, redis_bus, counts)
         if settings.links:
@@ -100,6 +103,7 @@ def build_hub(
         clock=clock,
         metrics=HubMetrics(settings.replica_id),
         issuer=TokenIssuer(secret=secret, clock=clock),
+        revocations=revocations,
     )
     if cluster_parts is not None:
         hub.companions.append(_cluster(hub, *cluster_parts))

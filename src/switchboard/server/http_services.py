@@ -61,12 +61,12 @@ def _token(request: Request) -> str | None:
     return auth.strip() or None
 
 
-def _user(request: Request) -> tuple[User, str]:
+async def _user(request: Request) -> tuple[User, str]:
     """The caller and its own workspace (the context its calls are made in)."""
     token = _token(request)
     if token is None:
         return ANONYMOUS_HTTP, "ws-anonymous"
-    user = _state(request).hub.issuer.verify(token)  # AuthError: 401
+    user = await _state(request).hub.credentials.verify(token)  # AuthError: 401
     return user, user.current_workspace or user_workspace(user.id)
 
 
@@ -114,7 +114,7 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
-        user, own_ws = _user(request)
+        user, own_ws = await _user(request)
         found = await _state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
@@ -127,7 +127,7 @@ async def list_services(request: Request) -> Response:
 
 async def service_info(request: Request) -> Response:
     async def handler() -> Response:
-        user, own_ws = _user(request)
+        user, own_ws = await _user(request)
         info = await _resolve(request, user, own_ws)
         return JSONResponse(_jsonable(info))
 
@@ -243,7 +243,7 @@ async def call_function(request: Request) -> Response:
     async def handler() -> Response:
         state = _state(request)
         hub = state.hub
-        user, own_ws = _user(request)
+        user, own_ws = await _user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
         info = await _resolve(request, user, own_ws)
         _check_built_in(info, user)
