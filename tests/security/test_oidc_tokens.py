@@ -152,8 +152,24 @@ async def test_while_the_provider_is_down_cached_keys_keep_working(hub: RunningS
     assert reply["type"] == "connection_info", reply
     unknown = await first_reply(hub.url, "third", token=provider.token(BOB, kid=provider.add_key("rsa")))
     assert "unknown key" in unknown["message"]
+    after = await first_reply(hub.url, "fourth", token=provider.token(BOB))  # a failed fetch keeps the cache
+    assert after["type"] == "connection_info", after
     async with httpx.AsyncClient(base_url=hub.url, timeout=5) as http:
         assert (await http.get("/health/readiness")).status_code == 200
+
+
+async def test_a_failed_fetch_keeps_the_cached_keys(hub: RunningServer, provider: OidcProvider) -> None:
+    assert (await first_reply(hub.url, "first", token=provider.token(ALICE)))["type"] == "connection_info"
+    provider.failing = True
+    tried = provider.fetches
+
+    async def fetch_tried() -> bool:  # an unknown key id makes the hub fetch once the refetch interval passed
+        await first_reply(hub.url, "probe", token=provider.token(ALICE, kid=provider.add_key("rsa", publish=False)))
+        return provider.fetches > tried
+
+    await eventually(fetch_tried, "a fetch from the failing provider", timeout=5)
+    reply = await first_reply(hub.url, "after", token=provider.token(BOB))
+    assert reply["type"] == "connection_info", f"a failed fetch lost the cached keys: {reply}"
 
 
 async def test_the_unmodified_client_signs_in_and_keeps_another_subject_out(

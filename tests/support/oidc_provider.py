@@ -24,7 +24,8 @@ class OidcProvider:
     def __init__(self) -> None:
         self._private: dict[str, tuple[Any, str]] = {}  # kid -> (private key, alg)
         self.published: list[str] = []
-        self.fetches = 0  # JWKS requests served
+        self.fetches = 0  # JWKS requests served (or failed)
+        self.failing = False  # up, but answering every request with 503 (an outage behind a proxy)
         self._server: ThreadingHTTPServer | None = None
         self._port = 0
         self._thread: threading.Thread | None = None
@@ -77,6 +78,10 @@ class OidcProvider:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                if provider.failing:
+                    provider.fetches += 1
+                    self.send_error(503)
+                    return
                 if self.path == "/.well-known/openid-configuration":
                     body = {"issuer": provider.issuer, "jwks_uri": provider.issuer + "/jwks"}
                 elif self.path == "/jwks":
