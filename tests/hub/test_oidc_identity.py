@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchboard.errors import AuthError
+from switchboard.config import Settings
+from switchboard.errors import AuthError, ConfigError
 from switchboard.hub.auth import Permission, user_workspace
 from switchboard.hub.oidc import IdentityRules, subject_user_id
 from switchboard.protocol import ids
@@ -79,3 +81,16 @@ def test_a_providers_admin_role_means_nothing_unless_configured() -> None:
 def test_a_token_without_subject_is_refused() -> None:
     with pytest.raises(AuthError, match="no subject"):
         IdentityRules().user({"iss": ISS, "exp": time.time() + 60})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"oidc_issuer": "https://login.example.org/"}, "go together"),
+        ({"oidc_audience": "hub"}, "go together"),
+        ({"oidc_issuer": "login.example.org", "oidc_audience": "hub"}, "must be an http(s) URL"),
+    ],
+)
+def test_a_provider_needs_an_issuer_url_and_an_audience(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Settings.load(dict(values), environ={})

@@ -1,8 +1,8 @@
 """Tokens of an OpenID Connect provider: their keys, their checks, and the user they stand for.
 
 The provider's keys are found through discovery (``/.well-known/openid-configuration``
-names ``jwks_uri``), fetched with httpx off nothing but the event loop's own I/O, and
-turned into keys by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT
+names ``jwks_uri``), fetched with httpx's async client (the event loop never blocks on
+the provider, and a fetch gives up after 5 s), and turned into keys by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT
 checks the signature. Keys are cached: a token with an unknown key id fetches them
 again (at most once per ``--oidc-key-refetch-interval``), and while the provider is
 unreachable the cached keys keep working.
