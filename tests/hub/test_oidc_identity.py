@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from switchboard.config import Settings
 from switchboard.errors import AuthError, ConfigError
 from switchboard.hub.auth import Permission, user_workspace
-from switchboard.hub.oidc import IdentityRules, subject_user_id
+from switchboard.hub.oidc import KEYS_MAX_AGE, IdentityRules, fetch_due, subject_user_id
 from switchboard.protocol import ids
 
 ISS = "https://login.example.org/"
@@ -94,3 +94,14 @@ def test_a_token_without_subject_is_refused() -> None:
 def test_a_provider_needs_an_issuer_url_and_an_audience(values: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         Settings.load(dict(values), environ={})
+
+
+def test_keys_are_fetched_for_an_unknown_key_at_most_once_per_interval() -> None:
+    due = lambda now, **kw: fetch_due(now, interval=5.0, **kw)  # noqa: E731
+    assert due(0.0, known=False, fetched_at=None, tried_at=None), "the first token fetches"
+    assert not due(10.0, known=True, fetched_at=8.0, tried_at=8.0), "a known key needs no fetch"
+    assert not due(10.0, known=False, fetched_at=8.0, tried_at=8.0), "an unknown key within the interval: no fetch"
+    assert due(13.0, known=False, fetched_at=8.0, tried_at=8.0), "an unknown key after the interval: fetch"
+    assert not due(12.0, known=False, fetched_at=None, tried_at=8.0), "a failed fetch is not retried at once"
+    old = 8.0 + KEYS_MAX_AGE
+    assert due(old, known=True, fetched_at=8.0, tried_at=8.0), "keys an hour old are fetched again"

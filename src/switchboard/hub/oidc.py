@@ -173,9 +173,14 @@ class OidcVerifier:
 
     async def _key(self, kid: Any) -> jwt.PyJWK:
         cache = self._cache
-        now = self.clock.time()
-        stale = cache.fetched_at is None or now - cache.fetched_at >= KEYS_MAX_AGE
-        if (stale or _find(cache.keys, kid) is None) and self._may_fetch(now):
+        known = _find(cache.keys, kid) is not None
+        if fetch_due(
+            self.clock.time(),
+            known=known,
+            fetched_at=cache.fetched_at,
+            tried_at=cache.tried_at,
+            interval=self.refetch_interval,
+        ):
             tried = cache.tried_at
             async with self._lock:
                 if cache.tried_at == tried:  # else another verification fetched while this one waited
@@ -186,10 +191,6 @@ class OidcVerifier:
                 raise AuthError("cannot check the token: the identity provider's keys could not be fetched")
             raise AuthError(f"unknown key: the identity provider has not published key id {kid!r}")
         return key
-
-    def _may_fetch(self, now: float) -> bool:
-        tried = self._cache.tried_at
-        return tried is None or now - tried >= self.refetch_interval
 
     async def _fetch(self) -> None:
         self._cache.tried_at = self.clock.time()
@@ -202,13 +203,30 @@ class OidcVerifier:
                 if not isinstance(jwks_uri, str):
                     raise ValueError("discovery has no jwks_uri")
                 jwks = await _get_json(http, jwks_uri)
-            keys = {k.key_id or "": k for k in jwt.PyJWKSet.from_dict(jwks).keys if k.algorithm_name in ALGORITHMS}
+            keys = {
+                k.key_id or "": k
+                for k in jwt.PyJWKSet.from_dict(jwks).keys
+                if k.algorithm_name in ALGORITHMS and k.public_key_use in (None, "sig")  # never an encryption key
+            }
         except (httpx.HTTPError, ValueError, jwt.PyJWKSetError, jwt.PyJWKError) as exc:
             log.warning("identity provider's keys not fetched, the cached ones stay in use: %s", exc)
             return
         self._cache.keys = keys
         self._cache.fetched_at = self.clock.time()
         log.info("identity provider's keys fetched: %s", ", ".join(sorted(keys)) or "none")
+
+
+def fetch_due(now: float, *, known: bool, fetched_at: float | None, tried_at: float | None, interval: float) -> bool:
+    """Whether to fetch the provider's keys before checking a token.
+
+    When the token's key is unknown or the keys are an hour old, but never twice within
+    ``interval``, whatever tokens come: a flood of made-up key ids costs the provider
+    one fetch per interval, and a failed fetch is not retried on every token.
+    """
+    stale = fetched_at is None or now - fetched_at >= KEYS_MAX_AGE
+    if known and not stale:
+        return False
+    return tried_at is None or now - tried_at >= interval
 
 
 def _find(keys: dict[str, jwt.PyJWK], kid: Any) -> jwt.PyJWK | None:
