@@ -36,3 +36,7 @@ class MemoryRevocations:
     async def any_revoked(self, token_ids: tuple[str, ...]) -> bool:
         now = self.clock.time()
         return any(self._until.get(i, 0.0) > now for i in token_ids)
+
+    def __len__(self) -> int:
+        """Revocations held, the expired not yet dropped among them."""
+        return len(self._until)
