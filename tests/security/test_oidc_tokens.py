@@ -8,6 +8,7 @@ the reason, never a connection.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -19,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 from hypha_rpc import connect_to_server
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
 
 from support.oidc_provider import AUDIENCE, OidcProvider
 from support.tokens import claims, first_reply
@@ -111,6 +114,20 @@ async def test_each_forgery_is_refused_with_its_reason(hub: RunningServer, provi
     assert reply["type"] == "error", f"{how}: admitted as {reply.get('user')}"
     assert REASONS[how] in reply["message"], reply["message"]
     assert "Traceback" not in reply["message"]
+
+
+@pytest.mark.parametrize("how", ["wrong audience", "wrong issuer", "unpublished key"])
+async def test_the_close_frame_carries_the_reason(hub: RunningServer, provider: OidcProvider, how: str) -> None:
+    async with ws_connect(hub.url.replace("http", "ws", 1) + "/ws", open_timeout=5) as ws:
+        hello = {"client_id": "mallory", "workspace": None, "token": _forge(provider, how), "reconnection_token": None}
+        await ws.send(json.dumps(hello))
+        error = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        assert error["type"] == "error"
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 5)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 1008
+    assert REASONS[how] in closed.value.rcvd.reason
 
 
 @pytest.mark.parametrize("how", ["expired", "wrong audience", "tampered payload"])
