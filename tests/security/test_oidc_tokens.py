@@ -228,6 +228,21 @@ async def test_the_http_streaming_transport_takes_a_providers_bearer_token(
             assert "wrong audience" in (await response.aread()).decode()
 
 
+async def test_the_unmodified_http_streaming_client_signs_in_with_a_providers_token(
+    hub: RunningServer, provider: OidcProvider
+) -> None:
+    client = await connect_to_server(
+        {"server_url": hub.url, "transport": "http", "client_id": "streamed", "token": provider.token(ALICE)}
+    )
+    try:
+        assert client.config["workspace"] == f"ws-user-{ALICE}"
+        await client.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": lambda x: x})
+        echo = await client.get_service(f"ws-user-{ALICE}/streamed:echo")
+        assert await echo.echo("over http") == "over http"
+    finally:
+        await client.disconnect()
+
+
 async def test_hub_tokens_keep_working_beside_the_providers(hub: RunningServer, provider: OidcProvider) -> None:
     from support.tokens import credential
 
