@@ -13,7 +13,7 @@ from hypha_rpc import connect_to_server
 
 from support.oidc_provider import OidcProvider
 from support.tokens import credential, first_reply
-from switchboard.testing.wait import eventually
+from switchboard.testing.wait import eventually, scaled
 
 ALICE = "auth0|5f3c00aa"
 
@@ -72,7 +72,7 @@ async def test_a_token_revoked_on_one_replica_is_refused_on_the_other_within_a_s
         return reply["type"] == "error" and "revoked" in reply["message"]
 
     await eventually(refused_on_b, "the revoked token refused on B", timeout=1.0, interval=0.05)
-    assert time.monotonic() - revoked_at < 1.0
+    assert time.monotonic() - revoked_at < scaled(1.0), "B took longer than a second"
     resumed = await first_reply(b.url, "erins", reconnection_token=resume, workspace=workspace)
     assert resumed["type"] == "error", f"B resumed a client with a reconnection token of a revoked token: {resumed}"
     assert "revoked" in resumed["message"]
