@@ -1,4 +1,4 @@
-"""``switchboard`` command line: ``serve`` runs a hub."""
+"""``switchboard`` command line: ``serve`` runs a hub, ``status`` shows its replicas, ``token`` mints a token."""
 
 from __future__ import annotations
 
@@ -105,6 +105,49 @@ def status(redis_url: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"leader": leader, "replicas": replicas}, indent=2))
     else:
         click.echo(render_table(replicas, leader))
+
+
+@main.command()
+@click.option("--user", "user_id", required=True, help="User id the token stands for (letters, digits, _ - | .).")
+@click.option("--workspace", required=True, help="Workspace the token grants.")
+@click.option(
+    "--permission",
+    type=click.Choice(["read", "read_write", "admin"]),
+    default="read_write",
+    show_default=True,
+    help="What the token may do in the workspace.",
+)
+@click.option("--expires-in", type=float, default=3600.0, show_default=True, help="Seconds the token is valid.")
+@click.option("--jwt-secret", default=None, metavar="TEXT", help=f"As for serve. [env var: {env_name('jwt_secret')}]")
+@click.option("--state-dir", default=None, metavar="TEXT", help=f"As for serve. [env var: {env_name('state_dir')}]")
+def token(
+    user_id: str, workspace: str, permission: str, expires_in: float, jwt_secret: str | None, state_dir: str | None
+) -> None:
+    """Print a token signed with the hub's secret (the settings and state directory of serve), for scripts, CI
+    and handing out access to a shared workspace."""
+    from switchboard.clock import SystemClock
+    from switchboard.errors import ProtocolError
+    from switchboard.hub.auth import Permission, TokenIssuer, User
+    from switchboard.hub.manager import MAX_TOKEN_LIFETIME
+    from switchboard.protocol import ids
+    from switchboard.server.state_dir import token_secret
+
+    try:
+        ids.check_id(user_id, "user id")
+        ids.check_id(workspace, "workspace")
+    except ProtocolError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not 0 < expires_in <= MAX_TOKEN_LIFETIME:
+        raise click.UsageError(f"--expires-in={expires_in:g}: use a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
+    try:
+        settings = Settings.load({"jwt_secret": jwt_secret, "state_dir": state_dir})
+        secret = token_secret(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    issuer = TokenIssuer(secret=secret, clock=SystemClock())
+    grant = Permission.parse(permission)
+    user = User(id=user_id, grants={workspace: grant})
+    click.echo(issuer.issue(user, workspace=workspace, permission=grant, expires_in=expires_in))
 
 
 if __name__ == "__main__":

@@ -82,6 +82,43 @@ class Settings:
         "the user's data directory, as the XDG spec has it: a quick start keeps its tokens and client identities "
         "across restarts without any setting; a container mounts a volume here",
     )
+    oidc_issuer: str = setting(
+        "",
+        "Issuer URL of an OpenID Connect provider whose tokens the hub accepts beside its own (its "
+        "/.well-known/openid-configuration names the keys), e.g. https://keycloak.example.org/realms/lab "
+        "(empty: none). Needs --oidc-audience.",
+        "none: a hub trusts only the tokens it signed until the operator names the provider of the users",
+    )
+    oidc_audience: str = setting(
+        "",
+        "The audience (aud) the provider's tokens must carry: the client id or API identifier registered for this hub.",
+        "required with --oidc-issuer, no default: without it a token the provider issued to any other application "
+        "would open this hub too",
+    )
+    oidc_roles_claim: str = setting(
+        "roles",
+        "Claim of a provider's token holding the user's roles: a name (a URL-like name is taken whole), or a dotted "
+        "path such as realm_access.roles (Keycloak); a list of strings or one space-separated string.",
+        "roles: the claim Azure AD and many Keycloak mappers fill; set it to where your provider puts them",
+    )
+    oidc_admin_roles: str = setting(
+        "",
+        "Roles (comma-separated) that make a provider's user an admin of the whole hub (empty: none).",
+        "none: being an admin of every workspace is granted by the operator, never assumed from a role name",
+    )
+    oidc_admin_subjects: str = setting(
+        "",
+        "Subjects (sub claims, comma-separated) of provider users who are admins of the whole hub (empty: none).",
+        "none, as for roles: a provider without roles can still name its hub admins",
+    )
+    oidc_key_refetch_interval: float = setting(
+        5.0,
+        "Seconds at least between two fetches of the provider's keys that tokens with an unknown key id (kid) "
+        "trigger; keys are also fetched again once they are an hour old.",
+        "5 s: a rotated key is accepted within seconds and without a restart, while tokens with made-up key ids "
+        "cost the provider at most one fetch per 5 s per replica",
+        minimum=0.05,
+    )
     max_message_bytes: int = setting(
         16 * 1024 * 1024,
         "Largest WebSocket frame or HTTP body accepted, in bytes.",
@@ -347,6 +384,13 @@ class Settings:
                 "address clients use for the hub (e.g. the load balancer); every replica must share it, "
                 "since it is written into every service reference"
             )
+        if self.oidc_issuer and not self.oidc_issuer.startswith(("https://", "http://")):
+            raise ConfigError(f"{_named('oidc_issuer')}={self.oidc_issuer!r}: must be an http(s) URL")
+        if bool(self.oidc_issuer) != bool(self.oidc_audience):
+            raise ConfigError(
+                f"{_named('oidc_issuer')} and {_named('oidc_audience')} go together: the audience is the id this "
+                "hub has at the provider, and without it a token the provider made for any application would do"
+            )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())
         if not ids.is_id(self.replica_id):
@@ -368,6 +412,14 @@ class Settings:
     def cors_origin_list(self) -> list[str]:
         """``cors_origins`` as a list (``["*"]``, some origins, or empty)."""
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    @property
+    def oidc_admin_role_list(self) -> frozenset[str]:
+        return frozenset(r.strip() for r in self.oidc_admin_roles.split(",") if r.strip())
+
+    @property
+    def oidc_admin_subject_list(self) -> frozenset[str]:
+        return frozenset(r.strip() for r in self.oidc_admin_subjects.split(",") if r.strip())
 
     @property
     def manager_id(self) -> str:

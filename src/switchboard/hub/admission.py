@@ -18,6 +18,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
 from switchboard.hub.auth import Permission, TokenIssuer, User, new_anonymous_user, user_workspace
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
@@ -88,6 +89,7 @@ class Gatekeeper:
         *,
         settings: Settings,
         issuer: TokenIssuer,
+        credentials: Credentials,
         registry: Registry,
         counts: ConnectionCounts,
         clock: Clock,
@@ -95,6 +97,7 @@ class Gatekeeper:
     ) -> None:
         self.settings = settings
         self.issuer = issuer
+        self.credentials = credentials
         self.registry = registry
         self.counts = counts
         self.clock = clock
@@ -114,7 +117,7 @@ class Gatekeeper:
             )
         if hello.reconnection_token:
             try:
-                user = self.issuer.verify(hello.reconnection_token)
+                user = await self.credentials.verify(hello.reconnection_token)
             except AuthError as exc:
                 raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
             if user.client_id != hello.client_id or not user.current_workspace:
@@ -132,7 +135,7 @@ class Gatekeeper:
             return user, workspace, True
         if hello.token:
             try:
-                user = self.issuer.verify(hello.token)
+                user = await self.credentials.verify(hello.token)
             except AuthError as exc:
                 raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
             if user.client_id and user.client_id != hello.client_id:

@@ -27,6 +27,9 @@ _PARENT = "https://amun.ai/parent"
 # On a reconnection token: when the credential it descends from expires (null: none, an anonymous user).
 # Carried in the token, so a refresh on any replica, or after a restart, keeps the bound.
 CREDENTIAL_EXPIRY = ISSUER + "credential_exp"
+# On a reconnection token: the id (jti) of the credential it descends from, so revoking that
+# credential revokes every reconnection token derived from it, on every replica.
+ORIGIN = ISSUER + "origin"
 
 
 class Permission(enum.IntEnum):
@@ -81,6 +84,13 @@ class User:
     credential_expires_at: float | None = None
     # labels for applications (Hypha's ``extra_scopes``); the hub itself grants nothing by them
     extra_scopes: tuple[str, ...] = ()
+    token_id: str | None = None  # the id (jti) of the token this identity was read from
+    origin: str | None = None  # on a reconnection token: the id of the credential it descends from
+
+    @property
+    def revocation_ids(self) -> tuple[str, ...]:
+        """The ids whose revocation ends this identity: its token's own, and its credential's."""
+        return tuple(i for i in (self.token_id, self.origin) if i)
 
     @property
     def is_anonymous(self) -> bool:
@@ -162,6 +172,9 @@ class TokenIssuer:
             if bound is not None:
                 expires = min(expires, bound)
             extra[CREDENTIAL_EXPIRY] = bound
+            origin = user.origin or user.token_id
+            if origin:
+                extra[ORIGIN] = origin
         return jwt.encode(
             {
                 **extra,
@@ -169,6 +182,7 @@ class TokenIssuer:
                 "aud": AUDIENCE,
                 "sub": ids.check_id(user.id, "user id"),
                 "iat": int(now),
+                "jti": new_token_id(),
                 "exp": int(expires),
                 "scope": format_scope(
                     grants=user.grants,
@@ -317,7 +331,21 @@ def _user_from_claims(claims: dict[str, Any]) -> User:
         current_workspace=scope.workspace,
         credential_expires_at=_credential_expiry(claims, anonymous="anonymous" in roles),
         extra_scopes=scope.extra_scopes,
+        token_id=_text_claim(claims, "jti"),
+        origin=_text_claim(claims, ORIGIN),
     )
+
+
+def _text_claim(claims: dict[str, Any], name: str) -> str | None:
+    value = claims.get(name)
+    if value is None or (isinstance(value, str) and 0 < len(value) <= 256):
+        return value
+    raise AuthError(f"invalid token: bad {name}")
+
+
+def new_token_id() -> str:
+    """A token's ``jti``: random, so that one token can be revoked without its siblings."""
+    return shortuuid.uuid()
 
 
 def _credential_expiry(claims: dict[str, Any], *, anonymous: bool) -> float | None:

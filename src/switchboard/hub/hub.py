@@ -22,11 +22,13 @@ import shortuuid
 from switchboard.backends.base import WORKSPACE_DATA_TTL, ConnectionCounts, EventBus, Registry, WorkspaceStore
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
+from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
 from switchboard.hub.inflight import InFlight
@@ -34,6 +36,7 @@ from switchboard.hub.loads import Loads
 from switchboard.hub.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
+from switchboard.hub.oidc import OidcVerifier
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
@@ -73,6 +76,7 @@ class Hub:
         counts: ConnectionCounts | None = None,
         links: LinkSettings | None = None,
         workspaces: WorkspaceStore | None = None,
+        revocations: Revocations | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -82,9 +86,16 @@ class Hub:
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
         self.workspaces = workspaces or MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL)
+        # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
+        self.credentials = Credentials(
+            issuer,
+            revocations or MemoryRevocations(clock),
+            OidcVerifier(settings, clock) if settings.oidc_issuer else None,
+        )
         self.gate = Gatekeeper(
             settings=settings,
             issuer=issuer,
+            credentials=self.credentials,
             registry=registry,
             counts=self.counts,
             clock=clock,

@@ -23,6 +23,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.auth import MAX_EXTRA_SCOPES, Permission, TokenIssuer, check_extra_scope, child_user
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.event_log import EventLog
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
@@ -44,6 +45,7 @@ class Hub(DirectoryHost, Protocol):
 
     clock: Clock
     issuer: TokenIssuer
+    credentials: Credentials
     manager_id: str
     workspaces: WorkspaceStore
 
@@ -158,6 +160,7 @@ class WorkspaceManager:
             "ping": (self.ping, {"client_id": {"type": "string"}, "timeout": {"type": "number"}}),
             "generate_token": (self.generate_token, {"config": {"type": "object"}}),
             "parse_token": (self.parse_token, {"token": {"type": "string"}}),
+            "revoke_token": (self.revoke_token, {"token": {"type": "string"}}),
             "subscribe": (self.subscribe, {"event_type": {}}),
             "unsubscribe": (self.unsubscribe, {"event_type": {}}),
             "check_status": (self.check_status, {}),
@@ -340,8 +343,17 @@ class WorkspaceManager:
     async def parse_token(self, token: Any, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The user a token issued by this hub stands for."""
         calling_peer()
-        user = self.hub.issuer.verify(token)
-        return user.to_wire(user.current_workspace, user.client_id)
+        user = await self.hub.credentials.verify(token)
+        wire: dict[str, Any] = user.to_wire(user.current_workspace, user.client_id)
+        return wire
+
+    async def revoke_token(self, token: Any, context: dict[str, Any] | None = None) -> None:
+        """Refuse ``token``, and every reconnection token derived from it, on every replica until it expires.
+
+        Its holder may revoke it, and so may an admin of its workspace.
+        """
+        peer = calling_peer()
+        await self.hub.credentials.revoke(token, by=peer.user)
 
     async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Receive workspace broadcasts of these event types on this connection.

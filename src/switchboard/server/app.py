@@ -73,9 +73,11 @@ def build_hub(
     cluster_parts = None
     links = counts = None
     workspaces: WorkspaceStore | None = None
+    revocations = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
         from switchboard.backends.redis.counts import RedisConnectionCounts
+        from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 
         redis = make_client(settings.redis_url)
@@ -92,6 +94,7 @@ def build_hub(
         )
         counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
         workspaces = RedisWorkspaceStore(redis, ttl=WORKSPACE_DATA_TTL)
+        revocations = RedisRevocations(redis, clock=clock)  # one revocation holds on every replica
         hub_registry, hub_bus = redis_registry, redis_bus
         cluster_parts = (redis, redis_registry, redis_bus, counts)
         if settings.links:
@@ -118,6 +121,7 @@ def build_hub(
         clock=clock,
         metrics=HubMetrics(settings.replica_id),
         issuer=TokenIssuer(secret=secret, clock=clock),
+        revocations=revocations,
     )
     if cluster_parts is not None:
         hub.companions.append(_cluster(hub, *cluster_parts))

@@ -350,7 +350,7 @@ async def post_message(request: Request) -> Response:
         workspace, client_id = _param(request, "workspace"), _param(request, "client_id")
         _check_declared_size(request, limit)
         peer = _stream_peer(hub, f"{workspace}/{client_id}")
-        _authorize(request, hub, peer)
+        await _authorize(request, hub, peer)
         body = await _read_body(request, limit)
         await _dispatch(hub, peer, body)
     except (RequestRefused, AuthError) as exc:
@@ -383,7 +383,7 @@ def _stream_peer(hub: Hub, peer_id: str) -> Peer:
     return peer
 
 
-def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
+async def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
     """The stream's cookie from the hub's own origin, or the peer's own user's token (see the module docstring)."""
     transport = _stream_of(peer)
     presented = request.cookies.get(cookie_name(peer.id), "")
@@ -408,7 +408,7 @@ def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
             f"Permission denied: not the owner of the stream of {peer.id}: a POST must carry that stream's "
             f"cookie or a token of its user. {REMEDY}",
         )
-    user = hub.issuer.verify(token)  # AuthError: 401
+    user = await hub.credentials.verify(token)  # AuthError: 401
     same_client = user.client_id in (None, peer.client_id)
     if user.id != peer.user.id or not same_client or not user.can(peer.workspace, Permission.READ):
         raise RequestRefused(403, f"Permission denied: this token cannot send as {peer.id}")

@@ -39,7 +39,7 @@ def routes() -> list[Route]:
     ]
 
 
-def _state(request: Request) -> ServerState:
+def server_state(request: Request) -> ServerState:
     state: ServerState = request.app.state.switchboard
     return state
 
@@ -61,12 +61,12 @@ def _token(request: Request) -> str | None:
     return auth.strip() or None
 
 
-def _user(request: Request) -> tuple[User, str]:
+async def request_user(request: Request) -> tuple[User, str]:
     """The caller and its own workspace (the context its calls are made in)."""
     token = _token(request)
     if token is None:
         return ANONYMOUS_HTTP, "ws-anonymous"
-    user = _state(request).hub.issuer.verify(token)  # AuthError: 401
+    user = await server_state(request).hub.credentials.verify(token)  # AuthError: 401
     return user, user.current_workspace or user_workspace(user.id)
 
 
@@ -95,7 +95,7 @@ def _respond(value: Any, as_msgpack: bool) -> Response:
 
 
 async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
-    if not _state(request).accepting:
+    if not server_state(request).accepting:
         response = refusal(503, "Server is draining or starting, please retry")
         response.headers["Retry-After"] = "1"
         return response
@@ -104,7 +104,7 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
     except Exception as exc:
         status, detail = status_of(exc)
         if status >= 500:
-            _state(request).hub.metrics.call_errors.inc()
+            server_state(request).hub.metrics.call_errors.inc()
             log.warning("HTTP %s %s failed: %s", request.method, request.url.path, detail)
         else:
             log.info("HTTP %s %s refused (%d): %s", request.method, request.url.path, status, detail)
@@ -114,8 +114,8 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
-        user, own_ws = _user(request)
-        found = await _state(request).hub.registry.find(ServiceQuery(ws))
+        user, own_ws = await request_user(request)
+        found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
             i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
@@ -127,7 +127,7 @@ async def list_services(request: Request) -> Response:
 
 async def service_info(request: Request) -> Response:
     async def handler() -> Response:
-        user, own_ws = _user(request)
+        user, own_ws = await request_user(request)
         info = await _resolve(request, user, own_ws)
         return JSONResponse(_jsonable(info))
 
@@ -139,7 +139,7 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
-    directory = _state(request).hub.manager.directory
+    directory = server_state(request).hub.manager.directory
     if service_id == "~":  # the workspace manager, as in Hypha
         return directory.manager_info()
     info = await directory.resolve(
@@ -161,7 +161,7 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     as_msgpack = content_type in MSGPACK_TYPES
     if request.method == "GET":
         return {k: _query_value(v) for k, v in request.query_params.items() if not k.startswith("_")}, as_msgpack
-    limit = _state(request).hub.settings.max_message_bytes
+    limit = server_state(request).hub.settings.max_message_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise FrameTooLarge(f"Request body of {declared} bytes is above the limit of {limit} bytes")
@@ -249,9 +249,9 @@ def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
 
 async def call_function(request: Request) -> Response:
     async def handler() -> Response:
-        state = _state(request)
+        state = server_state(request)
         hub = state.hub
-        user, own_ws = _user(request)
+        user, own_ws = await request_user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
         if request.path_params["service_id"] == "~":
             raise RequestRefused(

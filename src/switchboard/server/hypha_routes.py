@@ -19,7 +19,7 @@ from switchboard.hub.auth import Permission
 from switchboard.hub.workspace_records import implicit_record, owns
 from switchboard.protocol import ids
 from switchboard.protocol.handshake import HYPHA_VERSION
-from switchboard.server.http_services import _state, _user
+from switchboard.server.http_services import request_user, server_state
 
 
 def routes() -> list[Route]:
@@ -36,7 +36,7 @@ def _refused(status: int, detail: str) -> Response:
 
 async def health(request: Request) -> Response:
     """Whether this replica serves (``status``: ``HEALTHY`` or ``DOWN``), and its connections."""
-    state = _state(request)
+    state = server_state(request)
     ready, why = state.readiness()
     body = {
         "status": "HEALTHY" if ready else "DOWN",
@@ -50,9 +50,9 @@ async def health(request: Request) -> Response:
 
 async def config(request: Request) -> Response:
     """The server's description and the caller's user, as Hypha's login page reads them."""
-    state = _state(request)
+    state = server_state(request)
     try:
-        user, workspace = _user(request)
+        user, workspace = await request_user(request)
     except AuthError as exc:
         return _refused(401, str(exc))
     s = state.hub.settings
@@ -69,9 +69,9 @@ async def config(request: Request) -> Response:
 
 async def workspace_info(request: Request) -> Response:
     """A workspace's record, for a caller who may read it (403 otherwise, as Hypha's)."""
-    state = _state(request)
+    state = server_state(request)
     try:
-        user, _ = _user(request)
+        user, _ = await request_user(request)
         ws = ids.check_id(request.path_params["workspace"], "workspace")
     except AuthError as exc:
         return _refused(401, str(exc))

@@ -215,7 +215,7 @@ def _service_row(info: svc_ids.ServiceInfo) -> dict[str, Any]:
 
 async def workspaces_for(hub: Hub, request: Request) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The viewer, and the workspaces it may see with their clients and services."""
-    user, own_ws = http_services._user(request)
+    user, own_ws = await http_services.request_user(request)
     anonymous = user is http_services.ANONYMOUS_HTTP
     found = await hub.registry.find(ServiceQuery("*"))
     by_workspace: dict[str, list[svc_ids.ServiceInfo]] = {}
