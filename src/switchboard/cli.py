@@ -22,8 +22,8 @@ def _settings_options(fn: Any) -> Any:
     :meth:`Settings.load` casts and checks it, and reads the ``SWITCHBOARD_*``
     variables, so flags and variables share one parser and one set of messages."""
     for f in reversed(dataclasses.fields(Settings)):
-        kind = type(f.default)
-        default = "(empty)" if f.default == "" else f.default
+        kind = config.setting_kind(f)
+        default = "(empty)" if f.default == "" else "(auto)" if f.default is None else f.default
         help_text = (
             f"{f.metadata['help']} Why the default: {f.metadata['why']}. "
             f"[env var: {env_name(f.name)}; default: {default}]"

@@ -15,11 +15,13 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aredis
 from redis.asyncio.connection import AbstractConnection
+from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from switchboard.backends.base import BusHandler
@@ -38,6 +40,19 @@ from switchboard.tasks import cancel_and_wait
 logger = logging.getLogger(__name__)
 
 _BATCH = 200  # channels per SUBSCRIBE command when re-wiring
+
+# Sharded pub/sub (a Redis Cluster) answers with its own reply kinds; the bus reads them as the plain ones.
+_PLAIN_KIND = {b"smessage": b"message", b"ssubscribe": b"subscribe", b"sunsubscribe": b"unsubscribe"}
+
+
+def _batches(channels: list[str], sharded: bool) -> list[list[str]]:
+    """SUBSCRIBE batches; an SSUBSCRIBE's channels must share one slot."""
+    if not sharded:
+        return [channels[i : i + _BATCH] for i in range(0, len(channels), _BATCH)]
+    by_slot: dict[int, list[str]] = {}
+    for channel in channels:
+        by_slot.setdefault(key_slot(channel.encode("utf-8", "surrogateescape")), []).append(channel)
+    return [group[i : i + _BATCH] for group in by_slot.values() for i in range(0, len(group), _BATCH)]
 
 
 @dataclass
@@ -58,6 +73,11 @@ class RedisBus:
     ``source`` is a Redis URL, or a factory of unconnected pub/sub connections
     (then ``publisher`` is required). ``reconcile_interval`` / ``probe_idle``
     of ``None`` disable those loops (tests isolate one mechanism that way).
+
+    ``sharded``: one master of a Redis Cluster, with ``SSUBSCRIBE``/``SPUBLISH``
+    (:class:`~switchboard.backends.redis.cluster_bus.ClusterBus` runs one per
+    master); ``on_hint(reason)`` then hears what suggests the slot map changed
+    (a MOVED reply, an unsolicited ``sunsubscribe``, a lost connection).
     """
 
     def __init__(
@@ -76,8 +96,15 @@ class RedisBus:
         backoff_max: float = 2.0,
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
+        sharded: bool = False,
+        probe_channel: str | None = None,
+        on_hint: Callable[[str], None] | None = None,
     ) -> None:
         self.replica_id = replica_id
+        self.sharded = sharded
+        prefix = "S" if sharded else ""
+        self._cmd_sub, self._cmd_unsub = f"{prefix}SUBSCRIBE", f"{prefix}UNSUBSCRIBE"
+        self._on_hint = on_hint
         self._clock = clock
         self._factory, self._publisher, self._owned_publisher = resolve_source(
             source, publisher, timeout=op_timeout, name=client_name(replica_id, "bus")
@@ -89,7 +116,7 @@ class RedisBus:
         self._op_timeout = op_timeout
         self._backoff = (backoff_initial, backoff_max)
         self.breaker = breaker or CircuitBreaker(clock)
-        self.probe_channel = f"{key_prefix}probe:{replica_id}"
+        self.probe_channel = probe_channel or f"{key_prefix}probe:{replica_id}"
         self.subs = SubscriptionSet()
         self._handlers: dict[str, BusHandler] = {}
         self.acks = Acks()
@@ -124,7 +151,7 @@ class RedisBus:
     async def publish(self, channel: str, data: bytes) -> int:
         """PUBLISH; return Redis's receiver count faithfully (0 = nobody)."""
         try:
-            receivers = int(await self._publisher.publish(channel, data))
+            receivers = int(await self._send(channel, data))
         except (RedisError, OSError) as exc:
             raise BackendError(f"publish to {channel!r} failed: {exc}") from exc
         if receivers == 0:
@@ -176,7 +203,7 @@ class RedisBus:
         timeout = self._subscribe_timeout
         try:
             async with asyncio.timeout(self._op_timeout):
-                await conn.send_command("UNSUBSCRIBE", channel, check_health=False)
+                await conn.send_command(self._cmd_unsub, channel, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")  # the new socket lacks it anyway
             timeout = 0
@@ -245,16 +272,16 @@ class RedisBus:
         if not channels or conn is not self._conn or not self.breaker.allow():
             return False
         try:
-            for start in range(0, len(channels), _BATCH):
+            for group in _batches(channels, self.sharded):
                 # Checked right before each send: a disconnected redis-py connection
                 # would silently reconnect itself inside send_command, and a channel
                 # unsubscribed meanwhile must not be wired again behind its back.
-                batch = [c for c in channels[start : start + _BATCH] if c in self.subs.desired]
+                batch = [c for c in group if c in self.subs.desired]
                 if conn is not self._conn or not conn.is_connected:
                     return False
                 if batch:
                     async with asyncio.timeout(self._op_timeout):
-                        await conn.send_command("SUBSCRIBE", *batch, check_health=False)
+                        await conn.send_command(self._cmd_sub, *batch, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self.breaker.record_failure()
             self._drop(conn, f"SUBSCRIBE failed: {exc!r}")
@@ -265,7 +292,7 @@ class RedisBus:
         """Dispatch one pub/sub reply from the live connection."""
         if not isinstance(reply, list) or len(reply) < 3:
             return  # e.g. a PONG
-        kind = reply[0]
+        kind = _PLAIN_KIND.get(reply[0], reply[0])
         channel = reply[1].decode("utf-8", "surrogateescape")
         if kind == b"message":
             if channel == self.probe_channel:
@@ -284,8 +311,14 @@ class RedisBus:
                 self.breaker.record_success()
                 self.acks.resolve(kind, channel)
         elif kind == b"unsubscribe":
+            if channel in self.subs.desired:  # not asked for: the server moved the channel's slot away
+                self._hint(f"server unsubscribed {channel!r}")
             self.subs.on_unsubscribed(channel)
             self.acks.resolve(kind, channel)
+
+    def _hint(self, reason: str) -> None:
+        if self._on_hint is not None:
+            self._on_hint(reason)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"switchboard-bus-{name}"))
@@ -307,6 +340,7 @@ class RedisBus:
                     await conn.connect()  # type: ignore[no-untyped-call]  # redis-py leaves connect() unannotated
             except Exception as exc:  # any failure to connect is retried, never fatal
                 self._down_reason = f"pub/sub connect failed: {exc!r}"
+                self._hint(self._down_reason)
                 logger.warning("%s", self._down_reason, extra=self._extra)
                 with contextlib.suppress(Exception):
                     await conn.disconnect(nowait=True)
@@ -320,6 +354,7 @@ class RedisBus:
                     logger.exception("pub/sub connection failed", extra=self._extra)
                     reason = repr(exc)
                 self._down_reason = f"pub/sub connection lost: {reason}"
+                self._hint(self._down_reason)
                 logger.warning("%s; reconnecting", self._down_reason, extra=self._extra)
                 if self._wired_on_conn:
                     attempt = 0  # it worked for a while: reconnect quickly
@@ -362,6 +397,7 @@ class RedisBus:
                 reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
             except ResponseError as exc:  # e.g. a SUBSCRIBE refused: stays unconfirmed
                 logger.warning("pub/sub error reply: %s", exc, extra=self._extra)
+                self._hint(f"pub/sub error reply: {exc}")  # MOVED: the slot map changed
                 continue
             self._last_rx = self._clock.monotonic()
             self._on_reply(reply)
@@ -409,7 +445,7 @@ class RedisBus:
             return False
         self._probe_seq += 1
         failure = await echo(
-            self._publisher,
+            self._send,
             self.probe_channel,
             str(self._probe_seq),
             self.acks,
@@ -421,3 +457,9 @@ class RedisBus:
         logger.warning("%s; dropping pub/sub connection", failure, extra=self._extra)
         self._drop(conn, failure)
         return False
+
+    async def _send(self, channel: str, data: bytes | str) -> Any:
+        """PUBLISH, or SPUBLISH on a cluster's master (its count is that shard's, exactly)."""
+        if self.sharded:
+            return await self._publisher.spublish(channel, data)
+        return await self._publisher.publish(channel, data)
