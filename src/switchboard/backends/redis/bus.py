@@ -214,6 +214,13 @@ class RedisBus:
             # still reach its handler, or its sender would think it delivered.
             self._forget_handler(channel, handler)
 
+    def forget(self, channel: str) -> None:
+        """Stop wanting ``channel`` without telling Redis: the server already dropped it (its slot
+        moved to another master) or the connection is gone."""
+        handler = self._handlers.get(channel)
+        self.subs.drop(channel)
+        self._forget_handler(channel, handler)
+
     def _forget_handler(self, channel: str, handler: BusHandler | None) -> None:
         if self._handlers.get(channel) is handler and channel not in self.subs.desired:
             self._handlers.pop(channel, None)

@@ -280,12 +280,14 @@ class ClusterBus:
     async def _move(self, channel: str, source: Address | None, target: Address) -> None:
         old = self.shards.get(source) if source else None
         handler = self._wanted.get(channel)
-        if old is not None:
-            with contextlib.suppress(BackendError):
-                await old.unsubscribe(channel)  # a dead master's bus forgets it at once
         new = self.shards.get(target)
         if handler is not None and new is not None and self._placement.get(channel) == target:
-            await new.subscribe(channel, handler)
+            await new.subscribe(channel, handler)  # first: the old master serves the slot no more
+        if old is not None and old.is_confirmed(channel):
+            with contextlib.suppress(BackendError):
+                await old.unsubscribe(channel)
+        elif old is not None:
+            old.forget(channel)  # the server dropped it already (a moved slot), or the master is dead
 
     async def _refresh_loop(self) -> None:
         while not self._closed:
