@@ -106,6 +106,8 @@ def build_hub(
 
 def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
     """The replica layer's companion of a hub on Redis: presence, lease, reaper, recovery, metrics."""
+    from switchboard.backends.redis.cluster_bus import ClusterBus
+    from switchboard.backends.redis.cluster_status import ShardCollector
     from switchboard.backends.redis.lease import RedisLease
     from switchboard.replicas.cluster import Cluster, lease_policy
     from switchboard.replicas.metrics import ReplicaCollector
@@ -122,6 +124,8 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
         counts=parts.counts,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
+    if isinstance(parts.bus, ClusterBus):
+        hub.metrics.registry.register(ShardCollector(parts.bus))
     return cluster
 
 
