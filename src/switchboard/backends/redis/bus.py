@@ -21,7 +21,6 @@ from typing import Any
 
 import redis.asyncio as aredis
 from redis.asyncio.connection import AbstractConnection
-from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from switchboard.backends.base import BusHandler
@@ -32,27 +31,13 @@ from switchboard.backends.redis.connection import (
     client_name,
     resolve_source,
 )
+from switchboard.backends.redis.pubsub_dialect import PubSubDialect
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
-
-_BATCH = 200  # channels per SUBSCRIBE command when re-wiring
-
-# Sharded pub/sub (a Redis Cluster) answers with its own reply kinds; the bus reads them as the plain ones.
-_PLAIN_KIND = {b"smessage": b"message", b"ssubscribe": b"subscribe", b"sunsubscribe": b"unsubscribe"}
-
-
-def _batches(channels: list[str], sharded: bool) -> list[list[str]]:
-    """SUBSCRIBE batches; an SSUBSCRIBE's channels must share one slot."""
-    if not sharded:
-        return [channels[i : i + _BATCH] for i in range(0, len(channels), _BATCH)]
-    by_slot: dict[int, list[str]] = {}
-    for channel in channels:
-        by_slot.setdefault(key_slot(channel.encode("utf-8", "surrogateescape")), []).append(channel)
-    return [group[i : i + _BATCH] for group in by_slot.values() for i in range(0, len(group), _BATCH)]
 
 
 @dataclass
@@ -102,8 +87,7 @@ class RedisBus:
     ) -> None:
         self.replica_id = replica_id
         self.sharded = sharded
-        prefix = "S" if sharded else ""
-        self._cmd_sub, self._cmd_unsub = f"{prefix}SUBSCRIBE", f"{prefix}UNSUBSCRIBE"
+        self._dialect = PubSubDialect(sharded)
         self._on_hint = on_hint
         self._clock = clock
         self._factory, self._publisher, self._owned_publisher = resolve_source(
@@ -203,7 +187,7 @@ class RedisBus:
         timeout = self._subscribe_timeout
         try:
             async with asyncio.timeout(self._op_timeout):
-                await conn.send_command(self._cmd_unsub, channel, check_health=False)
+                await conn.send_command(self._dialect.unsubscribe, channel, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")  # the new socket lacks it anyway
             timeout = 0
@@ -279,7 +263,7 @@ class RedisBus:
         if not channels or conn is not self._conn or not self.breaker.allow():
             return False
         try:
-            for group in _batches(channels, self.sharded):
+            for group in self._dialect.batches(channels):
                 # Checked right before each send: a disconnected redis-py connection
                 # would silently reconnect itself inside send_command, and a channel
                 # unsubscribed meanwhile must not be wired again behind its back.
@@ -288,7 +272,7 @@ class RedisBus:
                     return False
                 if batch:
                     async with asyncio.timeout(self._op_timeout):
-                        await conn.send_command(self._cmd_sub, *batch, check_health=False)
+                        await conn.send_command(self._dialect.subscribe, *batch, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self.breaker.record_failure()
             self._drop(conn, f"SUBSCRIBE failed: {exc!r}")
@@ -299,7 +283,7 @@ class RedisBus:
         """Dispatch one pub/sub reply from the live connection."""
         if not isinstance(reply, list) or len(reply) < 3:
             return  # e.g. a PONG
-        kind = _PLAIN_KIND.get(reply[0], reply[0])
+        kind = self._dialect.kind(reply[0])
         channel = reply[1].decode("utf-8", "surrogateescape")
         if kind == b"message":
             if channel == self.probe_channel:
@@ -466,7 +450,4 @@ class RedisBus:
         return False
 
     async def _send(self, channel: str, data: bytes | str) -> Any:
-        """PUBLISH, or SPUBLISH on a cluster's master (its count is that shard's, exactly)."""
-        if self.sharded:
-            return await self._publisher.spublish(channel, data)
-        return await self._publisher.publish(channel, data)
+        return await self._dialect.publish(self._publisher, channel, data)
