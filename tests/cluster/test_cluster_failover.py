@@ -50,11 +50,12 @@ async def test_a_master_sigkilled_under_traffic_costs_calls_no_longer_than_the_f
 
     await eventually(promoted, timeout=15, what="the master's replica promoted")
     failed_over = loop.time()
-    limit = valkey_cluster.node_timeout_ms / 1000 + 2
-    await eventually(lambda: traffic.ok_after(failed_over), timeout=limit + 5, what="a call after the failover")
+    # Valkey's own failover takes cluster-node-timeout and an election (3.5-5 s here); the hub
+    # then follows within 2 s: the slot map is re-read every 0.25 s while a shard is down
+    await eventually(lambda: traffic.ok_after(failed_over), timeout=10, what="a call after the failover")
     resumed = traffic.ok_after(failed_over)
     assert resumed is not None
-    assert resumed - failed_over < limit, (
+    assert resumed - failed_over < 2.0, (
         f"calls resumed {resumed - failed_over:.2f}s after the promotion ({failed_over - killed:.2f}s after the "
         f"kill); {traffic.failed[-3:]}\n{a.log_tail(4000)}"
     )
