@@ -64,6 +64,10 @@ async def test_a_master_sigkilled_under_traffic_costs_calls_no_longer_than_the_f
     assert f"{ws}/{cid}:svc" in services
     assert await (await caller.get_service(f"{cid}:svc")).add(41) == 42
     assert await (await first.get_service(f"{cid}:svc")).add(1) == 2
+    # the connection counters still count both replicas' clients (a replica taken for dead loses its counts)
+    with valkey_cluster.client(valkey_cluster.master_of(key_slot(b"sb"))) as node:
+        counted = {k: node.hgetall(k) for k in node.keys("{sb}:conns:u:*")}
+    assert any(set(fields) == {b"ra", b"rb"} for fields in counted.values()), counted
     steady, calls = loop.time(), len(traffic.ok)
     await eventually(lambda: len(traffic.ok) >= calls + 10, timeout=10, what="ten more calls")
     assert not [f for t, f in traffic.failed if t > steady], traffic.failed[-3:]
