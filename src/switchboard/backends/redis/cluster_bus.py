@@ -85,6 +85,10 @@ class ClusterBus:
     async def start(self, wait: float | None = 5.0) -> bool:
         if self._task is not None or self._closed:
             return self.health[0]
+        with contextlib.suppress(RedisError, OSError):
+            # Now, while the seeds answer: the command client learns every node, so it can
+            # still find the cluster after the one seed named dies.
+            await self._cluster.initialize()
         with contextlib.suppress(BackendError):
             await self.refresh()
         self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
