@@ -6,7 +6,7 @@ import pytest
 from redis.crc import key_slot
 
 from switchboard.backends.redis.cluster_setup import detect_cluster, node_url, seed_urls
-from switchboard.backends.redis.topology import SlotMap, channel_slot, moves, probe_channel
+from switchboard.backends.redis.topology import SlotMap, channel_slot, moves, plan_shards, probe_channel
 from switchboard.errors import ConfigError
 
 RAW = [
@@ -82,3 +82,31 @@ def test_the_cluster_setting_overrides_detection() -> None:
     assert detect_cluster(nobody, None) is False  # one silent seed: one instance, as before
     with pytest.raises(ConfigError, match="several"):
         detect_cluster(f"{nobody},{nobody}", False)
+
+
+def test_shard_buses_follow_the_masters_and_their_probe_slots() -> None:
+    m = SlotMap.parse(RAW)
+    drop, start = plan_shards({}, m, "r1")
+    assert drop == []
+    assert sorted(start) == m.masters
+    current = dict(start)
+    assert plan_shards(current, m, "r1") == ([], {})  # nothing changed, nothing to do
+    # 7000 failed; its replica 7003 was promoted with the same slots
+    promoted = SlotMap.parse([[0, 5460, [b"127.0.0.1", 7003, b"id3"]], *RAW[1:]])
+    drop, start = plan_shards(current, promoted, "r1")
+    assert drop == [("127.0.0.1", 7000)]
+    assert list(start) == [("127.0.0.1", 7003)]
+    # the probe channel's slot of 7001 moved to 7002: 7001's bus is restarted with a probe it serves
+    probe_slot = channel_slot(current[("127.0.0.1", 7001)])
+    moved = SlotMap.parse(
+        [
+            RAW[0],
+            [5461, probe_slot - 1, [b"127.0.0.1", 7001, b"id1"]],
+            [probe_slot, probe_slot, [b"127.0.0.1", 7002, b"id2"]],
+            [probe_slot + 1, 10922, [b"127.0.0.1", 7001, b"id1"]],
+            RAW[2],
+        ]
+    )
+    drop, start = plan_shards(current, moved, "r1")
+    assert drop == [("127.0.0.1", 7001)]
+    assert moved.shard(("127.0.0.1", 7001)).serves(channel_slot(start[("127.0.0.1", 7001)]))

@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from switchboard.backends.base import BusHandler
 from switchboard.backends.redis.bus import BusStats, RedisBus
-from switchboard.backends.redis.topology import Address, SlotMap, address_text, moves, probe_channel
+from switchboard.backends.redis.topology import Address, SlotMap, address_text, moves, plan_shards
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
@@ -248,26 +248,19 @@ class ClusterBus:
 
     async def _follow_masters(self, slot_map: SlotMap) -> None:
         """A shard bus per master serving slots; a bus whose probe slot moved away is replaced."""
-        stale = []
-        for addr, bus in self.shards.items():
-            info = slot_map.shard(addr)
-            if info is None or bus.probe_channel != probe_channel("sb:", self.replica_id, info):
-                stale.append(addr)
-        for addr in stale:
+        drop, start = plan_shards({a: b.probe_channel for a, b in self.shards.items()}, slot_map, self.replica_id)
+        for addr in drop:
             bus = self.shards.pop(addr)
             for f in fields(BusStats):
                 if f.name not in ("desired", "confirmed"):
                     setattr(self._retired, f.name, getattr(self._retired, f.name) + getattr(bus.stats, f.name))
             for channel, where in self._placement.items():
                 if where == addr:
-                    self._placement[channel] = None  # placed again below
+                    self._placement[channel] = None  # placed again by the caller's moves()
             await bus.close()
-        for info in slot_map.shards:
-            if info.master not in self.shards:
-                self.shards[info.master] = bus = self._shard_bus(
-                    info.master, probe_channel("sb:", self.replica_id, info)
-                )
-                await bus.start(wait=0)
+        for addr, probe in start.items():
+            self.shards[addr] = bus = self._shard_bus(addr, probe)
+            await bus.start(wait=0)
 
     def _shard_bus(self, addr: Address, probe: str) -> RedisBus:
         return RedisBus(
@@ -296,9 +289,12 @@ class ClusterBus:
     async def _refresh_loop(self) -> None:
         while not self._closed:
             interval = self._refresh_interval if self.health[0] else REFRESH_UNHEALTHY
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await self._hint.wait()
+            hinted = asyncio.create_task(self._hint.wait())
+            timer = asyncio.create_task(self._clock.sleep(interval))
+            try:
+                await asyncio.wait({hinted, timer}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                await cancel_and_wait([hinted, timer])
             self._hint.clear()
             try:
                 await self.refresh()

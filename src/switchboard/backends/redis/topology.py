@@ -125,3 +125,18 @@ def probe_channel(prefix: str, replica_id: str, shard: Shard) -> str:
     """This replica's probe channel on ``shard``: its slot is one the shard serves."""
     start, end = max(shard.slots, key=lambda r: r[1] - r[0])  # the widest range: found fastest
     return f"{prefix}probe:{replica_id}:{{{tag_for_slot_range(start, end)}}}"
+
+
+def plan_shards(
+    current: Mapping[Address, str], slot_map: SlotMap, replica_id: str, prefix: str = "sb:"
+) -> tuple[list[Address], dict[Address, str]]:
+    """``(drop, start)``: the shard buses (by master, ``current`` maps each to its probe channel)
+    to close, and the masters to start one for, with its probe channel.
+
+    A bus is dropped when its master serves no slot any more (failed, demoted) or when its
+    probe channel's slot moved away (it would probe another master); it is started again.
+    """
+    wanted = {shard.master: probe_channel(prefix, replica_id, shard) for shard in slot_map.shards}
+    drop = sorted(addr for addr, probe in current.items() if wanted.get(addr) != probe)
+    start = {addr: probe for addr, probe in wanted.items() if addr not in current or addr in drop}
+    return drop, start

@@ -49,10 +49,6 @@ class TransitKeys:
     def workspaces(self) -> str:
         return f"{self.prefix}workspaces"
 
-    @property
-    def replica_prefix(self) -> str:
-        return f"{self.prefix}replica:"
-
     def svc(self, workspace: str) -> str:
         return f"{self.prefix}svc:{workspace}"
 
