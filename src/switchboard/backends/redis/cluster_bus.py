@@ -113,8 +113,9 @@ class ClusterBus:
             raise BackendError("bus is closed")
         self._wanted[channel] = handler
         target = self.slot_map.master_of(channel) if self.slot_map else None
-        self._placement[channel] = target
         shard = self.shards.get(target) if target else None
+        # Unplaced (None) until its master has a bus: the next refresh's moves() places it.
+        self._placement[channel] = target if shard is not None else None
         if shard is not None:
             await shard.subscribe(channel, handler)  # never raises for an unconfirmed subscribe
 
