@@ -118,6 +118,8 @@ class ClusterBus:
         self._placement[channel] = target if shard is not None else None
         if shard is not None:
             await shard.subscribe(channel, handler)  # never raises for an unconfirmed subscribe
+        else:
+            self.hint(f"{channel!r} has no master's bus yet")
 
     async def unsubscribe(self, channel: str) -> None:
         self._wanted.pop(channel, None)
