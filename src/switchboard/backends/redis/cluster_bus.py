@@ -91,10 +91,10 @@ class ClusterBus:
             await self._cluster.initialize()
         with contextlib.suppress(BackendError):
             await self.refresh()
-        self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
         deadline = self._clock.monotonic() + (wait or 0)
-        while not self.health[0] and self._clock.monotonic() < deadline:
-            await self._clock.sleep(0.05)
+        while self.slot_map is not None and not self.health[0] and self._clock.monotonic() < deadline:
+            await self._clock.sleep(0.05)  # the shard buses confirming their probes
+        self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
         return self.health[0]
 
     async def publish(self, channel: str, data: bytes) -> int:
