@@ -12,6 +12,14 @@ from hypha_rpc import connect_to_server
 
 from switchboard.config import Settings
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.valkey_cluster import ValkeyCluster
+
+
+@pytest.fixture(scope="module")
+def valkey_cluster() -> Iterator[ValkeyCluster]:
+    """A real 3-master + 3-replica Valkey Cluster, shared by one test module (it takes ~3 s to form)."""
+    with ValkeyCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session", autouse=True)

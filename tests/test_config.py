@@ -133,3 +133,23 @@ def test_serve_refuses_a_short_jwt_secret_before_starting() -> None:
     assert done.returncode == 2, done.stderr  # a usage error, before anything starts
     assert "--jwt-secret/SWITCHBOARD_JWT_SECRET" in done.stderr
     assert "secrets.token_urlsafe(32)" in done.stderr
+
+
+def test_the_cluster_setting_is_auto_unless_given_either_way() -> None:
+    base = {"SWITCHBOARD_JWT_SECRET": "s" * 32, "SWITCHBOARD_PUBLIC_URL": "http://hub"}
+    assert Settings.load({}, base).redis_cluster is None
+    assert Settings.load({}, {**base, "SWITCHBOARD_REDIS_CLUSTER": "auto"}).redis_cluster is None
+    assert Settings.load({}, {**base, "SWITCHBOARD_REDIS_CLUSTER": "yes"}).redis_cluster is True
+    assert Settings.load({"redis_cluster": False}, {**base, "SWITCHBOARD_REDIS_CLUSTER": "yes"}).redis_cluster is False
+    seeds = "redis://a:7000/0,redis://b:7001/0"
+    assert Settings.load({"redis_url": seeds}, base).redis_url == seeds
+    with pytest.raises(ConfigError, match="lists 2 URLs but --redis-cluster/SWITCHBOARD_REDIS_CLUSTER is off"):
+        Settings.load({"redis_url": seeds, "redis_cluster": False}, base)
+    with pytest.raises(ConfigError, match="must start with redis://"):
+        Settings.load({"redis_url": "redis://a:7000/0,b:7001"}, base)
+
+
+def test_serve_offers_the_cluster_flag_both_ways() -> None:
+    text = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--redis-cluster / --no-redis-cluster" in text
+    assert "SWITCHBOARD_REDIS_CLUSTER" in text

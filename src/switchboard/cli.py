@@ -22,8 +22,8 @@ def _settings_options(fn: Any) -> Any:
     :meth:`Settings.load` casts and checks it, and reads the ``SWITCHBOARD_*``
     variables, so flags and variables share one parser and one set of messages."""
     for f in reversed(dataclasses.fields(Settings)):
-        kind = type(f.default)
-        default = "(empty)" if f.default == "" else f.default
+        kind = config.setting_kind(f)
+        default = "(empty)" if f.default == "" else "(auto)" if f.default is None else f.default
         help_text = (
             f"{f.metadata['help']} Why the default: {f.metadata['why']}. "
             f"[env var: {env_name(f.name)}; default: {default}]"
@@ -85,9 +85,15 @@ def serve(**values: Any) -> None:
     metavar="TEXT",
     help=f"Redis/Valkey URL the replicas share. [env var: {env_name('redis_url')}; required]",
 )
+@click.option(
+    "--redis-cluster/--no-redis-cluster",
+    default=None,
+    help=f"Whether --redis-url names a cluster (default: ask it). [env var: {env_name('redis_cluster')}]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def status(redis_url: str | None, as_json: bool) -> None:
-    """Show the replicas of a hub: id, address, age, clients, leader, subscription health."""
+def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> None:
+    """Show the replicas of a hub: id, address, age, clients, leader, subscription health;
+    on a cluster, its shards too: master, replicas, slots, pub/sub health per master."""
     import asyncio
     import json
 
@@ -97,14 +103,24 @@ def status(redis_url: str | None, as_json: bool) -> None:
     if not redis_url:
         raise click.UsageError(f"Missing option '--redis-url' (or {env_name('redis_url')}).")
 
+    from switchboard.backends.redis.cluster_setup import detect_cluster
+    from switchboard.backends.redis.cluster_status import read_shards, render_shards
+
+    shards: list[dict[str, Any]] | None = None
     try:
-        replicas, leader = asyncio.run(read_status(redis_url))
+        is_cluster = detect_cluster(redis_url, config.read("redis_cluster", redis_cluster))
+        replicas, leader = asyncio.run(read_status(redis_url, is_cluster))
+        if is_cluster:
+            shards = asyncio.run(read_shards(redis_url, [r["id"] for r in replicas if "id" in r]))
     except Exception as exc:  # a CLI answers with a message, not a traceback
         raise click.ClickException(f"cannot read {redis_url}: {exc}") from None
     if as_json:
-        click.echo(json.dumps({"leader": leader, "replicas": replicas}, indent=2))
+        click.echo(json.dumps({"leader": leader, "replicas": replicas, "shards": shards}, indent=2))
     else:
         click.echo(render_table(replicas, leader))
+        if shards is not None:
+            click.echo("")
+            click.echo(render_shards(shards))
 
 
 @main.command()

@@ -27,8 +27,15 @@ MIN_SECRET_BYTES = 32  # 256 bits: HS256's key strength; shorter keys fall to of
 MAKE_SECRET = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
-def setting(default: Any, help: str, why: str, *, minimum: float | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "why": why, "minimum": minimum})
+def setting(default: Any, help: str, why: str, *, minimum: float | None = None, kind: type | None = None) -> Any:
+    """A setting; ``kind`` only where the default (``None``: decided at run time) does not tell the type."""
+    meta = {"help": help, "why": why, "minimum": minimum, "kind": kind or type(default)}
+    return field(default=default, metadata=meta)
+
+
+def setting_kind(f: dataclasses.Field[Any]) -> type:
+    kind: type = f.metadata["kind"]
+    return kind
 
 
 def _default_replica_id() -> str:
@@ -66,6 +73,14 @@ class Settings:
         "",
         "Redis/Valkey URL shared by all replicas, e.g. redis://host:6379/0 (empty: embedded, one process).",
         "embedded by default: a laptop needs no external service; set it to run any number of replicas as one hub",
+    )
+    redis_cluster: bool | None = setting(
+        None,
+        "Whether --redis-url names a Redis/Valkey Cluster (then several seed URLs may be listed, comma-separated); "
+        "unset: asked of the node (INFO cluster) at start.",
+        "detected, so one URL works for either; set it where the node cannot be asked at start (a firewall, a "
+        "cluster still forming) or to refuse the wrong kind",
+        kind=bool,
     )
     jwt_secret: str = setting(
         "",
@@ -362,9 +377,16 @@ class Settings:
             raise ConfigError(
                 f"{_named('server_id')}={self.server_id!r}: use {ids.GRAMMAR} (less {ids.MANAGER_PREFIX!r})"
             )
-        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        seeds = [part.strip() for part in self.redis_url.split(",")] if self.redis_url else []
+        if any(not seed.startswith(("redis://", "rediss://", "unix://")) for seed in seeds):
             raise ConfigError(
                 f"{_named('redis_url')}={self.redis_url!r}: must start with redis://, rediss:// or unix://"
+                " (several cluster seeds: each one, comma-separated)"
+            )
+        if len(seeds) > 1 and self.redis_cluster is False:
+            raise ConfigError(
+                f"{_named('redis_url')} lists {len(seeds)} URLs but {_named('redis_cluster')} is off: "
+                "several seeds only make sense for a cluster"
             )
         if self.jwt_secret and len(self.jwt_secret.encode()) < MIN_SECRET_BYTES:
             raise ConfigError(
@@ -490,10 +512,12 @@ _FALSE = ("0", "false", "f", "no", "n", "off")
 
 
 def _cast(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
-    kind: type[Any] = type(f.default)  # every setting has a default, of the setting's type
+    kind = setting_kind(f)
     try:
         if kind is bool:
             word = raw.strip().lower()
+            if word == "auto" and f.default is None:
+                return None  # a tri-state setting left to its run-time decision
             if word not in _TRUE + _FALSE:
                 raise ValueError
             return word in _TRUE
@@ -508,9 +532,9 @@ def settings_table() -> str:
     rows = ["| flag / variable | default | what | why this default |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
         flag = flag_name(f.name)
-        if isinstance(f.default, bool):
+        if setting_kind(f) is bool:
             flag = f"{flag}/--no-{flag[2:]}"
-        default = f.default if f.default != "" else "(empty)"
+        default = "(empty)" if f.default == "" else "(auto)" if f.default is None else f.default
         rows.append(f"| `{flag}` / `{env_name(f.name)}` | `{default}` | {f.metadata['help']} | {f.metadata['why']} |")
     return "\n".join(rows)
 

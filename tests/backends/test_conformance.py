@@ -16,9 +16,11 @@ import pytest
 from switchboard.backends.base import EventBus, Registry
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.redis import RedisBus, RedisRegistry
+from switchboard.backends.redis.assemble import redis_backends
 from switchboard.clock import SystemClock
 from switchboard.protocol.services import ServiceQuery
 from switchboard.testing import ValkeyServer
+from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually
 
 
@@ -37,10 +39,11 @@ def valkey_conformance() -> Iterator[ValkeyServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def backend(
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[tuple[Registry, EventBus]]:
+    closing: list[Any] = []
     if request.param == "memory":
         registry: Registry = MemoryRegistry()
         bus: EventBus = MemoryBus()
@@ -50,6 +53,16 @@ async def backend(
         registry = RedisRegistry(server.url, replica_id="conformance")
         bus = RedisBus(server.url, clock=SystemClock(), replica_id="conformance")
         assert await bus.start()
+    elif request.param == "cluster":
+        cluster: ValkeyCluster = request.getfixturevalue("valkey_cluster")
+        for port in cluster.masters_ports():
+            with cluster.client(port) as admin:
+                admin.flushall()
+        parts = redis_backends(cluster.url, cluster=None, clock=SystemClock(), replica_id="conformance")
+        assert parts.cluster, "detected from the one node named"
+        registry, bus = parts.registry, parts.bus
+        assert await bus.start()
+        closing.append(parts.client)
     else:  # pragma: no cover - a new param without a branch
         raise AssertionError(f"no factory for backend {request.param!r}")
     try:
@@ -57,6 +70,8 @@ async def backend(
     finally:
         await bus.close()
         await registry.close()
+        for client in closing:
+            await client.aclose()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from support.on_cluster import on_cluster, traffic_stops  # noqa: F401  (fixtures of the Valkey Cluster tests)
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
 

@@ -6,11 +6,18 @@ import time
 from typing import Any
 
 from switchboard.backends.redis import make_client
+from switchboard.backends.redis.cluster_setup import CLUSTER_KEY_PREFIX, detect_cluster, make_cluster_client
 from switchboard.backends.redis.presence import read_presence
 
 
-async def read_status(redis_url: str) -> tuple[list[dict[str, Any]], str | None]:
+async def read_status(redis_url: str, cluster: bool | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """The live replicas' presence records (sorted by id) and the leader lease holder."""
+    if detect_cluster(redis_url, cluster):
+        client = make_cluster_client(redis_url)
+        try:
+            return await read_presence(client, CLUSTER_KEY_PREFIX)  # type: ignore[arg-type]  # the same commands
+        finally:
+            await client.aclose()
     redis = make_client(redis_url)
     try:
         return await read_presence(redis)

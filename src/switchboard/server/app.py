@@ -30,10 +30,7 @@ from switchboard.server.state_dir import WORKSPACES_FILE, state_path, token_secr
 from switchboard.server.websocket import websocket_endpoint
 
 if TYPE_CHECKING:
-    import redis.asyncio as aredis
-
-    from switchboard.backends.redis import RedisBus, RedisRegistry
-    from switchboard.backends.redis.counts import RedisConnectionCounts
+    from switchboard.backends.redis.assemble import RedisBackends
     from switchboard.replicas.cluster import Cluster
 
 log = logging.getLogger(__name__)
@@ -70,20 +67,18 @@ def build_hub(
     secret = token_secret(settings)  # --jwt-secret, else the one kept in the state directory
     hub_registry: Registry = registry or MemoryRegistry(clock=clock)
     hub_bus: EventBus = bus or MemoryBus()
-    cluster_parts = None
+    parts = None
     links = counts = None
     workspaces: WorkspaceStore | None = None
     revocations = None
     if settings.redis_url and registry is None and bus is None:
-        from switchboard.backends.redis import RedisBus, RedisRegistry, make_client
-        from switchboard.backends.redis.counts import RedisConnectionCounts
+        from switchboard.backends.redis.assemble import redis_backends
         from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 
-        redis = make_client(settings.redis_url)
-        redis_registry = RedisRegistry(redis, replica_id=settings.replica_id)
-        redis_bus = RedisBus(
+        parts = redis_backends(
             settings.redis_url,
+            cluster=settings.redis_cluster,
             clock=clock,
             replica_id=settings.replica_id,
             reconcile_interval=settings.subscription_reconcile_interval,
@@ -92,11 +87,9 @@ def build_hub(
             probe_idle=BUS_PROBE_IDLE,
             probe_timeout=BUS_PROBE_TIMEOUT,
         )
-        counts = RedisConnectionCounts(redis, replica_id=settings.replica_id)
-        workspaces = RedisWorkspaceStore(redis, ttl=WORKSPACE_DATA_TTL)
-        revocations = RedisRevocations(redis, clock=clock)  # one revocation holds on every replica
-        hub_registry, hub_bus = redis_registry, redis_bus
-        cluster_parts = (redis, redis_registry, redis_bus, counts)
+        hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
+        workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
+        revocations = RedisRevocations(parts.client, clock=clock)  # one revocation holds on every replica
         if settings.links:
             links = LinkSettings(
                 secret=settings.jwt_secret,
@@ -123,33 +116,34 @@ def build_hub(
         issuer=TokenIssuer(secret=secret, clock=clock),
         revocations=revocations,
     )
-    if cluster_parts is not None:
-        hub.companions.append(_cluster(hub, *cluster_parts))
+    if parts is not None:
+        hub.companions.append(_cluster(hub, parts))
     return hub
 
 
-def _cluster(
-    hub: Hub, redis: aredis.Redis, registry: RedisRegistry, bus: RedisBus, counts: RedisConnectionCounts
-) -> Cluster:
+def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
     """The replica layer's companion of a hub on Redis: presence, lease, reaper, recovery, metrics."""
+    from switchboard.backends.redis.cluster_bus import ClusterBus
+    from switchboard.backends.redis.cluster_status import ShardCollector
     from switchboard.backends.redis.lease import RedisLease
-    from switchboard.backends.redis.presence import LEADER_KEY, RedisPresence
     from switchboard.replicas.cluster import Cluster, lease_policy
     from switchboard.replicas.metrics import ReplicaCollector
 
-    policy = lease_policy(hub.settings, LEADER_KEY)
+    policy = lease_policy(hub.settings, parts.leader_key)
     owner = f"{hub.replica_id}#{int(time.time() * 1000)}"  # unique per incarnation
     cluster = Cluster(
         hub,
-        registry=registry,
-        bus=bus,
-        presence=RedisPresence(redis, replica_id=hub.replica_id),
-        lease=RedisLease(redis, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
+        registry=parts.registry,
+        bus=parts.bus,
+        presence=parts.presence,
+        lease=RedisLease(parts.client, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
         policy=policy,
-        counts=counts,
+        counts=parts.counts,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too
+    if isinstance(parts.bus, ClusterBus):
+        hub.metrics.registry.register(ShardCollector(parts.bus))
     return cluster
 
 

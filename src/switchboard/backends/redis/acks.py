@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -64,7 +65,9 @@ class Acks:
         self._pending.clear()
 
 
-async def echo(publisher: Any, channel: str, token: str, acks: Acks, timeout: float) -> str:
+async def echo(
+    publish: Callable[[str, str], Awaitable[Any]], channel: str, token: str, acks: Acks, timeout: float
+) -> str:
     """Publish ``token`` on ``channel`` and wait for the reader to resolve ``(b"probe", token)``.
 
     Returns ``""`` if it came back within ``timeout``, else why not: proof, end
@@ -75,7 +78,7 @@ async def echo(publisher: Any, channel: str, token: str, acks: Acks, timeout: fl
     ack = acks.expect(b"probe", token)
     try:
         async with asyncio.timeout(timeout):
-            receivers = int(await publisher.publish(channel, token))
+            receivers = int(await publish(channel, token))
     except (RedisError, OSError, TimeoutError) as exc:
         acks.forget(b"probe", token, ack)
         return f"probe publish failed: {exc!r}"

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,14 +31,13 @@ from switchboard.backends.redis.connection import (
     client_name,
     resolve_source,
 )
+from switchboard.backends.redis.pubsub_dialect import PubSubDialect
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
-
-_BATCH = 200  # channels per SUBSCRIBE command when re-wiring
 
 
 @dataclass
@@ -58,6 +58,11 @@ class RedisBus:
     ``source`` is a Redis URL, or a factory of unconnected pub/sub connections
     (then ``publisher`` is required). ``reconcile_interval`` / ``probe_idle``
     of ``None`` disable those loops (tests isolate one mechanism that way).
+
+    ``sharded``: one master of a Redis Cluster, with ``SSUBSCRIBE``/``SPUBLISH``
+    (:class:`~switchboard.backends.redis.cluster_bus.ClusterBus` runs one per
+    master); ``on_hint(reason)`` then hears what suggests the slot map changed
+    (a MOVED reply, an unsolicited ``sunsubscribe``, a lost connection).
     """
 
     def __init__(
@@ -76,8 +81,14 @@ class RedisBus:
         backoff_max: float = 2.0,
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
+        sharded: bool = False,
+        probe_channel: str | None = None,
+        on_hint: Callable[[str], None] | None = None,
     ) -> None:
         self.replica_id = replica_id
+        self.sharded = sharded
+        self._dialect = PubSubDialect(sharded)
+        self._on_hint = on_hint
         self._clock = clock
         self._factory, self._publisher, self._owned_publisher = resolve_source(
             source, publisher, timeout=op_timeout, name=client_name(replica_id, "bus")
@@ -89,7 +100,7 @@ class RedisBus:
         self._op_timeout = op_timeout
         self._backoff = (backoff_initial, backoff_max)
         self.breaker = breaker or CircuitBreaker(clock)
-        self.probe_channel = f"{key_prefix}probe:{replica_id}"
+        self.probe_channel = probe_channel or f"{key_prefix}probe:{replica_id}"
         self.subs = SubscriptionSet()
         self._handlers: dict[str, BusHandler] = {}
         self.acks = Acks()
@@ -124,7 +135,7 @@ class RedisBus:
     async def publish(self, channel: str, data: bytes) -> int:
         """PUBLISH; return Redis's receiver count faithfully (0 = nobody)."""
         try:
-            receivers = int(await self._publisher.publish(channel, data))
+            receivers = int(await self._send(channel, data))
         except (RedisError, OSError) as exc:
             raise BackendError(f"publish to {channel!r} failed: {exc}") from exc
         if receivers == 0:
@@ -176,7 +187,7 @@ class RedisBus:
         timeout = self._subscribe_timeout
         try:
             async with asyncio.timeout(self._op_timeout):
-                await conn.send_command("UNSUBSCRIBE", channel, check_health=False)
+                await conn.send_command(self._dialect.unsubscribe, channel, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")  # the new socket lacks it anyway
             timeout = 0
@@ -186,6 +197,13 @@ class RedisBus:
             # Only now: a message Redis counted as received before the ack must
             # still reach its handler, or its sender would think it delivered.
             self._forget_handler(channel, handler)
+
+    def forget(self, channel: str) -> None:
+        """Stop wanting ``channel`` without telling Redis: the server already dropped it (its slot
+        moved to another master) or the connection is gone."""
+        handler = self._handlers.get(channel)
+        self.subs.drop(channel)
+        self._forget_handler(channel, handler)
 
     def _forget_handler(self, channel: str, handler: BusHandler | None) -> None:
         if self._handlers.get(channel) is handler and channel not in self.subs.desired:
@@ -245,16 +263,16 @@ class RedisBus:
         if not channels or conn is not self._conn or not self.breaker.allow():
             return False
         try:
-            for start in range(0, len(channels), _BATCH):
+            for group in self._dialect.batches(channels):
                 # Checked right before each send: a disconnected redis-py connection
                 # would silently reconnect itself inside send_command, and a channel
                 # unsubscribed meanwhile must not be wired again behind its back.
-                batch = [c for c in channels[start : start + _BATCH] if c in self.subs.desired]
+                batch = [c for c in group if c in self.subs.desired]
                 if conn is not self._conn or not conn.is_connected:
                     return False
                 if batch:
                     async with asyncio.timeout(self._op_timeout):
-                        await conn.send_command("SUBSCRIBE", *batch, check_health=False)
+                        await conn.send_command(self._dialect.subscribe, *batch, check_health=False)
         except (RedisError, OSError, TimeoutError) as exc:
             self.breaker.record_failure()
             self._drop(conn, f"SUBSCRIBE failed: {exc!r}")
@@ -265,7 +283,7 @@ class RedisBus:
         """Dispatch one pub/sub reply from the live connection."""
         if not isinstance(reply, list) or len(reply) < 3:
             return  # e.g. a PONG
-        kind = reply[0]
+        kind = self._dialect.kind(reply[0])
         channel = reply[1].decode("utf-8", "surrogateescape")
         if kind == b"message":
             if channel == self.probe_channel:
@@ -284,8 +302,14 @@ class RedisBus:
                 self.breaker.record_success()
                 self.acks.resolve(kind, channel)
         elif kind == b"unsubscribe":
+            if channel in self.subs.desired:  # not asked for: the server moved the channel's slot away
+                self._hint(f"server unsubscribed {channel!r}")
             self.subs.on_unsubscribed(channel)
             self.acks.resolve(kind, channel)
+
+    def _hint(self, reason: str) -> None:
+        if self._on_hint is not None:
+            self._on_hint(reason)
 
     def _spawn(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"switchboard-bus-{name}"))
@@ -307,6 +331,7 @@ class RedisBus:
                     await conn.connect()  # type: ignore[no-untyped-call]  # redis-py leaves connect() unannotated
             except Exception as exc:  # any failure to connect is retried, never fatal
                 self._down_reason = f"pub/sub connect failed: {exc!r}"
+                self._hint(self._down_reason)
                 logger.warning("%s", self._down_reason, extra=self._extra)
                 with contextlib.suppress(Exception):
                     await conn.disconnect(nowait=True)
@@ -320,6 +345,7 @@ class RedisBus:
                     logger.exception("pub/sub connection failed", extra=self._extra)
                     reason = repr(exc)
                 self._down_reason = f"pub/sub connection lost: {reason}"
+                self._hint(self._down_reason)
                 logger.warning("%s; reconnecting", self._down_reason, extra=self._extra)
                 if self._wired_on_conn:
                     attempt = 0  # it worked for a while: reconnect quickly
@@ -362,6 +388,7 @@ class RedisBus:
                 reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
             except ResponseError as exc:  # e.g. a SUBSCRIBE refused: stays unconfirmed
                 logger.warning("pub/sub error reply: %s", exc, extra=self._extra)
+                self._hint(f"pub/sub error reply: {exc}")  # MOVED: the slot map changed
                 continue
             self._last_rx = self._clock.monotonic()
             self._on_reply(reply)
@@ -409,7 +436,7 @@ class RedisBus:
             return False
         self._probe_seq += 1
         failure = await echo(
-            self._publisher,
+            self._send,
             self.probe_channel,
             str(self._probe_seq),
             self.acks,
@@ -421,3 +448,6 @@ class RedisBus:
         logger.warning("%s; dropping pub/sub connection", failure, extra=self._extra)
         self._drop(conn, failure)
         return False
+
+    async def _send(self, channel: str, data: bytes | str) -> Any:
+        return await self._dialect.publish(self._publisher, channel, data)

@@ -28,6 +28,11 @@ LEADER_KEY = "sb:leader"
 REPLICAS_KEY = "sb:replicas"  # every replica that announced itself, until the leader forgets it
 
 
+def presence_keys(key_prefix: str = "sb:") -> tuple[str, str, str]:
+    """``(presence prefix, leader key, replicas key)`` under ``key_prefix`` (a cluster's is hash-tagged)."""
+    return f"{key_prefix}presence:", f"{key_prefix}leader", f"{key_prefix}replicas"
+
+
 async def _call(what: str, op: Awaitable[T]) -> T:
     try:
         return await op
@@ -38,27 +43,29 @@ async def _call(what: str, op: Awaitable[T]) -> T:
 class RedisPresence:
     """This replica's presence record, and what the others' say (a ``PresenceStore``)."""
 
-    def __init__(self, redis: Any, *, replica_id: str) -> None:
+    def __init__(self, redis: Any, *, replica_id: str, key_prefix: str = "sb:") -> None:
         self.redis = redis
         self.replica_id = replica_id
+        self._prefix = key_prefix
+        self._presence, self._leader, self._replicas = presence_keys(key_prefix)
 
     async def write(self, fields: Mapping[str, Any], *, ttl: float) -> None:
         """Rewrite this replica's record, alive for ``ttl`` seconds more."""
-        key = PRESENCE_PREFIX + self.replica_id
+        key = self._presence + self.replica_id
 
         async def write() -> None:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(key, mapping=dict(fields))
                 pipe.pexpire(key, int(ttl * 1000))
-                pipe.sadd(REPLICAS_KEY, self.replica_id)
+                pipe.sadd(self._replicas, self.replica_id)
                 await pipe.execute()
 
         await _call("write", write())
 
     async def remove(self) -> None:
         """A clean shutdown: this replica's record goes, and only its own."""
-        await _call("remove", self.redis.delete(PRESENCE_PREFIX + self.replica_id))
-        await _call("remove", self.redis.srem(REPLICAS_KEY, self.replica_id))
+        await _call("remove", self.redis.delete(self._presence + self.replica_id))
+        await _call("remove", self.redis.srem(self._replicas, self.replica_id))
 
     async def known_and_live(self) -> tuple[set[str], set[str]]:
         """Replicas that ever announced themselves, and those whose record is current.
@@ -68,10 +75,10 @@ class RedisPresence:
         """
 
         async def read() -> tuple[set[str], set[str]]:
-            known = sorted(m.decode() for m in await self.redis.smembers(REPLICAS_KEY))
+            known = sorted(m.decode() for m in await self.redis.smembers(self._replicas))
             async with self.redis.pipeline(transaction=False) as pipe:
                 for replica in known:
-                    pipe.exists(PRESENCE_PREFIX + replica)
+                    pipe.exists(self._presence + replica)
                 alive = await pipe.execute()
             return set(known), {r for r, up in zip(known, alive, strict=True) if up}
 
@@ -79,21 +86,22 @@ class RedisPresence:
 
     async def forget(self, replica_id: str) -> None:
         """Drop a dead replica from the list of those that announced themselves."""
-        await _call("forget", self.redis.srem(REPLICAS_KEY, replica_id))
+        await _call("forget", self.redis.srem(self._replicas, replica_id))
 
     async def read_all(self) -> tuple[list[dict[str, Any]], str | None]:
         """Every live replica's record (sorted by id) and the leader lease's holder."""
-        return await _call("read", read_presence(self.redis))
+        return await _call("read", read_presence(self.redis, self._prefix))
 
 
-async def read_presence(redis: aredis.Redis) -> tuple[list[dict[str, Any]], str | None]:
+async def read_presence(redis: aredis.Redis, key_prefix: str = "sb:") -> tuple[list[dict[str, Any]], str | None]:
     """The live replicas' presence records (sorted by id) and the leader, on an open client
     (one pipelined round trip per step)."""
-    members = sorted(_text(m) for m in await redis.smembers(REPLICAS_KEY))
+    presence, leader_key, replicas_key = presence_keys(key_prefix)
+    members = sorted(_text(m) for m in await redis.smembers(replicas_key))
     async with redis.pipeline(transaction=False) as pipe:
         for member in members:
-            pipe.hgetall(PRESENCE_PREFIX + member)
-        pipe.get(LEADER_KEY)
+            pipe.hgetall(presence + member)
+        pipe.get(leader_key)
         *raws, holder = await pipe.execute()
     # a replica whose presence expired is gone
     replicas = [{k.decode(): v.decode() for k, v in raw.items()} for raw in raws if raw]

@@ -32,15 +32,18 @@ from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
-# KEYS: svc hash, workspaces set, owner hash, this replica's clients set.
-# ARGV: ws, field, json, "<ws>/<cid>", replica id, replica key prefix.
+# KEYS: svc hash, workspaces set, owner hash, this replica's clients set, the current owner's clients set.
+# ARGV: ws, field, json, "<ws>/<cid>", replica id, the owner whose clients set KEYS[5] is.
+# Every key is in KEYS (a cluster routes, and reshards, by them): when the client is owned
+# by another replica than guessed, {'retry', owner} and the caller tries again with that one.
 _REGISTER = """
+local old = redis.call('HGET', KEYS[3], ARGV[4])
+if old and old ~= ARGV[5] and old ~= ARGV[6] then return {'retry', old} end
 local prev = redis.call('HGET', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[1])
-local old = redis.call('HGET', KEYS[3], ARGV[4])
 if old and old ~= ARGV[5] then
-  redis.call('SREM', ARGV[6] .. old .. ':clients', ARGV[4])
+  redis.call('SREM', KEYS[5], ARGV[4])
 end
 redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 redis.call('SADD', KEYS[4], ARGV[4])
@@ -70,44 +73,52 @@ local function remove_fields(key, prefix, removed)
 end
 """
 
-# KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash, holder hash.
-# ARGV: ws, "<cid>:", "<ws>/<cid>", replica prefix, expected owner ("" = any).
+# KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash, the current owner's clients set,
+# holder hash.
+# ARGV: ws, "<cid>:", "<ws>/<cid>", the owner whose clients set KEYS[6] is, expected owner ("" = any).
 # With an expected owner, a client another replica has taken over is left alone.
 _REMOVE_CLIENT = (
     _REMOVE_FIELDS
     + """
-local removed = {}
-if ARGV[5] ~= '' then
-  local current = redis.call('HGET', KEYS[3], ARGV[3])
-  if current and current ~= ARGV[5] then return removed end
-end
+local owner = redis.call('HGET', KEYS[3], ARGV[3])
+if owner and owner ~= ARGV[4] and (ARGV[5] == '' or owner == ARGV[5]) then return {'retry', owner} end
+local removed = {'removed'}
+if ARGV[5] ~= '' and owner and owner ~= ARGV[5] then return removed end
 redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('HDEL', KEYS[5], ARGV[3])
-redis.call('HDEL', KEYS[6], ARGV[3])
+redis.call('HDEL', KEYS[7], ARGV[3])
 remove_fields(KEYS[1], ARGV[2], removed)
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
-local owner = redis.call('HGET', KEYS[3], ARGV[3])
 if owner then
-  redis.call('SREM', ARGV[4] .. owner .. ':clients', ARGV[3])
+  redis.call('SREM', KEYS[6], ARGV[3])
   redis.call('HDEL', KEYS[3], ARGV[3])
 end
 return removed
 """
 )
 
-# KEYS: the replica's clients set, owner hash, workspaces set, transit zset, holder hash.
-# ARGV: replica id, svc prefix.
+# KEYS: the replica's clients set, owner hash, workspaces set, transit zset, holder hash, then one svc
+# hash per workspace named in ARGV[2..] (the workspaces of the set's members, read before).
+# ARGV: replica id, then those workspaces. A member of a workspace not passed (it arrived
+# meanwhile): {'retry'}.
 # Clients another replica has since taken over (owner changed) are left alone, and so
 # are clients in transit: their grace decides (whoever they come back to owns them).
 _REMOVE_REPLICA = (
     _REMOVE_FIELDS
     + """
-local removed = {}
-for _, wc in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+local svc = {}
+for i = 2, #ARGV do svc[ARGV[i]] = KEYS[i + 4] end
+local members = redis.call('SMEMBERS', KEYS[1])
+for _, wc in ipairs(members) do
+  local slash = string.find(wc, '/', 1, true)
+  if not svc[string.sub(wc, 1, slash - 1)] then return {'retry'} end
+end
+local removed = {'removed'}
+for _, wc in ipairs(members) do
   if redis.call('HGET', KEYS[2], wc) == ARGV[1] and not redis.call('ZSCORE', KEYS[4], wc) then
     local slash = string.find(wc, '/', 1, true)
     local ws = string.sub(wc, 1, slash - 1)
-    local key = ARGV[2] .. ws
+    local key = svc[ws]
     remove_fields(key, string.sub(wc, slash + 1) .. ':', removed)
     if redis.call('HLEN', key) == 0 then redis.call('SREM', KEYS[3], ws) end
     redis.call('HDEL', KEYS[2], wc)
@@ -119,16 +130,18 @@ return removed
 """
 )
 
-# KEYS: holder hash, owner hash, the claiming replica's clients set.
-# ARGV: "<ws>/<cid>", user id, replica id, replica key prefix.
-# {holder, ""} when another user holds the id (nothing changes), else {"", previous owner or ""}.
+# KEYS: holder hash, owner hash, the claiming replica's clients set, the guessed previous owner's clients set.
+# ARGV: "<ws>/<cid>", user id, replica id, the previous owner guessed (whose clients set KEYS[4] is).
+# {holder, ""} when another user holds the id (nothing changes), else {"", previous owner or ""};
+# {"?", owner} if the guess was wrong ("?" is no user id: outside the id grammar).
 _CLAIM = """
 local holder = redis.call('HGET', KEYS[1], ARGV[1])
 if holder and holder ~= ARGV[2] then return {holder, ''} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local old = redis.call('HGET', KEYS[2], ARGV[1])
+if old and old ~= ARGV[3] and old ~= ARGV[4] then return {'?', old} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if old ~= ARGV[3] then
-  if old then redis.call('SREM', ARGV[4] .. old .. ':clients', ARGV[1]) end
+  if old then redis.call('SREM', KEYS[4], ARGV[1]) end
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   redis.call('SADD', KEYS[3], ARGV[1])
   if old then return {'', old} end
@@ -136,16 +149,17 @@ end
 return {'', ''}
 """
 
-# KEYS: owner hash, workspaces set, this replica's clients set.
-# ARGV: replica id, svc prefix, then (ws, field, "<ws>/<cid>", json) per info.
+# KEYS: owner hash, workspaces set, this replica's clients set, then the svc hash of each info.
+# ARGV: replica id, then (ws, field, "<ws>/<cid>", json) per info, in the order of their KEYS.
 # A client now owned by another replica is skipped: the peer's copy is newer.
 _REASSERT = """
 local written = 0
-for i = 3, #ARGV, 4 do
+for n = 0, (#ARGV - 1) / 4 - 1 do
+  local i = 2 + n * 4
   local ws, field, wc, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local owner = redis.call('HGET', KEYS[1], wc)
   if (not owner) or owner == ARGV[1] then
-    redis.call('HSET', ARGV[2] .. ws, field, value)
+    redis.call('HSET', KEYS[4 + n], field, value)
     redis.call('SADD', KEYS[2], ws)
     redis.call('HSET', KEYS[1], wc, ARGV[1])
     redis.call('SADD', KEYS[3], wc)
@@ -154,6 +168,15 @@ for i = 3, #ARGV, 4 do
 end
 return written
 """
+
+_CAS_TRIES = 5  # a script refused because the owner changed between read and write is rare: a few tries
+
+
+def _retry_with(reply: Any) -> str | None:
+    """The owner to try again with, if the script refused for lack of that owner's key."""
+    if isinstance(reply, list) and reply[:1] == [b"retry"]:
+        return str(reply[1].decode()) if len(reply) > 1 else ""
+    return None
 
 
 def _decode(raw: bytes | str) -> ServiceInfo:
@@ -202,22 +225,22 @@ class RedisRegistry:
 
     async def register(self, info: ServiceInfo) -> ServiceInfo | None:
         ws, cid, svc = split_full_id(info["id"])
-        keys = [
-            self._svc_key(ws),
-            self._ws_key,
-            self._owner_key,
-            self._clients_key(self.replica_id),
-        ]
-        args = [
-            ws,
-            f"{cid}:{svc}",
-            json.dumps(info),
-            f"{ws}/{cid}",
-            self.replica_id,
-            f"{self._p}replica:",
-        ]
-        prev = await self._call("register", self._register(keys=keys, args=args))
-        return None if prev is None else _decode(prev)
+        wc = f"{ws}/{cid}"
+        owner = self.replica_id  # the usual case: our own client, or nobody's yet
+        for _ in range(_CAS_TRIES):
+            keys = [
+                self._svc_key(ws),
+                self._ws_key,
+                self._owner_key,
+                self._clients_key(self.replica_id),
+                self._clients_key(owner),
+            ]
+            args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner]
+            prev = await self._call("register", self._register(keys=keys, args=args))
+            if (retry := _retry_with(prev)) is None:
+                return None if prev is None else _decode(prev)
+            owner = retry
+        raise BackendError(f"registry register failed: the owner of {wc} kept changing")
 
     async def unregister(self, service_id: str) -> ServiceInfo | None:
         try:
@@ -229,11 +252,24 @@ class RedisRegistry:
         return None if prev is None else _decode(prev)
 
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
-        k = self._keys
-        keys = [self._svc_key(workspace), self._ws_key, self._owner_key, k.transit, k.transit_left, k.holder]
-        args = [workspace, f"{client_id}:", f"{workspace}/{client_id}", f"{self._p}replica:", owner or ""]
-        removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
-        return [_decode(raw) for raw in removed]
+        wc = f"{workspace}/{client_id}"
+        current = owner or self.replica_id
+        for _ in range(_CAS_TRIES):
+            keys = [
+                self._svc_key(workspace),
+                self._ws_key,
+                self._owner_key,
+                self._transit_key,
+                self._keys.transit_left,
+                self._clients_key(current),
+                self._keys.holder,
+            ]
+            args = [workspace, f"{client_id}:", wc, current, owner or ""]
+            removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
+            if (retry := _retry_with(removed)) is None:
+                return [_decode(raw) for raw in removed[1:]]
+            current = retry
+        raise BackendError(f"registry remove_client failed: the owner of {wc} kept changing")
 
     # -- who holds a client id ---------------------------------------------------
 
@@ -242,10 +278,16 @@ class RedisRegistry:
         return None if raw is None else str(raw.decode())
 
     async def claim(self, workspace: str, client_id: str, *, user: str, owner: str) -> Claim:
-        keys = [self._keys.holder, self._owner_key, self._clients_key(owner)]
-        args = [f"{workspace}/{client_id}", user, owner, f"{self._p}replica:"]
-        holder, previous = (v.decode() for v in await self._call("claim", self._claim(keys=keys, args=args)))
-        return Claim(holder=holder or None, previous_owner=previous or None)
+        wc = f"{workspace}/{client_id}"
+        previous = owner  # guessed; a wrong guess costs one more round trip (every key is in KEYS)
+        for _ in range(_CAS_TRIES):
+            keys = [self._keys.holder, self._owner_key, self._clients_key(owner), self._clients_key(previous)]
+            reply = await self._call("claim", self._claim(keys=keys, args=[wc, user, owner, previous]))
+            holder, old = (v.decode() for v in reply)
+            if holder != "?":
+                return Claim(holder=holder or None, previous_owner=old or None)
+            previous = old
+        raise BackendError(f"registry claim failed: the owner of {wc} kept changing")
 
     # -- clients in transit (backends/redis/transit.py) -------------------------
 
@@ -302,23 +344,32 @@ class RedisRegistry:
         Only that replica's keys and clients: a client a peer has taken over
         keeps its registrations, and no peer key is touched.
         """
-        keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key, self._keys.holder]
-        args = [replica_id, f"{self._p}svc:"]
-        removed = await self._call("remove_replica_state", self._remove_replica(keys=keys, args=args))
-        return [_decode(raw) for raw in removed]
+        for _ in range(_CAS_TRIES):
+            members = await self._call("remove_replica_state", self._r.smembers(self._clients_key(replica_id)))
+            workspaces = sorted({m.decode().partition("/")[0] for m in members})
+            keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key, self._keys.holder]
+            keys += [self._svc_key(ws) for ws in workspaces]
+            reply = await self._call(
+                "remove_replica_state", self._remove_replica(keys=keys, args=[replica_id, *workspaces])
+            )
+            if _retry_with(reply) is None:
+                return [_decode(raw) for raw in reply[1:]]
+        raise BackendError(f"registry remove_replica_state failed: {replica_id}'s clients kept changing")
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
         """Re-write this replica's ``infos`` (after Redis came back empty); return how many.
 
         Infos of clients a peer now owns are skipped.
         """
-        args: list[str] = [self.replica_id, f"{self._p}svc:"]
+        args: list[str] = [self.replica_id]
+        svc_keys: list[str] = []
         for info in infos:
             ws, cid, svc = split_full_id(info["id"])
             args += [ws, f"{cid}:{svc}", f"{ws}/{cid}", json.dumps(info)]
-        if len(args) == 2:
+            svc_keys.append(self._svc_key(ws))
+        if not svc_keys:
             return 0
-        keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id)]
+        keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id), *svc_keys]
         return int(await self._call("reassert", self._reassert(keys=keys, args=args)))
 
     async def check_reset(self, *, settle: float = 0.0) -> bool:

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.backends.base import Expiry
+from switchboard.errors import BackendError
+
+_TRIES = 5  # scripts refused because the owner changed between tries: rare, a few tries suffice
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +52,6 @@ class TransitKeys:
     @property
     def workspaces(self) -> str:
         return f"{self.prefix}workspaces"
-
-    @property
-    def replica_prefix(self) -> str:
-        return f"{self.prefix}replica:"
 
     def svc(self, workspace: str) -> str:
         return f"{self.prefix}svc:{workspace}"
@@ -83,18 +82,19 @@ return 1
 """
 )
 
-# KEYS: transit zset, transit:left hash, owner hash, the new owner's clients set.
-# ARGV: "<ws>/<cid>", new owner, replica key prefix.
-# Returns the ms the client was in transit, or -1 if it was not.
+# KEYS: transit zset, transit:left hash, owner hash, the new owner's clients set, the old owner's.
+# ARGV: "<ws>/<cid>", new owner, the old owner guessed (whose clients set KEYS[5] is).
+# Returns the ms the client was in transit, -1 if it was not; {'retry', owner} if the guess was wrong.
 END = (
     _NOW
     + """
+local old = redis.call('HGET', KEYS[3], ARGV[1])
+if old and old ~= ARGV[2] and old ~= ARGV[3] then return {'retry', old} end
 local left = redis.call('HGET', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-local old = redis.call('HGET', KEYS[3], ARGV[1])
 if old and old ~= ARGV[2] then
-  redis.call('SREM', ARGV[3] .. old .. ':clients', ARGV[1])
+  redis.call('SREM', KEYS[5], ARGV[1])
   redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
   redis.call('SADD', KEYS[4], ARGV[1])
 end
@@ -103,15 +103,18 @@ return math.max(0, now - tonumber(left))
 """
 )
 
-# KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash, holder hash.
-# ARGV: "<ws>/<cid>", "<cid>:", ws, replica key prefix.
-# {'none'} | {'waiting', ms left} | {'expired', info...}
+# KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash, the owner's clients set,
+# holder hash.
+# ARGV: "<ws>/<cid>", "<cid>:", ws, the owner guessed (whose clients set KEYS[6] is).
+# {'none'} | {'waiting', ms left} | {'expired', info...} | {'retry', owner} if the guess was wrong
 EXPIRE = (
     _NOW
     + """
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not deadline then return {'none'} end
 if tonumber(deadline) > now then return {'waiting', tostring(tonumber(deadline) - now)} end
+local owner = redis.call('HGET', KEYS[5], ARGV[1])
+if owner and owner ~= ARGV[4] then return {'retry', owner} end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local out = {'expired'}
@@ -123,12 +126,11 @@ for i = 1, #all, 2 do
   end
 end
 if redis.call('HLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[3]) end
-local owner = redis.call('HGET', KEYS[5], ARGV[1])
 if owner then
-  redis.call('SREM', ARGV[4] .. owner .. ':clients', ARGV[1])
+  redis.call('SREM', KEYS[6], ARGV[1])
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
-redis.call('HDEL', KEYS[6], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1])
 return out
 """
 )
@@ -167,16 +169,29 @@ class RedisTransit:
 
     async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
         k = self._k
-        keys = [k.transit, k.transit_left, k.owner, k.clients(owner)]
-        args = [f"{workspace}/{client_id}", owner, k.replica_prefix]
-        away = int(await self._call("end_transit", self._end(keys=keys, args=args)))
-        return None if away < 0 else away / 1000
+        old = owner  # guessed; a wrong guess costs one more round trip (every key is in KEYS)
+        for _ in range(_TRIES):
+            keys = [k.transit, k.transit_left, k.owner, k.clients(owner), k.clients(old)]
+            args = [f"{workspace}/{client_id}", owner, old]
+            reply = await self._call("end_transit", self._end(keys=keys, args=args))
+            if not isinstance(reply, list):
+                away = int(reply)
+                return None if away < 0 else away / 1000
+            old = reply[1].decode()
+        raise BackendError(f"end_transit of {workspace}/{client_id}: its owner kept changing")
 
     async def expire_transit(self, workspace: str, client_id: str) -> Expiry:
         k = self._k
-        keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.holder]
-        args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, k.replica_prefix]
-        reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
+        owner = ""
+        for _ in range(_TRIES):
+            keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.clients(owner), k.holder]
+            args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, owner]
+            reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
+            if reply[0] != b"retry":
+                break
+            owner = reply[1].decode()
+        else:
+            raise BackendError(f"expire_transit of {workspace}/{client_id}: its owner kept changing")
         state = reply[0].decode()
         if state == "waiting":
             return Expiry("waiting", remaining=int(reply[1]) / 1000)

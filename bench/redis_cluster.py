@@ -1,0 +1,317 @@
+#!/usr/bin/env python
+"""One Valkey against a 3-master Valkey Cluster, in the same run, links off.
+
+    python bench/redis_cluster.py [--quick] [--trials N]
+
+Two real replica processes (``--no-links``: every cross-replica message crosses
+Redis) on a single Valkey, then on a 3-master + 3-replica Valkey Cluster, driven
+by unmodified hypha-rpc clients on loopback:
+
+1. RPC-heavy: callers on replica B, providers on replica A, 16 calls in flight
+   for a fixed time: calls/s, p50/p99 latency;
+2. broadcast-heavy: in 4 workspaces an emitter on A emits events ``to: "*"``
+   as fast as it can, subscribers on A and B: events delivered/s, p50/p99 from
+   emit to delivery;
+3. (cluster only) a master SIGKILLed, N trials: seconds from the kill, and from
+   the promotion of its replica, to the first cross-replica call that works again;
+4. (cluster only) a slot moved, N trials: seconds from the move to the first call
+   through the moved channel that works.
+
+Every speed is also given as cluster / single in the same run (the machine is
+shared and noisy). Raw figures go to bench/results/redis_cluster.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hypha_rpc import connect_to_server
+from redis.crc import key_slot
+
+from switchboard.testing import ValkeyServer
+from switchboard.testing.replica import ReplicaProcess
+from switchboard.testing.valkey_cluster import ValkeyCluster
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+class Hub:
+    """Two replicas (links off) on one Redis URL, and the hypha-rpc clients made on them."""
+
+    def __init__(self, url: str) -> None:
+        self.a = ReplicaProcess(replica_id="ra", redis_url=url, args=["--no-links", "--log-level", "WARNING"])
+        self.b = ReplicaProcess(replica_id="rb", redis_url=url, args=["--no-links", "--log-level", "WARNING"])
+        self.clients: list[Any] = []
+
+    def start(self) -> Hub:
+        self.a.start()
+        self.b.start()
+        return self
+
+    async def connect(self, replica: ReplicaProcess, **config: Any) -> Any:
+        client = await connect_to_server({"server_url": replica.url, "method_timeout": 30, **config})
+        self.clients.append(client)
+        return client
+
+    async def stop(self) -> None:
+        for client in reversed(self.clients):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.disconnect(), 3)
+        self.a.kill()
+        self.b.kill()
+
+
+async def rpc_heavy(hub: Hub, seconds: float, providers: int = 4, in_flight: int = 16) -> dict[str, Any]:
+    first = await hub.connect(hub.a, client_id="p0")
+    token = await first.generate_token()
+    provs = [first] + [await hub.connect(hub.a, client_id=f"p{n}", token=token) for n in range(1, providers)]
+    for prov in provs:
+        await prov.register_service({"id": "echo", "echo": lambda x: x})
+    caller = await hub.connect(hub.b, client_id="caller", token=token)
+    svcs = [await caller.get_service(f"p{n}:echo") for n in range(providers)]
+    for svc in svcs:
+        await svc.echo(b"warm")
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(n: int) -> None:
+        nonlocal errors
+        svc = svcs[n % len(svcs)]
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            try:
+                await svc.echo(b"x" * 32)
+                latencies.append(time.perf_counter() - t0)
+            except Exception:
+                errors += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(n) for n in range(in_flight)))
+    took = time.perf_counter() - t0
+    return {
+        "calls_per_s": len(latencies) / took,
+        "p50_ms": (pct(latencies, 50) or 0) * 1000,
+        "p99_ms": (pct(latencies, 99) or 0) * 1000,
+        "errors": errors,
+    }
+
+
+async def broadcast_heavy(hub: Hub, seconds: float, workspaces: int = 4, window: int = 64) -> dict[str, Any]:
+    """Each emitter keeps at most ``window`` events undelivered (a closed loop: the rate the hub
+    sustains, not a backlog growing without bound)."""
+    delays: list[float] = []
+    received = [0] * workspaces
+    progress = [asyncio.Event() for _ in range(workspaces)]
+    emitters = []
+
+    def on_tick(n: int, data: dict[str, Any]) -> None:
+        delays.append(time.perf_counter() - data["data"]["t"])
+        received[n] += 1
+        progress[n].set()
+
+    for n in range(workspaces):
+        emitter = await hub.connect(hub.a, client_id=f"em{n}")
+        token = await emitter.generate_token()
+        for where, replica in (("a", hub.a), ("b", hub.b)):
+            sub = await hub.connect(replica, client_id=f"sub{n}{where}", token=token)
+            sub.on("tick", lambda data, n=n: on_tick(n, data))
+            await sub.subscribe(["tick"])
+        emitters.append(emitter)
+    sent = [0] * workspaces
+    deadline = time.perf_counter() + seconds
+
+    async def emit(n: int, emitter: Any) -> None:
+        while time.perf_counter() < deadline:
+            while 2 * sent[n] - received[n] > window and time.perf_counter() < deadline:
+                progress[n].clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(progress[n].wait(), 1)
+            await emitter.emit({"type": "tick", "to": "*", "data": {"t": time.perf_counter()}})
+            sent[n] += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(emit(n, e) for n, e in enumerate(emitters)))
+    took = time.perf_counter() - t0
+    expected = 2 * sum(sent)
+    for _ in range(100):  # up to 5 s for the last events to land
+        if len(delays) >= expected:
+            break
+        await asyncio.sleep(0.05)
+    return {
+        "events_per_s": len(delays) / took,
+        "p50_ms": (pct(delays, 50) or 0) * 1000,
+        "p99_ms": (pct(delays, 99) or 0) * 1000,
+        "delivered": len(delays),
+        "expected": expected,
+    }
+
+
+class Calls:
+    """A call from B to the provider on A every 20 ms, with the time of each success."""
+
+    def __init__(self, svc: Any) -> None:
+        self.svc = svc
+        self.ok: list[float] = []
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        for _ in range(100_000):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.svc.echo(1), 5)
+                self.ok.append(time.perf_counter())
+            await asyncio.sleep(0.02)
+
+    async def first_ok_after(self, t: float, bound: float = 30) -> float | None:
+        deadline = time.perf_counter() + bound
+        while time.perf_counter() < deadline:
+            after = next((s for s in self.ok if s > t), None)
+            if after is not None:
+                return after
+            await asyncio.sleep(0.01)
+        return None
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+async def cluster_faults(hub: Hub, cluster: ValkeyCluster, trials: int) -> dict[str, Any]:
+    prov = await hub.connect(hub.a, client_id="fprov")
+    await prov.register_service({"id": "echo", "echo": lambda x: x})
+    ws, token = prov.config["workspace"], await prov.generate_token()
+    caller = await hub.connect(hub.b, client_id="fcaller", token=token)
+    calls = Calls(await caller.get_service("fprov:echo"))
+    channel = f"sb:client:{ws}/fprov".encode()
+    out: dict[str, Any] = {"failover_from_kill_s": [], "failover_from_promotion_s": [], "slot_move_s": []}
+    try:
+        for trial in range(trials):
+            await calls.first_ok_after(time.perf_counter() - 1)
+            victim = cluster.master_of(key_slot(channel))
+            killed = time.perf_counter()
+            cluster.kill_master(victim)
+            for _ in range(1500):  # up to 30 s for the promotion
+                owners = cluster.slot_owners()
+                if victim not in owners and sum(owners.values()) == 16384:
+                    break
+                await asyncio.sleep(0.02)
+            promoted = time.perf_counter()
+            ok = await calls.first_ok_after(promoted)
+            if ok is not None:
+                out["failover_from_kill_s"].append(ok - killed)
+                out["failover_from_promotion_s"].append(ok - promoted)
+            back = f"{ok - killed:.2f}s" if ok else "never"
+            say(f"  failover {trial}: promotion {promoted - killed:.2f}s after the kill, calls back {back}")
+            await asyncio.to_thread(cluster.revive, victim)
+            await asyncio.to_thread(cluster.wait_ok)
+        for trial in range(trials):
+            await calls.first_ok_after(time.perf_counter() - 1)
+            slot = key_slot(channel)
+            target = next(p for p in cluster.masters_ports() if p != cluster.master_of(slot))
+            await asyncio.to_thread(cluster.move_slot, slot, target)
+            moved = time.perf_counter()
+            ok = await calls.first_ok_after(moved)
+            if ok is not None:
+                out["slot_move_s"].append(ok - moved)
+            say(f"  slot move {trial}: calls back {f'{ok - moved:.3f}s' if ok else 'never'}")
+    finally:
+        await calls.stop()
+    return out
+
+
+async def measure(url: str, seconds: float) -> dict[str, Any]:
+    hub = Hub(url).start()
+    try:
+        return {"rpc": await rpc_heavy(hub, seconds), "broadcast": await broadcast_heavy(hub, seconds)}
+    finally:
+        await hub.stop()
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def median_of(rounds: list[dict[str, Any]], workload: str, key: str) -> float:
+    return float(statistics.median(r[workload][key] for r in rounds))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 s per workload, 1 round, 2 fault trials")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per backend, interleaved (default 3)")
+    parser.add_argument("--trials", type=int, default=None, help="fault trials (default 5)")
+    args = parser.parse_args()
+    seconds = 3.0 if args.quick else 6.0
+    rounds = args.rounds or (1 if args.quick else 3)
+    trials = args.trials or (2 if args.quick else 5)
+    results: dict[str, Any] = {"seconds": seconds, "rounds": rounds, "trials": trials}
+    runs: dict[str, list[dict[str, Any]]] = {"single": [], "cluster": []}
+    with ValkeyServer() as single, ValkeyCluster() as cluster:
+        urls = {"single": single.url, "cluster": cluster.url}
+        for n in range(rounds):  # interleaved, the order alternating: drift of the shared machine hits both
+            for mode in ("single", "cluster") if n % 2 == 0 else ("cluster", "single"):
+                say(f"round {n}: {mode} ...")
+                runs[mode].append(await measure(urls[mode], seconds))
+        say("cluster faults ...")
+        hub = Hub(cluster.url).start()
+        try:
+            results["faults"] = await cluster_faults(hub, cluster, trials)
+        finally:
+            await hub.stop()
+    results["runs"] = runs
+    figures = {
+        mode: {
+            workload: {key: median_of(runs[mode], workload, key) for key in keys}
+            for workload, keys in (
+                ("rpc", ("calls_per_s", "p50_ms", "p99_ms")),
+                ("broadcast", ("events_per_s", "p50_ms", "p99_ms")),
+            )
+        }
+        for mode in runs
+    }
+    results["median"] = figures
+    s, c = figures["single"], figures["cluster"]
+    results["ratios"] = {
+        "rpc_calls_per_s": ratio(c["rpc"]["calls_per_s"], s["rpc"]["calls_per_s"]),
+        "rpc_p50": ratio(c["rpc"]["p50_ms"], s["rpc"]["p50_ms"]),
+        "rpc_p99": ratio(c["rpc"]["p99_ms"], s["rpc"]["p99_ms"]),
+        "broadcast_events_per_s": ratio(c["broadcast"]["events_per_s"], s["broadcast"]["events_per_s"]),
+        "broadcast_p50": ratio(c["broadcast"]["p50_ms"], s["broadcast"]["p50_ms"]),
+        "broadcast_p99": ratio(c["broadcast"]["p99_ms"], s["broadcast"]["p99_ms"]),
+    }
+    f = results["faults"]
+    for key in ("failover_from_kill_s", "failover_from_promotion_s", "slot_move_s"):
+        values = f[key]
+        f[key[:-2] + "_summary"] = {
+            "n": len(values),
+            "median": statistics.median(values) if values else None,
+            "max": max(values) if values else None,
+        }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "redis_cluster.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps({k: results[k] for k in ("median", "ratios")}, indent=2))
+    print(json.dumps({k: v for k, v in f.items() if k.endswith("summary")}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
