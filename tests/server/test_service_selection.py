@@ -197,7 +197,7 @@ async def test_tilde_names_the_workspace_manager(connect):
     assert f"{ws}/tilde:via-tilde" in {s["id"] for s in await manager.list_services()}
 
 
-async def test_tilde_over_http_gives_the_managers_info(connect, server):
+async def test_tilde_over_http_gives_the_managers_info_and_functions(connect, server):
     api = await connect(client_id="tilde")
     ws = api.config["workspace"]
     token = await api.generate_token()
@@ -206,9 +206,9 @@ async def test_tilde_over_http_gives_the_managers_info(connect, server):
         called = await http.get(f"/{ws}/services/~/echo?data=1", headers={"Authorization": f"Bearer {token}"})
     assert got.status_code == 200, got.text
     assert got.json()["id"] == "~"
-    # its functions serve connected clients (a difference from Hypha, listed in the README)
-    assert called.status_code == 400
-    assert "not callable over plain HTTP" in called.text
+    # its functions run as the request's user (tests/server/test_manager_over_http.py)
+    assert called.status_code == 200, called.text
+    assert called.json() == 1
 
 
 async def test_http_mode_picks_among_several_and_refuses_an_unknown_one(connect, server):

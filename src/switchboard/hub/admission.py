@@ -154,7 +154,7 @@ class Gatekeeper:
         else:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
-        user = await self._as_owner(user, workspace)
+        user = await self.as_owner(user, workspace)
         if not user.can(workspace, Permission.READ):
             if await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
@@ -167,7 +167,7 @@ class Gatekeeper:
             )
         return user, workspace, False
 
-    async def _as_owner(self, user: User, workspace: str) -> User:
+    async def as_owner(self, user: User, workspace: str) -> User:
         """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.
 
         Resolved once, at admission: the connection's permission checks read

@@ -146,8 +146,8 @@ class WorkspaceManager:
         """
         self.door.receive(frame, caller)
 
-    def _service(self) -> dict[str, Any]:
-        s = self.hub.settings
+    def methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
+        """The ``default`` service's functions by name, with their parameters' schema."""
         methods: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
             "echo": (self.echo, {"data": {}}),
             "log": (self.events.log, {"msg": {}}),
@@ -166,6 +166,11 @@ class WorkspaceManager:
             "check_status": (self.check_status, {}),
         }
         methods.update(self._record_methods())
+        return methods
+
+    def _service(self) -> dict[str, Any]:
+        s = self.hub.settings
+        methods = self.methods()
         service: dict[str, Any] = {
             "id": "default",
             "name": "Default workspace management service",

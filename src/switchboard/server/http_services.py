@@ -22,6 +22,7 @@ from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.server.http_errors import refusal, status_of
+from switchboard.server.http_manager import call_manager, http_caller
 from switchboard.server.server_state import ServerState
 
 log = logging.getLogger(__name__)
@@ -253,12 +254,12 @@ async def call_function(request: Request) -> Response:
         hub = state.hub
         user, own_ws = await request_user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
-        if request.path_params["service_id"] == "~":
-            raise RequestRefused(
-                400,
-                "The workspace manager's functions are not callable over plain HTTP here: "
-                "call them from a connected client (WebSocket or the /rpc HTTP transport)",
+        if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
+            caller = await http_caller(
+                hub, user=user, own_workspace=own_ws, workspace=_workspace(request), anonymous=user is ANONYMOUS_HTTP
             )
+            hub.metrics.http_calls.inc()
+            return _respond(await call_manager(hub, caller, request.path_params["function"], kwargs), as_msgpack)
         info = await _resolve(request, user, own_ws)
         _check_built_in(info, user)
         hub.metrics.http_calls.inc()
