@@ -106,6 +106,32 @@ async def test_data_without_a_persistent_record_expires_after_its_last_write(sto
     assert await store.log_entries("kept-ws", 5) == ["e"]
 
 
+async def test_a_deletion_is_remembered_until_cleared_or_its_ttl_ends_and_removing_keeps_it(
+    store: WorkspaceStore,
+) -> None:
+    await store.put(record("team-a"), overwrite=False)
+    assert await store.deleted_at("team-a") is None
+    await store.remove("team-a")
+    await store.mark_deleted("team-a", 1234.5, ttl=3600)
+    await store.mark_deleted("team-b", 99.0, ttl=TTL)
+    assert await store.deleted_at("team-a") == 1234.5
+    await store.remove("team-a")  # removing what is left of it does not forget that it was deleted
+    assert await store.deleted_at("team-a") == 1234.5
+    await store.clear_deleted("team-a")
+    assert await store.deleted_at("team-a") is None
+    if id(store) in CLOCKS:
+        CLOCKS[id(store)].advance(TTL + 0.1)
+    else:
+        await eventually(
+            lambda: _not_deleted(store, "team-b"), "team-b's tombstone expired", timeout=TTL * 20, interval=0.1
+        )
+    assert await store.deleted_at("team-b") is None
+
+
+async def _not_deleted(store: WorkspaceStore, ws: str) -> bool:
+    return await store.deleted_at(ws) is None
+
+
 async def _gone(store: WorkspaceStore, ws: str) -> bool:
     return await store.table(ws, "env") == {} and await store.log_entries(ws, 5) == []
 

@@ -203,3 +203,15 @@ class WorkspaceStore(Protocol):
     async def log_entries(self, workspace: str, limit: int) -> list[str]:
         """The log, oldest first, at most the last ``limit`` entries."""
         ...
+
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
+        """Record that ``workspace`` was deleted at ``at`` (epoch seconds), for ``ttl`` seconds."""
+        ...
+
+    async def deleted_at(self, workspace: str) -> float | None:
+        """When ``workspace`` was last deleted, if that is recorded (and not cleared or expired)."""
+        ...
+
+    async def clear_deleted(self, workspace: str) -> None:
+        """Forget that ``workspace`` was deleted (it was created again)."""
+        ...

@@ -39,6 +39,7 @@ class MemoryWorkspaceStore:
         self._records: dict[str, dict[str, Any]] = {}
         self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
         self._kept: dict[str, _Data] = {}  # of persistent workspaces
+        self._deleted: dict[str, tuple[float, float]] = {}  # workspace -> (when deleted, kept until), epoch s
         if path is not None and path.exists():
             try:
                 kept = json.loads(path.read_text())
@@ -104,6 +105,18 @@ class MemoryWorkspaceStore:
     async def log_entries(self, workspace: str, limit: int) -> list[str]:
         data = self._live(workspace)
         return list(data.log)[-limit:] if data else []
+
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
+        now = self._clock.time()
+        self._deleted = {w: v for w, v in self._deleted.items() if v[1] > now}  # expired ones go
+        self._deleted[workspace] = (at, now + ttl)
+
+    async def deleted_at(self, workspace: str) -> float | None:
+        found = self._deleted.get(workspace)
+        return found[0] if found is not None and found[1] > self._clock.time() else None
+
+    async def clear_deleted(self, workspace: str) -> None:
+        self._deleted.pop(workspace, None)
 
     def _live(self, workspace: str) -> _Data | None:
         if workspace in self._kept:

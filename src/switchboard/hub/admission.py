@@ -73,6 +73,21 @@ def take_over(
     return Takeover(probe=live_here or registered, replace=not live_here and (registered or in_transit))
 
 
+def deletion_refusal(user: User, workspace: str, deleted_at: float | None) -> str | None:
+    """Why ``user`` may not enter ``workspace``, deleted at ``deleted_at``; ``None``: it may.
+
+    A token issued before the deletion grants nothing there any more: not a
+    member's, not the owner's reconnection token, not a client's in transit.
+    ``iat`` has whole seconds, so a token issued in the second of the deletion
+    counts as older (refused, never let in by rounding).
+    """
+    if deleted_at is None:
+        return None
+    if user.issued_at is None or user.issued_at < deleted_at:
+        return f"Workspace {workspace} was deleted"
+    return None
+
+
 def held_by_another(client: str) -> str:
     """The refusal of a connection naming a client id that another user holds."""
     return (
@@ -132,6 +147,7 @@ class Gatekeeper:
                     f"{workspace}, not {hello.workspace}",
                     CLOSE_GOING_AWAY,
                 )
+            await self._not_deleted(user, workspace)
             return user, workspace, True
         if hello.token:
             try:
@@ -151,6 +167,7 @@ class Gatekeeper:
                     CLOSE_GOING_AWAY,
                 )
             workspace = hello.workspace or user.current_workspace or user_workspace(user.id)
+            await self._not_deleted(user, workspace)
         else:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
@@ -166,6 +183,21 @@ class Gatekeeper:
                 CLOSE_GOING_AWAY,
             )
         return user, workspace, False
+
+    async def deletion(self, user: User, workspace: str) -> str | None:
+        """Why ``user``'s token may not enter ``workspace`` (it was deleted after the token was issued)."""
+        if self.workspaces is None:
+            return None
+        try:
+            gone = await self.workspaces.deleted_at(workspace)
+        except BackendError:
+            return None  # the store is away: as for ownership, the token keeps what it grants
+        return deletion_refusal(user, workspace, gone)
+
+    async def _not_deleted(self, user: User, workspace: str) -> None:
+        refusal = await self.deletion(user, workspace)
+        if refusal is not None:
+            raise HandshakeError(refusal, CLOSE_POLICY)
 
     async def as_owner(self, user: User, workspace: str) -> User:
         """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.

@@ -86,6 +86,9 @@ class User:
     extra_scopes: tuple[str, ...] = ()
     token_id: str | None = None  # the id (jti) of the token this identity was read from
     origin: str | None = None  # on a reconnection token: the id of the credential it descends from
+    issued_at: float | None = (
+        None  # its token's ``iat``: a token older than a workspace's deletion grants nothing there
+    )
 
     @property
     def revocation_ids(self) -> tuple[str, ...]:
@@ -333,7 +336,14 @@ def _user_from_claims(claims: dict[str, Any]) -> User:
         extra_scopes=scope.extra_scopes,
         token_id=_text_claim(claims, "jti"),
         origin=_text_claim(claims, ORIGIN),
+        issued_at=issued_at(claims),
     )
+
+
+def issued_at(claims: dict[str, Any]) -> float | None:
+    """A token's ``iat`` if it is a number (``None`` counts as issued before anything)."""
+    value = claims.get("iat")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _text_claim(claims: dict[str, Any], name: str) -> str | None:

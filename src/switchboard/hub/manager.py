@@ -102,7 +102,13 @@ class WorkspaceManager:
         self.rpc: RPC | None = None
         self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc)  # the methods about services
         # workspaces as records, their event log, their environment and service types
-        self.records = WorkspaceRecords(hub, events=None, directory=self.directory, ping=self.ping)
+        self.records = WorkspaceRecords(
+            hub,
+            events=None,
+            directory=self.directory,
+            ping=self.ping,
+            tombstone_ttl=max(MAX_TOKEN_LIFETIME, hub.settings.reconnection_token_lifetime),
+        )
         self.events = EventLog(hub, keep=self.records.keep, require=self.records.require)
         self.records.events = self.events
         self.data = WorkspaceData(hub.workspaces, self.records)

@@ -23,7 +23,7 @@ import jwt
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
-from switchboard.hub.auth import User
+from switchboard.hub.auth import User, issued_at
 from switchboard.protocol import ids
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ class IdentityRules:
             expires_at=exp,
             credential_expires_at=exp,  # a reconnection token never outlives the provider's token
             token_id=token_id(str(claims["iss"]), jti if isinstance(jti, str) else None, claims),
+            issued_at=issued_at(claims),
         )
 
 

@@ -59,8 +59,11 @@ class RecordsHost(Protocol):
 class WorkspaceRecords:
     """The manager's methods about workspace records and workspace data (each checks its caller)."""
 
-    def __init__(self, hub: RecordsHost, *, events: Any, directory: Any, ping: Any) -> None:
+    def __init__(self, hub: RecordsHost, *, events: Any, directory: Any, ping: Any, tombstone_ttl: float) -> None:
         self.hub = hub
+        # how long a deletion is remembered: as long as the longest-lived token that could grant the
+        # workspace (a generated or CLI token, a reconnection token), so none of them re-enters it
+        self.tombstone_ttl = tombstone_ttl
         self.store = hub.workspaces
         self.events = events  # EventLog: what a change writes in the workspace's log
         self.directory = directory  # ServiceDirectory: services for summaries and bookmarks
@@ -116,6 +119,7 @@ class WorkspaceRecords:
         record = self._record(config, ws, user, existing)
         if not await self.store.put(record, overwrite=bool(overwrite)):
             raise ProtocolError(f"Workspace already exists: {ws}")
+        await self.store.clear_deleted(ws)  # created again: tokens it grants count from now on
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
         if ws != user_workspace(user.id):
             await self._bookmark(
@@ -178,6 +182,8 @@ class WorkspaceRecords:
         if not owns(peer.user, record) and not peer.user.can(ws, Permission.ADMIN):
             raise PermissionDenied(f"Permission denied for workspace {ws}")
         await self.store.remove(ws)
+        if not ws.startswith("ws-user-"):  # a personal workspace stays its user's: no tombstone locks it out
+            await self.store.mark_deleted(ws, self.hub.clock.time(), ttl=self.tombstone_ttl)
         await self.hub.emit_event(peer.workspace, "workspace_deleted", record)
         await self.store.table_set(
             user_workspace(peer.user.id), "bookmarks", ws, None, max_entries=MAX_BOOKMARKS, keep=False, only_new=False

@@ -71,6 +71,15 @@ async def request_user(request: Request) -> tuple[User, str]:
     return user, user.current_workspace or user_workspace(user.id)
 
 
+async def _not_deleted(request: Request, user: User, workspace: str) -> None:
+    """A token issued before ``workspace`` was deleted grants nothing there (403), as at admission."""
+    if user is ANONYMOUS_HTTP or not user.can(workspace, Permission.READ):
+        return  # it holds nothing there to lose: an outsider's calls are unchanged
+    refusal = await server_state(request).hub.gate.deletion(user, workspace)
+    if refusal is not None:
+        raise PermissionDenied(refusal)
+
+
 def _workspace(request: Request) -> str:
     """The path's workspace, in the id grammar before it names a key (``*`` would query them all): else 400."""
     return ids.check_id(request.path_params["workspace"], "workspace")
@@ -116,6 +125,7 @@ async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
         user, own_ws = await request_user(request)
+        await _not_deleted(request, user, ws)
         found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
@@ -137,6 +147,7 @@ async def service_info(request: Request) -> Response:
 
 async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
     ws = _workspace(request)
+    await _not_deleted(request, user, ws)
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
@@ -255,6 +266,7 @@ async def call_function(request: Request) -> Response:
         user, own_ws = await request_user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
         if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
+            await _not_deleted(request, user, _workspace(request))
             caller = await http_caller(
                 hub, user=user, own_workspace=own_ws, workspace=_workspace(request), anonymous=user is ANONYMOUS_HTTP
             )

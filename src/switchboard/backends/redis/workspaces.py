@@ -5,6 +5,8 @@ Layout (``p`` = ``key_prefix``, default ``sb:``), every key built by :func:`key`
 * ``p wsrec``                      hash ``<ws>`` → record JSON (one key: listing is one HSCAN)
 * ``p wsdata:<ws>:env|types|bookmarks``  hash, one table of the workspace
 * ``p wsdata:<ws>:log``            stream, the workspace's event log (``XADD MAXLEN ~``)
+* ``p wsdata:<ws>:gone``           string, when the workspace was deleted (its tombstone), with a TTL;
+  not one of its data keys: deleting the workspace writes it
 
 Each command touches one key, and the one script (:data:`_TABLE_SET`) one
 key too, so keys of different workspaces never meet in one command. Data
@@ -134,6 +136,25 @@ class RedisWorkspaceStore:
         except RedisError as exc:
             raise BackendError(f"reading the log of workspace {workspace} failed: {exc}") from exc
         return [_text(fields.get(b"e", fields.get("e", b""))) for _, fields in reversed(raw)]
+
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
+        try:
+            await self._r.set(key(self._p, "gone", workspace), repr(at), px=max(1, int(ttl * 1000)))
+        except RedisError as exc:
+            raise BackendError(f"recording the deletion of workspace {workspace} failed: {exc}") from exc
+
+    async def deleted_at(self, workspace: str) -> float | None:
+        try:
+            raw = await self._r.get(key(self._p, "gone", workspace))
+        except RedisError as exc:
+            raise BackendError(f"reading whether workspace {workspace} was deleted failed: {exc}") from exc
+        return None if raw is None else float(_text(raw))
+
+    async def clear_deleted(self, workspace: str) -> None:
+        try:
+            await self._r.delete(key(self._p, "gone", workspace))
+        except RedisError as exc:
+            raise BackendError(f"clearing the deletion of workspace {workspace} failed: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"RedisWorkspaceStore(prefix={self._p!r})"
