@@ -69,3 +69,38 @@ async def test_env_events_and_service_types_set_on_one_replica_are_read_on_anoth
     assert (await on_a.get_service_type("calc"))["id"] == "ws-user-dora/calc"
     with pytest.raises(RemoteException, match="Service type already exists"):
         await on_a.register_service_type({"id": "calc", "name": "Again", "definition": {}})
+
+
+async def _refusal(url: str, **first: str) -> tuple[int | None, str]:
+    """The close code and reason a raw connection with ``first`` as its first frame ends with
+    (``(None, "admitted")`` if it is admitted); bounded: 20 frames, 10 s each."""
+    async with ws_connect(url.replace("http", "ws", 1) + "/ws", open_timeout=5, close_timeout=2) as raw:
+        await raw.send(json.dumps(first))
+        try:
+            for _ in range(20):
+                if json.loads(await asyncio.wait_for(raw.recv(), 10)).get("type") == "connection_info":
+                    return None, "admitted"
+        except ConnectionClosed:
+            return raw.close_code, raw.close_reason
+    raise AssertionError("neither admitted nor refused")
+
+
+async def test_a_workspace_deleted_on_one_replica_refuses_its_old_tokens_on_both(replicas, clients):
+    a, b = replicas.start("ra"), replicas.start("rb")
+    ws = f"team-{uuid.uuid4().hex[:8]}"
+    alice_a = await clients(a.url, client_id="alice-a", token=login_token("alice"))
+    await alice_a.create_workspace({"id": ws})
+    owner_b = await clients(b.url, client_id="owner-b", token=login_token("alice"), workspace=ws)
+    member = await owner_b.generate_token({"permission": "read_write"})
+    async with ws_connect(b.url.replace("http", "ws", 1) + "/ws", open_timeout=5, close_timeout=2) as raw:
+        await raw.send(json.dumps({"client_id": "owner-raw", "workspace": ws, "token": login_token("alice")}))
+        owner_resume = json.loads(await asyncio.wait_for(raw.recv(), 5))["reconnection_token"]
+    await alice_a.delete_workspace(ws)
+    gone = (1008, f"Workspace {ws} was deleted")
+    for replica in (a, b):
+        assert await _refusal(replica.url, client_id="owner-raw", workspace=ws, reconnection_token=owner_resume) == gone
+        assert await _refusal(replica.url, client_id="member", workspace=ws, token=member) == gone
+    # created again (on B): its owner's tokens count again, on A too
+    alice_b = await clients(b.url, client_id="alice-b", token=login_token("alice"))
+    await alice_b.create_workspace({"id": ws})
+    assert await _refusal(a.url, client_id="member", workspace=ws, token=member) == (None, "admitted")
