@@ -36,11 +36,17 @@ async def test_list_services_shows_a_member_the_protected_services_and_an_outsid
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
         member = await http.get(f"/{ws}/services/~/list_services", headers=bearer(tokens["read"]))
         assert {"pub", "prot"} <= names(member)
-        query = json.dumps({"workspace": ws})
-        anonymous = await http.get(f"/{ws}/services/~/list_services", params={"query": query})
-        assert names(anonymous) == {"pub"}
-        # without a query an outsider lists its own workspace, as a WebSocket client there would
-        assert "prot" not in names(await http.get(f"/{ws}/services/~/list_services"))
+        assert names(await http.get(f"/{ws}/services/~/list_services")) == {"pub"}  # anonymous
+        other = await connect(client_id="other")
+        outsider = bearer(await other.generate_token())  # admin of its own workspace, nothing in ws
+        assert names(await http.get(f"/{ws}/services/~/list_services", headers=outsider)) == {"pub"}
+        # as any listing: an explicit query, its own visibility rules
+        query = json.dumps({"workspace": ws, "service_id": "p*"})
+        assert names(await http.get(f"/{ws}/services/~/list_services", params={"query": query})) == {"pub"}
+        member_query = await http.get(
+            f"/{ws}/services/~/list_services", params={"query": query}, headers=bearer(tokens["read"])
+        )
+        assert names(member_query) == {"pub", "prot"}
 
 
 async def test_generate_token_over_http_needs_admin(connect, server):

@@ -69,8 +69,12 @@ async def http_caller(hub: Hub, *, user: User, own_workspace: str, workspace: st
     )
 
 
-async def call_manager(hub: Hub, caller: Peer, function: str, kwargs: dict[str, Any]) -> Any:
-    """Run one of the manager's functions for ``caller`` with ``kwargs``, or a clear refusal."""
+async def call_manager(hub: Hub, caller: Peer, function: str, kwargs: dict[str, Any], *, workspace: str) -> Any:
+    """Run one of the manager's functions for ``caller`` with ``kwargs``, or a clear refusal.
+
+    A listing without a query lists the path's ``workspace`` (what a URL under it
+    means), with the visibility rules of any other listing of it.
+    """
     if function in CONNECTION_ONLY:
         raise RequestRefused(
             400,
@@ -91,6 +95,8 @@ async def call_manager(hub: Hub, caller: Peer, function: str, kwargs: dict[str, 
         inspect.signature(method).bind(**kwargs)
     except TypeError as exc:
         raise RequestRefused(400, f"Bad arguments for {function}: {exc}") from None
+    if function == "list_services" and kwargs.get("query") is None:
+        kwargs = {**kwargs, "query": {"workspace": workspace}}
     token = CALLER.set(caller)  # the call's task inherits it, as the RPC's tasks do
     try:
         return await asyncio.wait_for(method(**kwargs), hub.settings.call_timeout)

@@ -266,12 +266,14 @@ async def call_function(request: Request) -> Response:
         user, own_ws = await request_user(request)
         kwargs, as_msgpack = await _read_kwargs(request)
         if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
-            await _not_deleted(request, user, _workspace(request))
+            caller_ws = _workspace(request)
+            await _not_deleted(request, user, caller_ws)
             caller = await http_caller(
-                hub, user=user, own_workspace=own_ws, workspace=_workspace(request), anonymous=user is ANONYMOUS_HTTP
+                hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
             )
             hub.metrics.http_calls.inc()
-            return _respond(await call_manager(hub, caller, request.path_params["function"], kwargs), as_msgpack)
+            done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
+            return _respond(done, as_msgpack)
         info = await _resolve(request, user, own_ws)
         _check_built_in(info, user)
         hub.metrics.http_calls.inc()
