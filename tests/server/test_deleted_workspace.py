@@ -104,3 +104,16 @@ def test_the_rule_compares_the_tokens_issue_time_with_the_deletion() -> None:
     assert deletion_refusal(user(99.0), "team-a", 100.5) == "Workspace team-a was deleted"
     assert deletion_refusal(user(None), "team-a", 100.5) == "Workspace team-a was deleted"  # no iat: older
     assert deletion_refusal(user(101.0), "team-a", 100.5) is None  # issued after
+
+
+async def test_deleting_the_record_of_a_personal_workspace_does_not_lock_its_user_out(server, connect):
+    team = fresh("team")
+    before = credential("alice", 3600)[0]  # issued before the deletion
+    alice = await connect(client_id="alice", token=credential("alice", 3600)[0])
+    await alice.create_workspace({"id": team})
+    elsewhere = await connect(client_id="alice-2", workspace=team, token=login_token("alice"))
+    await elsewhere.create_workspace({"id": "ws-user-alice", "persistent": True}, overwrite=True)
+    await elsewhere.delete_workspace("ws-user-alice")
+    url = server.url.replace("http", "ws", 1) + "/ws"
+    info, _, _ = await hello(url, client_id="alice-3", workspace="ws-user-alice", token=before)
+    assert info is not None

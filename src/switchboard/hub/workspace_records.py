@@ -181,9 +181,10 @@ class WorkspaceRecords:
             raise NotFound(f"Workspace not found: {ws}")
         if not owns(peer.user, record) and not peer.user.can(ws, Permission.ADMIN):
             raise PermissionDenied(f"Permission denied for workspace {ws}")
-        await self.store.remove(ws)
+        # the tombstone first: if it cannot be written, nothing is deleted (the caller may retry)
         if not ws.startswith("ws-user-"):  # a personal workspace stays its user's: no tombstone locks it out
             await self.store.mark_deleted(ws, self.hub.clock.time(), ttl=self.tombstone_ttl)
+        await self.store.remove(ws)
         await self.hub.emit_event(peer.workspace, "workspace_deleted", record)
         await self.store.table_set(
             user_workspace(peer.user.id), "bookmarks", ws, None, max_entries=MAX_BOOKMARKS, keep=False, only_new=False
