@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from switchboard.server.inbox import Inbox
 
 pytestmark = pytest.mark.timeout(10)
+
+STOP_WITHIN = 2.0  # how long closing an inbox re-cancels a worker that outlived a cancel (tasks.cancel_and_wait)
 
 
 class Recorder:
@@ -128,3 +131,56 @@ async def test_what_the_client_sent_before_it_left_is_still_handled_within_the_g
     asyncio.get_running_loop().call_later(0.05, r.later[b"slow"].set_result, None)
     await inbox.close(grace=5)
     assert r.handled == [b"slow", "b'slow' done", b"sent just before leaving"]
+
+
+class LosesOneCancel:
+    """The routing of one message, as a Redis command in redis-py: it swallows the first cancel
+    that reaches it, and carries on to return normally (:mod:`switchboard.tasks`)."""
+
+    def __init__(self, *, starve: float = 0.0) -> None:
+        self.starve = starve
+        self.release = asyncio.Event()
+        self.swallowed = 0
+        self.finished = asyncio.Event()
+
+    async def __call__(self) -> None:
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.swallowed += 1
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            if self.starve:
+                time.sleep(self.starve)  # noqa: ASYNC251 - a flood holds the loop: nobody gets to cancel again in time
+            else:
+                await self.release.wait()  # the command's reply is still to come
+        self.finished.set()
+
+
+async def test_a_worker_that_outlives_its_cancellation_never_touches_the_dropped_backlog() -> None:
+    """Under a flood, closing an inbox cancels its worker while the loop is starved: the first
+    routing swallows its cancel and the loop stalls past the re-cancelling deadline, the second
+    swallows the last cancel, so the worker is still inside it when ``close`` gives up on it.
+    When that routing returns, the worker must not pop from the emptied backlog (it raised
+    ``IndexError: pop from an empty deque``) nor report an error: it just stops."""
+    first, second = LosesOneCancel(starve=STOP_WITHIN + 0.1), LosesOneCancel()
+    steps = {b"first": first, b"second": second}
+    errors: list[BaseException] = []
+    handled: list[bytes] = []
+
+    def handle(message: bytes | str) -> Any:
+        assert isinstance(message, bytes)
+        handled.append(message)
+        return steps[message]() if message in steps else None
+
+    inbox = Inbox(handle, pause=lambda: None, resume=lambda: None, on_error=errors.append)
+    for message in (b"first", b"second", b"third"):
+        inbox(message)
+    await settle()
+    await asyncio.wait_for(inbox.close(grace=0.01), STOP_WITHIN + 5)
+    assert first.swallowed == second.swallowed == 1
+    second.release.set()  # the second routing ends after all, long after its cancel
+    await asyncio.wait_for(second.finished.wait(), 2)
+    await settle()
+    assert errors == [], f"the worker failed after outliving its cancel: {errors!r}"
+    assert handled == [b"first", b"second"]  # nothing behind it is routed once the inbox closed
+    assert inbox.waiting == 0  # the worker dropped the rest itself

@@ -43,6 +43,7 @@ class Inbox:
         self._backlog: deque[Any] = deque()  # messages, and the awaitable at the head
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
+        self._abandoned = False  # closed, and the worker outlived its cancellation: it stops itself
 
     def __call__(self, message: bytes | str) -> None:
         if self._closed:
@@ -66,9 +67,10 @@ class Inbox:
         return len(self._backlog)
 
     async def _work(self) -> None:
+        """The backlog's only owner while it runs: nobody else drops it under its feet."""
         backlog = self._backlog
         try:
-            while backlog:
+            while backlog and not self._abandoned:
                 item = backlog[0]  # stays at the head while awaited: later arrivals queue behind it
                 if isinstance(item, (bytes, str)):
                     item = self._handle(item)
@@ -80,7 +82,7 @@ class Inbox:
             self._on_error(exc)
         finally:
             if backlog:
-                self._drop()  # cancelled: the client is gone
+                self._drop()  # cancelled, or given up on: the client is gone
             else:
                 self._resume()
 
@@ -92,9 +94,17 @@ class Inbox:
 
     async def close(self, grace: float) -> None:
         """The client is gone: finish routing what it sent before it left, for up to ``grace``
-        seconds (a publish stuck on an unreachable Redis gets no longer), then drop the rest."""
+        seconds (a publish stuck on an unreachable Redis gets no longer), then drop the rest.
+
+        A worker can outlive its cancellation (redis-py swallows a cancel that lands inside a
+        command, and a starved loop leaves no time to cancel again): the backlog is then left
+        to it, to drop itself as soon as what it awaits returns, never cleared under its feet.
+        """
         self._closed = True
-        if self._worker is not None:
-            await asyncio.wait({self._worker}, timeout=grace)
-            await cancel_and_wait([self._worker])
+        worker = self._worker
+        if worker is not None:
+            await asyncio.wait({worker}, timeout=grace)
+            if await cancel_and_wait([worker]):
+                self._abandoned = True
+                return
         self._drop()
