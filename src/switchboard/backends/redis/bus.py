@@ -37,6 +37,9 @@ from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
 
+# Seconds the pub/sub reader may handle buffered messages before it lets the loop run others.
+TURN = 0.01
+
 logger = logging.getLogger(__name__)
 
 
@@ -382,7 +385,15 @@ class RedisBus:
         return repr(exc) if exc is not None else "reader stopped"
 
     async def _read_loop(self, conn: AbstractConnection) -> None:
-        """The only reader of the pub/sub connection; a handler error never ends it."""
+        """The only reader of the pub/sub connection; a handler error never ends it.
+
+        redis-py hands over a reply already buffered without giving the loop a turn, so
+        under a flood that keeps the socket full this loop would never yield: it does,
+        every :data:`TURN` seconds, so that the lease's renewal and every client keep
+        their times (a flood once starved the loop for over 3 s and cost the lease).
+        """
+        clock = self._clock
+        turn_ends = clock.monotonic() + TURN
         while not self._closed:  # also ends a loop whose cancel redis-py swallowed
             try:
                 reply = await conn.read_response(timeout=math.inf, disconnect_on_error=False)
@@ -390,8 +401,11 @@ class RedisBus:
                 logger.warning("pub/sub error reply: %s", exc, extra=self._extra)
                 self._hint(f"pub/sub error reply: {exc}")  # MOVED: the slot map changed
                 continue
-            self._last_rx = self._clock.monotonic()
+            self._last_rx = now = clock.monotonic()
             self._on_reply(reply)
+            if now >= turn_ends:
+                await asyncio.sleep(0)  # a turn for everybody else
+                turn_ends = clock.monotonic() + TURN
 
     def _drop(self, conn: AbstractConnection, reason: str) -> None:
         """Ask the supervisor to abandon ``conn`` (if it is still the live one)."""
