@@ -69,8 +69,6 @@ class ReplicaProcess:
             str(self.port),
             "--replica-id",
             self.replica_id,
-            "--state-dir",
-            str(self.state_dir),
         ]
         if self.jwt_secret:  # empty: the secret kept in the state directory
             cmd += ["--jwt-secret", self.jwt_secret]
@@ -80,7 +78,9 @@ class ReplicaProcess:
         return cmd + self.args
 
     def start(self, *, wait: bool = True, timeout: float = 20.0) -> ReplicaProcess:
-        env = {**os.environ, **self.extra_env}
+        # the state directory as a variable, not a flag: a revision without the setting (bench/ab.py
+        # runs older ones with this command) ignores it
+        env = {**os.environ, "SWITCHBOARD_STATE_DIR": str(self.state_dir), **self.extra_env}
         with open(self._log, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:
