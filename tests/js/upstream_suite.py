@@ -78,9 +78,10 @@ def prepare(only: tuple[str, ...] = CHUNKS) -> Path:
     return dist
 
 
-async def main(only: tuple[str, ...] = CHUNKS) -> int:
+async def main(only: tuple[str, ...] = CHUNKS, *, allow_encrypted: bool = False) -> int:
     dist = prepare(only)
-    settings = settings_for_tests(port=PORT)
+    # the end-to-end encryption tests need a hub that lets sealed payloads through (refused by default)
+    settings = settings_for_tests(port=PORT, allow_encrypted_payloads=allow_encrypted)
     started = time.monotonic()
     async with running(settings) as server:
         with (
@@ -112,5 +113,7 @@ async def main(only: tuple[str, ...] = CHUNKS) -> int:
 if __name__ == "__main__":
     if shutil.which("npm") is None:
         sys.exit("npm is needed: run scripts/js-deps")
-    # arguments: run only these test files, e.g. http_client_test
-    sys.exit(asyncio.run(main(tuple(sys.argv[1:]) or CHUNKS)))
+    # arguments: run only these test files, e.g. http_client_test; --allow-encrypted-payloads as the hub's
+    flag = "--allow-encrypted-payloads"
+    files = tuple(a for a in sys.argv[1:] if a != flag)
+    sys.exit(asyncio.run(main(files or CHUNKS, allow_encrypted=flag in sys.argv[1:])))
