@@ -332,6 +332,10 @@ class RedisBus:
             try:
                 async with asyncio.timeout(self._op_timeout * 2):
                     await conn.connect()  # type: ignore[no-untyped-call]  # redis-py leaves connect() unannotated
+            except asyncio.CancelledError:  # closed while connecting: the half-open socket goes too
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
+                raise
             except Exception as exc:  # any failure to connect is retried, never fatal
                 self._down_reason = f"pub/sub connect failed: {exc!r}"
                 self._hint(self._down_reason)
