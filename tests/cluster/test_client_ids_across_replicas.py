@@ -111,12 +111,13 @@ async def test_a_client_resuming_on_another_replica_is_its_one_live_copy(replica
             async def reaches_b() -> bool:
                 await owner.emit({"type": "note", "to": f"{ws}/twin", "data": "for the client"})
                 try:
-                    while True:
+                    for _ in range(100):  # bounded in count as well as time
                         frame = await asyncio.wait_for(resumed.recv(), 0.5)
                         if isinstance(frame, bytes) and head(frame).get("type") == "note":
                             return True
                 except TimeoutError:
                     return False
+                return False
 
             await eventually(reaches_b, what="a frame from A's client reaching the copy on B", timeout=10)
         finally:
