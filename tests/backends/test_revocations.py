@@ -11,6 +11,7 @@ from switchboard.backends.redis import make_client
 from switchboard.backends.redis.revoked import RedisRevocations, revoked_key
 from switchboard.backends.revocations import MemoryRevocations
 from switchboard.clock import SystemClock
+from switchboard.errors import BackendError
 from switchboard.testing import ValkeyServer
 from switchboard.testing.clock import FakeClock
 
@@ -62,3 +63,17 @@ async def test_memory_forgets_a_revocation_when_the_token_expires() -> None:
     assert not await store.any_revoked(("a",))
     await store.revoke("b", until=1_100.0)  # expired entries are dropped as new ones come
     assert len(store) == 1
+
+
+async def test_redis_away_refuses_the_check_rather_than_pass_a_revoked_token() -> None:
+    clock = SystemClock()
+    with ValkeyServer() as gone:
+        client = make_client(gone.url)
+        try:
+            store = RedisRevocations(client, clock=clock)
+            await store.revoke("jti-3", until=clock.time() + 60)
+            gone.stop()
+            with pytest.raises(BackendError, match="revocations cannot be checked"):
+                await store.any_revoked(("jti-3",))
+        finally:
+            await client.aclose()

@@ -2,7 +2,10 @@
 
 Every replica reads the same keys on each verification, so a revocation made
 on one replica holds on all of them at once, and Redis forgets it when the
-token would have expired anyway.
+token would have expired anyway. A check Redis cannot answer fails closed:
+the token is refused with a retryable error, never taken as not revoked (in a
+cluster, one shard's failover would otherwise readmit the revoked tokens whose
+keys it holds while the registry's shard answers).
 """
 
 from __future__ import annotations
@@ -41,13 +44,14 @@ class RedisRevocations:
     async def any_revoked(self, token_ids: tuple[str, ...]) -> bool:
         """One EXISTS per id (each its own key, so a cluster's slots never matter).
 
-        Unreachable Redis: a token is taken as not revoked (logged), as the
-        hub keeps serving through a backend outage rather than refuse everyone.
+        Unreachable Redis: :class:`BackendError` (the door answers "retry"), as a
+        revoked token must not pass because the one store that knows was away.
         """
         try:
             for token_id in token_ids:
                 if await self._r.exists(revoked_key(token_id, self._prefix)):
                     return True
         except RedisError as exc:
-            log.warning("revocations not checked (Redis unreachable): %s", exc)
+            log.warning("token refused for now, revocations not checked (Redis unreachable): %s", exc)
+            raise BackendError(f"revocations cannot be checked: {exc}") from exc
         return False
