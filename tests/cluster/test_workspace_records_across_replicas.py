@@ -100,7 +100,11 @@ async def test_a_workspace_deleted_on_one_replica_refuses_its_old_tokens_on_both
     for replica in (a, b):
         assert await _refusal(replica.url, client_id="owner-raw", workspace=ws, reconnection_token=owner_resume) == gone
         assert await _refusal(replica.url, client_id="member", workspace=ws, token=member) == gone
-    # created again (on B): its owner's tokens count again, on A too
+    # created again (on B): its owner enters by ownership, on A too; the old member token stays refused
     alice_b = await clients(b.url, client_id="alice-b", token=login_token("alice"))
     await alice_b.create_workspace({"id": ws})
-    assert await _refusal(a.url, client_id="member", workspace=ws, token=member) == (None, "admitted")
+    assert await _refusal(a.url, client_id="member", workspace=ws, token=member) == gone
+    assert await _refusal(a.url, client_id="owner-raw", workspace=ws, reconnection_token=owner_resume) == (
+        None,
+        "admitted",
+    )

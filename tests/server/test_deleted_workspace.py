@@ -1,6 +1,7 @@
 """A deleted workspace stays deleted for the tokens that granted it: after ``delete_workspace`` its former
 owner's reconnection token, a member's token and a client in transit at the deletion are refused (close
-1008, ``Workspace <ws> was deleted``; HTTP 403), until an owner creates it again."""
+1008, ``Workspace <ws> was deleted``; HTTP 403), even once it is created again: then only the owners of
+the new record enter, by their ownership."""
 
 from __future__ import annotations
 
@@ -85,6 +86,28 @@ async def test_tokens_issued_before_the_deletion_do_not_enter_it_again(server, c
             refused = await http.get(path, headers={"Authorization": f"Bearer {member}"})
             assert refused.status_code == 403, path
             assert refused.json()["detail"].endswith(f"Workspace {ws} was deleted")
+
+
+async def test_a_stranger_creating_it_again_lets_none_of_its_old_tokens_in(server, connect):
+    """bob takes the name alice deleted: the tokens alice's workspace granted (a member's, one
+    alice minted with admin) reach nothing in bob's; bob enters by his ownership, with a token
+    issued before the deletion."""
+    alice, ws, url, owner_resume, member, roamer_resume = await deleted_team(server, connect)
+    minter = await connect(client_id="minter2", token=credential("alice", 3600)[0])
+    bob_login = login_token("bob")
+    bob = await connect(client_id="bob", token=bob_login)
+    await bob.create_workspace({"id": ws})
+    gone = f"Workspace {ws} was deleted"
+    assert (await hello(url, client_id="member", workspace=ws, token=member))[1:] == (1008, gone)
+    assert (await hello(url, client_id="roamer", workspace=ws, reconnection_token=roamer_resume))[1:] == (1008, gone)
+    assert (await hello(url, client_id="owner", workspace=ws, reconnection_token=owner_resume))[1:] == (1008, gone)
+    async with httpx.AsyncClient(base_url=server.url, timeout=5) as http:
+        response = await http.get(f"/{ws}/services", headers={"Authorization": f"Bearer {member}"})
+    assert response.status_code == 403, response.text
+    info, _, _ = await hello(url, client_id="bobs-desk", workspace=ws, token=bob_login)
+    assert info is not None and info["workspace"] == ws
+    assert info["user"]["id"] == "bob"
+    await minter.disconnect()
 
 
 async def test_an_owner_creating_it_again_lets_its_tokens_in(server, connect):

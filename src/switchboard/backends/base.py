@@ -209,9 +209,5 @@ class WorkspaceStore(Protocol):
         ...
 
     async def deleted_at(self, workspace: str) -> float | None:
-        """When ``workspace`` was last deleted, if that is recorded (and not cleared or expired)."""
-        ...
-
-    async def clear_deleted(self, workspace: str) -> None:
-        """Forget that ``workspace`` was deleted (it was created again)."""
+        """When ``workspace`` was last deleted, if that is recorded (and not expired: every token issued before it has expired by then)."""
         ...

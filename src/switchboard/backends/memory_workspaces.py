@@ -115,9 +115,6 @@ class MemoryWorkspaceStore:
         found = self._deleted.get(workspace)
         return found[0] if found is not None and found[1] > self._clock.time() else None
 
-    async def clear_deleted(self, workspace: str) -> None:
-        self._deleted.pop(workspace, None)
-
     def _live(self, workspace: str) -> _Data | None:
         if workspace in self._kept:
             return self._kept[workspace]

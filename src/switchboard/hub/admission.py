@@ -185,14 +185,22 @@ class Gatekeeper:
         return user, workspace, False
 
     async def deletion(self, user: User, workspace: str) -> str | None:
-        """Why ``user``'s token may not enter ``workspace`` (it was deleted after the token was issued)."""
+        """Why ``user``'s token may not enter ``workspace`` (it was deleted after the token was issued).
+
+        Creating the workspace again revives none of the old tokens (whoever creates it: a
+        stranger may take a deleted name); the owners of the record as it is now enter by
+        their ownership, whenever their token was issued.
+        """
         if self.workspaces is None:
             return None
         try:
-            gone = await self.workspaces.deleted_at(workspace)
+            refusal = deletion_refusal(user, workspace, await self.workspaces.deleted_at(workspace))
+            if refusal is None or user.is_anonymous:
+                return refusal
+            record = await self.workspaces.get(workspace)
         except BackendError:
             return None  # the store is away: as for ownership, the token keeps what it grants
-        return deletion_refusal(user, workspace, gone)
+        return None if record is not None and user.named_in(record.get("owners")) else refusal
 
     async def _not_deleted(self, user: User, workspace: str) -> None:
         refusal = await self.deletion(user, workspace)

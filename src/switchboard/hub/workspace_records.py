@@ -119,7 +119,6 @@ class WorkspaceRecords:
         record = self._record(config, ws, user, existing)
         if not await self.store.put(record, overwrite=bool(overwrite)):
             raise ProtocolError(f"Workspace already exists: {ws}")
-        await self.store.clear_deleted(ws)  # created again: tokens it grants count from now on
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
         if ws != user_workspace(user.id):
             await self._bookmark(

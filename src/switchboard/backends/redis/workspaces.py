@@ -150,12 +150,6 @@ class RedisWorkspaceStore:
             raise BackendError(f"reading whether workspace {workspace} was deleted failed: {exc}") from exc
         return None if raw is None else float(_text(raw))
 
-    async def clear_deleted(self, workspace: str) -> None:
-        try:
-            await self._r.delete(key(self._p, "gone", workspace))
-        except RedisError as exc:
-            raise BackendError(f"clearing the deletion of workspace {workspace} failed: {exc}") from exc
-
     def __repr__(self) -> str:
         return f"RedisWorkspaceStore(prefix={self._p!r})"
 
