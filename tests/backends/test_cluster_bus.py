@@ -7,6 +7,7 @@ redis-py's own ClusterPubSub does neither after a failover or a slot move
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -93,6 +94,40 @@ async def moved_slot_follows(bus: ClusterBus, valkey_cluster: ValkeyCluster) -> 
     assert loop.time() - moved < 1.0, f"delivered {loop.time() - moved:.2f}s after the move"
     with valkey_cluster.client(target) as node:
         assert node.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1
+
+
+def bus_connections(valkey_cluster: ValkeyCluster, name: str) -> list[str]:
+    """Every connection named ``name`` that any running node of the cluster still serves (CLIENT LIST)."""
+    found = []
+    for node in valkey_cluster.nodes:
+        if node.is_running():
+            with node.client() as admin:
+                found += [f"{node.port}:{c['addr']}" for c in admin.client_list() if c.get("name") == name]
+    return found
+
+
+async def test_closing_on_a_busy_event_loop_closes_every_pub_sub_connection(parts, valkey_cluster) -> None:
+    """The loop is blocked 0.1 s at every turn while the bus closes (a busy or descheduled process):
+    every task is then cancelled twice, and no shard's pub/sub connection may be left open for the
+    garbage collector to find (it was, in about one run of tests/backends in six)."""
+    name = "sb-bus-bus-test"
+    assert len(bus_connections(valkey_cluster, name)) == 3  # one per master
+    closed = asyncio.Event()
+
+    async def busy_loop() -> None:
+        for _ in range(30):  # bounded: 3 s at most
+            if closed.is_set():
+                return
+            time.sleep(0.1)  # noqa: ASYNC251 - the fault: a CPU-bound turn holds the whole loop
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(busy_loop())
+    await parts.bus.close()
+    closed.set()
+    await busy
+    await eventually(
+        lambda: not bus_connections(valkey_cluster, name), timeout=3, what="every pub/sub connection of the bus closed"
+    )
 
 
 async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, valkey_cluster) -> None:
