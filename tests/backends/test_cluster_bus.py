@@ -17,6 +17,7 @@ from redis.crc import key_slot
 from switchboard.backends.redis.assemble import RedisBackends, redis_backends
 from switchboard.backends.redis.cluster_bus import ClusterBus
 from switchboard.clock import SystemClock
+from switchboard.testing.proxy import FaultProxy
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually
 
@@ -128,6 +129,31 @@ async def test_closing_on_a_busy_event_loop_closes_every_pub_sub_connection(part
     await eventually(
         lambda: not bus_connections(valkey_cluster, name), timeout=3, what="every pub/sub connection of the bus closed"
     )
+
+
+async def test_a_bus_closed_while_it_starts_opens_no_pub_sub_connection(parts, valkey_cluster) -> None:
+    """close() while start() still reads the slot map (over a slow link): no shard bus may start
+    once the bus is closed, so no connection is left open with nobody to close it."""
+    name = "sb-bus-closed-early"
+    seed = next(node for node in valkey_cluster.nodes if node.is_running())
+    async with FaultProxy("127.0.0.1", seed.port, connect_timeout=2.0) as slow:
+        slow.delay(0.3)  # CLUSTER SLOTS answers 0.6 s late, within the reader's 1 s timeout
+        bus = ClusterBus(
+            parts.client,  # already knows the cluster: start() goes straight to reading the slot map
+            node_url=lambda addr: f"redis://{addr[0]}:{addr[1]}/0",
+            seeds=[("127.0.0.1", slow.port)],
+            clock=SystemClock(),
+            replica_id="closed-early",
+        )
+        starting = asyncio.create_task(bus.start(wait=5))
+        await eventually(lambda: slow.stats.accepted >= 1, timeout=5, what="start() reading the slot map")
+        await bus.close()
+        assert await starting is False
+        assert bus.health == (False, "closed")
+        await eventually(
+            lambda: not bus_connections(valkey_cluster, name), timeout=3, what="no pub/sub connection left open"
+        )
+        assert bus.shards == {}
 
 
 async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, valkey_cluster) -> None:
