@@ -92,7 +92,9 @@ class ClusterBus:
         with contextlib.suppress(BackendError):
             await self.refresh()
         deadline = self._clock.monotonic() + (wait or 0)
-        while self.slot_map is not None and not self.health[0] and self._clock.monotonic() < deadline:
+        while (
+            self.slot_map is not None and not self._closed and not self.health[0] and self._clock.monotonic() < deadline
+        ):
             await self._clock.sleep(0.05)  # the shard buses confirming their probes
         if not self._closed:  # closed while starting: no loop to leave behind
             self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
