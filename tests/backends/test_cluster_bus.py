@@ -7,6 +7,7 @@ redis-py's own ClusterPubSub does neither after a failover or a slot move
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from redis.crc import key_slot
 from switchboard.backends.redis.assemble import RedisBackends, redis_backends
 from switchboard.backends.redis.cluster_bus import ClusterBus
 from switchboard.clock import SystemClock
+from switchboard.testing.proxy import FaultProxy
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually
 
@@ -93,6 +95,65 @@ async def moved_slot_follows(bus: ClusterBus, valkey_cluster: ValkeyCluster) -> 
     assert loop.time() - moved < 1.0, f"delivered {loop.time() - moved:.2f}s after the move"
     with valkey_cluster.client(target) as node:
         assert node.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1] == 1
+
+
+def bus_connections(valkey_cluster: ValkeyCluster, name: str) -> list[str]:
+    """Every connection named ``name`` that any running node of the cluster still serves (CLIENT LIST)."""
+    found = []
+    for node in valkey_cluster.nodes:
+        if node.is_running():
+            with node.client() as admin:
+                found += [f"{node.port}:{c['addr']}" for c in admin.client_list() if c.get("name") == name]
+    return found
+
+
+async def test_closing_on_a_busy_event_loop_closes_every_pub_sub_connection(parts, valkey_cluster) -> None:
+    """The loop is blocked 0.1 s at every turn while the bus closes (a busy or descheduled process):
+    every task is then cancelled twice, and no shard's pub/sub connection may be left open for the
+    garbage collector to find (it was, in about one run of tests/backends in six)."""
+    name = "sb-bus-bus-test"
+    assert len(bus_connections(valkey_cluster, name)) == 3  # one per master
+    closed = asyncio.Event()
+
+    async def busy_loop() -> None:
+        for _ in range(30):  # bounded: 3 s at most
+            if closed.is_set():
+                return
+            time.sleep(0.1)  # noqa: ASYNC251 - the fault: a CPU-bound turn holds the whole loop
+            await asyncio.sleep(0)
+
+    busy = asyncio.create_task(busy_loop())
+    await parts.bus.close()
+    closed.set()
+    await busy
+    await eventually(
+        lambda: not bus_connections(valkey_cluster, name), timeout=3, what="every pub/sub connection of the bus closed"
+    )
+
+
+async def test_a_bus_closed_while_it_starts_opens_no_pub_sub_connection(parts, valkey_cluster) -> None:
+    """close() while start() still reads the slot map (over a slow link): no shard bus may start
+    once the bus is closed, so no connection is left open with nobody to close it."""
+    name = "sb-bus-closed-early"
+    seed = next(node for node in valkey_cluster.nodes if node.is_running())
+    async with FaultProxy("127.0.0.1", seed.port, connect_timeout=2.0) as slow:
+        slow.delay(0.3)  # CLUSTER SLOTS answers 0.6 s late, within the reader's 1 s timeout
+        bus = ClusterBus(
+            parts.client,  # already knows the cluster: start() goes straight to reading the slot map
+            node_url=lambda addr: f"redis://{addr[0]}:{addr[1]}/0",
+            seeds=[("127.0.0.1", slow.port)],
+            clock=SystemClock(),
+            replica_id="closed-early",
+        )
+        starting = asyncio.create_task(bus.start(wait=5))
+        await eventually(lambda: slow.stats.accepted >= 1, timeout=5, what="start() reading the slot map")
+        await bus.close()
+        assert await starting is False
+        assert bus.health == (False, "closed")
+        assert bus.shards == {}, "a shard bus started after close()"
+        await eventually(
+            lambda: not bus_connections(valkey_cluster, name), timeout=3, what="no pub/sub connection left open"
+        )
 
 
 async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, valkey_cluster) -> None:

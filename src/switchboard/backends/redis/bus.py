@@ -376,13 +376,17 @@ class RedisBus:
         finally:
             self._conn, self._down_reason = None, "pub/sub connection lost"
             self.subs.on_connection_lost()
-            # not cancel-then-gather: a cancel redis-py swallows would leave the reader
-            # on the old socket and this supervisor waiting for it forever, never reconnecting
-            await cancel_and_wait([reader, dropped])
-            if reader.done() and not reader.cancelled():
-                reader.exception()  # retrieved: why it ended is the drop reason, already logged
-            with contextlib.suppress(Exception):
-                await conn.disconnect(nowait=True)
+            try:
+                # not cancel-then-gather: a cancel redis-py swallows would leave the reader
+                # on the old socket and this supervisor waiting for it forever, never reconnecting
+                await cancel_and_wait([reader, dropped])
+                if reader.done() and not reader.cancelled():
+                    reader.exception()  # retrieved: why it ended is the drop reason, already logged
+            finally:
+                # Even when a second cancel cuts the wait short: close() cancels again every
+                # 50 ms, and on a busy loop that lands here, which once left the socket open.
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
         if self._drop_reason:
             return self._drop_reason
         exc = None if reader.cancelled() else reader.exception()

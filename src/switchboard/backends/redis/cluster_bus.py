@@ -92,9 +92,12 @@ class ClusterBus:
         with contextlib.suppress(BackendError):
             await self.refresh()
         deadline = self._clock.monotonic() + (wait or 0)
-        while self.slot_map is not None and not self.health[0] and self._clock.monotonic() < deadline:
+        while (
+            self.slot_map is not None and not self._closed and not self.health[0] and self._clock.monotonic() < deadline
+        ):
             await self._clock.sleep(0.05)  # the shard buses confirming their probes
-        self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
+        if not self._closed:  # closed while starting: no loop to leave behind
+            self._task = asyncio.create_task(self._refresh_loop(), name="switchboard-cluster-bus-refresh")
         return self.health[0]
 
     async def publish(self, channel: str, data: bytes) -> int:
@@ -262,7 +265,9 @@ class ClusterBus:
                     self._placement[channel] = None  # placed again by the caller's moves()
             await bus.close()
         for addr, probe in start.items():
-            self.shards[addr] = bus = self._shard_bus(addr, probe)
+            if self._closed:
+                return  # close() ran during an await above; a bus started now would have no owner
+            self.shards[addr] = bus = self._shard_bus(addr, probe)  # close() from here on closes it
             await bus.start(wait=0)
 
     def _shard_bus(self, addr: Address, probe: str) -> RedisBus:
