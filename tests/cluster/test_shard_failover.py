@@ -37,6 +37,20 @@ def promoted(cluster: ValkeyCluster, victim: int) -> bool:
     return victim not in owners and sum(owners.values()) == 16384
 
 
+def standby_of(cluster: ValkeyCluster) -> int | None:
+    """The port of the registry's master's replica, once the cluster lists it."""
+    with cluster.client() as node:
+        for row in node.execute_command("CLUSTER", "SLOTS"):
+            if int(row[0]) <= STORE_SLOT <= int(row[1]) and len(row) > 3:
+                return int(row[3][1])
+    return None
+
+
+def is_master(cluster: ValkeyCluster, port: int) -> bool:
+    with cluster.client(port) as node:
+        return bool(node.execute_command("ROLE")[0] in (b"master", "master"))
+
+
 @pytest.fixture
 def killed(valkey_cluster: ValkeyCluster) -> Iterator[list[int]]:
     """Ports of masters a test SIGKILLs: started again afterwards (they rejoin as replicas)."""
@@ -133,14 +147,18 @@ async def test_a_registry_master_sigkilled_takes_no_replica_for_dead(
     traffic_stops.append(traffic)
     await eventually(lambda: len(traffic.ok) >= 5, timeout=10, what="calls flowing")
 
+    standby = await eventually(lambda: asyncio.to_thread(standby_of, valkey_cluster), timeout=10, what="a standby")
+
     loop = asyncio.get_running_loop()
     killed.append(store)
     valkey_cluster.kill_master(store)
     kill_time = loop.time()
+    # the promotion: the moment the standby itself says it is the master (before the others know)
     await eventually(
-        lambda: asyncio.to_thread(promoted, valkey_cluster, store), timeout=15, interval=0.02, what="the promotion"
+        lambda: asyncio.to_thread(is_master, valkey_cluster, standby), timeout=15, interval=0.01, what="the promotion"
     )
     promoted_at = loop.time()
+    await eventually(lambda: asyncio.to_thread(promoted, valkey_cluster, store), timeout=15, what="the new slot map")
     gaps, reads, margin = await asyncio.to_thread(presence_gaps, valkey_cluster, ["ra", "rb"], 5.0)
     resumed = await eventually(lambda: traffic.ok_after(promoted_at), timeout=10, what="a call after the failover")
     print(
@@ -159,15 +177,6 @@ async def test_a_registry_master_sigkilled_takes_no_replica_for_dead(
     assert any(set(fields) == {b"ra", b"rb"} for fields in counted.values()), counted
     assert f"{ws}/{cid}:svc" in {s["id"] for s in await caller.list_services()}
     assert resumed - promoted_at < 2.0
-
-
-def standby_of(cluster: ValkeyCluster) -> int | None:
-    """The port of the registry's master's replica, once the cluster lists it."""
-    with cluster.client() as node:
-        for row in node.execute_command("CLUSTER", "SLOTS"):
-            if int(row[0]) <= STORE_SLOT <= int(row[1]) and len(row) > 3:
-                return int(row[3][1])
-    return None
 
 
 async def test_a_registration_the_promoted_replica_never_got_is_written_back(

@@ -30,7 +30,15 @@ from switchboard.backends.base import BusHandler
 from switchboard.backends.redis.bus import BusStats, RedisBus
 from switchboard.backends.redis.cluster_health import ShardHealth, cluster_readiness
 from switchboard.backends.redis.cluster_setup import CLUSTER_KEY_PREFIX
-from switchboard.backends.redis.topology import Address, SlotMap, address_text, channel_slot, moves, plan_shards
+from switchboard.backends.redis.topology import (
+    Address,
+    SlotMap,
+    address_text,
+    channel_slot,
+    moves,
+    plan_shards,
+    slot_map_sources,
+)
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
@@ -38,7 +46,7 @@ from switchboard.tasks import cancel_and_wait
 logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL = 5.0  # seconds between slot map reads while all is well
-REFRESH_UNHEALTHY = 0.25  # ... and while a shard is down or slots are uncovered (a failover under way)
+REFRESH_UNHEALTHY = 0.1  # ... and while a shard is down or slots are uncovered (a failover: follow it within 0.1 s)
 
 
 class ClusterBus:
@@ -227,8 +235,11 @@ class ClusterBus:
             self._hint.set()
 
     async def _read_slot_map(self) -> SlotMap:
-        """``CLUSTER SLOTS`` from the first node that answers: known masters first, then the seeds."""
-        candidates = list(dict.fromkeys([*(self.slot_map.masters if self.slot_map else []), *self._seeds]))
+        """``CLUSTER SLOTS`` from the first node that answers: the replicas of a master whose pub/sub is
+        down first (the one promoted knows it at once; the others learn it by gossip, later), then
+        the known masters, then the seeds."""
+        down = {addr for addr, shard in self.shards.items() if not shard.health[0]}
+        candidates = slot_map_sources(self.slot_map, down, self._seeds)
         errors = []
         for addr in candidates:
             client = aredis.Redis.from_url(
