@@ -82,6 +82,16 @@ class Settings:
         "cluster still forming) or to refuse the wrong kind",
         kind=bool,
     )
+    redis_cluster_node_timeout: float = setting(
+        15.0,
+        "Seconds of the cluster's cluster-node-timeout, used only when the cluster refuses CONFIG GET (managed "
+        "offerings): a replica reads the real value at start otherwise.",
+        "15 s, Redis's and Valkey's default. Presence records must outlast a failover of the registry's shard "
+        "(no replica can renew them meanwhile): they live 2 x node-timeout + 2 s (the election) + 2 presence rounds (4 s) + 1 s on "
+        "a cluster, else every replica would be presumed dead at once, its counts forgotten and its clients probed for "
+        "reaping",
+        minimum=0.1,
+    )
     jwt_secret: str = setting(
         "",
         f"HS256 secret for tokens, at least {MIN_SECRET_BYTES} bytes (empty: the one kept in --state-dir, made "

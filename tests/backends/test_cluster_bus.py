@@ -164,7 +164,7 @@ async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, v
     victim = valkey_cluster.master_of(key_slot(channel.encode()))
     valkey_cluster.kill_master(victim)
     try:
-        await eventually(lambda: not bus.health[0], timeout=5, what="the bus noticing the dead master")
+        await eventually(lambda: not bus.all_shards_healthy, timeout=5, what="the bus noticing the dead master")
 
         def promoted() -> bool:
             owners = valkey_cluster.slot_owners()
@@ -173,7 +173,7 @@ async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, v
         await eventually(promoted, timeout=15, what="the promotion")
         loop = asyncio.get_running_loop()
         at = loop.time()
-        await eventually(lambda: bus.health[0] and bus.is_confirmed(channel), timeout=5, what="healed")
+        await eventually(lambda: bus.all_shards_healthy and bus.is_confirmed(channel), timeout=5, what="healed")
         assert loop.time() - at < 2.0
         assert ("127.0.0.1", victim) not in bus.shards  # never a connection to the dead node, nor to a replica
         await eventually(lambda: delivered(bus, channel, got, b"after"), timeout=5, what="delivery after failover")

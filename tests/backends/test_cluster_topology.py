@@ -6,7 +6,15 @@ import pytest
 from redis.crc import key_slot
 
 from switchboard.backends.redis.cluster_setup import detect_cluster, node_url, seed_urls
-from switchboard.backends.redis.topology import SlotMap, channel_slot, moves, plan_shards, probe_channel
+from switchboard.backends.redis.topology import (
+    Shard,
+    SlotMap,
+    channel_slot,
+    moves,
+    plan_shards,
+    probe_channel,
+    slot_map_sources,
+)
 from switchboard.errors import ConfigError
 
 RAW = [
@@ -110,3 +118,11 @@ def test_shard_buses_follow_the_masters_and_their_probe_slots() -> None:
     drop, start = plan_shards(current, moved, "r1")
     assert drop == [("127.0.0.1", 7001)]
     assert moved.shard(("127.0.0.1", 7001)).serves(channel_slot(start[("127.0.0.1", 7001)]))
+
+
+def test_during_a_failover_the_slot_map_is_asked_of_the_dead_masters_replicas_first() -> None:
+    m1, m2, r1, r2, seed = ("h", 1), ("h", 2), ("h", 11), ("h", 12), ("h", 99)
+    slot_map = SlotMap((Shard(m1, (r1,), ((0, 8191),)), Shard(m2, (r2,), ((8192, 16383),))))
+    assert slot_map_sources(slot_map, set(), [seed, m1]) == [m1, m2, seed]
+    assert slot_map_sources(slot_map, {m2}, [seed]) == [r2, m1, m2, seed]  # r2 is promoted: it knows first
+    assert slot_map_sources(None, set(), [seed]) == [seed]

@@ -18,7 +18,15 @@ import pytest
 
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
-from switchboard.replicas.cluster import PRESENCE_INTERVAL, PRESENCE_TTL, Cluster, lease_policy
+from switchboard.replicas.cluster import (
+    FAILOVER_SLACK,
+    PRESENCE_INTERVAL,
+    PRESENCE_TTL,
+    Cluster,
+    lease_policy,
+    presence_ttl,
+    store_failed_over,
+)
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -195,7 +203,7 @@ class World:
     cluster: Cluster
 
 
-def world(*, held_by: str | None = None) -> World:
+def world(*, held_by: str | None = None, **cluster_options: Any) -> World:
     clock = FakeClock()
     hub = HubSide(clock=clock)
     presence, registry, counts, lease = Presence(), Registry(), Counts(), Lease(holder_id=held_by)
@@ -207,6 +215,7 @@ def world(*, held_by: str | None = None) -> World:
         lease=lease,
         policy=lease_policy(hub.settings, "sb:leader"),
         counts=counts,
+        **cluster_options,
     )
     return World(hub, presence, registry, counts, lease, cluster)
 
@@ -333,3 +342,106 @@ async def test_a_clean_stop_resigns_and_removes_only_this_replicas_state() -> No
     assert w.lease.holder_id is None
     assert w.registry.removed_for == ["ra"]
     assert "ra" not in w.presence.records
+
+
+# -- a cluster's failover: presence outlasts it, and lost writes come back ----
+
+
+def test_on_a_cluster_presence_lives_twice_the_node_timeout_and_the_rounds_around_it() -> None:
+    assert presence_ttl(None) == PRESENCE_TTL  # one instance: no failover to outlast
+    for node_timeout in (0.5, 2.0, 15.0, 60.0):
+        ttl = presence_ttl(node_timeout)
+        assert ttl >= 2 * node_timeout + FAILOVER_SLACK + 2 * PRESENCE_INTERVAL, (node_timeout, ttl)
+        assert ttl >= PRESENCE_TTL
+    assert presence_ttl(2.0) == 11.0  # the test cluster's 2 s: failovers measured at 3.7-4.7 s
+    assert presence_ttl(15.0) == 37.0  # Redis's and Valkey's default
+
+
+class TimedPresence(Presence):
+    """A presence store whose record expires on the fake clock; it notes every moment one was missing."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.expires = -1.0
+        self.gaps: list[float] = []
+
+    async def write(self, fields: Mapping[str, Any], *, ttl: float) -> None:
+        if self.down:
+            raise BackendError("CLUSTERDOWN the registry's master is failing over")
+        now = self.clock.monotonic()
+        if 0 <= self.expires < now:
+            self.gaps.append(now)
+        self.expires = now + ttl
+
+
+async def failover_gaps(ttl_world: World, clock: FakeClock, *, kill_at: float, failover: float) -> list[float]:
+    """Rounds every PRESENCE_INTERVAL on the fake clock; the store refuses writes for ``failover``
+    seconds from ``kill_at``; the moments the replica's record had expired."""
+    presence = TimedPresence(clock)
+    ttl_world.cluster.presence = presence
+    for _ in range(30):  # a minute of rounds
+        clock.advance(PRESENCE_INTERVAL)
+        now = clock.monotonic()
+        presence.down = kill_at <= now < kill_at + failover
+        with contextlib.suppress(BackendError):
+            await ttl_world.cluster.tend()
+    return presence.gaps
+
+
+@pytest.mark.parametrize("node_timeout", [0.5, 2.0, 15.0])
+async def test_a_failover_as_long_as_its_bound_never_lets_presence_expire(node_timeout: float) -> None:
+    """Whatever the phase of the kill against the rounds, a failover of 2 x node-timeout plus the
+    election's slack leaves the record alive until the first round after it (the derivation holds);
+    the one-instance TTL would not (the test fails with the TTL cut)."""
+
+    async def read_timeout() -> float:
+        return node_timeout
+
+    failover = 2 * node_timeout + FAILOVER_SLACK
+    for phase in range(8):
+        w = world(node_timeout=read_timeout)
+        assert await w.cluster.learn_presence_ttl() == presence_ttl(node_timeout)
+        kill_at = 10.0 + phase * PRESENCE_INTERVAL / 8
+        assert not await failover_gaps(w, w.hub.clock, kill_at=kill_at, failover=failover), (node_timeout, phase)
+    short = world()  # no node timeout known: the one-instance TTL, which a 2 s cluster's failover outlives
+    assert await short.cluster.learn_presence_ttl() == PRESENCE_TTL
+    if failover > PRESENCE_TTL - PRESENCE_INTERVAL:
+        assert await failover_gaps(short, short.hub.clock, kill_at=10.0, failover=failover)
+
+
+async def test_a_cluster_that_refuses_config_get_takes_the_node_timeout_setting() -> None:
+    async def refused() -> None:
+        return None
+
+    w = world(node_timeout=refused)
+    assert await w.cluster.learn_presence_ttl() == presence_ttl(w.hub.settings.redis_cluster_node_timeout)
+
+
+def test_only_a_change_of_a_known_master_is_a_failover() -> None:
+    assert store_failed_over(("h", 1), ("h", 2))
+    assert not store_failed_over(("h", 1), ("h", 1))
+    assert not store_failed_over(None, ("h", 2))  # first seen
+    assert not store_failed_over(("h", 1), None)  # the slot map not read: nothing known
+
+
+async def test_when_the_registrys_shard_changes_master_every_live_registration_is_written_again() -> None:
+    masters = [("127.0.0.1", 7000)]
+    w = world(store_master=lambda: masters[-1])
+    w.hub.peers = {"ws-1/a": Client({"b": info("a"), "s": info("a", "s")})}
+    await w.cluster.start()
+    try:
+        await w.cluster.tend()
+        assert not w.registry.written, "no failover yet"
+        masters.append(("127.0.0.1", 7003))  # its replica promoted
+        w.presence.down = True  # still failing over: the round fails, and the next one retries
+        with pytest.raises(BackendError):
+            await w.cluster.tend()
+        w.presence.down = False
+        await w.cluster.tend()
+        assert sorted(i["id"] for i in w.registry.written) == ["ws-1/a:built-in", "ws-1/a:s"]
+        assert w.counts.rebuilt, "the connection counts too"
+        await w.cluster.tend()
+        assert len(w.registry.written) == 2, "once per failover"
+    finally:
+        await w.cluster.stop()

@@ -52,10 +52,13 @@ class Traffic:
         self.ok: list[float] = []
         self.failed: list[tuple[float, str]] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         for n in range(10_000):  # bounded: the test stops it long before
+            if self._stopped:
+                return
             try:
                 assert await asyncio.wait_for(self.svc.add(n), 5) == n + 1
                 self.ok.append(loop.time())
@@ -68,10 +71,12 @@ class Traffic:
         return self
 
     async def stop(self) -> None:
+        """Stop calling; bounded even if a call swallows the cancel (then the loop sees the flag)."""
+        self._stopped = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), 10)
 
     def ok_after(self, t: float) -> float | None:
         return next((s for s in self.ok if s > t), None)

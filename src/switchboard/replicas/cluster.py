@@ -10,7 +10,10 @@
   gone are probed pass after pass and reaped only after several failures.
 * **Re-assertion**: when the store comes back empty (a restart without
   persistence), each replica writes back its live clients' registrations;
-  the bus re-wires its own subscriptions.
+  the bus re-wires its own subscriptions. On a cluster, also when the
+  registry's shard changed master (a failover): the promoted replica may
+  lack writes the dead master acknowledged, and the epoch key it kept
+  cannot tell.
 
 Every store call here raises :class:`BackendError` at worst (the backends
 translate their own errors), so a store outage costs a logged warning and a
@@ -25,7 +28,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Protocol
 
 from switchboard.clock import Clock
@@ -40,7 +43,8 @@ from switchboard.tasks import cancel_and_wait
 logger = logging.getLogger(__name__)
 
 PRESENCE_INTERVAL = 2.0  # seconds between presence writes and registry epoch checks
-PRESENCE_TTL = 6.0  # three missed writes and a replica counts as gone
+PRESENCE_TTL = 6.0  # three missed writes and a replica counts as gone (one instance; see presence_ttl)
+FAILOVER_SLACK = 2.0  # seconds of a cluster failover beyond 2 x cluster-node-timeout: election delay, gossip
 # after a data loss, lookups answer "retry" until every replica had its chance to re-assert:
 # each checks every PRESENCE_INTERVAL, plus a second for a round slowed by the outage
 SETTLE = PRESENCE_INTERVAL + 1.0
@@ -105,6 +109,29 @@ class Served(Protocol):
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
 
+def presence_ttl(node_timeout: float | None, *, interval: float = PRESENCE_INTERVAL) -> float:
+    """How long a presence record lives: on a cluster (``node_timeout``: its ``cluster-node-timeout``
+    in seconds), long enough to outlast a failover of the registry's shard.
+
+    While that shard fails over no replica can write presence: the record written last (up to
+    ``interval`` before the master died) must survive the failover and the replica's next round
+    after the promotion (``interval`` more), with a second to spare for a round slowed by the
+    outage. A failover takes ``node_timeout`` to detect, then an election: its delay (0.5-1 s,
+    more for a lower-ranked replica) and a vote, retried after ``2 * node_timeout`` if it fails;
+    :data:`FAILOVER_SLACK` covers what does not scale with the timeout (measured 3.7-4.7 s at
+    2 s). Shorter, every replica would be presumed dead by the leader at once (its connection
+    counts forgotten, its clients probed for reaping).
+    """
+    if node_timeout is None:
+        return PRESENCE_TTL
+    return max(PRESENCE_TTL, 2 * node_timeout + FAILOVER_SLACK + 2 * interval + 1.0)
+
+
+def store_failed_over(seen: Hashable | None, current: Hashable | None) -> bool:
+    """Whether the registry's shard changed master since ``seen`` (``None``: unknown, never a change)."""
+    return seen is not None and current is not None and current != seen
+
+
 def lease_policy(settings: Settings, key: str) -> LeasePolicy:
     """The leader lease of ``settings``: renewed every third of its TTL."""
     return LeasePolicy(key=key, ttl=settings.leader_lease_ttl, renew_every=settings.leader_lease_ttl / 3)
@@ -123,7 +150,11 @@ class Cluster:
         lease: Lease,
         policy: LeasePolicy,
         counts: ReplicaCounts,
+        node_timeout: Callable[[], Awaitable[float | None]] | None = None,
+        store_master: Callable[[], Hashable | None] | None = None,
     ) -> None:
+        """``node_timeout`` (a cluster): reads the cluster's ``cluster-node-timeout`` in seconds,
+        ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now."""
         self.hub = hub
         self.registry = registry
         self.bus = bus
@@ -146,6 +177,10 @@ class Cluster:
             is_leader=lambda: self.elector.is_leader,
         )
         self._owners: dict[str, str] = {}
+        self._node_timeout = node_timeout
+        self._store_master = store_master
+        self._seen_master: Hashable | None = None  # read at start: the bus has its slot map by then
+        self.presence_ttl = PRESENCE_TTL
         self._tasks: list[asyncio.Task[None]] = []
         self.reaped = 0
         self.reasserted = 0
@@ -153,6 +188,8 @@ class Cluster:
         self.log = logging.LoggerAdapter(logger, {"replica": hub.replica_id})
 
     async def start(self) -> None:
+        self._seen_master = self._store_master() if self._store_master else None
+        await self.learn_presence_ttl()
         with contextlib.suppress(BackendError, OSError):
             await self.registry.check_reset()  # remember the epoch now, to notice a loss later
         with contextlib.suppress(BackendError, OSError):
@@ -163,6 +200,23 @@ class Cluster:
             ("reaper", self.reaper.run()),
         ):
             self._tasks.append(asyncio.create_task(coro, name=f"{self.hub.replica_id} {name}"))
+
+    async def learn_presence_ttl(self) -> float:
+        """On a cluster: the presence TTL that outlasts its failover (:func:`presence_ttl`), from its
+        ``cluster-node-timeout``, or ``--redis-cluster-node-timeout`` if the cluster will not say."""
+        if self._node_timeout is not None:
+            read = None
+            with contextlib.suppress(BackendError, OSError):
+                read = await self._node_timeout()
+            timeout = read if read is not None else self.hub.settings.redis_cluster_node_timeout
+            self.presence_ttl = presence_ttl(timeout)
+            self.log.info(
+                "presence records live %.1fs: cluster-node-timeout %.1fs (%s)",
+                self.presence_ttl,
+                timeout,
+                "read from the cluster" if read is not None else "--redis-cluster-node-timeout",
+            )
+        return self.presence_ttl
 
     async def stop(self) -> None:
         """Leave cleanly: give up the lease and remove only this replica's own keys."""
@@ -187,12 +241,16 @@ class Cluster:
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
         await self._write_presence()
+        master = self._store_master() if self._store_master else None
         if await self.registry.check_reset(settle=SETTLE):
-            await self._reassert()
+            await self._reassert("Redis lost its data")
+        elif store_failed_over(self._seen_master, master):
+            await self._reassert("the registry's shard changed master (what the old one acknowledged may be lost)")
         elif repair := await self.hub.repair_registry():
             repaired = await self.registry.reassert(repair)
             self.reasserted += repaired
             self.log.info("re-wrote %d registrations deferred by a Redis outage", repaired)
+        self._seen_master = master or self._seen_master  # only once re-asserted: a failed round retries
         if self.elector.is_leader:
             await self._forget_dead_replicas()
             await self.hub.sweep_transits()
@@ -216,15 +274,15 @@ class Cluster:
                 # calls in flight to this replica's busiest clients, for min_load lookups (hub/loads.py)
                 "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
             },
-            ttl=PRESENCE_TTL,
+            ttl=self.presence_ttl,
         )
 
-    async def _reassert(self) -> None:
+    async def _reassert(self, why: str) -> None:
         peers = list(self.hub.peers.values())
         await self.hub.reclaim()  # whose client ids these are, first
         count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
         self.reasserted += count
-        self.log.warning("Redis lost its data: re-asserted %d registrations of %d clients", count, len(peers))
+        self.log.warning("%s: re-asserted %d registrations of %d clients", why, count, len(peers))
         counted = [peer for peer in peers if peer.counted]
         users = Counter(peer.user.id for peer in counted)
         workspaces = Counter(peer.workspace for peer in counted)

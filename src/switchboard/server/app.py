@@ -130,6 +130,7 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
     from switchboard.replicas.metrics import ReplicaCollector
 
     policy = lease_policy(hub.settings, parts.leader_key)
+    bus = parts.bus if isinstance(parts.bus, ClusterBus) else None
     owner = f"{hub.replica_id}#{int(time.time() * 1000)}"  # unique per incarnation
     cluster = Cluster(
         hub,
@@ -139,6 +140,9 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
         lease=RedisLease(parts.client, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
         policy=policy,
         counts=parts.counts,
+        # a cluster: presence outlasts a failover, and one of the registry's shard is followed by re-assertion
+        node_timeout=bus.node_timeout if bus else None,
+        store_master=(lambda: bus.store_master) if bus else None,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too

@@ -28,7 +28,17 @@ from redis.exceptions import RedisError
 
 from switchboard.backends.base import BusHandler
 from switchboard.backends.redis.bus import BusStats, RedisBus
-from switchboard.backends.redis.topology import Address, SlotMap, address_text, moves, plan_shards
+from switchboard.backends.redis.cluster_health import ShardHealth, cluster_readiness
+from switchboard.backends.redis.cluster_setup import CLUSTER_KEY_PREFIX
+from switchboard.backends.redis.topology import (
+    Address,
+    SlotMap,
+    address_text,
+    channel_slot,
+    moves,
+    plan_shards,
+    slot_map_sources,
+)
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.tasks import cancel_and_wait
@@ -36,7 +46,7 @@ from switchboard.tasks import cancel_and_wait
 logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL = 5.0  # seconds between slot map reads while all is well
-REFRESH_UNHEALTHY = 0.25  # ... and while a shard is down or slots are uncovered (a failover under way)
+REFRESH_UNHEALTHY = 0.1  # ... and while a shard is down or slots are uncovered (a failover: follow it within 0.1 s)
 
 
 class ClusterBus:
@@ -57,9 +67,11 @@ class ClusterBus:
         replica_id: str,
         reconcile_interval: float | None = 5.0,
         refresh_interval: float = REFRESH_INTERVAL,
+        store_key: str = CLUSTER_KEY_PREFIX,
         **shard_options: Any,
     ) -> None:
         self.replica_id = replica_id
+        self._store_slot = channel_slot(store_key)  # the registry's, presence's and lease's slot
         self._cluster = cluster
         self._node_url = node_url
         self._seeds = list(seeds)
@@ -93,7 +105,10 @@ class ClusterBus:
             await self.refresh()
         deadline = self._clock.monotonic() + (wait or 0)
         while (
-            self.slot_map is not None and not self._closed and not self.health[0] and self._clock.monotonic() < deadline
+            self.slot_map is not None
+            and not self._closed
+            and not self.all_shards_healthy
+            and self._clock.monotonic() < deadline
         ):
             await self._clock.sleep(0.05)  # the shard buses confirming their probes
         if not self._closed:  # closed while starting: no loop to leave behind
@@ -144,18 +159,33 @@ class ClusterBus:
 
     @property
     def health(self) -> tuple[bool, str]:
+        """Ready unless what this replica cannot serve without is down (:func:`cluster_readiness`)."""
         if self._closed:
             return False, "closed"
         if self.slot_map is None:
             return False, f"cluster slot map not read yet: {self._hint_reason or 'starting'}"
-        if not self.slot_map.complete:
-            return False, f"cluster covers {self.slot_map.covered} of 16384 slots"
-        for addr, shard in sorted(self.shards.items()):
-            ok, why = shard.health
-            if not ok:
-                return False, f"shard {address_text(addr)}: {why}"
+        store = self.store_master
+        shards = [
+            ShardHealth(addr, *shard.health, holds_store=addr == store) for addr, shard in sorted(self.shards.items())
+        ]
         unplaced = sum(1 for c in self._wanted if self._placement.get(c) not in self.shards)
-        return True, "ok" if not unplaced else f"ok, {unplaced} channel(s) awaiting a shard"
+        return cluster_readiness(
+            slot_map_read=True,
+            store_served=store is not None,
+            covered=self.slot_map.covered,
+            shards=shards,
+            unplaced=unplaced,
+        )
+
+    @property
+    def all_shards_healthy(self) -> bool:
+        """Every master's pub/sub confirmed (stricter than :attr:`health`: the refresh pace follows it)."""
+        return self.health[0] and all(shard.health[0] for shard in self.shards.values())
+
+    @property
+    def store_master(self) -> Address | None:
+        """The master serving the registry's slot, as last read (it changes on a failover)."""
+        return self.slot_map.master_of_slot(self._store_slot) if self.slot_map else None
 
     @property
     def stats(self) -> BusStats:
@@ -211,8 +241,11 @@ class ClusterBus:
             self._hint.set()
 
     async def _read_slot_map(self) -> SlotMap:
-        """``CLUSTER SLOTS`` from the first node that answers: known masters first, then the seeds."""
-        candidates = list(dict.fromkeys([*(self.slot_map.masters if self.slot_map else []), *self._seeds]))
+        """``CLUSTER SLOTS`` from the first node that answers: the replicas of a master whose pub/sub is
+        down first (the one promoted knows it at once; the others learn it by gossip, later), then
+        the known masters, then the seeds."""
+        down = {addr for addr, shard in self.shards.items() if not shard.health[0]}
+        candidates = slot_map_sources(self.slot_map, down, self._seeds)
         errors = []
         for addr in candidates:
             client = aredis.Redis.from_url(
@@ -229,6 +262,24 @@ class ClusterBus:
             finally:
                 await client.aclose()
         raise BackendError(f"no cluster node answered CLUSTER SLOTS: {'; '.join(errors) or 'no nodes known'}")
+
+    async def node_timeout(self) -> float | None:
+        """The cluster's ``cluster-node-timeout`` in seconds, from the registry's master (or a seed);
+        ``None`` where ``CONFIG GET`` is refused (managed offerings) or nobody answers."""
+        addr = self.store_master or (self._seeds[0] if self._seeds else None)
+        if addr is None:
+            return None
+        client = aredis.Redis.from_url(self._node_url(addr), protocol=2, socket_timeout=1.0, socket_connect_timeout=1.0)
+        try:
+            reply = await client.execute_command("CONFIG", "GET", "cluster-node-timeout")  # type: ignore[no-untyped-call]
+            values = dict(zip(reply[::2], reply[1::2], strict=True)) if isinstance(reply, list) else dict(reply)
+            raw = values.get(b"cluster-node-timeout", values.get("cluster-node-timeout"))
+            return int(raw) / 1000 if raw is not None else None
+        except (RedisError, OSError, ValueError) as exc:
+            logger.info("cluster-node-timeout not readable from %s: %s", address_text(addr), exc, extra=self._extra)
+            return None
+        finally:
+            await client.aclose()
 
     async def refresh(self) -> int:
         """Read the slot map and follow it: shard buses for new masters, channels moved; return moves."""
@@ -296,7 +347,7 @@ class ClusterBus:
 
     async def _refresh_loop(self) -> None:
         while not self._closed:
-            interval = self._refresh_interval if self.health[0] else REFRESH_UNHEALTHY
+            interval = self._refresh_interval if self.all_shards_healthy else REFRESH_UNHEALTHY
             hinted = asyncio.create_task(self._hint.wait())
             timer = asyncio.create_task(self._clock.sleep(interval))
             try:

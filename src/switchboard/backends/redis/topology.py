@@ -140,3 +140,13 @@ def plan_shards(
     drop = sorted(addr for addr, probe in current.items() if wanted.get(addr) != probe)
     start = {addr: probe for addr, probe in wanted.items() if addr not in current or addr in drop}
     return drop, start
+
+
+def slot_map_sources(slot_map: SlotMap | None, down: Iterable[Address], seeds: Iterable[Address]) -> list[Address]:
+    """The nodes to ask for ``CLUSTER SLOTS``, in order: the replicas of the masters that are
+    ``down`` first (the one promoted knows it at once; the other nodes learn it by gossip, up
+    to a few hundred ms later), then the known masters, then the seeds."""
+    shards = slot_map.shards if slot_map else ()
+    down = set(down)
+    standby = [replica for shard in shards if shard.master in down for replica in shard.replicas]
+    return list(dict.fromkeys([*standby, *(s.master for s in shards), *seeds]))
