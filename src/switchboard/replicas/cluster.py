@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from switchboard.clock import Clock
@@ -123,8 +123,12 @@ class Cluster:
         lease: Lease,
         policy: LeasePolicy,
         counts: ReplicaCounts,
+        close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``close`` frees what the lease and the presence record use (connections of their
+        own), last on :meth:`stop`."""
         self.hub = hub
+        self._close = close
         self.registry = registry
         self.bus = bus
         self.presence = presence
@@ -159,6 +163,7 @@ class Cluster:
             await self._write_presence()
         for name, coro in (
             ("presence", self._presence_loop()),
+            ("upkeep", self._upkeep_loop()),
             ("leader", self.elector.run()),
             ("reaper", self.reaper.run()),
         ):
@@ -173,20 +178,40 @@ class Cluster:
                 await self.elector.resign()
                 await self.registry.remove_replica_state(self.hub.replica_id)
                 await self.presence.remove()
+        if self._close is not None:
+            with contextlib.suppress(Exception):  # whatever the store raises, the shutdown goes on
+                await self._close()
 
     # -- presence and recovery ---------------------------------------------
 
     async def _presence_loop(self) -> None:
+        """The presence record alone, on its own deadline: the upkeep's commands share the
+        command pool with the clients' and may wait seconds there, the record must not (a
+        replica whose record expired counts as gone, its clients are reaped)."""
         while not self._stopping:  # also ends the loop if redis-py swallowed its cancel
             await self.hub.clock.sleep(PRESENCE_INTERVAL)
             try:
-                await self.tend()
+                await self._write_presence()
             except (BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
+
+    async def _upkeep_loop(self) -> None:
+        while not self._stopping:
+            await self.hub.clock.sleep(PRESENCE_INTERVAL)
+            try:
+                await self.upkeep()
+            except (BackendError, OSError) as exc:
+                self.log.warning("cluster upkeep failed: %s", exc)
+            except Exception:  # a bug must not end recovery for good
+                self.log.exception("cluster upkeep failed")
 
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
         await self._write_presence()
+        await self.upkeep()
+
+    async def upkeep(self) -> None:
+        """Recovery and the leader's chores (the presence record has a loop of its own)."""
         if await self.registry.check_reset(settle=SETTLE):
             await self._reassert()
         elif repair := await self.hub.repair_registry():
