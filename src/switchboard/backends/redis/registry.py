@@ -27,6 +27,7 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from switchboard.backends.base import Claim, Expiry
+from switchboard.backends.redis.batch import Batcher
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
@@ -207,7 +208,9 @@ class RedisRegistry:
         self._claim = self._r.register_script(_CLAIM)
         self._keys = TransitKeys(key_prefix)
         self._transit_key = self._keys.transit
-        self._transit = RedisTransit(self._r, self._keys, self._call)
+        # a crowd leaving (or coming back) at once: its per-client scripts go in a few pipelines
+        self._batch = Batcher(self._r)
+        self._transit = RedisTransit(self._r, self._keys, self._call, self._batch)
 
     def _svc_key(self, workspace: str) -> str:
         return self._keys.svc(workspace)
@@ -265,7 +268,7 @@ class RedisRegistry:
                 self._keys.holder,
             ]
             args = [workspace, f"{client_id}:", wc, current, owner or ""]
-            removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
+            removed = await self._call("remove_client", self._batch.run(self._remove_client, keys, args))
             if (retry := _retry_with(removed)) is None:
                 return [_decode(raw) for raw in removed[1:]]
             current = retry
@@ -322,6 +325,7 @@ class RedisRegistry:
 
     async def close(self) -> None:
         """Shared state stays in Redis for the other replicas; only our client is closed."""
+        await self._batch.close()
         if self._owns_client:
             await self._r.aclose()
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.backends.base import Expiry
+from switchboard.backends.redis.batch import Batcher
 from switchboard.errors import BackendError
 
 _TRIES = 5  # scripts refused because the owner changed between tries: rare, a few tries suffice
@@ -149,13 +150,15 @@ class RedisTransit:
 
     The registry owns the client and the key layout and hands this what it
     needs: ``call`` is its way of awaiting a command (Redis errors become
-    :class:`~switchboard.errors.BackendError` there), and the key names are
-    those its own scripts use, since ending a transit also moves ownership.
+    :class:`~switchboard.errors.BackendError` there), the key names are
+    those its own scripts use, since ending a transit also moves ownership,
+    and ``batch`` sends a crowd's per-client scripts in shared pipelines.
     """
 
-    def __init__(self, redis: Any, keys: TransitKeys, call: Call) -> None:
+    def __init__(self, redis: Any, keys: TransitKeys, call: Call, batch: Batcher) -> None:
         self._k = keys
         self._call = call
+        self._batch = batch
         self._begin = redis.register_script(BEGIN)
         self._end = redis.register_script(END)
         self._expire = redis.register_script(EXPIRE)
@@ -165,7 +168,7 @@ class RedisTransit:
         k = self._k
         keys = [k.owner, k.transit, k.transit_left]
         args = [f"{workspace}/{client_id}", owner, int(grace * 1000)]
-        return bool(await self._call("begin_transit", self._begin(keys=keys, args=args)))
+        return bool(await self._call("begin_transit", self._batch.run(self._begin, keys, args)))
 
     async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
         k = self._k
@@ -173,7 +176,7 @@ class RedisTransit:
         for _ in range(_TRIES):
             keys = [k.transit, k.transit_left, k.owner, k.clients(owner), k.clients(old)]
             args = [f"{workspace}/{client_id}", owner, old]
-            reply = await self._call("end_transit", self._end(keys=keys, args=args))
+            reply = await self._call("end_transit", self._batch.run(self._end, keys, args))
             if not isinstance(reply, list):
                 away = int(reply)
                 return None if away < 0 else away / 1000
@@ -186,7 +189,7 @@ class RedisTransit:
         for _ in range(_TRIES):
             keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.clients(owner), k.holder]
             args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, owner]
-            reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
+            reply = await self._call("expire_transit", self._batch.run(self._expire, keys, args))
             if reply[0] != b"retry":
                 break
             owner = reply[1].decode()
