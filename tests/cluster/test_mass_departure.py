@@ -95,9 +95,10 @@ async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_o
             "cannot put the client in transit",
             "not settled",
         ):
-            assert failure not in log, f"{failure!r} in the replica's log:\n" + "\n".join(
-                line for line in log.splitlines() if failure in line
-            )[:3000]
+            assert failure not in log, (
+                f"{failure!r} in the replica's log:\n"
+                + "\n".join(line for line in log.splitlines() if failure in line)[:3000]
+            )
         assert took < scaled(GRACE + BACK_WITHIN), f"Redis back to baseline {took:.1f} s after the crowd left"
     finally:
         replica.kill()
