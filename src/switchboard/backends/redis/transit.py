@@ -23,6 +23,7 @@ from typing import Any
 
 from switchboard.backends.base import Expiry
 from switchboard.backends.redis.batch import Batcher
+from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.errors import BackendError
 
 _TRIES = 5  # scripts refused because the owner changed between tries: rare, a few tries suffice
@@ -56,6 +57,10 @@ class TransitKeys:
 
     def svc(self, workspace: str) -> str:
         return f"{self.prefix}svc:{workspace}"
+
+    def index(self, workspace: str) -> str:
+        """Which fields of :meth:`svc` each client has (:mod:`.client_fields`)."""
+        return f"{self.prefix}svcidx:{workspace}"
 
     def clients(self, replica_id: str) -> str:
         return f"{self.prefix}replica:{replica_id}:clients"
@@ -105,11 +110,12 @@ return math.max(0, now - tonumber(left))
 )
 
 # KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash, the owner's clients set,
-# holder hash.
-# ARGV: "<ws>/<cid>", "<cid>:", ws, the owner guessed (whose clients set KEYS[6] is).
+# holder hash, svc index hash.
+# ARGV: "<ws>/<cid>", cid, ws, the owner guessed (whose clients set KEYS[6] is).
 # {'none'} | {'waiting', ms left} | {'expired', info...} | {'retry', owner} if the guess was wrong
 EXPIRE = (
     _NOW
+    + INDEX_LUA
     + """
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not deadline then return {'none'} end
@@ -119,13 +125,7 @@ if owner and owner ~= ARGV[4] then return {'retry', owner} end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local out = {'expired'}
-local all = redis.call('HGETALL', KEYS[3])
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, #ARGV[2]) == ARGV[2] then
-    redis.call('HDEL', KEYS[3], all[i])
-    table.insert(out, all[i + 1])
-  end
-end
+remove_fields(KEYS[3], KEYS[8], ARGV[2], out)
 if redis.call('HLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[3]) end
 if owner then
   redis.call('SREM', KEYS[6], ARGV[1])
@@ -187,8 +187,17 @@ class RedisTransit:
         k = self._k
         owner = ""
         for _ in range(_TRIES):
-            keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.clients(owner), k.holder]
-            args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, owner]
+            keys = [
+                k.transit,
+                k.transit_left,
+                k.svc(workspace),
+                k.workspaces,
+                k.owner,
+                k.clients(owner),
+                k.holder,
+                k.index(workspace),
+            ]
+            args = [f"{workspace}/{client_id}", client_id, workspace, owner]
             reply = await self._call("expire_transit", self._batch.run(self._expire, keys, args))
             if reply[0] != b"retry":
                 break
