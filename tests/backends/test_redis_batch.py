@@ -125,3 +125,13 @@ async def test_on_a_cluster_a_crowd_of_one_slots_calls_goes_to_its_master_in_a_f
         assert batcher.pipelines <= 5  # a lone call, its script loaded once, then 500 at a time
     finally:
         await client.aclose()
+
+
+async def test_a_crowd_of_commands_goes_in_pipelines_each_with_its_own_reply(redis: Any) -> None:
+    """As a bus's publishes: 10,000 clients leaving at once publish as many events."""
+    batcher = Batcher(redis, limit=100)
+    replies = await asyncio.gather(*(batcher.command("PUBLISH", f"batch:ch{n}", b"x") for n in range(500)))
+    assert replies == [0] * 500  # nobody listens: each its own count
+    assert batcher.pipelines <= 6
+    outcome = await asyncio.gather(batcher.command("NOSUCHCOMMAND"), return_exceptions=True)
+    assert isinstance(outcome[0], RedisError)

@@ -35,7 +35,7 @@ BATCH = 500
 
 @dataclass(slots=True)
 class _Call:
-    script: Any  # a script registered on the batcher's client (redis-py's AsyncScript)
+    script: Any  # a script registered on the batcher's client (redis-py's AsyncScript); None: a command
     keys: Sequence[Any]
     args: Sequence[Any]
     reply: asyncio.Future[Any]
@@ -58,11 +58,21 @@ class Batcher:
     async def run(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """Run ``script`` in the next pipeline: its reply, or the :class:`RedisError` it (or its
         pipeline) failed with."""
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Call(script, keys, args, reply))
+        return await self._queued(_Call(script, keys, args, self._future()))
+
+    async def command(self, *args: Any) -> Any:
+        """Run one command (``PUBLISH``, ...) in the next pipeline: its reply, or its error."""
+        return await self._queued(_Call(None, (), args, self._future()))
+
+    @staticmethod
+    def _future() -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _queued(self, call: _Call) -> Any:
+        self._queue.append(call)
         if self._sender is None:
             self._sender = asyncio.create_task(self._send(), name="redis batch")
-        return await reply
+        return await call.reply
 
     async def _send(self) -> None:
         batch: list[_Call] = []
@@ -85,11 +95,13 @@ class Batcher:
     async def _pipeline(self, batch: list[_Call]) -> None:
         try:
             replies = await self._execute(batch)
-            unknown = sorted({c.script.script for c, r in zip(batch, replies, strict=True) if _noscript(r)})
+            unknown = sorted(
+                {c.script.script for c, r in zip(batch, replies, strict=True) if c.script and _noscript(r)}
+            )
             if unknown:  # Redis lost them: load each once, then send its calls again
                 for source in unknown:
                     await self._r.script_load(source)
-                again = [i for i, r in enumerate(replies) if _noscript(r)]
+                again = [i for i, r in enumerate(replies) if batch[i].script and _noscript(r)]
                 for i, reply in zip(again, await self._execute([batch[i] for i in again]), strict=True):
                     replies[i] = reply
         except (RedisError, OSError) as exc:
@@ -106,7 +118,10 @@ class Batcher:
     async def _execute(self, batch: list[_Call]) -> list[Any]:
         async with self._r.pipeline(transaction=False) as pipe:
             for call in batch:
-                pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+                if call.script is None:
+                    pipe.execute_command(*call.args)
+                else:
+                    pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         self.pipelines += 1
         return replies
