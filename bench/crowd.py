@@ -1,7 +1,8 @@
 """A crowd on one replica: CPU per connect as the replica fills, and the time until a crowd that
 left all at once is gone from Redis (read, not assumed).
 
-    .venv/bin/python bench/crowd.py [--clients 2000] [--step 500] [--latency 0] [--pool 64] [--grace 0]
+    .venv/bin/python bench/crowd.py [--clients 2000] [--step 500] [--latency 0] [--pool N] [--grace 0]
+                                    [--against OTHER_REVISION/src]
 
 One real replica on a real Valkey (optionally behind the fault proxy, ``--latency`` seconds each
 way), raw WebSocket clients that do the hypha handshake and announce their ``built-in`` service
@@ -147,17 +148,19 @@ class Crowd:
         }
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
+    """One measurement, of the replica code under ``src`` (another revision's ``src``) or of this one."""
     with ValkeyServer() as valkey:
         proxy = ThreadedFaultProxy("127.0.0.1", valkey.port).start() if args.latency else None
+        pool = [] if args.pool is None else ["--redis-max-connections", str(args.pool)]  # older: no such flag
         replica = ReplicaProcess(
             replica_id=REPLICA,
             redis_url=proxy.url_for_redis() if proxy else valkey.url,
+            env={"PYTHONPATH": src} if src else None,
             args=[
                 "--transit-grace",
                 str(args.grace),
-                "--redis-max-connections",
-                str(args.pool),
+                *pool,
                 "--max-connections-per-user",
                 str(args.clients + args.step + 10),
                 "--max-connections-per-workspace",
@@ -218,18 +221,44 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 proxy.stop()
 
 
+def ratios(this: dict[str, Any], before: dict[str, Any]) -> dict[str, float | None]:
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    now, then = this["departure"], before["departure"]
+    return {
+        "departure_seconds_until_redis_clean": ratio(
+            now["seconds_until_redis_clean"], then["seconds_until_redis_clean"]
+        ),
+        "departure_replica_cpu": ratio(now["replica_cpu_s"], then["replica_cpu_s"]),
+        "last_step_cpu_per_connect": ratio(
+            this["connect"][-1]["cpu_ms_per_connect"], before["connect"][-1]["cpu_ms_per_connect"]
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=2000)
     parser.add_argument("--step", type=int, default=500, help="clients per connect step, and the baseline crowd")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds each way between replica and Valkey")
-    parser.add_argument("--pool", type=int, default=64, help="--redis-max-connections of the replica")
+    parser.add_argument("--pool", type=int, default=None, help="--redis-max-connections of the replica")
+    parser.add_argument(
+        "--against",
+        metavar="SRC",
+        help="first measure the replica code of this directory (another revision's src/, e.g. from git archive), "
+        "then this one's, and report this one's figures as ratios to it",
+    )
     parser.add_argument("--grace", type=float, default=0.0, help="--transit-grace of the replica")
     args = parser.parse_args()
     if not 0 < args.step <= args.clients <= 10_000:
         sys.exit("--step and --clients: 0 < step <= clients <= 10,000")
     raise_fd_limit(2 * args.clients + 1000)
     result = asyncio.run(run(args))
+    if args.against:
+        print(f"against {args.against}:", flush=True)
+        before = asyncio.run(run(args, str(Path(args.against).resolve())))
+        result = {"this": result, "against": before, "ratios_this_to_against": ratios(result, before)}
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
