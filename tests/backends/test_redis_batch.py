@@ -135,3 +135,14 @@ async def test_a_crowd_of_commands_goes_in_pipelines_each_with_its_own_reply(red
     assert batcher.pipelines <= 6
     outcome = await asyncio.gather(batcher.command("NOSUCHCOMMAND"), return_exceptions=True)
     assert isinstance(outcome[0], RedisError)
+
+
+async def test_a_closed_batcher_refuses_calls_and_opens_no_connection_again(valkey_batch: ValkeyServer) -> None:
+    """A bus or registry closed its client right after its batcher: a late call (a probe whose
+    cancel was swallowed) must not open a connection that nobody closes."""
+    client = make_client(valkey_batch.url, max_connections=1)
+    batcher = Batcher(client)
+    await batcher.close()
+    await client.aclose()
+    with pytest.raises(RedisError, match="closed"):
+        await batcher.command("PING")

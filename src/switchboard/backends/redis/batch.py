@@ -49,6 +49,7 @@ class Batcher:
         self.limit = limit
         self._queue: deque[_Call] = deque()
         self._sender: asyncio.Task[None] | None = None
+        self._closed = False
         self.pipelines = 0  # sent so far: how much was batched (tests, benches)
 
     @property
@@ -69,6 +70,8 @@ class Batcher:
         return asyncio.get_running_loop().create_future()
 
     async def _queued(self, call: _Call) -> Any:
+        if self._closed:  # its client is closed, or about to be: no connection is opened again
+            raise RedisError("closed")
         self._queue.append(call)
         if self._sender is None:
             self._sender = asyncio.create_task(self._send(), name="redis batch")
@@ -127,7 +130,8 @@ class Batcher:
         return replies
 
     async def close(self) -> None:
-        """Let what is queued go out (bounded by the socket timeouts), then stop."""
+        """Let what is queued go out (bounded by the socket timeouts), then stop; later calls fail."""
+        self._closed = True
         sender = self._sender
         if sender is None:
             return
