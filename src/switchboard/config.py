@@ -92,6 +92,17 @@ class Settings:
         "reaping",
         minimum=0.1,
     )
+    redis_max_connections: int = setting(
+        64,
+        "Connections a replica's registry and counter commands may hold open to each Redis node at once (the "
+        "bus's publishes have a pool of their own; the leader lease and the presence record one connection "
+        "each, apart). A command that finds every one busy waits for one, up to 2 s (a cluster's client retries "
+        "a few times instead).",
+        "a replica's commands come in bursts, and those of thousands of clients arriving or leaving at once go in "
+        "pipelines over a connection or two, so a few dozen keep up with any crowd; and 100 replicas stay far "
+        "below Redis's default 10,000 maxclients",
+        minimum=1,
+    )
     jwt_secret: str = setting(
         "",
         f"HS256 secret for tokens, at least {MIN_SECRET_BYTES} bytes (empty: the one kept in --state-dir, made "

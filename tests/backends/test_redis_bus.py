@@ -415,8 +415,32 @@ class FakePubSub:
             conn.push([b"message", channel.encode(), data])
         return len(subscribers)
 
+    def pipeline(self, transaction: bool = False) -> FakePipeline:
+        return FakePipeline(self)
+
     async def aclose(self) -> None:
         pass
+
+
+class FakePipeline:
+    """Publishes queued and sent together, as through redis-py's pipeline (the bus batches them)."""
+
+    def __init__(self, server: FakePubSub) -> None:
+        self.server = server
+        self.queued: list[tuple[str, bytes]] = []
+
+    async def __aenter__(self) -> FakePipeline:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def execute_command(self, name: str, channel: str, data: bytes) -> None:
+        assert name == "PUBLISH", name
+        self.queued.append((channel, data))
+
+    async def execute(self, raise_on_error: bool = True) -> list[int]:
+        return [await self.server.publish(channel, data) for channel, data in self.queued]
 
 
 class FakeConn:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -445,3 +446,110 @@ async def test_when_the_registrys_shard_changes_master_every_live_registration_i
         assert len(w.registry.written) == 2, "once per failover"
     finally:
         await w.cluster.stop()
+
+
+class Timeline:
+    """A fake clock for several sleeping tasks at once (the presence, upkeep, lease and reaper
+    loops): time moves only when the test moves it, and each sleeper wakes at its own deadline."""
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def time(self) -> float:
+        return 1_700_000_000.0 + self._now
+
+    async def sleep(self, seconds: float) -> None:
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._now + max(0.0, seconds), id(wake), wake))
+        await wake
+
+    async def run_until(self, end: float) -> None:
+        await self._turns()  # tasks just started reach their first sleep
+        while self._sleepers and self._sleepers[0][0] <= end:  # bounded: every loop sleeps a while
+            self._now, _, wake = heapq.heappop(self._sleepers)
+            if not wake.done():
+                wake.set_result(None)
+            await self._turns()  # the sleeper's round, up to its next sleep or a stuck await
+        self._now = end
+
+    @staticmethod
+    async def _turns() -> None:
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+
+@dataclass
+class StuckRegistry(Registry):
+    """A registry whose upkeep commands wait for a connection of a pool the clients' commands fill."""
+
+    waiting: int = 0
+
+    async def check_reset(self, *, settle: float = 0.0) -> bool:
+        if not settle:  # start() records the epoch: answered
+            return await super().check_reset()
+        self.waiting += 1
+        await asyncio.Event().wait()  # never answered within the test
+        return False
+
+
+async def test_the_presence_record_keeps_its_times_while_the_upkeep_waits_on_the_store() -> None:
+    """The record tells the others this replica is alive (expired: gone, its clients reaped):
+    rewriting it never waits behind the upkeep's commands, which share the command pool with
+    the clients' and may wait there for seconds."""
+    clock = Timeline()
+    hub = HubSide(clock=clock)  # type: ignore[arg-type]
+    presence, registry, lease = Presence(), StuckRegistry(), Lease()
+    cluster = Cluster(
+        hub,
+        registry=registry,
+        bus=Bus(),
+        presence=presence,
+        lease=lease,
+        policy=lease_policy(hub.settings, "sb:leader"),
+        counts=Counts(),
+    )
+    writes: list[float] = []
+    write = presence.write
+
+    async def timed_write(fields: Mapping[str, Any], *, ttl: float) -> None:
+        writes.append(clock.monotonic())
+        await write(fields, ttl=ttl)
+
+    presence.write = timed_write  # type: ignore[method-assign]
+    await cluster.start()
+    try:
+        await clock.run_until(5 * PRESENCE_INTERVAL + 0.5)
+        assert registry.waiting == 1, "the upkeep is stuck on the store from its first round"
+        assert writes == [n * PRESENCE_INTERVAL for n in range(6)], f"presence written at {writes} only"
+        assert cluster.elector.is_leader  # the lease's renewal never waited either
+    finally:
+        await cluster.stop()
+
+
+async def test_a_clean_stop_closes_the_lease_and_presence_connections_last() -> None:
+    w = world()
+    closed: list[str | None] = []
+
+    async def close() -> None:
+        closed.append(w.lease.holder_id)  # the lease was released before its connection went
+
+    cluster = Cluster(
+        w.hub,
+        registry=w.registry,
+        bus=Bus(),
+        presence=w.presence,
+        lease=w.lease,
+        policy=lease_policy(w.hub.settings, "sb:leader"),
+        counts=w.counts,
+        close=close,
+    )
+    await cluster.start()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await cluster.stop()
+    assert closed == [None]
+    assert "ra" not in w.presence.records

@@ -48,6 +48,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import FRESH_GOODBYE, Peer
 from switchboard.hub.remote import Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.together import together
 from switchboard.hub.transit import Released, Transit
 from switchboard.tasks import cancel_and_wait, spawn
 
@@ -265,26 +266,28 @@ class Moves:
         for client in self.transit.holders():
             if client in due or self.clock.monotonic() - self.transit.since(client) >= RECHECK:
                 due.add(client)
-        for client in sorted(due):
-            ws, _, cid = client.partition("/")
-            try:
-                expiry = await self.registry.expire_transit(ws, cid)
-            except BackendError as exc:
-                self.log.warning("transit of %s not settled: %s", client, exc)
-                continue
-            if expiry.state == "waiting":
-                self.transit.extend(client, expiry.remaining)
-                continue
-            if expiry.state == "none":
-                self._send_on(self.transit.cancel(client))
-                continue
-            released = self.transit.expire(client)
-            self.metrics.transit_expiries.inc()
-            self.log.info("%s did not come back within %gs: announced gone", client, self.transit.grace)
-            await self.announce_gone(ws, cid, expiry.removed)
-            await self._notice("gone", client)
-            self.retry.fail(client)
-            self._send_on(released, fail=True)  # not routed again: the id is free, a newcomer may hold it
+        await together(sorted(due), self._settle)  # a crowd's scripts share pipelines
+
+    async def _settle(self, client: str) -> None:
+        ws, _, cid = client.partition("/")
+        try:
+            expiry = await self.registry.expire_transit(ws, cid)
+        except BackendError as exc:
+            self.log.warning("transit of %s not settled: %s", client, exc)
+            return
+        if expiry.state == "waiting":
+            self.transit.extend(client, expiry.remaining)
+            return
+        if expiry.state == "none":
+            self._send_on(self.transit.cancel(client))
+            return
+        released = self.transit.expire(client)
+        self.metrics.transit_expiries.inc()
+        self.log.info("%s did not come back within %gs: announced gone", client, self.transit.grace)
+        await self.announce_gone(ws, cid, expiry.removed)
+        await self._notice("gone", client)
+        self.retry.fail(client)
+        self._send_on(released, fail=True)  # not routed again: the id is free, a newcomer may hold it
 
     async def sweep_transits(self) -> int:
         """End transits whose grace is over that no replica here knew of (their notice was lost

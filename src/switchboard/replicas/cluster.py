@@ -152,10 +152,14 @@ class Cluster:
         counts: ReplicaCounts,
         node_timeout: Callable[[], Awaitable[float | None]] | None = None,
         store_master: Callable[[], Hashable | None] | None = None,
+        close: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``node_timeout`` (a cluster): reads the cluster's ``cluster-node-timeout`` in seconds,
-        ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now."""
+        ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now;
+        ``close`` frees what the lease and the presence record use (connections of their own),
+        last on :meth:`stop`."""
         self.hub = hub
+        self._close = close
         self.registry = registry
         self.bus = bus
         self.presence = presence
@@ -196,6 +200,7 @@ class Cluster:
             await self._write_presence()
         for name, coro in (
             ("presence", self._presence_loop()),
+            ("upkeep", self._upkeep_loop()),
             ("leader", self.elector.run()),
             ("reaper", self.reaper.run()),
         ):
@@ -227,20 +232,40 @@ class Cluster:
                 await self.elector.resign()
                 await self.registry.remove_replica_state(self.hub.replica_id)
                 await self.presence.remove()
+        if self._close is not None:
+            with contextlib.suppress(Exception):  # whatever the store raises, the shutdown goes on
+                await self._close()
 
     # -- presence and recovery ---------------------------------------------
 
     async def _presence_loop(self) -> None:
+        """The presence record alone, on its own deadline: the upkeep's commands share the
+        command pool with the clients' and may wait seconds there, the record must not (a
+        replica whose record expired counts as gone, its clients are reaped)."""
         while not self._stopping:  # also ends the loop if redis-py swallowed its cancel
             await self.hub.clock.sleep(PRESENCE_INTERVAL)
             try:
-                await self.tend()
+                await self._write_presence()
             except (BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
+
+    async def _upkeep_loop(self) -> None:
+        while not self._stopping:
+            await self.hub.clock.sleep(PRESENCE_INTERVAL)
+            try:
+                await self.upkeep()
+            except (BackendError, OSError) as exc:
+                self.log.warning("cluster upkeep failed: %s", exc)
+            except Exception:  # a bug must not end recovery for good
+                self.log.exception("cluster upkeep failed")
 
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
         await self._write_presence()
+        await self.upkeep()
+
+    async def upkeep(self) -> None:
+        """Recovery and the leader's chores (the presence record has a loop of its own)."""
         master = self._store_master() if self._store_master else None
         if await self.registry.check_reset(settle=SETTLE):
             await self._reassert("Redis lost its data")

@@ -86,6 +86,7 @@ def build_hub(
             # after 1 s without traffic, failed after 1 s without an echo (a loopback echo takes 0.1 ms)
             probe_idle=BUS_PROBE_IDLE,
             probe_timeout=BUS_PROBE_TIMEOUT,
+            max_connections=settings.redis_max_connections,
         )
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
         workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
@@ -137,12 +138,15 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
         registry=parts.registry,
         bus=parts.bus,
         presence=parts.presence,
-        lease=RedisLease(parts.client, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
+        # the lease's renewal keeps its deadline whatever the clients do: never a place in the
+        # queue of the pool their commands fill (the presence record writes on it too)
+        lease=RedisLease(parts.liveness, key=policy.key, ttl_ms=policy.ttl_ms, owner_id=owner),
         policy=policy,
         counts=parts.counts,
         # a cluster: presence outlasts a failover, and one of the registry's shard is followed by re-assertion
         node_timeout=bus.node_timeout if bus else None,
         store_master=(lambda: bus.store_master) if bus else None,
+        close=parts.liveness.aclose,
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too

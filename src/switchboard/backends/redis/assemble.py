@@ -22,7 +22,7 @@ from switchboard.backends.redis.cluster_setup import (
     node_url,
     seed_urls,
 )
-from switchboard.backends.redis.connection import make_client
+from switchboard.backends.redis.connection import LIVENESS_CONNECTIONS, POOL_SIZE, make_client
 from switchboard.backends.redis.counts import RedisConnectionCounts
 from switchboard.backends.redis.presence import RedisPresence, presence_keys
 from switchboard.backends.redis.registry import RedisRegistry
@@ -32,10 +32,16 @@ from switchboard.clock import Clock
 
 @dataclass
 class RedisBackends:
-    """What a replica on Redis runs on; ``client`` is shared by the stores (closed with the hub)."""
+    """What a replica on Redis runs on; ``client`` is shared by the stores (closed with the hub).
+
+    ``liveness`` is the leader lease's and the presence record's own client, a connection
+    each (:data:`LIVENESS_CONNECTIONS`): the clients' commands, however many, never make
+    them wait for a pooled connection and miss their deadlines. Its user closes it.
+    """
 
     cluster: bool
     client: Any
+    liveness: Any
     registry: RedisRegistry
     bus: RedisBus | ClusterBus
     counts: RedisConnectionCounts
@@ -52,15 +58,18 @@ def redis_backends(
     reconcile_interval: float | None = 5.0,
     probe_idle: float | None = 3.0,
     probe_timeout: float = 2.0,
+    max_connections: int = POOL_SIZE,
 ) -> RedisBackends:
     """Backends on ``url`` (one URL, or a cluster's seed nodes comma-separated); ``cluster``
-    ``None`` asks the nodes (:func:`detect_cluster`)."""
+    ``None`` asks the nodes (:func:`detect_cluster`). ``max_connections`` bounds the shared
+    command client's connections (to each node of a cluster)."""
     is_cluster = detect_cluster(url, cluster)
     prefix = CLUSTER_KEY_PREFIX if is_cluster else SINGLE_KEY_PREFIX
     bus: RedisBus | ClusterBus
     if is_cluster:
         seeds = seed_urls(url)
-        client: Any = make_cluster_client(url)
+        client: Any = make_cluster_client(url, max_connections=max_connections)
+        liveness: Any = make_cluster_client(url, max_connections=LIVENESS_CONNECTIONS)
 
         def url_of(addr: Address) -> str:
             return node_url(seeds[0], addr)
@@ -76,7 +85,8 @@ def redis_backends(
             probe_timeout=probe_timeout,
         )
     else:
-        client = make_client(url)
+        client = make_client(url, max_connections=max_connections)
+        liveness = make_client(url, max_connections=LIVENESS_CONNECTIONS)
         bus = RedisBus(
             url,
             clock=clock,
@@ -88,9 +98,10 @@ def redis_backends(
     return RedisBackends(
         cluster=is_cluster,
         client=client,
+        liveness=liveness,
         registry=RedisRegistry(client, replica_id=replica_id, key_prefix=prefix),
         bus=bus,
         counts=RedisConnectionCounts(client, replica_id=replica_id, key_prefix=prefix),
-        presence=RedisPresence(client, replica_id=replica_id, key_prefix=prefix),
+        presence=RedisPresence(client, replica_id=replica_id, key_prefix=prefix, writer=liveness),
         leader_key=presence_keys(prefix)[1],
     )

@@ -81,8 +81,9 @@ def detect_cluster(url: str, setting: bool | None) -> bool:
     return False
 
 
-def make_cluster_client(url: str, *, timeout: float = 2.0) -> RedisCluster:
-    """A command client for the cluster: RESP2, bounded timeouts, slot map refreshed on MOVED and on errors.
+def make_cluster_client(url: str, *, timeout: float = 2.0, max_connections: int = 64) -> RedisCluster:
+    """A command client for the cluster: RESP2, bounded timeouts, slot map refreshed on MOVED and on errors,
+    at most ``max_connections`` connections to each node.
 
     Retries are redis-py's (on connection errors and timeouts, reading the slot
     map again between tries): on a cluster a command that timed out on a
@@ -100,5 +101,5 @@ def make_cluster_client(url: str, *, timeout: float = 2.0) -> RedisCluster:
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         retry=retry,
-        max_connections=64,
+        max_connections=max_connections,
     )

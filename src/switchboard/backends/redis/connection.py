@@ -27,18 +27,25 @@ PubSubConnectionFactory = Callable[[], AbstractConnection]
 
 # Commands that find every pooled connection busy wait for one (up to the
 # command timeout) instead of failing: a burst of thousands of disconnects must
-# queue, not turn into "Too many connections" errors and lost clean-ups.
+# queue, not turn into "Too many connections" errors and lost clean-ups
+# (config.py's redis_max_connections, whose default this is).
 POOL_SIZE = 64
 
+# The leader lease's loop and the presence record's loop, one command at a time each: a connection
+# of their own each, so neither ever waits for a pooled one behind the clients' commands.
+LIVENESS_CONNECTIONS = 2
 
-def make_client(url: str, *, timeout: float = 2.0, retries: int = 1, **kwargs: Any) -> aredis.Redis:
+
+def make_client(
+    url: str, *, timeout: float = 2.0, retries: int = 1, max_connections: int = POOL_SIZE, **kwargs: Any
+) -> aredis.Redis:
     """A command client: RESP2, bounded socket timeouts, ``retries`` on ConnectionError only,
-    and a blocking pool of :data:`POOL_SIZE` connections."""
+    and a blocking pool of ``max_connections`` connections."""
     kwargs.setdefault("protocol", 2)
     retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries, (RedisConnectionError,))
     pool = aredis.BlockingConnectionPool.from_url(
         url,
-        max_connections=POOL_SIZE,
+        max_connections=max_connections,
         timeout=timeout,
         retry=retry,
         socket_timeout=timeout,

@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from switchboard.backends.redis.batch import Batcher
 from switchboard.errors import BackendError
 
 _ADD = """
@@ -47,6 +48,7 @@ class RedisConnectionCounts:
         self._p = f"{key_prefix}conns:"
         self._add = redis.register_script(_ADD)
         self._remove = redis.register_script(_REMOVE)
+        self._batch = Batcher(redis)  # a crowd arriving or leaving at once: a few pipelines
 
     def _keys(self, user: str, workspace: str) -> list[str]:
         return [f"{self._p}u:{user}", f"{self._p}w:{workspace}"]
@@ -57,7 +59,7 @@ class RedisConnectionCounts:
     async def add(self, user: str, workspace: str) -> tuple[int, int]:
         keys = [*self._keys(user, workspace), self._touched(self.replica_id)]
         try:
-            u, w = await self._add(keys=keys, args=[self.replica_id])
+            u, w = await self._batch.run(self._add, keys, [self.replica_id])
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
         return int(u), int(w)
@@ -65,7 +67,7 @@ class RedisConnectionCounts:
     async def remove(self, user: str, workspace: str) -> None:
         try:
             keys = [*self._keys(user, workspace), self._touched(self.replica_id)]
-            await self._remove(keys=keys, args=[self.replica_id])
+            await self._batch.run(self._remove, keys, [self.replica_id])
         except RedisError as exc:
             raise BackendError(f"connection count failed: {exc}") from exc
 

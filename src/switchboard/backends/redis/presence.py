@@ -41,10 +41,16 @@ async def _call(what: str, op: Awaitable[T]) -> T:
 
 
 class RedisPresence:
-    """This replica's presence record, and what the others' say (a ``PresenceStore``)."""
+    """This replica's presence record, and what the others' say (a ``PresenceStore``).
 
-    def __init__(self, redis: Any, *, replica_id: str, key_prefix: str = "sb:") -> None:
+    ``writer`` (default ``redis``) rewrites the record: a client of its own, so that the
+    record keeps its deadline while the clients' commands fill ``redis``'s pool (an
+    expired record counts as a dead replica, and its clients are reaped).
+    """
+
+    def __init__(self, redis: Any, *, replica_id: str, key_prefix: str = "sb:", writer: Any = None) -> None:
         self.redis = redis
+        self.writer = redis if writer is None else writer
         self.replica_id = replica_id
         self._prefix = key_prefix
         self._presence, self._leader, self._replicas = presence_keys(key_prefix)
@@ -54,7 +60,7 @@ class RedisPresence:
         key = self._presence + self.replica_id
 
         async def write() -> None:
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with self.writer.pipeline(transaction=True) as pipe:
                 pipe.hset(key, mapping=dict(fields))
                 pipe.pexpire(key, int(ttl * 1000))
                 pipe.sadd(self._replicas, self.replica_id)

@@ -7,7 +7,6 @@ are batched and how a message is published change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from redis.crc import key_slot
 
@@ -43,8 +42,7 @@ class PubSubDialect:
             by_slot.setdefault(key_slot(channel.encode("utf-8", "surrogateescape")), []).append(channel)
         return [group[i : i + BATCH] for group in by_slot.values() for i in range(0, len(group), BATCH)]
 
-    async def publish(self, publisher: Any, channel: str, data: bytes | str) -> Any:
+    @property
+    def publish(self) -> str:
         """PUBLISH, or SPUBLISH on a cluster's master (its count is that shard's, exactly)."""
-        if self.sharded:
-            return await publisher.spublish(channel, data)
-        return await publisher.publish(channel, data)
+        return "SPUBLISH" if self.sharded else "PUBLISH"

@@ -3,6 +3,7 @@
 Layout (``p`` = ``key_prefix``, default ``sb:``):
 
 * ``p svc:<ws>``               hash ``<cid>:<svc>`` → service info JSON (a workspace is one HGETALL)
+* ``p svcidx:<ws>``            hash ``<cid>`` → JSON list of its fields in ``svc:<ws>`` (:mod:`.client_fields`)
 * ``p workspaces``             set of workspaces with at least one service (for ``find("*")``)
 * ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
 * ``p holder``                 hash ``<ws>/<cid>`` → id of the user holding the client id (until it leaves)
@@ -27,20 +28,26 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from switchboard.backends.base import Claim, Expiry
+from switchboard.backends.redis.batch import Batcher
+from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
-# KEYS: svc hash, workspaces set, owner hash, this replica's clients set, the current owner's clients set.
-# ARGV: ws, field, json, "<ws>/<cid>", replica id, the owner whose clients set KEYS[5] is.
+# KEYS: svc hash, workspaces set, owner hash, this replica's clients set, the current owner's clients set,
+# svc index hash.
+# ARGV: ws, field, json, "<ws>/<cid>", replica id, the owner whose clients set KEYS[5] is, cid.
 # Every key is in KEYS (a cluster routes, and reshards, by them): when the client is owned
 # by another replica than guessed, {'retry', owner} and the caller tries again with that one.
-_REGISTER = """
+_REGISTER = (
+    INDEX_LUA
+    + """
 local old = redis.call('HGET', KEYS[3], ARGV[4])
 if old and old ~= ARGV[5] and old ~= ARGV[6] then return {'retry', old} end
 local prev = redis.call('HGET', KEYS[1], ARGV[2])
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+index_add(KEYS[6], ARGV[7], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
 if old and old ~= ARGV[5] then
   redis.call('SREM', KEYS[5], ARGV[4])
@@ -49,36 +56,27 @@ redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
 redis.call('SADD', KEYS[4], ARGV[4])
 return prev
 """
+)
 
-# KEYS: svc hash, workspaces set. ARGV: ws, field.
-_UNREGISTER = """
+# KEYS: svc hash, workspaces set, svc index hash. ARGV: ws, field, cid.
+_UNREGISTER = (
+    INDEX_LUA
+    + """
 local prev = redis.call('HGET', KEYS[1], ARGV[2])
 if not prev then return false end
 redis.call('HDEL', KEYS[1], ARGV[2])
+index_remove(KEYS[3], ARGV[3], ARGV[2])
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 return prev
 """
-
-# Removes the fields of one client from one workspace hash (exact "<cid>:" prefix,
-# compared as a plain string: no glob, so ids with * or ? are safe).
-_REMOVE_FIELDS = """
-local function remove_fields(key, prefix, removed)
-  local all = redis.call('HGETALL', key)
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then
-      redis.call('HDEL', key, all[i])
-      table.insert(removed, all[i + 1])
-    end
-  end
-end
-"""
+)
 
 # KEYS: svc hash, workspaces set, owner hash, transit zset, transit:left hash, the current owner's clients set,
-# holder hash.
-# ARGV: ws, "<cid>:", "<ws>/<cid>", the owner whose clients set KEYS[6] is, expected owner ("" = any).
+# holder hash, svc index hash.
+# ARGV: ws, cid, "<ws>/<cid>", the owner whose clients set KEYS[6] is, expected owner ("" = any).
 # With an expected owner, a client another replica has taken over is left alone.
 _REMOVE_CLIENT = (
-    _REMOVE_FIELDS
+    INDEX_LUA
     + """
 local owner = redis.call('HGET', KEYS[3], ARGV[3])
 if owner and owner ~= ARGV[4] and (ARGV[5] == '' or owner == ARGV[5]) then return {'retry', owner} end
@@ -87,7 +85,7 @@ if ARGV[5] ~= '' and owner and owner ~= ARGV[5] then return removed end
 redis.call('ZREM', KEYS[4], ARGV[3])
 redis.call('HDEL', KEYS[5], ARGV[3])
 redis.call('HDEL', KEYS[7], ARGV[3])
-remove_fields(KEYS[1], ARGV[2], removed)
+remove_fields(KEYS[1], KEYS[8], ARGV[2], removed)
 if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
 if owner then
   redis.call('SREM', KEYS[6], ARGV[3])
@@ -98,16 +96,20 @@ return removed
 )
 
 # KEYS: the replica's clients set, owner hash, workspaces set, transit zset, holder hash, then one svc
-# hash per workspace named in ARGV[2..] (the workspaces of the set's members, read before).
+# hash per workspace named in ARGV[2..] (the workspaces of the set's members, read before), then
+# the svc index hash of each, in the same order.
 # ARGV: replica id, then those workspaces. A member of a workspace not passed (it arrived
 # meanwhile): {'retry'}.
 # Clients another replica has since taken over (owner changed) are left alone, and so
 # are clients in transit: their grace decides (whoever they come back to owns them).
 _REMOVE_REPLICA = (
-    _REMOVE_FIELDS
+    INDEX_LUA
     + """
-local svc = {}
-for i = 2, #ARGV do svc[ARGV[i]] = KEYS[i + 4] end
+local svc, idx = {}, {}
+for i = 2, #ARGV do
+  svc[ARGV[i]] = KEYS[i + 4]
+  idx[ARGV[i]] = KEYS[i + 4 + #ARGV - 1]
+end
 local members = redis.call('SMEMBERS', KEYS[1])
 for _, wc in ipairs(members) do
   local slash = string.find(wc, '/', 1, true)
@@ -119,7 +121,7 @@ for _, wc in ipairs(members) do
     local slash = string.find(wc, '/', 1, true)
     local ws = string.sub(wc, 1, slash - 1)
     local key = svc[ws]
-    remove_fields(key, string.sub(wc, slash + 1) .. ':', removed)
+    remove_fields(key, idx[ws], string.sub(wc, slash + 1), removed)
     if redis.call('HLEN', key) == 0 then redis.call('SREM', KEYS[3], ws) end
     redis.call('HDEL', KEYS[2], wc)
     redis.call('HDEL', KEYS[5], wc)
@@ -149,17 +151,22 @@ end
 return {'', ''}
 """
 
-# KEYS: owner hash, workspaces set, this replica's clients set, then the svc hash of each info.
+# KEYS: owner hash, workspaces set, this replica's clients set, then the svc hash of each info, then
+# the svc index hash of each.
 # ARGV: replica id, then (ws, field, "<ws>/<cid>", json) per info, in the order of their KEYS.
 # A client now owned by another replica is skipped: the peer's copy is newer.
-_REASSERT = """
+_REASSERT = (
+    INDEX_LUA
+    + """
 local written = 0
-for n = 0, (#ARGV - 1) / 4 - 1 do
+local infos = (#ARGV - 1) / 4
+for n = 0, infos - 1 do
   local i = 2 + n * 4
   local ws, field, wc, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local owner = redis.call('HGET', KEYS[1], wc)
   if (not owner) or owner == ARGV[1] then
     redis.call('HSET', KEYS[4 + n], field, value)
+    index_add(KEYS[4 + infos + n], string.sub(wc, string.find(wc, '/', 1, true) + 1), field)
     redis.call('SADD', KEYS[2], ws)
     redis.call('HSET', KEYS[1], wc, ARGV[1])
     redis.call('SADD', KEYS[3], wc)
@@ -168,6 +175,7 @@ for n = 0, (#ARGV - 1) / 4 - 1 do
 end
 return written
 """
+)
 
 _CAS_TRIES = 5  # a script refused because the owner changed between read and write is rare: a few tries
 
@@ -207,7 +215,9 @@ class RedisRegistry:
         self._claim = self._r.register_script(_CLAIM)
         self._keys = TransitKeys(key_prefix)
         self._transit_key = self._keys.transit
-        self._transit = RedisTransit(self._r, self._keys, self._call)
+        # a crowd leaving (or coming back) at once: its per-client scripts go in a few pipelines
+        self._batch = Batcher(self._r)
+        self._transit = RedisTransit(self._r, self._keys, self._call, self._batch)
 
     def _svc_key(self, workspace: str) -> str:
         return self._keys.svc(workspace)
@@ -234,8 +244,9 @@ class RedisRegistry:
                 self._owner_key,
                 self._clients_key(self.replica_id),
                 self._clients_key(owner),
+                self._keys.index(ws),
             ]
-            args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner]
+            args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner, cid]
             prev = await self._call("register", self._register(keys=keys, args=args))
             if (retry := _retry_with(prev)) is None:
                 return None if prev is None else _decode(prev)
@@ -247,8 +258,8 @@ class RedisRegistry:
             ws, cid, svc = split_full_id(service_id)
         except ProtocolError:
             return None  # as the memory registry: a malformed id is simply not there
-        keys = [self._svc_key(ws), self._ws_key]
-        prev = await self._call("unregister", self._unregister(keys=keys, args=[ws, f"{cid}:{svc}"]))
+        keys = [self._svc_key(ws), self._ws_key, self._keys.index(ws)]
+        prev = await self._call("unregister", self._unregister(keys=keys, args=[ws, f"{cid}:{svc}", cid]))
         return None if prev is None else _decode(prev)
 
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
@@ -263,9 +274,10 @@ class RedisRegistry:
                 self._keys.transit_left,
                 self._clients_key(current),
                 self._keys.holder,
+                self._keys.index(workspace),
             ]
-            args = [workspace, f"{client_id}:", wc, current, owner or ""]
-            removed = await self._call("remove_client", self._remove_client(keys=keys, args=args))
+            args = [workspace, client_id, wc, current, owner or ""]
+            removed = await self._call("remove_client", self._batch.run(self._remove_client, keys, args))
             if (retry := _retry_with(removed)) is None:
                 return [_decode(raw) for raw in removed[1:]]
             current = retry
@@ -322,6 +334,7 @@ class RedisRegistry:
 
     async def close(self) -> None:
         """Shared state stays in Redis for the other replicas; only our client is closed."""
+        await self._batch.close()
         if self._owns_client:
             await self._r.aclose()
 
@@ -348,7 +361,7 @@ class RedisRegistry:
             members = await self._call("remove_replica_state", self._r.smembers(self._clients_key(replica_id)))
             workspaces = sorted({m.decode().partition("/")[0] for m in members})
             keys = [self._clients_key(replica_id), self._owner_key, self._ws_key, self._transit_key, self._keys.holder]
-            keys += [self._svc_key(ws) for ws in workspaces]
+            keys += [self._svc_key(ws) for ws in workspaces] + [self._keys.index(ws) for ws in workspaces]
             reply = await self._call(
                 "remove_replica_state", self._remove_replica(keys=keys, args=[replica_id, *workspaces])
             )
@@ -363,13 +376,15 @@ class RedisRegistry:
         """
         args: list[str] = [self.replica_id]
         svc_keys: list[str] = []
+        index_keys: list[str] = []
         for info in infos:
             ws, cid, svc = split_full_id(info["id"])
             args += [ws, f"{cid}:{svc}", f"{ws}/{cid}", json.dumps(info)]
             svc_keys.append(self._svc_key(ws))
+            index_keys.append(self._keys.index(ws))
         if not svc_keys:
             return 0
-        keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id), *svc_keys]
+        keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id), *svc_keys, *index_keys]
         return int(await self._call("reassert", self._reassert(keys=keys, args=args)))
 
     async def check_reset(self, *, settle: float = 0.0) -> bool:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.backends.base import Expiry
+from switchboard.backends.redis.batch import Batcher
+from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.errors import BackendError
 
 _TRIES = 5  # scripts refused because the owner changed between tries: rare, a few tries suffice
@@ -55,6 +57,10 @@ class TransitKeys:
 
     def svc(self, workspace: str) -> str:
         return f"{self.prefix}svc:{workspace}"
+
+    def index(self, workspace: str) -> str:
+        """Which fields of :meth:`svc` each client has (:mod:`.client_fields`)."""
+        return f"{self.prefix}svcidx:{workspace}"
 
     def clients(self, replica_id: str) -> str:
         return f"{self.prefix}replica:{replica_id}:clients"
@@ -104,11 +110,12 @@ return math.max(0, now - tonumber(left))
 )
 
 # KEYS: transit zset, transit:left hash, svc hash, workspaces set, owner hash, the owner's clients set,
-# holder hash.
-# ARGV: "<ws>/<cid>", "<cid>:", ws, the owner guessed (whose clients set KEYS[6] is).
+# holder hash, svc index hash.
+# ARGV: "<ws>/<cid>", cid, ws, the owner guessed (whose clients set KEYS[6] is).
 # {'none'} | {'waiting', ms left} | {'expired', info...} | {'retry', owner} if the guess was wrong
 EXPIRE = (
     _NOW
+    + INDEX_LUA
     + """
 local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not deadline then return {'none'} end
@@ -118,13 +125,7 @@ if owner and owner ~= ARGV[4] then return {'retry', owner} end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 local out = {'expired'}
-local all = redis.call('HGETALL', KEYS[3])
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, #ARGV[2]) == ARGV[2] then
-    redis.call('HDEL', KEYS[3], all[i])
-    table.insert(out, all[i + 1])
-  end
-end
+remove_fields(KEYS[3], KEYS[8], ARGV[2], out)
 if redis.call('HLEN', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[3]) end
 if owner then
   redis.call('SREM', KEYS[6], ARGV[1])
@@ -149,13 +150,15 @@ class RedisTransit:
 
     The registry owns the client and the key layout and hands this what it
     needs: ``call`` is its way of awaiting a command (Redis errors become
-    :class:`~switchboard.errors.BackendError` there), and the key names are
-    those its own scripts use, since ending a transit also moves ownership.
+    :class:`~switchboard.errors.BackendError` there), the key names are
+    those its own scripts use, since ending a transit also moves ownership,
+    and ``batch`` sends a crowd's per-client scripts in shared pipelines.
     """
 
-    def __init__(self, redis: Any, keys: TransitKeys, call: Call) -> None:
+    def __init__(self, redis: Any, keys: TransitKeys, call: Call, batch: Batcher) -> None:
         self._k = keys
         self._call = call
+        self._batch = batch
         self._begin = redis.register_script(BEGIN)
         self._end = redis.register_script(END)
         self._expire = redis.register_script(EXPIRE)
@@ -165,7 +168,7 @@ class RedisTransit:
         k = self._k
         keys = [k.owner, k.transit, k.transit_left]
         args = [f"{workspace}/{client_id}", owner, int(grace * 1000)]
-        return bool(await self._call("begin_transit", self._begin(keys=keys, args=args)))
+        return bool(await self._call("begin_transit", self._batch.run(self._begin, keys, args)))
 
     async def end_transit(self, workspace: str, client_id: str, *, owner: str) -> float | None:
         k = self._k
@@ -173,7 +176,7 @@ class RedisTransit:
         for _ in range(_TRIES):
             keys = [k.transit, k.transit_left, k.owner, k.clients(owner), k.clients(old)]
             args = [f"{workspace}/{client_id}", owner, old]
-            reply = await self._call("end_transit", self._end(keys=keys, args=args))
+            reply = await self._call("end_transit", self._batch.run(self._end, keys, args))
             if not isinstance(reply, list):
                 away = int(reply)
                 return None if away < 0 else away / 1000
@@ -184,9 +187,18 @@ class RedisTransit:
         k = self._k
         owner = ""
         for _ in range(_TRIES):
-            keys = [k.transit, k.transit_left, k.svc(workspace), k.workspaces, k.owner, k.clients(owner), k.holder]
-            args = [f"{workspace}/{client_id}", f"{client_id}:", workspace, owner]
-            reply = await self._call("expire_transit", self._expire(keys=keys, args=args))
+            keys = [
+                k.transit,
+                k.transit_left,
+                k.svc(workspace),
+                k.workspaces,
+                k.owner,
+                k.clients(owner),
+                k.holder,
+                k.index(workspace),
+            ]
+            args = [f"{workspace}/{client_id}", client_id, workspace, owner]
+            reply = await self._call("expire_transit", self._batch.run(self._expire, keys, args))
             if reply[0] != b"retry":
                 break
             owner = reply[1].decode()
