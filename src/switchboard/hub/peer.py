@@ -80,6 +80,8 @@ class Peer:
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
         self.identity = envelope.identity(self.id, workspace, self.user_wire)  # what its frames are stamped with
         self.transport = transport
+        # the event types it asked for; changed only through the hub's index (hub/subscribers.py),
+        # which frees them when the connection is detached
         self.subscriptions: set[str] = set()
         # what this client announced, kept here so a replica can re-assert it
         # when the shared registry comes back empty
@@ -180,7 +182,6 @@ class Peer:
         self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
         self._queue.clear()
         self._queued_bytes = 0
-        self.subscriptions.clear()  # a closed connection hears nothing: what it asked for is freed with it
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""
