@@ -110,7 +110,9 @@ class Peer:
         self.returned = False  # this connection ended the client's transit ...
         self.returned_at = 0.0  # ... at this time (the hub's clock)
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
-        self.fresh_replies: deque[bytes] = deque(maxlen=FRESH_REPLIES)  # see FRESH_REPLIES
+        # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)
+        self.fresh_replies: deque[bytes] | None = None
+        self._on_close: asyncio.Future[None] | None = None  # see closing()
         self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
@@ -145,15 +147,17 @@ class Peer:
     def note_reply(self, frame: bytes, now: float) -> None:
         """A reply is on its way to this client: kept while the connection is fresh (:data:`FRESH_REPLIES`)."""
         if len(frame) <= FRESH_REPLY_BYTES and self.fresh(now):
+            if self.fresh_replies is None:
+                self.fresh_replies = deque(maxlen=FRESH_REPLIES)
             self.fresh_replies.append(frame)
 
     def leftovers(self, now: float) -> list[bytes]:
         """What this ended connection's client may still need, oldest first, handed out once: the
         replies it may not have read (only while fresh, :data:`FRESH_REPLIES`), then the frames
         never written (:attr:`unsent`)."""
-        replies = list(self.fresh_replies) if self.fresh(now) else []
+        replies = list(self.fresh_replies or ()) if self.fresh(now) else []
         frames = [*replies, *self.unsent]
-        self.fresh_replies.clear()
+        self.fresh_replies = None
         self.unsent = []
         if replies:
             self.log.info("%d replies it may not have read wait for its next connection", len(replies))
@@ -178,6 +182,8 @@ class Peer:
         self.close_code, self.close_reason = code, reason
         self._closed.set()
         self._wakeup.set()
+        if self._on_close is not None and not self._on_close.done():
+            self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
         self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
         self._queue.clear()
@@ -211,6 +217,15 @@ class Peer:
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
+
+    def closing(self) -> asyncio.Future[None]:
+        """A future done once the peer is closed: waited on with others, it needs no task of its own
+        (a task per idle connection costs about a KiB)."""
+        if self._on_close is None:
+            self._on_close = asyncio.get_running_loop().create_future()
+            if self.closed:
+                self._on_close.set_result(None)
+        return self._on_close
 
     def __repr__(self) -> str:
         return f"<Peer {self.id} queued={self._queued_bytes}B closed={self.closed}>"

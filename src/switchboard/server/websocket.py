@@ -226,7 +226,7 @@ async def _serve(
     still stuck after that is reset (``_finish``).
     """
     reader = asyncio.create_task(_read_loop(websocket, peer, state, inbox), name=f"reader {peer.id}")
-    closed = asyncio.create_task(peer.wait_closed(), name=f"closed {peer.id}")
+    closed = peer.closing()
     try:
         await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
         if not reader.done():
@@ -241,7 +241,6 @@ async def _serve(
             reader.cancel()
             await asyncio.wait((reader,))
     finally:
-        closed.cancel()
         reader.cancel()  # a no-op once it is done; stops it if we are being cancelled
     if not reader.cancelled() and (exc := reader.exception()) is not None:
         raise exc
