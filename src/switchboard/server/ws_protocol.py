@@ -247,6 +247,11 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def accept(self, response: Response) -> None:
         self.accepted = True
         self.respond(response)
+        if not self.closing:
+            # The handshake's parser keeps the upgrade request (its headers, a few KiB) for as
+            # long as the connection lives; the frames go to a protocol that starts open instead
+            # (no extension is ever negotiated, so nothing of the handshake carries over).
+            self.conn = ServerProtocol(state=State.OPEN, max_size=self.max_size)
         self._later("ping", KEEPALIVE, self._send_ping)
 
     def respond(self, response: Response) -> None:
