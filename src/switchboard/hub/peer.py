@@ -96,8 +96,10 @@ class Peer:
         self.max_queue_bytes = max_queue_bytes
         self._queue: deque[bytes | str] = deque()
         self._queued_bytes = 0
-        self._wakeup = asyncio.Event()
-        self._closed = asyncio.Event()
+        # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
+        # per connection apiece): the writer's wake-up, and the close (closing())
+        self._wakeup: asyncio.Future[None] | None = None
+        self._closed = False
         # Frames queue until the writer runs: the server writes connection_info
         # first, and a frame routed here before that must not overtake it.
         self._writer_running = False
@@ -112,13 +114,13 @@ class Peer:
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
         # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)
         self.fresh_replies: deque[bytes] | None = None
-        self._on_close: asyncio.Future[None] | None = None  # see closing()
+        self._on_close: asyncio.Future[None] | None = None
         self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._closed
 
     @property
     def queued_bytes(self) -> int:
@@ -126,7 +128,7 @@ class Peer:
 
     def send(self, frame: bytes | str) -> bool:
         """Queue a frame; ``False`` when the peer is closed or was just dropped as too slow."""
-        if self._closed.is_set():
+        if self._closed:
             return False
         size = len(frame)
         if self._queued_bytes + size > self.max_queue_bytes and self._queue:
@@ -137,8 +139,12 @@ class Peer:
             return True
         self._queue.append(frame)
         self._queued_bytes += size
-        self._wakeup.set()
+        self._wake()
         return True
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     def fresh(self, now: float) -> bool:
         """Whether this connection came back from transit less than :data:`FRESH_GOODBYE` ago."""
@@ -165,7 +171,7 @@ class Peer:
 
     def client_closed(self, code: int) -> None:
         """The client ended the connection (a close frame with ``code``, or the stream ended)."""
-        if not self._closed.is_set():
+        if not self._closed:
             self.by_client = True
             self.goodbye = code in GOODBYE_CODES
         self.close(code, "client closed")
@@ -177,11 +183,11 @@ class Peer:
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Ask the writer to flush nothing more and close the transport."""
-        if self._closed.is_set():
+        if self._closed:
             return
         self.close_code, self.close_reason = code, reason
-        self._closed.set()
-        self._wakeup.set()
+        self._closed = True
+        self._wake()
         if self._on_close is not None and not self._on_close.done():
             self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
@@ -194,9 +200,13 @@ class Peer:
         self._writer_running = True
         try:
             while True:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._queue and not self._closed.is_set():
+                if not self._queue and not self._closed:
+                    self._wakeup = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._wakeup
+                    finally:
+                        self._wakeup = None
+                while self._queue and not self._closed:
                     frame = self._queue.popleft()
                     self._queued_bytes -= len(frame)
                     self._writing = True
@@ -205,7 +215,7 @@ class Peer:
                     else:
                         await self.transport.send_bytes(frame)
                     self._writing = False
-                if self._closed.is_set():
+                if self._closed:
                     break
         finally:
             self._queue.clear()
@@ -216,7 +226,7 @@ class Peer:
                     await asyncio.wait_for(self.transport.close(self.close_code, self.close_reason), 5)
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        await asyncio.shield(self.closing())  # a waiter cancelled is not the close cancelled
 
     def closing(self) -> asyncio.Future[None]:
         """A future done once the peer is closed: waited on with others, it needs no task of its own
