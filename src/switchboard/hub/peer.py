@@ -63,6 +63,15 @@ class Peer:
     memory or slow anyone else.
     """
 
+    # slots, not a __dict__ (1.5 KiB with this many attributes): thousands of idle clients have one each
+    __slots__ = (
+        "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
+        "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "max_queue_bytes",
+        "_queue", "_queued_bytes", "_wakeup", "_closed", "_writer_running", "_writing", "close_code",
+        "close_reason", "by_client", "goodbye", "moving", "returned", "returned_at", "unsent",
+        "fresh_replies", "_on_close", "last_heard", "log",
+    )  # fmt: skip
+
     def __init__(
         self,
         *,
