@@ -19,6 +19,12 @@ the scope's ``switchboard.websocket`` extension for the hot path:
   where a call it sends fails; a stream that just ends makes it wait for its
   reconnection, and what it sent before it saw the end is still routed;
 
+Once the 101 is written the frames go to a second ``ServerProtocol``, made in
+the open state (a documented constructor argument): the first one's parser
+keeps the upgrade request, headers and all, for as long as the connection
+lives, a few KiB for each of thousands of idle clients, and no extension is
+negotiated, so nothing of the handshake carries over.
+
 A client also gets ``frame_timeout`` seconds to finish each message it starts
 (a frame partly received, or a fragmented message): past the bound the
 connection is failed with 1008. Whether a message is under way is read from
