@@ -126,8 +126,8 @@ async def test_a_broadcast_reaches_the_subscribers_of_the_workspace_on_every_rep
     sender, sender_wire = await pair.connect(pair.a, "sender")
     _, here = await pair.connect(pair.a, "here")
     there_peer, there = await pair.connect(pair.b, "there")
-    pair.a.peers[f"{WS}/here"].subscriptions.add("news")
-    there_peer.subscriptions.add("news")
+    pair.a.subscribers.add(pair.a.peers[f"{WS}/here"], ["news"])
+    pair.b.subscribers.add(there_peer, ["news"])
     await pair.send(pair.a, sender, {"type": "news", "to": "*", "data": 1})
     assert here.methods() == ["news"]
     assert there.methods() == ["news"]

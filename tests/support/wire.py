@@ -77,7 +77,7 @@ async def attach_client(
         replica_id=hub.replica_id,
     )
     await hub.attach(peer, reconnecting=reconnecting)
-    peer.subscriptions.update(events)
+    hub.subscribers.add(peer, events)
     for name in ("built-in", *services):
         info = {"id": f"{workspace}/{client_id}:{name}", "name": name, "config": {"visibility": "public"}}
         peer.services[info["id"]] = info

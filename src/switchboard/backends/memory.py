@@ -2,28 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TypeVar
+
 from switchboard.backends.base import BusHandler, Claim, Expiry
 from switchboard.clock import Clock, SystemClock
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
+
+K = TypeVar("K")
 
 
 class MemoryRegistry:
     """Service infos in a dict of workspaces, so a workspace lookup is one dict access.
 
+    Indexed by client and by service name too: what a connect, a registration or a
+    departure looks up (the client's ``built-in``, a singleton's namesakes, the
+    client's services) costs that client's or that name's entries, never a walk of
+    the workspace, whose size would then set the cost of every connect.
     Transit deadlines are kept on ``clock`` (the hub's, so tests can use a fake one).
     """
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._by_workspace: dict[str, dict[str, ServiceInfo]] = {}
+        self._by_client: dict[str, set[str]] = {}  # "<ws>/<cid>" -> ids of its services
+        self._by_name: dict[tuple[str, str], set[str]] = {}  # (ws, service name) -> ids
         self._clock = clock or SystemClock()
         self._transit: dict[str, tuple[float, float]] = {}  # "<ws>/<cid>" -> (left at, deadline)
         self._holders: dict[str, str] = {}  # "<ws>/<cid>" -> id of the user holding it
 
     async def register(self, info: ServiceInfo) -> ServiceInfo | None:
-        ws = split_full_id(info["id"])[0]
+        sid = info["id"]
+        ws, cid, name = split_full_id(sid)
         services = self._by_workspace.setdefault(ws, {})
-        previous = services.get(info["id"])
-        services[info["id"]] = info
+        previous = services.get(sid)
+        services[sid] = info
+        self._by_client.setdefault(f"{ws}/{cid}", set()).add(sid)
+        self._by_name.setdefault((ws, name), set()).add(sid)
         return previous
 
     async def unregister(self, service_id: str) -> ServiceInfo | None:
@@ -32,17 +46,26 @@ class MemoryRegistry:
         if services is None:
             return None
         removed = services.pop(service_id, None)
+        if removed is not None:
+            self._unindex(service_id)
         if not services:
             del self._by_workspace[ws]
         return removed
 
+    def _unindex(self, service_id: str) -> None:
+        ws, cid, name = split_full_id(service_id)
+        _discard(self._by_client, f"{ws}/{cid}", service_id)
+        _discard(self._by_name, (ws, name), service_id)
+
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         """``owner`` is moot in one process: this replica owns every client."""
-        self._transit.pop(f"{workspace}/{client_id}", None)
-        self._holders.pop(f"{workspace}/{client_id}", None)
+        client = f"{workspace}/{client_id}"
+        self._transit.pop(client, None)
+        self._holders.pop(client, None)
         services = self._by_workspace.get(workspace, {})
-        prefix = f"{workspace}/{client_id}:"
-        removed = [services.pop(sid) for sid in [s for s in services if s.startswith(prefix)]]
+        removed = [services.pop(sid) for sid in sorted(self._by_client.get(client, ())) if sid in services]
+        for info in removed:
+            self._unindex(info["id"])
         if workspace in self._by_workspace and not services:
             del self._by_workspace[workspace]
         return removed
@@ -56,10 +79,17 @@ class MemoryRegistry:
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
         if query.workspace == "*":
-            pools = list(self._by_workspace.values())
+            pools = [info for pool in self._by_workspace.values() for info in pool.values()]
         else:
-            pools = [self._by_workspace.get(query.workspace, {})]
-        return [info for pool in pools for info in pool.values() if matches(info, query)]
+            services = self._by_workspace.get(query.workspace, {})
+            if query.client_id != "*":
+                ids: Iterable[str] | None = self._by_client.get(f"{query.workspace}/{query.client_id}", ())
+            elif query.service_id != "*":
+                ids = self._by_name.get((query.workspace, query.service_id), ())
+            else:
+                ids = None
+            pools = list(services.values()) if ids is None else [services[sid] for sid in ids if sid in services]
+        return [info for info in pools if matches(info, query)]
 
     async def lost_data(self) -> bool:
         return False  # it lives and dies with this process
@@ -90,12 +120,22 @@ class MemoryRegistry:
 
     async def close(self) -> None:
         self._by_workspace.clear()
+        self._by_client.clear()
+        self._by_name.clear()
         self._transit.clear()
         self._holders.clear()
 
     def __repr__(self) -> str:
         count = sum(len(s) for s in self._by_workspace.values())
         return f"MemoryRegistry(workspaces={len(self._by_workspace)}, services={count})"
+
+
+def _discard(table: dict[K, set[str]], key: K, service_id: str) -> None:
+    ids = table.get(key)
+    if ids is not None:
+        ids.discard(service_id)
+        if not ids:
+            del table[key]
 
 
 class MemoryBus:

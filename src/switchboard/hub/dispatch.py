@@ -39,6 +39,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
+from switchboard.hub.subscribers import Subscribers
 from switchboard.protocol import envelope, handshake
 from switchboard.tasks import spawn
 
@@ -64,8 +65,8 @@ Later = Coroutine[Any, Any, Any]
 class Dispatch:
     """Executes :class:`~switchboard.hub.router.Action` values (see the module docstring).
 
-    ``members`` (clients here by workspace) and ``aliases`` (HTTP callers by
-    address) are the hub's tables, read only; ``to_manager`` hands a frame to
+    ``subscribers`` (who here listens to which workspace event) and ``aliases``
+    (HTTP callers by address) are the hub's tables, read only; ``to_manager`` hands a frame to
     the manager's door, ``token`` signs a client's reconnection token.
     """
 
@@ -78,7 +79,7 @@ class Dispatch:
         retry: RetryWindow,
         replies: RetryWindow,
         to_manager: Callable[[bytes, Peer | None], None],
-        members: Mapping[str, set[Peer]],
+        subscribers: Subscribers,
         aliases: Mapping[str, Acting],
         metrics: HubMetrics,
         token: Callable[[Peer], str],
@@ -89,7 +90,7 @@ class Dispatch:
         self.retry = retry
         self.replies = replies  # manager replies for other replicas that reached nobody (yet)
         self.to_manager = to_manager  # the manager's door: its RPC, with the frame's caller
-        self.members = members
+        self.subscribers = subscribers
         self.aliases = aliases
         self.metrics = metrics
         self.token = token
@@ -218,9 +219,8 @@ class Dispatch:
         await self.remote.publish(WORKSPACE_CHANNEL + workspace, self.replica_id.encode() + b"\n" + frame)
 
     def _broadcast_here(self, workspace: str, event_type: str, frame: bytes) -> None:
-        for peer in self.members.get(workspace, ()):
-            if event_type in peer.subscriptions:
-                peer.send(frame)
+        for peer in self.subscribers.of(workspace, event_type):  # its listeners, not the whole workspace
+            peer.send(frame)
 
     # -- what other replicas send here -------------------------------------------
 

@@ -41,6 +41,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
 from switchboard.hub.router import Router
+from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
@@ -107,6 +108,7 @@ class Hub:
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
         self._by_workspace: dict[str, set[Peer]] = {}
+        self.subscribers = Subscribers()  # who here listens to which workspace event
         self._background: set[asyncio.Task[Any]] = set()
         self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
         # registry writes that failed while the backend was away, repaired by the cluster loop
@@ -181,7 +183,7 @@ class Hub:
             retry=self.retry,
             replies=self.replies,
             to_manager=self.manager.receive,
-            members=self._by_workspace,
+            subscribers=self.subscribers,
             aliases=self._acting,
             metrics=metrics,
             token=self.reconnection_token,
@@ -321,6 +323,7 @@ class Hub:
         clients leaving together never see each other's half-done clean-up.
         """
         peer.close(1000, "")
+        self.subscribers.drop(peer)
         self.inflight.forget_peer(peer.id)
         self.manager.door.forget(peer.id)
         members = self._by_workspace.get(peer.workspace)

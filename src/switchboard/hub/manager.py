@@ -28,6 +28,7 @@ from switchboard.hub.event_log import EventLog
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.peer import Peer
 from switchboard.hub.service_directory import DirectoryHost, ServiceDirectory
+from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.hub.workspace_data import WorkspaceData
 from switchboard.hub.workspace_records import WorkspaceRecords
@@ -48,6 +49,7 @@ class Hub(DirectoryHost, Protocol):
     credentials: Credentials
     manager_id: str
     workspaces: WorkspaceStore
+    subscribers: Subscribers
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
@@ -391,13 +393,13 @@ class WorkspaceManager:
                 f"types at once (--max-subscriptions-per-client/SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_CLIENT); it holds "
                 f"{len(peer.subscriptions)} and asked for {len(added)} more: unsubscribe from some first"
             )
-        peer.subscriptions.update(added)
+        self.hub.subscribers.add(peer, added)
         return True
 
     async def unsubscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Stop receiving these event types."""
         peer = calling_peer()
-        peer.subscriptions.difference_update(_event_names(event_type))
+        self.hub.subscribers.remove(peer, _event_names(event_type))
         return True
 
     async def check_status(self, context: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -63,6 +63,15 @@ class Peer:
     memory or slow anyone else.
     """
 
+    # slots, not a __dict__ (1.5 KiB with this many attributes): thousands of idle clients have one each
+    __slots__ = (
+        "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
+        "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "max_queue_bytes",
+        "_queue", "_queued_bytes", "_wakeup", "_closed", "_writer_running", "_writing", "close_code",
+        "close_reason", "by_client", "goodbye", "moving", "returned", "returned_at", "unsent",
+        "fresh_replies", "_on_close", "last_heard", "log",
+    )  # fmt: skip
+
     def __init__(
         self,
         *,
@@ -80,6 +89,8 @@ class Peer:
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
         self.identity = envelope.identity(self.id, workspace, self.user_wire)  # what its frames are stamped with
         self.transport = transport
+        # the event types it asked for; changed only through the hub's index (hub/subscribers.py),
+        # which frees them when the connection is detached
         self.subscriptions: set[str] = set()
         # what this client announced, kept here so a replica can re-assert it
         # when the shared registry comes back empty
@@ -94,8 +105,10 @@ class Peer:
         self.max_queue_bytes = max_queue_bytes
         self._queue: deque[bytes | str] = deque()
         self._queued_bytes = 0
-        self._wakeup = asyncio.Event()
-        self._closed = asyncio.Event()
+        # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
+        # per connection apiece): the writer's wake-up, and the close (closing())
+        self._wakeup: asyncio.Future[None] | None = None
+        self._closed = False
         # Frames queue until the writer runs: the server writes connection_info
         # first, and a frame routed here before that must not overtake it.
         self._writer_running = False
@@ -108,13 +121,15 @@ class Peer:
         self.returned = False  # this connection ended the client's transit ...
         self.returned_at = 0.0  # ... at this time (the hub's clock)
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
-        self.fresh_replies: deque[bytes] = deque(maxlen=FRESH_REPLIES)  # see FRESH_REPLIES
+        # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)
+        self.fresh_replies: deque[bytes] | None = None
+        self._on_close: asyncio.Future[None] | None = None
         self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._closed
 
     @property
     def queued_bytes(self) -> int:
@@ -122,7 +137,7 @@ class Peer:
 
     def send(self, frame: bytes | str) -> bool:
         """Queue a frame; ``False`` when the peer is closed or was just dropped as too slow."""
-        if self._closed.is_set():
+        if self._closed:
             return False
         size = len(frame)
         if self._queued_bytes + size > self.max_queue_bytes and self._queue:
@@ -133,8 +148,12 @@ class Peer:
             return True
         self._queue.append(frame)
         self._queued_bytes += size
-        self._wakeup.set()
+        self._wake()
         return True
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
 
     def fresh(self, now: float) -> bool:
         """Whether this connection came back from transit less than :data:`FRESH_GOODBYE` ago."""
@@ -143,15 +162,17 @@ class Peer:
     def note_reply(self, frame: bytes, now: float) -> None:
         """A reply is on its way to this client: kept while the connection is fresh (:data:`FRESH_REPLIES`)."""
         if len(frame) <= FRESH_REPLY_BYTES and self.fresh(now):
+            if self.fresh_replies is None:
+                self.fresh_replies = deque(maxlen=FRESH_REPLIES)
             self.fresh_replies.append(frame)
 
     def leftovers(self, now: float) -> list[bytes]:
         """What this ended connection's client may still need, oldest first, handed out once: the
         replies it may not have read (only while fresh, :data:`FRESH_REPLIES`), then the frames
         never written (:attr:`unsent`)."""
-        replies = list(self.fresh_replies) if self.fresh(now) else []
+        replies = list(self.fresh_replies or ()) if self.fresh(now) else []
         frames = [*replies, *self.unsent]
-        self.fresh_replies.clear()
+        self.fresh_replies = None
         self.unsent = []
         if replies:
             self.log.info("%d replies it may not have read wait for its next connection", len(replies))
@@ -159,7 +180,7 @@ class Peer:
 
     def client_closed(self, code: int) -> None:
         """The client ended the connection (a close frame with ``code``, or the stream ended)."""
-        if not self._closed.is_set():
+        if not self._closed:
             self.by_client = True
             self.goodbye = code in GOODBYE_CODES
         self.close(code, "client closed")
@@ -171,25 +192,30 @@ class Peer:
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Ask the writer to flush nothing more and close the transport."""
-        if self._closed.is_set():
+        if self._closed:
             return
         self.close_code, self.close_reason = code, reason
-        self._closed.set()
-        self._wakeup.set()
+        self._closed = True
+        self._wake()
+        if self._on_close is not None and not self._on_close.done():
+            self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
         self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
         self._queue.clear()
         self._queued_bytes = 0
-        self.subscriptions.clear()  # a closed connection hears nothing: what it asked for is freed with it
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""
         self._writer_running = True
         try:
             while True:
-                await self._wakeup.wait()
-                self._wakeup.clear()
-                while self._queue and not self._closed.is_set():
+                if not self._queue and not self._closed:
+                    self._wakeup = asyncio.get_running_loop().create_future()
+                    try:
+                        await self._wakeup
+                    finally:
+                        self._wakeup = None
+                while self._queue and not self._closed:
                     frame = self._queue.popleft()
                     self._queued_bytes -= len(frame)
                     self._writing = True
@@ -198,7 +224,7 @@ class Peer:
                     else:
                         await self.transport.send_bytes(frame)
                     self._writing = False
-                if self._closed.is_set():
+                if self._closed:
                     break
         finally:
             self._queue.clear()
@@ -209,7 +235,16 @@ class Peer:
                     await asyncio.wait_for(self.transport.close(self.close_code, self.close_reason), 5)
 
     async def wait_closed(self) -> None:
-        await self._closed.wait()
+        await asyncio.shield(self.closing())  # a waiter cancelled is not the close cancelled
+
+    def closing(self) -> asyncio.Future[None]:
+        """A future done once the peer is closed: waited on with others, it needs no task of its own
+        (a task per idle connection costs about a KiB)."""
+        if self._on_close is None:
+            self._on_close = asyncio.get_running_loop().create_future()
+            if self.closed:
+                self._on_close.set_result(None)
+        return self._on_close
 
     def __repr__(self) -> str:
         return f"<Peer {self.id} queued={self._queued_bytes}B closed={self.closed}>"

@@ -28,6 +28,7 @@ from switchboard.errors import BackendError, LimitExceeded, NotFound, Permission
 from switchboard.hub.auth import Permission, User
 from switchboard.hub.manager_door import calling_peer, require
 from switchboard.hub.peer import Peer
+from switchboard.hub.shared_values import SharedValues
 from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
@@ -47,6 +48,9 @@ class Loads(Protocol):
 # (an empty answer would tell the caller that services which are there are gone).
 SETTLE_WAIT = 2.0
 SETTLE_POLL = 0.1
+# Distinct service schemas kept to be shared (hub/shared_values.py): a few hypha-rpc versions'
+# built-in schemas and the services many clients register alike fit; at most ~1 MiB of keys.
+SHARED_SCHEMAS = 256
 REFILLING = "Hub backend unavailable, please retry: the registry is being re-filled after Redis lost its data"
 
 
@@ -80,6 +84,7 @@ class ServiceDirectory:
         self.hub = hub
         self._rpc = rpc
         self._rng = random.Random()
+        self._schemas = SharedValues(SHARED_SCHEMAS)
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -97,6 +102,8 @@ class ServiceDirectory:
         info = svc_ids.prepare_registration(
             raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
         )
+        if "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
+            info["service_schema"] = self._schemas.share(info["service_schema"])
         limit = self.hub.settings.max_services_per_client
         if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
             raise LimitExceeded(f"Too many services: a client may register at most {limit}")

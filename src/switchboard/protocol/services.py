@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import PermissionDenied, ProtocolError
 from switchboard.protocol import ids
+from switchboard.protocol.values import plain
 
 ServiceInfo = dict[str, Any]
 
@@ -162,7 +162,7 @@ def prepare_registration(service: Any, *, workspace: str, client_id: str, user_w
     if not isinstance(service, dict):
         raise ProtocolError("register_service expects a service info object")
     try:
-        info = copy.deepcopy(service)
+        info: ServiceInfo = plain(service)  # a copy of every dict and list (what msgpack decodes), faster than deepcopy
     except RecursionError:
         raise ProtocolError("service info is nested too deeply") from None
     raw_id = info.get("id")

@@ -137,20 +137,11 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     try:
-        first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
-        if first["type"] == "websocket.disconnect":
+        attached = await _attach(websocket, state)
+        if attached is None:
             return
-        hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
-        user, workspace, reconnecting = await hub.admit(hello)
-        peer = Peer(
-            workspace=workspace,
-            client_id=hello.client_id,
-            user=user,
-            transport=WebSocketTransport(websocket),
-            max_queue_bytes=hub.settings.send_queue_bytes,
-            replica_id=hub.replica_id,
-        )
-        info = await hub.attach(peer, reconnecting=reconnecting)
+        peer, info = attached
+        del attached
     except TimeoutError:
         hub.metrics.handshake_failures.inc()
         log.info("handshake timed out", extra={"replica": hub.replica_id})
@@ -177,7 +168,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     try:
         # The peer is attached from here on: a client that vanishes before
         # reading connection_info must still be detached, not leaked.
-        await websocket.send_text(json.dumps(info))
+        await websocket.send_text(info)
+        del info  # this frame lives as long as the connection: it keeps only what it needs
         writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
         await _serve(websocket, peer, state, writer, inbox)
     except WebSocketDisconnect:
@@ -189,6 +181,27 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await hub.detach(peer)
         if writer is not None:
             await _finish(peer, writer)
+
+
+async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] | None:
+    """The client's first frame, admitted and attached: its peer and its ``connection_info``
+    (``None``: it left first). A function of its own, so that the first frame, the token in it
+    and what was decoded of it are freed once the client is in, not kept for the connection's life."""
+    hub = state.hub
+    first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
+    if first["type"] == "websocket.disconnect":
+        return None
+    hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
+    user, workspace, reconnecting = await hub.admit(hello)
+    peer = Peer(
+        workspace=workspace,
+        client_id=hello.client_id,
+        user=user,
+        transport=WebSocketTransport(websocket),
+        max_queue_bytes=hub.settings.send_queue_bytes,
+        replica_id=hub.replica_id,
+    )
+    return peer, json.dumps(await hub.attach(peer, reconnecting=reconnecting))
 
 
 def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
@@ -226,7 +239,7 @@ async def _serve(
     still stuck after that is reset (``_finish``).
     """
     reader = asyncio.create_task(_read_loop(websocket, peer, state, inbox), name=f"reader {peer.id}")
-    closed = asyncio.create_task(peer.wait_closed(), name=f"closed {peer.id}")
+    closed = peer.closing()
     try:
         await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
         if not reader.done():
@@ -241,7 +254,6 @@ async def _serve(
             reader.cancel()
             await asyncio.wait((reader,))
     finally:
-        closed.cancel()
         reader.cancel()  # a no-op once it is done; stops it if we are being cancelled
     if not reader.cancelled() and (exc := reader.exception()) is not None:
         raise exc

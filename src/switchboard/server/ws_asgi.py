@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
-from collections import deque
 from collections.abc import Iterable, Mapping
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -120,8 +119,9 @@ class AsgiWebSocket:
 
     def __init__(self, proto: Connection, response: Response) -> None:
         self._proto = proto
-        self._response = response  # the 101 websockets prepared, sent when the app accepts
-        self._events: deque[dict[str, Any]] = deque([{"type": "websocket.connect"}])
+        self._response: Response | None = response  # the 101 websockets prepared, sent when the app accepts
+        # a list, not a deque (600 bytes each, for thousands of idle connections): rarely more than one waits
+        self._events: list[dict[str, Any]] = [{"type": "websocket.connect"}]
         self._wanted: asyncio.Future[None] | None = None
         self._told = False  # the disconnect is given once
         self._denial: tuple[int, Any] | None = None  # a refusal's status and headers, awaiting its body
@@ -172,7 +172,7 @@ class AsgiWebSocket:
         while not events:
             self._wanted = asyncio.get_running_loop().create_future()
             await self._wanted
-        event = events.popleft()
+        event = events.pop(0)
         if not events:
             self._proto.resume_reading()  # paused while a message waited, as uvicorn does
         return event
@@ -191,8 +191,9 @@ class AsgiWebSocket:
             text = message.get("text")
             if not proto.send_now(message["bytes"] if text is None else text):
                 raise RuntimeError("websocket.send before websocket.accept")
-        elif kind == "websocket.accept" and not proto.accepted and self._denial is None:
-            proto.accept(accepted(self._response, message))
+        elif kind == "websocket.accept" and not proto.accepted and self._denial is None and self._response:
+            response, self._response = self._response, None  # not kept for the connection's life
+            proto.accept(accepted(response, message))
         elif kind == "websocket.close" and proto.accepted:
             proto.close(message.get("code", 1000), message.get("reason") or "")
         elif kind == "websocket.close":  # before accepting: refused, as uvicorn does

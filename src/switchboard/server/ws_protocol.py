@@ -19,6 +19,12 @@ the scope's ``switchboard.websocket`` extension for the hot path:
   where a call it sends fails; a stream that just ends makes it wait for its
   reconnection, and what it sent before it saw the end is still routed;
 
+Once the 101 is written the frames go to a second ``ServerProtocol``, made in
+the open state (a documented constructor argument): the first one's parser
+keeps the upgrade request, headers and all, for as long as the connection
+lives, a few KiB for each of thousands of idle clients, and no extension is
+negotiated, so nothing of the handshake carries over.
+
 A client also gets ``frame_timeout`` seconds to finish each message it starts
 (a frame partly received, or a fragmented message): past the bound the
 connection is failed with 1008. Whether a message is under way is read from
@@ -99,8 +105,9 @@ class HubWebSocketProtocol(asyncio.Protocol):
         self.handed_over = False  # the stream has ended after a notice: nothing more may be written
         self.disconnected = False
         self.read_paused = False
-        self._writable = asyncio.Event()
-        self._writable.set()
+        # while the transport's buffer is full: done when it takes writes again (a future made
+        # then, not an asyncio.Event: a deque of waiters, 760 bytes, for every idle connection)
+        self._write_paused: asyncio.Future[None] | None = None
         self._frames: list[bytes] = []  # the fragments of the message under way
         self._text = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -155,14 +162,17 @@ class HubWebSocketProtocol(asyncio.Protocol):
             timer.cancel()
         self._timers.clear()
         self.disconnected = self.closing = True
-        self._writable.set()  # wake a send waiting for a buffer that will never drain
+        self.resume_writing()  # wake a send waiting for a buffer that will never drain
         self._disconnect(1005 if self.accepted else 1006)
 
     def pause_writing(self) -> None:
-        self._writable.clear()
+        if self._write_paused is None:
+            self._write_paused = self.loop.create_future()
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        paused, self._write_paused = self._write_paused, None
+        if paused is not None and not paused.done():
+            paused.set_result(None)
 
     # -- what the client sends --------------------------------------------------------
 
@@ -242,11 +252,17 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     async def writable(self) -> None:
         """Until the transport takes writes again (or the connection is gone)."""
-        await self._writable.wait()
+        if (paused := self._write_paused) is not None:
+            await asyncio.shield(paused)  # a sender cancelled leaves it for the others
 
     def accept(self, response: Response) -> None:
         self.accepted = True
         self.respond(response)
+        if not self.closing:
+            # The handshake's parser keeps the upgrade request (its headers, a few KiB) for as
+            # long as the connection lives; the frames go to a protocol that starts open instead
+            # (no extension is ever negotiated, so nothing of the handshake carries over).
+            self.conn = ServerProtocol(state=State.OPEN, max_size=self.max_size)
         self._later("ping", KEEPALIVE, self._send_ping)
 
     def respond(self, response: Response) -> None:
@@ -285,7 +301,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         keeps no state about data frames it did not fragment. Its ``state`` says
         whether one may be sent: not after a close frame, sent or received.
         """
-        if self.closing or not self._writable.is_set() or not self.accepted or self.conn.state is not State.OPEN:
+        if self.closing or self._write_paused is not None or not self.accepted or self.conn.state is not State.OPEN:
             return False
         if type(message) is str:
             self.transport.write(data_frame(TEXT, message.encode()))

@@ -1,0 +1,300 @@
+"""What one more client costs a replica, against the number already connected.
+
+Unmodified hypha-rpc clients (``connect_to_server``, each in one workspace
+with one token: the client registers its built-in service, fetches the
+manager service twice and subscribes to ``client_disconnected``, as every
+hypha-rpc client does) connect to one replica in steps of ``--step`` and then
+stay idle. Per step: handshakes/s (from the first dial to the last client
+ready), the replica's CPU per connect, and its RSS once the step has settled.
+The CPU of a step is the replica's CPU from the step's start until
+``SETTLE`` seconds after its last connect (hypha-rpc asks for a fresh
+reconnection token two seconds after connecting), less what the replica
+spends anyway with that many idle clients (their keepalives), which is
+measured right after, over ``IDLE`` seconds, and charged at the mean of the
+rates before and after the step. RSS per idle connection is the slope of the
+settled RSS against the number connected, per step and over the whole run.
+
+The clients live in ``--workers`` child processes of this script, so that
+their own CPU is not the replica's; steps go on until ``--clients`` are
+connected or ``--budget`` seconds have passed. By default the replica runs on
+a Valkey (``switchboard.testing.valkey``), as a replica of a hub does;
+``--memory`` runs it on the embedded backends.
+
+    .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 120]
+                                           [--workers 2] [--concurrency 16] [--memory]
+
+Prints a table and writes ``bench/results/connect_cost.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    BENCH,
+    CHILD_MAX_LIFETIME,
+    JWT_SECRET,
+    Child,
+    calibrate,
+    pid_cpu,
+    pid_rss,
+    raise_fd_limit,
+    say,
+    stdin_lines,
+)
+
+WORKSPACE = "bench-connect"
+SETTLE = 3.0  # seconds after a step's last connect that still count as its work (the token refresh at 2 s)
+IDLE = 2.0  # seconds over which the idle cost at a level is measured
+
+
+# --------------------------------------------------------------------------- the client worker
+
+
+async def worker() -> None:
+    """Holds hypha-rpc clients; commands on stdin: ``{"open": n, "concurrency": c}``, ``{"close": true}``."""
+    from hypha_rpc import connect_to_server
+
+    logging.getLogger().setLevel(logging.CRITICAL)
+    # the answers keep stdout to themselves: whatever else prints there goes to the log
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+
+    def reply(msg: dict[str, Any]) -> None:
+        answers.write(json.dumps(msg) + "\n")
+        answers.flush()
+
+    url, token, prefix = sys.argv[2], sys.argv[3], sys.argv[4]
+    clients: list[Any] = []
+    stdin = await stdin_lines()
+    deadline = time.monotonic() + CHILD_MAX_LIFETIME
+    serial = 0
+    while time.monotonic() < deadline:
+        try:
+            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
+        except TimeoutError:
+            break
+        if not line:
+            break
+        cmd = json.loads(line)
+        if cmd.get("close"):
+            for client in clients:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.disconnect(), 1)
+            reply({"closed": len(clients)})
+            clients.clear()
+            continue
+        sem = asyncio.Semaphore(int(cmd.get("concurrency", 16)))
+        errors: dict[str, int] = {}
+        t0 = time.perf_counter()
+
+        async def one(cid: str, sem: asyncio.Semaphore = sem, errors: dict[str, int] = errors) -> None:
+            async with sem:
+                try:
+                    config = {"server_url": url, "client_id": cid, "token": token, "workspace": WORKSPACE}
+                    clients.append(await asyncio.wait_for(connect_to_server(config), 60))
+                except Exception as exc:
+                    key = f"{type(exc).__name__}: {str(exc)[:100]}"
+                    errors[key] = errors.get(key, 0) + 1
+
+        names = [f"{prefix}-{serial + i}" for i in range(int(cmd["open"]))]
+        serial += len(names)
+        await asyncio.gather(*(one(name) for name in names))
+        reply({"open": len(clients), "errors": errors, "seconds": time.perf_counter() - t0})
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def token_for_bench() -> str:
+    from switchboard.clock import SystemClock
+    from switchboard.hub.auth import Permission, TokenIssuer, User
+
+    issuer = TokenIssuer(JWT_SECRET, SystemClock())
+    user = User(id="bench-connect", roles=("user",))
+    return issuer.issue(user, workspace=WORKSPACE, permission=Permission.READ_WRITE, expires_in=3 * 3600)
+
+
+async def idle_rate(pid: int | None) -> float:
+    """The replica's CPU seconds per second over :data:`IDLE` seconds."""
+    c0, t0 = pid_cpu(pid) or 0.0, time.perf_counter()
+    await asyncio.sleep(IDLE)
+    return ((pid_cpu(pid) or 0.0) - c0) / (time.perf_counter() - t0)
+
+
+def profiled_replica() -> type:
+    from switchboard.testing.replica import ReplicaProcess
+
+    class Profiled(ReplicaProcess):
+        """The replica under cProfile (``--profile FILE``), written when it exits."""
+
+        profile = ""
+
+        def command(self) -> list[str]:
+            cmd = super().command()
+            return [cmd[0], __file__, "--profiled-replica", self.profile, *cmd[3:]]
+
+    return Profiled
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from switchboard.testing.replica import ReplicaProcess
+    from switchboard.testing.valkey import ValkeyServer
+
+    raise_fd_limit()
+    Profiled = profiled_replica()
+    valkey = None if args.memory else ValkeyServer().start()
+    limit = str(args.clients * 2 + 100)
+    replica = (Profiled if args.profile else ReplicaProcess)(
+        replica_id="connect-cost",
+        redis_url=valkey.url if valkey else None,
+        jwt_secret=JWT_SECRET,
+        args=["--max-connections-per-workspace", limit, "--max-connections-per-user", limit],
+        env={"SWITCHBOARD_LOG_LEVEL": "WARNING"},
+    )
+    if args.profile:
+        replica.profile = args.profile  # type: ignore[attr-defined]
+    replica.start(timeout=60)
+    pid = replica.proc.pid if replica.proc else None
+    token = token_for_bench()
+    work = Path(tempfile.mkdtemp(prefix="bench-connect-"))  # the workers' logs
+    workers = [
+        await Child(f"connect-worker-{i}", [__file__, "--worker", replica.url, token, f"w{i}"], work).start()
+        for i in range(args.workers)
+    ]
+    steps: list[dict[str, Any]] = []
+    out: dict[str, Any] = {
+        "backend": "memory" if args.memory else "valkey",
+        "calibration_ms": calibrate(),
+        "step": args.step,
+        "steps": steps,
+    }
+    try:
+        connected = 0
+        started = time.perf_counter()
+        base_rss = pid_rss(pid)
+        rate_before = await idle_rate(pid)
+        out["empty"] = {"rss_bytes": base_rss, "idle_cpu_per_s": rate_before}
+        while connected < args.clients and time.perf_counter() - started < args.budget:
+            n = min(args.step, args.clients - connected)
+            share = [n // len(workers) + (1 if i < n % len(workers) else 0) for i in range(len(workers))]
+            cpu0, t0 = pid_cpu(pid) or 0.0, time.perf_counter()
+            answers = await asyncio.gather(
+                *(
+                    w.request({"open": k, "concurrency": args.concurrency}, timeout=600)
+                    for w, k in zip(workers, share, strict=True)
+                )
+            )
+            dial = time.perf_counter() - t0
+            await asyncio.sleep(SETTLE)
+            cpu1, t1 = pid_cpu(pid) or 0.0, time.perf_counter()
+            opened = sum(a["open"] for a in answers)
+            made = opened - connected
+            errors: dict[str, int] = {}
+            for a in answers:
+                for k, v in a["errors"].items():
+                    errors[k] = errors.get(k, 0) + v
+            rss = pid_rss(pid)
+            rate_after = await idle_rate(pid)
+            idle_share = (rate_before + rate_after) / 2 * (t1 - t0)
+            step = {
+                "before": connected,
+                "after": opened,
+                "made": made,
+                "errors": errors,
+                "handshakes_per_s": made / dial if dial else None,
+                "cpu_ms_per_connect": ((cpu1 - cpu0) - idle_share) * 1e3 / made if made else None,
+                "cpu_ms_per_connect_raw": (cpu1 - cpu0) * 1e3 / made if made else None,
+                "idle_cpu_per_s": rate_after,
+                "rss_bytes": rss,
+                "rss_kib_per_connection": ((rss or 0) - (steps[-1]["rss_bytes"] if steps else base_rss or 0))
+                / 1024
+                / made
+                if made
+                else None,
+            }
+            steps.append(step)
+            say(
+                f"{connected:>6}-{opened:<6} {step['handshakes_per_s']:6.1f}/s  "
+                f"cpu {step['cpu_ms_per_connect']:6.2f} ms/connect (raw {step['cpu_ms_per_connect_raw']:6.2f})  "
+                f"idle {rate_after * 100:5.1f}%  rss {(rss or 0) / 2**20:7.1f} MiB  "
+                f"{step['rss_kib_per_connection']:5.1f} KiB/conn  errors {sum(errors.values())}"
+            )
+            connected, rate_before = opened, rate_after
+            if not made:
+                break
+        if steps and steps[-1]["after"] > 0 and base_rss:
+            out["rss_kib_per_connection"] = ((steps[-1]["rss_bytes"] or 0) - base_rss) / 1024 / steps[-1]["after"]
+        if len(steps) >= 2:
+            first, last = steps[0], steps[-1]
+            out["cpu_growth_last_vs_first"] = (
+                last["cpu_ms_per_connect"] / first["cpu_ms_per_connect"] if first["cpu_ms_per_connect"] else None
+            )
+    finally:
+        if args.profile:
+            replica.terminate(60)  # before the clients leave (a drain announces no departures): a clean exit
+        for w in workers:
+            with contextlib.suppress(Exception):
+                await w.request({"close": True}, timeout=60)
+            await w.stop()
+        replica.kill()
+        if valkey is not None:
+            valkey.stop()
+    return out
+
+
+def profiled_serve(path: str, argv: list[str]) -> None:
+    """``switchboard <argv>`` under cProfile, written to ``path`` when it exits (through ``os._exit``)."""
+    import cProfile
+
+    from switchboard.cli import main as cli
+
+    profiler = cProfile.Profile()
+    real_exit = os._exit
+
+    def exit_after_dump(code: int) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+        real_exit(code)
+
+    os._exit = exit_after_dump  # type: ignore[assignment]
+    profiler.enable()
+    cli(argv)
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--profiled-replica":
+        profiled_serve(sys.argv[2], sys.argv[3:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        asyncio.run(worker())
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=10_000, help="connect up to this many (default 10000)")
+    parser.add_argument("--step", type=int, default=1000, help="clients per step (default 1000)")
+    parser.add_argument("--budget", type=float, default=120.0, help="no new step after this many seconds")
+    parser.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
+    parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per worker")
+    parser.add_argument("--memory", action="store_true", help="the embedded backends instead of a Valkey")
+    parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
+    parser.add_argument("--out", default=str(BENCH / "results" / "connect_cost.json"))
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    say(f"RSS per idle connection overall: {result.get('rss_kib_per_connection') or float('nan'):.1f} KiB")
+    say(f"CPU per connect, last step / first: {result.get('cpu_growth_last_vs_first') or float('nan'):.2f}")
+    say(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Equal values kept once: what thousands of clients each announce alike costs one copy.
+
+Every hypha-rpc client registers a ``built-in`` service whose ``service_schema``
+(about 2 KiB of JSON, 7 KiB as Python objects) is the same for every client
+of one hypha-rpc version. A replica keeps each client's registrations for as
+long as it is connected (to re-assert them if Redis loses its data), so ten
+thousand idle clients held ten thousand copies of one schema. Registered
+values are never changed in place, so equal ones can be one object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+
+class SharedValues:
+    """The last ``limit`` distinct values seen, by their canonical JSON; :meth:`share` swaps a value
+    for an equal one seen before. Bounded: a client sending a new schema each time evicts, never grows."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._seen: OrderedDict[str, Any] = OrderedDict()
+
+    def share(self, value: Any) -> Any:
+        """An object equal to ``value`` (the first one seen, if any), to keep instead of it."""
+        try:
+            key = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):
+            return value  # not plain data: kept as it is
+        seen = self._seen.get(key)
+        if seen is not None:
+            self._seen.move_to_end(key)
+            return seen
+        self._seen[key] = value
+        if len(self._seen) > self._limit:
+            self._seen.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._seen)

@@ -1,0 +1,77 @@
+"""What an idle hypha-rpc connection holds on its replica (issue 26: at most 25 KiB each).
+
+Ten thousand idle clients on one replica multiply whatever each one keeps: a
+task is about a KiB (its coroutine's frames, the future it waits on), and
+every hypha-rpc client registers a ``built-in`` service whose schema, 7 KiB of
+Python objects, is the same for every client of one version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import switchboard
+from switchboard.hub.shared_values import SharedValues
+from switchboard.testing.hub import RunningServer
+from switchboard.testing.wait import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+SOURCE = str(Path(switchboard.__file__).parent)
+# the ASGI app's task (the connection's endpoint), its reader, and the writer of its send queue
+TASKS_PER_CONNECTION = 3
+
+
+def hub_tasks() -> int:
+    """Tasks running the hub's own code (its clients' tasks run hypha-rpc's)."""
+    count = 0
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if code is not None and code.co_filename.startswith(SOURCE):
+            count += 1
+    return count
+
+
+async def test_an_idle_connection_holds_no_more_tasks_than_its_reader_writer_and_endpoint(
+    server: RunningServer, connect: Any
+) -> None:
+    before = hub_tasks()
+    clients = 5
+    for i in range(clients):
+        await connect(client_id=f"idle-{i}")
+    await eventually(lambda: len(server.hub.peers) == clients, what="every client attached")
+    await asyncio.sleep(0.3)  # the connects' manager calls are over
+    per_connection = (hub_tasks() - before) / clients
+    assert per_connection <= TASKS_PER_CONNECTION, f"{per_connection} tasks per idle connection"
+
+
+async def test_clients_of_one_hypha_rpc_version_keep_one_copy_of_the_built_in_schema(
+    server: RunningServer, connect: Any
+) -> None:
+    a = await connect(client_id="a")
+    b = await connect(client_id="b")
+    infos = []
+    for client in (a, b):
+        peer = server.hub.peers[f"{client.config['workspace']}/{client.config['client_id']}"]
+        infos.append(peer.services[f"{peer.id}:built-in"])
+    assert infos[0]["service_schema"] == infos[1]["service_schema"]
+    assert infos[0]["service_schema"] is infos[1]["service_schema"], "two copies of one schema"
+    assert infos[0]["id"] != infos[1]["id"]
+
+
+def test_equal_values_are_shared_and_the_table_stays_bounded() -> None:
+    shared = SharedValues(limit=2)
+    first = {"f": {"type": "function", "parameters": [1, 2]}}
+    assert shared.share(first) is first
+    assert shared.share({"f": {"parameters": [1, 2], "type": "function"}}) is first, "equal whatever the key order"
+    different = {"f": {"type": "function", "parameters": [2, 1]}}
+    assert shared.share(different) is different
+    for i in range(10):  # a client sending a new schema every time
+        shared.share({"n": i})
+    assert len(shared) == 2
+    odd = {"f": object()}
+    assert shared.share(odd) is odd, "what is not plain data is kept as it is"
