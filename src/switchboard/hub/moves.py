@@ -202,6 +202,9 @@ class Moves:
             peer.log.warning("cannot put the client in transit: %s", exc)
             marked = False
         if not marked:
+            # back elsewhere already (or the registry cannot say): what this connection still had
+            # goes on with what was held here, to wherever the client is live now
+            self.salvage(peer)
             self._send_on(self.transit.cancel(peer.id))
             return False
         peer.moving = True
