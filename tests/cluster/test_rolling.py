@@ -53,7 +53,6 @@ async def test_sigterm_roll_loses_no_idempotent_call_and_every_client_stays_reac
     assert result["unreachable_max_s"] < 3.0, result["unreachable_s"]
 
 
-KNOWN_HYPHA_TIMEOUTS = 1  # see the assertion that uses it
 ROLLS = 20
 
 
@@ -90,11 +89,10 @@ async def test_twenty_sigterm_rolls_fail_no_call_of_an_sdk_or_a_plain_hypha_rpc_
         assert fig["calls"] > 40 * result["roll_seconds"], (who, fig["calls"])  # the load really ran
     sdk, hypha = result["by_caller"]["sdk"], result["by_caller"]["hypha"]
     assert sdk["failed"] == 0, (sdk["errors"], result["failed_per_roll"])
-    # A regression of session 8, cause not found yet: in 2 of 5 runs of this test on the merged
-    # tree the unmodified hypha-rpc caller lost one call of about 10,500 to a timeout (the SDK
-    # none). Tolerated here, at one, only until it is found; the bar is 0 (closing note of session 8).
-    assert hypha["failed"] <= KNOWN_HYPHA_TIMEOUTS, (hypha["errors"], result["failed_per_roll"])
-    assert set(hypha["errors"]) <= {"TimeoutError: "}, hypha["errors"]
+    # a call the plain caller sends in the moment after its replica ended the stream, before it
+    # has taken that end in, is still routed: the replica reads on, and the test balancer passes
+    # the half-close on as a Service does (it once closed both ways, and such calls timed out)
+    assert hypha["failed"] == 0, (hypha["errors"], result["failed_per_roll"])
     assert result["departures_seen"] == [], "a provider in transit was announced gone"
     assert max(result["transit_s"]) < GRACE, "a client took longer than the grace to come back"
 

@@ -19,6 +19,7 @@ from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
 from switchboard.protocol.handshake import CLOSE_RESTARTING
+from switchboard.testing.balancer import Balancer
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -110,4 +111,34 @@ async def test_the_stream_ends_after_a_restarting_notice_and_what_the_client_sen
         moving.close()
         await eventually(lambda: f"{ws_id}/moving" not in srv.hub.peers, timeout=5, what="the peer detached")
         assert f"{ws_id}/moving" in srv.hub.transit, "handed over: in transit, not gone"
+        await listener.close()
+
+
+async def test_through_the_test_balancer_what_the_client_sends_after_the_end_reached_it_is_routed_too():
+    """As in a rolling restart behind a Service: the client has the hub's end in its socket but
+    has not acted on it (hypha-rpc's sender can run before its listener), and sends a call. The
+    balancer passes the half-close on, so the hub, which reads on, routes it (bench/roll.py's
+    plain caller lost such a call to a timeout when the test balancer closed both directions)."""
+    async with running(settings_for_tests()) as srv, Balancer([int(srv.url.rsplit(":", 1)[1])]) as balancer:
+        moving = SlowReader(balancer.url)
+        info = await moving.open("moving")
+        ws_id = info["workspace"]
+        listener = await websockets.connect(srv.url.replace("http", "ws", 1) + "/ws")
+        await listener.send(
+            json.dumps({"client_id": "listener", "workspace": None, "token": None, "reconnection_token": None})
+        )
+        json.loads(await listener.recv())
+        listener_id = next(p for p in srv.hub.peers if p.endswith("/listener"))
+
+        srv.hub.peers[f"{ws_id}/moving"].close(CLOSE_RESTARTING, "Server restarting, please reconnect")
+        rest = await moving.until_end()  # the notice, then the end of the stream, both received
+        assert [json.loads(f.data)["type"] for f in rest] == ["restarting"]
+        moving.send(msgpack.packb({"type": "note", "to": listener_id, "n": 2}))
+
+        try:
+            got = msgpack.unpackb(await asyncio.wait_for(listener.recv(), 5))
+        except TimeoutError:
+            pytest.fail("what the client sent after the end reached it was lost on the way")
+        assert got["n"] == 2
+        moving.close()
         await listener.close()

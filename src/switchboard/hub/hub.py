@@ -332,6 +332,7 @@ class Hub:
         current = self.peers.get(peer.id) is peer
         if current:
             del self.peers[peer.id]
+            self.moves.expect(peer)  # frames for it that come while the store is asked are held
         workspace_empty = members is not None and not members
         if workspace_empty:
             self._by_workspace.pop(peer.workspace, None)

@@ -148,6 +148,12 @@ class Moves:
             self._wake()  # the keeper now rechecks every RECHECK seconds
         return True
 
+    def expect(self, peer: Peer) -> None:
+        """Hold frames for the client of this ended connection from now on, if it may return: the
+        hub's clean-up waits on the store before :meth:`depart`, and frames still come meanwhile."""
+        if self.may_return(peer):
+            self._begin(peer.id)
+
     def _begin(self, client: str, remaining: float | None = None) -> None:
         if self.transit.left(client, remaining):
             self._wake()
@@ -203,6 +209,9 @@ class Moves:
             peer.log.warning("cannot put the client in transit: %s", exc)
             marked = False
         if not marked:
+            # back elsewhere already (or the registry cannot say): what this connection still had
+            # goes on with what was held here, to wherever the client is live now
+            self.salvage(peer)
             self._send_on(self.transit.cancel(peer.id))
             return False
         peer.moving = True

@@ -6,8 +6,12 @@ upstream that is *in* (a replica taken out, as a terminating pod leaves its
 Service's endpoints, gets no new connections) and accepts the TCP
 connection: the next in rotation, or with ``prefer_newest`` the one put back
 most recently (in a rolling restart, the one that will be restarted last).
-Connections already open stay where they are until either end closes them;
-bytes are copied unchanged in both directions.
+Connections already open stay where they are; bytes are copied unchanged in
+both directions, and an end is passed on as a half-close, as a TCP proxy or a
+Kubernetes Service passes it: a draining replica ends its side of a client's
+stream and reads on until the client ends its own, so what the client sends
+before it has taken in that end must still reach the replica. The pair is
+closed once both directions have ended (or either was reset).
 """
 
 from __future__ import annotations
@@ -101,24 +105,44 @@ class Balancer:
             writer.close()
             return
         self.accepted += 1
-        up_reader, up_writer = upstream
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pump(src, dst))
-            self._pumps.add(task)
-            task.add_done_callback(self._pumps.discard)
+        task = asyncio.create_task(self._relay(reader, writer, *upstream))
+        self._pumps.add(task)
+        task.add_done_callback(self._pumps.discard)
+
+    @property
+    def open_connections(self) -> int:
+        """Client connections whose two directions have not both ended yet."""
+        return len(self._pumps)
+
+    async def _relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Both directions of one connection; closed once both ended."""
+        try:
+            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        finally:
+            for dst in (writer, up_writer):
+                with contextlib.suppress(OSError, RuntimeError):
+                    dst.close()
 
     @staticmethod
     async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        """Copy one direction; its end goes on as a half-close, a reset closes both."""
         try:
             while data := await src.read(_CHUNK):
                 dst.write(data)
                 await dst.drain()
         except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            with contextlib.suppress(OSError, RuntimeError):
-                if dst.can_write_eof():
-                    dst.write_eof()
+            dst.close()  # a reset is no half-close: the other direction ends too
+            return
+        with contextlib.suppress(OSError, RuntimeError):
+            if dst.can_write_eof():
+                dst.write_eof()
+            else:
                 dst.close()
 
     def __repr__(self) -> str:

@@ -1,0 +1,64 @@
+"""A frame another replica relays to a connection whose end this replica is still cleaning up.
+
+The client's connection dropped (no goodbye: it is coming back). Until the
+hub has let go of the client's channel, frames for it still arrive here; the
+clean-up (``Hub.detach``) waits on the store (the connection counts, then
+the channel) before it puts the client in transit. A frame that arrives in
+that wait must be held for the client like any frame after it, not dropped
+because the client is neither connected here any more nor in transit yet.
+The counts live in a real Valkey, so the wait is a real round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as aredis
+
+from support.wire import attach_client, settle
+from switchboard.backends.redis.counts import RedisConnectionCounts
+from switchboard.hub.auth import new_anonymous_user
+from switchboard.protocol import envelope
+from switchboard.server.app import build_hub
+from switchboard.testing import FakeClock, ValkeyServer
+from switchboard.testing.hub import settings_for_tests
+
+pytestmark = pytest.mark.timeout(30)
+
+WS = "ws-1"
+USER = new_anonymous_user()
+
+
+async def test_a_reply_relayed_while_a_dropped_connection_is_cleaned_up_waits_for_its_client():
+    with ValkeyServer() as valkey:
+        redis = aredis.Redis.from_url(valkey.url)
+        hub = build_hub(settings_for_tests(transit_grace=5.0), clock=FakeClock())
+        hub.gate.counts = RedisConnectionCounts(redis, replica_id=hub.replica_id)
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            caller, _, writer = await attach_client(hub, WS, "caller", USER)
+            tasks.append(writer)
+            reply = envelope.encode(
+                {"type": "method", "from": f"{WS}/prov", "to": f"{WS}/caller", "method": "q1.resolve"}
+            )
+
+            caller.client_closed(1006)  # dropped: expected back
+            detaching = asyncio.create_task(hub.detach(caller))
+            await asyncio.sleep(0)  # its first step: no longer connected here, waiting on Valkey
+            assert f"{WS}/caller" not in hub.peers
+            hub.dispatch.from_replica_to_client(caller, reply)  # still subscribed: the reply lands here
+            await detaching
+            await settle()
+            assert hub.transit.holding == 1, "the reply relayed while the connection was cleaned up was dropped"
+
+            _, back, writer = await attach_client(hub, WS, "caller", USER, reconnecting=True)
+            tasks.append(writer)
+            await settle()
+            assert [h["method"] for h in back.heads()] == ["q1.resolve"]
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await redis.aclose()
