@@ -340,6 +340,13 @@ class Hub:
         await self.gate.count_out(peer)
         if not current:
             return
+        if (newer := self.peers.get(peer.id)) is not None:
+            # a new connection of the client attached while the store was asked: the client's
+            # channel is its own now (unsubscribing it would cut it off from the other replicas),
+            # and it is no departure
+            self.moves.taken_up(newer)
+            peer.log.info("disconnected (%s), its client already back here", peer.close_reason or "closed")
+            return
         await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
         if workspace_empty:
             channel = WORKSPACE_CHANNEL + peer.workspace

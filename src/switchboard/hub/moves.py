@@ -154,6 +154,12 @@ class Moves:
         if self.may_return(peer):
             self._begin(peer.id)
 
+    def taken_up(self, peer: Peer) -> None:
+        """``peer`` attached while the client's previous connection here was still being cleaned up
+        (:meth:`expect` had begun holding its frames): what was held goes to ``peer`` now, if its
+        own attach has not taken it already (a resume does)."""
+        self._send_on(self.transit.back(peer.id))
+
     def _begin(self, client: str, remaining: float | None = None) -> None:
         if self.transit.left(client, remaining):
             self._wake()
