@@ -53,6 +53,22 @@ async def test_the_leader_named_in_the_status_is_the_lease_holder(redis) -> None
     assert leader == "ra"
 
 
+async def test_a_rebuild_sets_this_replicas_counts_and_drops_those_of_users_gone_since(redis) -> None:
+    """After a failover, a promoted replica may hold counts whose decrements it never got: the
+    rebuild writes what this replica's clients count now and drops this replica's share of every
+    other counter it had touched, so a user who left is not counted against its limit forever;
+    other replicas' shares stay."""
+    ra, rb = RedisConnectionCounts(redis, replica_id="ra"), RedisConnectionCounts(redis, replica_id="rb")
+    await ra.add("alice", "ws-1")
+    await ra.add("bob", "ws-2")  # bob's departure below is the decrement the failover lost
+    await rb.add("bob", "ws-2")
+    await ra.rebuild({"alice": 1}, {"ws-1": 1})
+    assert await ra.add("alice", "ws-1") == (2, 2)
+    assert await redis.hgetall("sb:conns:u:bob") == {b"rb": b"1"}, "ra's stale share of bob kept"
+    assert await redis.hgetall("sb:conns:w:ws-2") == {b"rb": b"1"}
+    assert await redis.smembers("sb:conns:keys:ra") == {b"sb:conns:u:alice", b"sb:conns:w:ws-1"}
+
+
 async def test_without_redis_every_store_operation_raises_a_backend_error(valkey, redis) -> None:
     presence = RedisPresence(redis, replica_id="ra")
     lease = RedisLease(redis, key=LEADER_KEY, ttl_ms=5000, owner_id="ra#1")

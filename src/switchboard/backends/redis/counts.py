@@ -72,17 +72,27 @@ class RedisConnectionCounts:
             raise BackendError(f"connection count failed: {exc}") from exc
 
     async def rebuild(self, users: Mapping[str, int], workspaces: Mapping[str, int]) -> int:
-        """After Redis lost its data: set this replica's field of each counter to what its clients
-        count now (absolute values, so a client counted again since the loss is not counted twice)."""
+        """After Redis lost data: set this replica's field of each counter to what its clients
+        count now (absolute values, so a client counted again since the loss is not counted twice),
+        and drop its field from every other counter it had touched: after a failover the promoted
+        replica may lack the decrements of clients that left, which would count against their
+        users' and workspaces' limits for good."""
         keys = {f"{self._p}u:{user}": n for user, n in users.items()}
         keys.update({f"{self._p}w:{workspace}": n for workspace, n in workspaces.items()})
-        if not keys:
-            return 0
+        touched = self._touched(self.replica_id)
         try:
+            stale = [k for k in map(_text, await self._r.smembers(touched)) if k not in keys]
+            if not keys and not stale:
+                return 0
             async with self._r.pipeline(transaction=False) as pipe:
                 for key, n in keys.items():
                     pipe.hset(key, self.replica_id, n)
-                pipe.sadd(self._touched(self.replica_id), *keys)
+                for key in stale:
+                    pipe.hdel(key, self.replica_id)
+                if stale:
+                    pipe.srem(touched, *stale)
+                if keys:
+                    pipe.sadd(touched, *keys)
                 await pipe.execute()
         except RedisError as exc:
             raise BackendError(f"rebuilding the connection counts failed: {exc}") from exc
@@ -102,3 +112,7 @@ class RedisConnectionCounts:
         except RedisError as exc:
             raise BackendError(f"forgetting the counts of {replica_id} failed: {exc}") from exc
         return len(keys)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
