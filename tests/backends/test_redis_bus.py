@@ -415,6 +415,11 @@ class FakePubSub:
             conn.push([b"message", channel.encode(), data])
         return len(subscribers)
 
+    async def execute_command(self, name: str, channel: str, data: bytes) -> int:
+        """A lone publish, as the bus sends it when nothing else is queued."""
+        assert name == "PUBLISH", name
+        return await self.publish(channel, data)
+
     def pipeline(self, transaction: bool = False) -> FakePipeline:
         return FakePipeline(self)
 

@@ -8,8 +8,9 @@ after the pool's 2 s wait, thousands of times: counts never released,
 registrations left behind). A :class:`Batcher` queues such calls instead: one
 task sends what is queued as one pipeline (up to :data:`BATCH` calls, one
 connection, one round trip), and whatever arrived meanwhile goes in the next.
-A lone call waits no longer than before (the queue goes at once); a crowd
-waits one round trip per :data:`BATCH` calls.
+A lone call, with nothing queued or in flight, goes at once from its caller's
+task as a plain command (no task, no pipeline: a publish costs what it did
+before); a crowd waits one round trip per :data:`BATCH` calls.
 
 Calls are sent as ``EVALSHA``; a script Redis does not have (restarted empty,
 or flushed) is loaded (on every master of a cluster) and its calls sent again,
@@ -49,8 +50,9 @@ class Batcher:
         self.limit = limit
         self._queue: deque[_Call] = deque()
         self._sender: asyncio.Task[None] | None = None
+        self._alone: asyncio.Future[None] | None = None  # done once a lone call sent at once is answered
         self._closed = False
-        self.pipelines = 0  # sent so far: how much was batched (tests, benches)
+        self.pipelines = 0  # round trips so far, a pipeline or a lone call: how much was batched (tests, benches)
 
     @property
     def waiting(self) -> int:
@@ -72,14 +74,34 @@ class Batcher:
     async def _queued(self, call: _Call) -> Any:
         if self._closed:  # its client is closed, or about to be: no connection is opened again
             raise RedisError("closed")
+        if self._sender is None and self._alone is None:
+            return await self._by_itself(call)
         self._queue.append(call)
         if self._sender is None:
             self._sender = asyncio.create_task(self._send(), name="redis batch")
         return await call.reply
 
+    async def _by_itself(self, call: _Call) -> Any:
+        """A call with nothing queued or in flight goes at once from its caller's task (no task
+        to start, no pipeline: the common case of a lone publish); calls that come meanwhile
+        queue behind it, and the sender waits for it, so their order holds."""
+        self._alone = done = asyncio.get_running_loop().create_future()
+        self.pipelines += 1
+        try:
+            try:
+                return await self._r.execute_command(*_command(call))
+            except NoScriptError:  # Redis lost it (restarted empty, flushed): load it, send again, once
+                await self._r.script_load(call.script.script)
+                return await self._r.execute_command(*_command(call))
+        finally:
+            self._alone = None
+            done.set_result(None)
+
     async def _send(self) -> None:
         batch: list[_Call] = []
         try:
+            if self._alone is not None:  # a lone call still on its way: those queued behind it go after
+                await asyncio.shield(self._alone)
             while self._queue:
                 batch = []
                 while self._queue and len(batch) < self.limit:
@@ -121,10 +143,7 @@ class Batcher:
     async def _execute(self, batch: list[_Call]) -> list[Any]:
         async with self._r.pipeline(transaction=False) as pipe:
             for call in batch:
-                if call.script is None:
-                    pipe.execute_command(*call.args)
-                else:
-                    pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+                pipe.execute_command(*_command(call))
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         self.pipelines += 1
         return replies
@@ -132,6 +151,9 @@ class Batcher:
     async def close(self) -> None:
         """Let what is queued go out (bounded by the socket timeouts), then stop; later calls fail."""
         self._closed = True
+        if self._alone is not None:  # a lone call on its way: answered before its client closes
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._alone), 5.0)
         sender = self._sender
         if sender is None:
             return
@@ -141,6 +163,12 @@ class Batcher:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
+
+
+def _command(call: _Call) -> tuple[Any, ...]:
+    if call.script is None:
+        return tuple(call.args)
+    return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
 
 
 def _noscript(reply: Any) -> bool:
