@@ -9,6 +9,7 @@ Python objects, is the same for every client of one version.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,14 @@ async def test_an_idle_connection_holds_no_more_tasks_than_its_reader_writer_and
     for i in range(clients):
         await connect(client_id=f"idle-{i}")
     await eventually(lambda: len(server.hub.peers) == clients, what="every client attached")
-    await asyncio.sleep(0.3)  # the connects' manager calls are over
-    per_connection = (hub_tasks() - before) / clients
-    assert per_connection <= TASKS_PER_CONNECTION, f"{per_connection} tasks per idle connection"
+
+    def per_connection() -> float:
+        return (hub_tasks() - before) / clients
+
+    # the connects' manager calls end within the bound; what stays is what an idle connection holds
+    with contextlib.suppress(AssertionError):
+        await eventually(lambda: per_connection() <= TASKS_PER_CONNECTION, what="the connects' calls over")
+    assert per_connection() <= TASKS_PER_CONNECTION, f"{per_connection()} tasks per idle connection"
 
 
 async def test_clients_of_one_hypha_rpc_version_keep_one_copy_of_the_built_in_schema(
