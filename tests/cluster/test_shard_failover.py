@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -179,6 +180,45 @@ async def test_a_registry_master_sigkilled_takes_no_replica_for_dead(
     assert resumed - promoted_at < 2.0
 
 
+@contextlib.asynccontextmanager
+async def replication_cut(cluster: ValkeyCluster) -> AsyncIterator[int]:
+    """While the block runs, the registry's standby receives nothing from its master (it cannot
+    authenticate to it again); then it takes over, without what the block wrote: writes the old
+    master acknowledged, lost for good. Yields the standby's port."""
+    standby = await eventually(lambda: asyncio.to_thread(standby_of, cluster), timeout=10, what="a standby")
+
+    def link_down() -> bool:
+        with cluster.client(standby) as node:
+            return node.info("replication").get("master_link_status") == "down"
+
+    with cluster.client(standby) as node:
+        node.config_set("masteruser", "nobody-at-all")
+        node.config_set("masterauth", "wrong")
+        node.execute_command("CLIENT", "KILL", "TYPE", "master")
+    try:
+        await eventually(lambda: asyncio.to_thread(link_down), timeout=10, what="the standby cut off")
+        yield standby
+        with cluster.client(standby) as node:
+            node.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")  # promoted, without the writes
+
+        async def standby_promoted() -> bool:
+            return await asyncio.to_thread(cluster.master_of, STORE_SLOT) == standby
+
+        await eventually(standby_promoted, timeout=10, what="the standby promoted")
+    finally:
+        with cluster.client(standby) as node:
+            node.config_set("masteruser", "")
+            node.config_set("masterauth", "")
+    await asyncio.to_thread(cluster.wait_ok)
+
+
+async def listed(client: Any, ws: str) -> set[str] | None:
+    """The ids ``list_services`` answers ``client`` for ``ws``; ``None`` if it fails (a failover)."""
+    with contextlib.suppress(Exception):
+        return {s["id"] for s in await asyncio.wait_for(client.list_services({"workspace": ws}), 3)}
+    return None
+
+
 async def test_a_registration_the_promoted_replica_never_got_is_written_back(
     on_cluster, clients, valkey_cluster: ValkeyCluster
 ):
@@ -186,7 +226,6 @@ async def test_a_registration_the_promoted_replica_never_got_is_written_back(
     replica took over: the write is gone from the cluster, and the epoch key (older) survived, so
     nothing says "data lost". The replica holding the client sees the registry's shard change
     master and writes its registrations back, within a few seconds."""
-    standby = await eventually(lambda: asyncio.to_thread(standby_of, valkey_cluster), timeout=10, what="a standby")
     a = on_cluster.start("ra")
     b = on_cluster.start("rb", url=valkey_cluster.seeds_url)
     provider = await clients(a.url, client_id="prov")
@@ -195,40 +234,14 @@ async def test_a_registration_the_promoted_replica_never_got_is_written_back(
     ws = provider.config["workspace"]
     assert await (await caller.get_service(f"{ws}/prov:kept")).f() == "kept"
 
-    # the standby stops receiving the replication stream: it cannot authenticate to its master again
-    with valkey_cluster.client(standby) as node:
-        node.config_set("masteruser", "nobody-at-all")
-        node.config_set("masterauth", "wrong")
-        node.execute_command("CLIENT", "KILL", "TYPE", "master")
-
-    def link_down() -> bool:
-        with valkey_cluster.client(standby) as node:
-            return node.info("replication").get("master_link_status") == "down"
-
-    try:
-        await eventually(lambda: asyncio.to_thread(link_down), timeout=10, what="the standby cut off")
+    async with replication_cut(valkey_cluster):
         await provider.register_service({"id": "late", "config": {"visibility": "public"}, "f": lambda: "late"})
         assert await (await caller.get_service(f"{ws}/prov:late")).f() == "late"  # acknowledged by the master
-        with valkey_cluster.client(standby) as node:
-            node.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")  # promoted, without the write
-
-        async def standby_promoted() -> bool:
-            return await asyncio.to_thread(valkey_cluster.master_of, STORE_SLOT) == standby
-
-        await eventually(standby_promoted, timeout=10, what="the standby promoted")
-    finally:
-        with valkey_cluster.client(standby) as node:
-            node.config_set("masteruser", "")
-            node.config_set("masterauth", "")
-    await asyncio.to_thread(valkey_cluster.wait_ok)
     loop = asyncio.get_running_loop()
     taken_over = loop.time()
 
     async def late_listed() -> bool:
-        with contextlib.suppress(Exception):
-            services = await asyncio.wait_for(caller.list_services({"workspace": ws}), 3)
-            return f"{ws}/prov:late" in {s["id"] for s in services}
-        return False
+        return f"{ws}/prov:late" in (await listed(caller, ws) or set())
 
     try:
         await eventually(late_listed, timeout=scaled(15), interval=0.1, what="'late' written back")
@@ -238,4 +251,108 @@ async def test_a_registration_the_promoted_replica_never_got_is_written_back(
     print(f"WRITTEN BACK {took:.2f}s after the takeover")
     assert took < scaled(8), f"written back only {took:.1f}s after the takeover"
     assert await (await caller.get_service(f"{ws}/prov:late")).f() == "late"
+    assert await (await caller.get_service(f"{ws}/prov:kept")).f() == "kept"
+
+
+async def test_a_service_unregistered_before_the_takeover_is_not_listed_again(
+    on_cluster, clients, valkey_cluster: ValkeyCluster
+):
+    """The master acknowledged an unregistration its replica never received, then the replica took
+    over: the service is back in the registry although its provider, alive, no longer has it (and
+    no reaper removes the services of a live client). The provider's replica compares what the
+    registry lists for its clients with what they hold and removes the rest, within seconds."""
+    a = on_cluster.start("ra")
+    b = on_cluster.start("rb", url=valkey_cluster.seeds_url)
+    provider = await clients(a.url, client_id="prov")
+    for name in ("kept", "gone"):
+        await provider.register_service({"id": name, "config": {"visibility": "public"}, "f": lambda n=name: n})
+    caller = await clients(b.url, client_id="caller", token=await provider.generate_token())
+    ws = provider.config["workspace"]
+    assert {f"{ws}/prov:kept", f"{ws}/prov:gone"} <= (await listed(caller, ws) or set())
+
+    async with replication_cut(valkey_cluster):
+        await provider.unregister_service("gone")
+        assert f"{ws}/prov:gone" not in (await listed(caller, ws) or {f"{ws}/prov:gone"})  # the master's
+    loop = asyncio.get_running_loop()
+    taken_over = loop.time()
+
+    async def gone_for_good() -> bool:
+        ids = await listed(caller, ws)
+        return ids is not None and f"{ws}/prov:kept" in ids and f"{ws}/prov:gone" not in ids
+
+    try:
+        await eventually(gone_for_good, timeout=scaled(15), interval=0.1, what="'gone' no longer listed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: listed {await listed(caller, ws)}\n{a.log_tail(3000)}") from None
+    took = loop.time() - taken_over
+    print(f"UNREGISTRATION UNDONE AGAIN {took:.2f}s after the takeover")
+    assert took < scaled(10), f"removed only {took:.1f}s after the takeover"
+    assert await (await caller.get_service(f"{ws}/prov:kept")).f() == "kept"
+
+
+def registry_of(cluster: ValkeyCluster, wc: str, replica_id: str) -> dict[str, Any]:
+    """What the registry's (new) master holds about client ``wc``, and ``replica_id``'s
+    connection counts of its user and workspace."""
+    ws, _, cid = wc.partition("/")
+    with cluster.client(cluster.master_of(STORE_SLOT)) as node:
+        return {
+            "services": [f for f in node.hkeys(f"{{sb}}:svc:{ws}") if f.decode().startswith(f"{cid}:")],
+            "index": node.hget(f"{{sb}}:svcidx:{ws}", cid),
+            "owner": node.hget("{sb}:owner", wc),
+            "holder": node.hget("{sb}:holder", wc),
+            "owned": node.sismember(f"{{sb}}:replica:{replica_id}:clients", wc),
+            "workspace count": node.hget(f"{{sb}}:conns:w:{ws}", replica_id),
+        }
+
+
+async def test_a_client_that_left_before_the_takeover_is_not_listed_again(
+    on_cluster, clients, valkey_cluster: ValkeyCluster
+):
+    """A client left (a goodbye) while the registry's standby heard nothing, then the standby took
+    over: the client's services, its owner and holder entries and its connection count are back,
+    and since its replica is alive no reaper ever looks at it. Its replica finds that it owns a
+    client it does not hold (not in transit either) and removes what is left of it."""
+    a = on_cluster.start("ra")
+    b = on_cluster.start("rb", url=valkey_cluster.seeds_url)
+    provider = await clients(a.url, client_id="prov")
+    await provider.register_service({"id": "kept", "config": {"visibility": "public"}, "f": lambda: "kept"})
+    token = await provider.generate_token()
+    leaver = await clients(a.url, client_id="leaver", token=token)
+    await leaver.register_service({"id": "left", "config": {"visibility": "public"}, "f": lambda: "left"})
+    caller = await clients(b.url, client_id="caller", token=token)
+    ws = provider.config["workspace"]
+    assert f"{ws}/leaver:left" in (await listed(caller, ws) or set())
+
+    async with replication_cut(valkey_cluster):
+        await leaver.disconnect()
+
+        async def left() -> bool:
+            return f"{ws}/leaver:left" not in (await listed(caller, ws) or {f"{ws}/leaver:left"})
+
+        await eventually(left, timeout=10, what="the departure, on the master")
+    loop = asyncio.get_running_loop()
+    taken_over = loop.time()
+
+    async def gone_for_good() -> bool:
+        ids = await listed(caller, ws)
+        if ids is None or f"{ws}/prov:kept" not in ids or any(i.startswith(f"{ws}/leaver:") for i in ids):
+            return False
+        held = await asyncio.to_thread(registry_of, valkey_cluster, f"{ws}/leaver", "ra")
+        return held == {
+            "services": [],
+            "index": None,
+            "owner": None,
+            "holder": None,
+            "owned": False,
+            "workspace count": b"1",
+        }
+
+    try:
+        await eventually(gone_for_good, timeout=scaled(15), interval=0.1, what="the client gone")
+    except AssertionError as exc:
+        held = await asyncio.to_thread(registry_of, valkey_cluster, f"{ws}/leaver", "ra")
+        raise AssertionError(f"{exc}: listed {await listed(caller, ws)}, registry {held}\n{a.log_tail(3000)}") from None
+    took = loop.time() - taken_over
+    print(f"DEPARTURE UNDONE AGAIN {took:.2f}s after the takeover")
+    assert took < scaled(10), f"removed only {took:.1f}s after the takeover"
     assert await (await caller.get_service(f"{ws}/prov:kept")).f() == "kept"

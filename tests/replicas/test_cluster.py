@@ -11,12 +11,13 @@ import asyncio
 import contextlib
 import heapq
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from switchboard.backends.owned import Recorded, Stale
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.cluster import (
@@ -28,6 +29,7 @@ from switchboard.replicas.cluster import (
     presence_ttl,
     store_failed_over,
 )
+from switchboard.replicas.stale import field_of
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -79,6 +81,7 @@ class HubSide:
     metrics: Metrics = field(default_factory=Metrics)
     loads: Loads = field(default_factory=Loads)
     to_repair: list[ServiceInfo] = field(default_factory=list)
+    transit: set[str] = field(default_factory=set)  # clients away from this replica (in transit)
     sweeps: int = 0
     reclaims: int = 0
 
@@ -444,6 +447,101 @@ async def test_when_the_registrys_shard_changes_master_every_live_registration_i
         assert w.counts.rebuilt, "the connection counts too"
         await w.cluster.tend()
         assert len(w.registry.written) == 2, "once per failover"
+    finally:
+        await w.cluster.stop()
+
+
+@dataclass
+class StaleStore:
+    """The registry's side of undoing lost deletes: what it holds for this replica's clients, and
+    what was removed (``during_removal`` runs as Redis would be running the removal)."""
+
+    records: list[Recorded] = field(default_factory=list)
+    removed: list[Stale] = field(default_factory=list)
+    during_removal: Callable[[], None] = lambda: None
+
+    async def owned(self) -> list[Recorded]:
+        return list(self.records)
+
+    async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]:
+        self.during_removal()
+        done = []
+        for entry in stale:
+            self.removed.append(entry)
+            self.records = [r for r in self.records if r.client != entry.client or not entry.departed]
+            done.append((entry, entry.departed, [json.loads(v) for v in entry.services.values()]))
+        return done
+
+
+def recorded(*infos: ServiceInfo) -> Recorded:
+    client = infos[0]["id"].partition(":")[0]
+    return Recorded(client, {field_of(i["id"]): json.dumps(i) for i in infos})
+
+
+async def failed_over(w: World, masters: list[tuple[str, int]]) -> None:
+    await w.cluster.start()
+    await w.cluster.tend()
+    masters.append(("127.0.0.1", 7003))  # its replica promoted
+
+
+async def test_after_a_failover_what_this_replicas_clients_no_longer_have_is_removed_on_the_second_look() -> None:
+    """A service unregistered and a client that left, both lost with the old master: the first
+    round after the failover suspects them, the next removes them; then nothing more is read."""
+    masters = [("127.0.0.1", 7000)]
+    store = StaleStore([recorded(info("a"), info("a", "gone")), recorded(info("b")), recorded(info("c"))])
+    w = world(store_master=lambda: masters[-1], stale=store)
+    w.hub.peers = {"ws-1/a": Client({i["id"]: i for i in [info("a")]})}
+    w.hub.transit = {"ws-1/c"}  # in transit from here: its grace decides
+    try:
+        await failed_over(w, masters)
+        await w.cluster.tend()
+        assert store.removed == [], "one look only suspects"
+        await w.cluster.tend()
+        assert store.removed == [
+            Stale("ws-1/a", {"a:gone": json.dumps(info("a", "gone"))}),
+            Stale("ws-1/b", {"b:built-in": json.dumps(info("b"))}, departed=True),
+        ]
+        assert w.cluster.lost_deletes is not None
+        assert (w.cluster.lost_deletes.removed_services, w.cluster.lost_deletes.removed_clients) == (2, 1)
+        store.records.append(recorded(info("d")))
+        await w.cluster.tend()
+        await w.cluster.tend()
+        assert len(store.removed) == 2, "looked for until nothing was suspect, not after"
+    finally:
+        await w.cluster.stop()
+
+
+async def test_a_service_registered_again_while_it_was_removed_is_written_back() -> None:
+    masters = [("127.0.0.1", 7000)]
+    store = StaleStore([recorded(info("a"), info("a", "x"))])
+    w = world(store_master=lambda: masters[-1], stale=store)
+    peer = Client({i["id"]: i for i in [info("a")]})
+    w.hub.peers = {"ws-1/a": peer}
+    store.during_removal = lambda: peer.services.update({"ws-1/a:x": info("a", "x")})
+    try:
+        await failed_over(w, masters)
+        await w.cluster.tend()
+        written = len(w.registry.written)
+        await w.cluster.tend()
+        assert [s.client for s in store.removed] == ["ws-1/a"]
+        assert w.registry.written[written:] == [info("a", "x")], "written back at once"
+    finally:
+        await w.cluster.stop()
+
+
+async def test_a_client_that_reconnected_while_it_was_removed_is_claimed_and_written_back() -> None:
+    masters = [("127.0.0.1", 7000)]
+    store = StaleStore([recorded(info("b"))])
+    w = world(store_master=lambda: masters[-1], stale=store)
+    store.during_removal = lambda: w.hub.peers.update({"ws-1/b": Client({"ws-1/b:built-in": info("b")})})
+    try:
+        await failed_over(w, masters)
+        await w.cluster.tend()
+        reclaims, written = w.hub.reclaims, len(w.registry.written)
+        await w.cluster.tend()
+        assert store.removed == [Stale("ws-1/b", {"b:built-in": json.dumps(info("b"))}, departed=True)]
+        assert w.hub.reclaims == reclaims + 1
+        assert w.registry.written[written:] == [info("b")]
     finally:
         await w.cluster.stop()
 

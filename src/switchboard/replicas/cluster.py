@@ -13,7 +13,8 @@
   the bus re-wires its own subscriptions. On a cluster, also when the
   registry's shard changed master (a failover): the promoted replica may
   lack writes the dead master acknowledged, and the epoch key it kept
-  cannot tell.
+  cannot tell. Deletes it lacks come back too: :mod:`.lost_deletes` then
+  removes what the registry holds of this replica's clients and they do not.
 
 Every store call here raises :class:`BackendError` at worst (the backends
 translate their own errors), so a store outage costs a logged warning and a
@@ -28,7 +29,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Container, Hashable, Mapping
 from typing import Any, Protocol
 
 from switchboard.clock import Clock
@@ -36,6 +37,7 @@ from switchboard.config import Settings
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.lease import LeaderElector, Lease, LeasePolicy
+from switchboard.replicas.lost_deletes import LostDeletes, StaleStore
 from switchboard.replicas.reaper import OrphanReaper, ReaperPolicy
 from switchboard.replicas.stores import OwnedRegistry, PresenceStore, ReplicaCounts
 from switchboard.tasks import cancel_and_wait
@@ -90,6 +92,11 @@ class Served(Protocol):
 
     @property
     def peers(self) -> Mapping[str, _Client]: ...
+
+    @property
+    def transit(self) -> Container[str]:
+        """Clients this replica holds for while they are away (in transit, or being cleaned up)."""
+        ...
 
     @property
     def manager(self) -> _Manager: ...
@@ -153,11 +160,12 @@ class Cluster:
         node_timeout: Callable[[], Awaitable[float | None]] | None = None,
         store_master: Callable[[], Hashable | None] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
+        stale: StaleStore | None = None,
     ) -> None:
         """``node_timeout`` (a cluster): reads the cluster's ``cluster-node-timeout`` in seconds,
         ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now;
         ``close`` frees what the lease and the presence record use (connections of their own),
-        last on :meth:`stop`."""
+        last on :meth:`stop`; ``stale``: the registry's side of undoing deletes a failover lost."""
         self.hub = hub
         self._close = close
         self.registry = registry
@@ -186,10 +194,11 @@ class Cluster:
         self._seen_master: Hashable | None = None  # read at start: the bus has its slot map by then
         self.presence_ttl = PRESENCE_TTL
         self._tasks: list[asyncio.Task[None]] = []
+        self.log = logging.LoggerAdapter(logger, {"replica": hub.replica_id})
+        self.lost_deletes = LostDeletes(stale, hub, reassert=self._write_back, log=self.log) if stale else None
         self.reaped = 0
         self.reasserted = 0
         self._stopping = False
-        self.log = logging.LoggerAdapter(logger, {"replica": hub.replica_id})
 
     async def start(self) -> None:
         self._seen_master = self._store_master() if self._store_master else None
@@ -279,6 +288,8 @@ class Cluster:
         if self.elector.is_leader:
             await self._forget_dead_replicas()
             await self.hub.sweep_transits()
+        if self.lost_deletes is not None:
+            await self.lost_deletes.look()
 
     async def _write_presence(self) -> None:
         stats = self.bus.stats
@@ -312,6 +323,13 @@ class Cluster:
         users = Counter(peer.user.id for peer in counted)
         workspaces = Counter(peer.workspace for peer in counted)
         await self.counts.rebuild(users, workspaces)
+        if self.lost_deletes is not None:
+            self.lost_deletes.begin()  # and deletes the store lost come back: look for them
+
+    async def _write_back(self, infos: list[ServiceInfo]) -> int:
+        count = await self.registry.reassert(infos)
+        self.reasserted += count
+        return count
 
     async def peer_loads(self) -> dict[str, int]:
         """Calls in flight to the other replicas' clients, as their presence records last said."""

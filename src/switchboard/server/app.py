@@ -147,6 +147,7 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
         node_timeout=bus.node_timeout if bus else None,
         store_master=(lambda: bus.store_master) if bus else None,
         close=parts.liveness.aclose,
+        stale=parts.registry.stale,  # deletes a failover (or a restart) lost are undone
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too

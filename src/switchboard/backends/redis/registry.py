@@ -31,6 +31,7 @@ from switchboard.backends.base import Claim, Expiry
 from switchboard.backends.redis.batch import Batcher
 from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.backends.redis.connection import make_client
+from switchboard.backends.redis.stale import RedisStale
 from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
@@ -218,6 +219,8 @@ class RedisRegistry:
         # a crowd leaving (or coming back) at once: its per-client scripts go in a few pipelines
         self._batch = Batcher(self._r)
         self._transit = RedisTransit(self._r, self._keys, self._call, self._batch)
+        # after a failover: this replica's clients' entries that came back although deleted
+        self.stale = RedisStale(self._r, self._keys, replica_id, self._call, self._batch)
 
     def _svc_key(self, workspace: str) -> str:
         return self._keys.svc(workspace)
