@@ -56,6 +56,12 @@ class ReplicaCollector:
         yield counter(
             "switchboard_reasserted_registrations", "Registrations re-written after Redis lost its data.", c.reasserted
         )
+        if (lost := c.lost_deletes) is not None:
+            yield counter(
+                "switchboard_undone_registrations",
+                "Registrations a failover brought back after they were deleted, removed again.",
+                lost.removed_services,
+            )
         u = self.unicast
         if u.links is not None:
             links = u.links.stats
