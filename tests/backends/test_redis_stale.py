@@ -64,6 +64,8 @@ async def test_what_a_replica_owns_is_read_with_the_stored_values(make_registry)
         Recorded("ws2/quiet", {}),
     ]
     assert await b.stale.owned() == [Recorded("ws1/theirs", {"theirs:built-in": stored("ws1/theirs:built-in")})]
+    only_echo = await a.stale.owned(lambda client, field: field == "c:echo")
+    assert only_echo[0] == Recorded("ws1/c", {"c:built-in": "", "c:echo": stored("ws1/c:echo")}), "'': not read"
 
 
 async def test_a_stale_service_goes_and_one_registered_again_since_stays(make_registry) -> None:

@@ -460,8 +460,11 @@ class StaleStore:
     removed: list[Stale] = field(default_factory=list)
     during_removal: Callable[[], None] = lambda: None
 
-    async def owned(self) -> list[Recorded]:
-        return list(self.records)
+    async def owned(self, wanted: Callable[[str, str], bool] = lambda client, field: True) -> list[Recorded]:
+        return [
+            Recorded(r.client, {f: v if wanted(r.client, f) else "" for f, v in r.services.items()})
+            for r in self.records
+        ]
 
     async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]:
         self.during_removal()

@@ -25,7 +25,7 @@ MAX_LOOKS = 5
 class StaleStore(Protocol):
     """The registry's side (``backends/redis/stale.py``, ``RedisStale``)."""
 
-    async def owned(self) -> list[Recorded]: ...
+    async def owned(self, wanted: Callable[[str, str], bool] = ...) -> list[Recorded]: ...
 
     async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]: ...
 
@@ -96,7 +96,8 @@ class LostDeletes:
                 await self._write_back({client: None for client in back}, reclaim=True)
         if self._looks_left <= 0:
             return
-        recorded = await self._store.owned()
+        before = self.held().services  # the values of what a live client holds are not needed
+        recorded = await self._store.owned(lambda client, field: field not in before.get(client, ()))
         verdict = stale_entries(recorded, self.held(), self._suspects)
         done = await self._store.remove(verdict.remove) if verdict.remove else []
         self._suspects = verdict.suspects

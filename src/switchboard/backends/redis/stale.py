@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from switchboard.backends.owned import Recorded, Stale
@@ -74,9 +74,14 @@ class RedisStale:
         self._batch = batch
         self._remove = redis.register_script(_REMOVE_STALE)
 
-    async def owned(self) -> list[Recorded]:
+    async def owned(self, wanted: Callable[[str, str], bool] = lambda client, field: True) -> list[Recorded]:
         """What the registry holds for every client it says this replica owns: three round trips
-        (the replica's clients; their owners, transit marks and index entries; their services)."""
+        (the replica's clients; their owners, transit marks and index entries; their services).
+
+        Only the values of the fields ``wanted(client, field)`` are read (the others, the services
+        a live client holds, come with the value ``""``): a look after a failover costs what may
+        be stale, not every service's description.
+        """
         k = self._k
         raw = await self._call("owned", self._r.smembers(k.clients(self.replica_id)))
         clients = sorted(m.decode() for m in raw)
@@ -99,22 +104,25 @@ class RedisStale:
             for cid, entry in zip(cids, entries, strict=True):
                 if f"{ws}/{cid}" in mine:
                     fields[f"{ws}/{cid}"] = [str(f) for f in json.loads(entry)] if entry else []
-        asked = [wc for wc in sorted(fields) if fields[wc]]
+        asked = [(wc, read) for wc in sorted(fields) if (read := [f for f in fields[wc] if wanted(wc, f)])]
         values: list[list[bytes | None]] = []
         if asked:
             pipe = self._r.pipeline(transaction=False)
-            for wc in asked:
-                pipe.hmget(k.svc(wc.partition("/")[0]), fields[wc])
+            for wc, read in asked:
+                pipe.hmget(k.svc(wc.partition("/")[0]), read)
             values = await self._call("owned", pipe.execute())
-        stored = dict(zip(asked, values, strict=True))
-        return [
-            Recorded(
-                wc,
-                {f: v.decode() for f, v in zip(fields[wc], stored.get(wc, []), strict=False) if v is not None},
-                in_transit=wc in away,
-            )
-            for wc in sorted(fields)
-        ]
+        stored = {wc: dict(zip(read, got, strict=True)) for (wc, read), got in zip(asked, values, strict=True)}
+
+        def services(wc: str) -> dict[str, str]:
+            read, out = stored.get(wc, {}), {}
+            for f in fields[wc]:
+                if f not in read:
+                    out[f] = ""  # not read
+                elif (value := read[f]) is not None:
+                    out[f] = value.decode()
+            return out
+
+        return [Recorded(wc, services(wc), in_transit=wc in away) for wc in sorted(fields)]
 
     async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]:
         """Remove ``stale`` entries, each compared in Redis first; per entry: whether the client
