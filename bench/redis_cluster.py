@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One Valkey against a 3-master Valkey Cluster, in the same run, links off.
 
-    python bench/redis_cluster.py [--quick] [--trials N]
+    python bench/redis_cluster.py [--quick] [--trials N] [--faults-only] [--victim channel|store]
 
 Two real replica processes (``--no-links``: every cross-replica message crosses
 Redis) on a single Valkey, then on a 3-master + 3-replica Valkey Cluster, driven
@@ -13,12 +13,15 @@ by unmodified hypha-rpc clients on loopback:
    as fast as it can, subscribers on A and B: events delivered/s, p50/p99 from
    emit to delivery;
 3. (cluster only) a master SIGKILLed, N trials: seconds from the kill, and from
-   the promotion of its replica, to the first cross-replica call that works again;
+   the promotion of its replica, to the first cross-replica call that works again
+   (the master of the provider's channel, or with ``--victim store`` that of the
+   registry's ``{sb}`` slot: presence, lease, registry, re-assertion);
 4. (cluster only) a slot moved, N trials: seconds from the move to the first call
    through the moved channel that works.
 
 Every speed is also given as cluster / single in the same run (the machine is
-shared and noisy). Raw figures go to bench/results/redis_cluster.json.
+shared and noisy). ``--faults-only`` runs 3 and 4 alone. Raw figures go to
+bench/results/redis_cluster.json (``redis_cluster_faults.json`` for ``--faults-only``).
 """
 
 from __future__ import annotations
@@ -190,38 +193,69 @@ class Calls:
             await asyncio.sleep(0.01)
         return None
 
+    def longest_gap(self, start: float, end: float) -> float:
+        times = [t for t in self.ok if start <= t <= end]
+        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
+
     async def stop(self) -> None:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 
 
-async def cluster_faults(hub: Hub, cluster: ValkeyCluster, trials: int) -> dict[str, Any]:
+def standby_of(cluster: ValkeyCluster, slot: int) -> int | None:
+    """The port of the replica of ``slot``'s master, if the cluster lists one."""
+    with cluster.client() as node:
+        for row in node.execute_command("CLUSTER", "SLOTS"):
+            if int(row[0]) <= slot <= int(row[1]) and len(row) > 3:
+                return int(row[3][1])
+    return None
+
+
+def is_master(cluster: ValkeyCluster, port: int) -> bool:
+    with contextlib.suppress(Exception), cluster.client(port) as node:
+        return bool(node.execute_command("ROLE")[0] in (b"master", "master"))
+    return False
+
+
+async def cluster_faults(hub: Hub, cluster: ValkeyCluster, trials: int, victim_of: str = "channel") -> dict[str, Any]:
     prov = await hub.connect(hub.a, client_id="fprov")
     await prov.register_service({"id": "echo", "echo": lambda x: x})
     ws, token = prov.config["workspace"], await prov.generate_token()
     caller = await hub.connect(hub.b, client_id="fcaller", token=token)
     calls = Calls(await caller.get_service("fprov:echo"))
     channel = f"sb:client:{ws}/fprov".encode()
-    out: dict[str, Any] = {"failover_from_kill_s": [], "failover_from_promotion_s": [], "slot_move_s": []}
+    out: dict[str, Any] = {
+        "failover_from_kill_s": [],
+        "failover_from_promotion_s": [],
+        "longest_gap_s": [],  # between successful calls around the kill: did they stop at all?
+        "slot_move_s": [],
+    }
     try:
         for trial in range(trials):
             await calls.first_ok_after(time.perf_counter() - 1)
-            victim = cluster.master_of(key_slot(channel))
+            slot = key_slot(channel if victim_of == "channel" else b"sb")
+            victim = cluster.master_of(slot)
+            standby = standby_of(cluster, slot)
             killed = time.perf_counter()
             cluster.kill_master(victim)
-            for _ in range(1500):  # up to 30 s for the promotion
+            promoted = None  # the moment the standby itself answers ROLE master (before gossip tells the rest)
+            for _ in range(3000):  # up to 30 s for the promotion and the new slot map
+                if promoted is None and (standby is None or is_master(cluster, standby)):
+                    promoted = time.perf_counter()
                 owners = cluster.slot_owners()
-                if victim not in owners and sum(owners.values()) == 16384:
+                if promoted is not None and victim not in owners and sum(owners.values()) == 16384:
                     break
-                await asyncio.sleep(0.02)
-            promoted = time.perf_counter()
+                await asyncio.sleep(0.01)
+            promoted = promoted or time.perf_counter()
             ok = await calls.first_ok_after(promoted)
             if ok is not None:
                 out["failover_from_kill_s"].append(ok - killed)
                 out["failover_from_promotion_s"].append(ok - promoted)
-            back = f"{ok - killed:.2f}s" if ok else "never"
-            say(f"  failover {trial}: promotion {promoted - killed:.2f}s after the kill, calls back {back}")
+                out["longest_gap_s"].append(calls.longest_gap(killed - 1, ok))
+            back = f"{ok - killed:.2f}s ({ok - promoted:.3f}s after the promotion)" if ok else "never"
+            gap = f", longest gap between calls {out['longest_gap_s'][-1]:.2f}s" if ok else ""
+            say(f"  failover {trial}: promotion {promoted - killed:.2f}s after the kill, calls back {back}{gap}")
             await asyncio.to_thread(cluster.revive, victim)
             await asyncio.to_thread(cluster.wait_ok)
         for trial in range(trials):
@@ -255,12 +289,47 @@ def median_of(rounds: list[dict[str, Any]], workload: str, key: str) -> float:
     return float(statistics.median(r[workload][key] for r in rounds))
 
 
+def summarise(f: dict[str, Any]) -> dict[str, Any]:
+    for key in ("failover_from_kill_s", "failover_from_promotion_s", "longest_gap_s", "slot_move_s"):
+        values = f[key]
+        f[key[:-2] + "_summary"] = {
+            "n": len(values),
+            "min": min(values) if values else None,
+            "median": statistics.median(values) if values else None,
+            "max": max(values) if values else None,
+        }
+    return f
+
+
+async def faults_only(trials: int, victim: str) -> None:
+    with ValkeyCluster() as cluster:
+        hub = Hub(cluster.url).start()
+        try:
+            f = summarise(await cluster_faults(hub, cluster, trials, victim))
+        finally:
+            await hub.stop()
+    f.update(victim=victim, trials=trials, node_timeout_ms=cluster.node_timeout_ms)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "redis_cluster_faults.json").write_text(json.dumps(f, indent=2))
+    print(json.dumps({k: v for k, v in f.items() if not isinstance(v, list)}, indent=2))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 s per workload, 1 round, 2 fault trials")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per backend, interleaved (default 3)")
     parser.add_argument("--trials", type=int, default=None, help="fault trials (default 5)")
+    parser.add_argument("--faults-only", action="store_true", help="only the cluster faults (no throughput rounds)")
+    parser.add_argument(
+        "--victim",
+        choices=("channel", "store"),
+        default="channel",
+        help="the master SIGKILLed: the provider channel's, or the registry's {sb} slot's",
+    )
     args = parser.parse_args()
+    if args.faults_only:
+        await faults_only(args.trials or 8, args.victim)
+        return
     seconds = 3.0 if args.quick else 6.0
     rounds = args.rounds or (1 if args.quick else 3)
     trials = args.trials or (2 if args.quick else 5)
@@ -275,7 +344,7 @@ async def main() -> None:
         say("cluster faults ...")
         hub = Hub(cluster.url).start()
         try:
-            results["faults"] = await cluster_faults(hub, cluster, trials)
+            results["faults"] = await cluster_faults(hub, cluster, trials, args.victim)
         finally:
             await hub.stop()
     results["runs"] = runs
@@ -299,14 +368,7 @@ async def main() -> None:
         "broadcast_p50": ratio(c["broadcast"]["p50_ms"], s["broadcast"]["p50_ms"]),
         "broadcast_p99": ratio(c["broadcast"]["p99_ms"], s["broadcast"]["p99_ms"]),
     }
-    f = results["faults"]
-    for key in ("failover_from_kill_s", "failover_from_promotion_s", "slot_move_s"):
-        values = f[key]
-        f[key[:-2] + "_summary"] = {
-            "n": len(values),
-            "median": statistics.median(values) if values else None,
-            "max": max(values) if values else None,
-        }
+    f = summarise(results["faults"])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "redis_cluster.json").write_text(json.dumps(results, indent=2))
     print(json.dumps({k: results[k] for k in ("median", "ratios")}, indent=2))

@@ -76,10 +76,6 @@ class LostDeletes:
         self._suspects = []
         self._looks_left = MAX_LOOKS
 
-    @property
-    def looking(self) -> bool:
-        return self._looks_left > 0 or bool(self._gone)
-
     def held(self) -> Held:
         """What this replica holds now: its clients' services, and the clients away from it."""
         peers = self._hub.peers
