@@ -82,6 +82,7 @@ class HubSide:
     loads: Loads = field(default_factory=Loads)
     to_repair: list[ServiceInfo] = field(default_factory=list)
     transit: set[str] = field(default_factory=set)  # clients away from this replica (in transit)
+    announced: list[tuple[str, list[str]]] = field(default_factory=list)  # departures announced
     sweeps: int = 0
     reclaims: int = 0
 
@@ -98,6 +99,10 @@ class HubSide:
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
         return 0
+
+    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int:
+        self.announced.append((f"{workspace}/{client_id}", [i["id"] for i in removed]))
+        return len(removed)
 
 
 @dataclass
@@ -506,6 +511,7 @@ async def test_after_a_failover_what_this_replicas_clients_no_longer_have_is_rem
         ]
         assert w.cluster.lost_deletes is not None
         assert (w.cluster.lost_deletes.removed_services, w.cluster.lost_deletes.removed_clients) == (2, 1)
+        assert w.hub.announced == [("ws-1/b", ["ws-1/b:built-in"])], "a departure never goes unannounced"
         store.records.append(recorded(info("d")))
         await w.cluster.tend()
         await w.cluster.tend()
@@ -545,6 +551,7 @@ async def test_a_client_that_reconnected_while_it_was_removed_is_claimed_and_wri
         assert store.removed == [Stale("ws-1/b", {"b:built-in": json.dumps(info("b"))}, departed=True)]
         assert w.hub.reclaims == reclaims + 1
         assert w.registry.written[written:] == [info("b")]
+        assert w.hub.announced == [], "it is back: no departure"
     finally:
         await w.cluster.stop()
 

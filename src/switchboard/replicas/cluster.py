@@ -115,6 +115,8 @@ class Served(Protocol):
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
+    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
+
 
 def presence_ttl(node_timeout: float | None, *, interval: float = PRESENCE_INTERVAL) -> float:
     """How long a presence record lives: on a cluster (``node_timeout``: its ``cluster-node-timeout``

@@ -44,9 +44,16 @@ class _Hub(Protocol):
 
     async def reclaim(self) -> None: ...
 
+    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
+
 
 class LostDeletes:
     """Looks for and removes what the registry holds of this replica's clients and they do not.
+
+    A client removed is announced gone (``service_removed``, ``client_disconnected``) once more:
+    usually its departure was announced before the failover and listeners hear it twice, but a
+    departure whose own clean-up was still waiting on Redis (or failed, to be retried) would
+    otherwise never be announced, since that clean-up then finds nothing.
 
     ``reassert`` writes registrations back: a service removed while its
     client registered it again (between the read and the removal) is
@@ -106,6 +113,11 @@ class LostDeletes:
             self._log.warning(
                 "removed %d services and %d clients a failover brought back (deleted before it)", services, len(clients)
             )
+        for entry, gone, removed in done:
+            if gone and entry.client not in self._hub.peers:
+                # announced again: its own clean-up, if still under way, now finds nothing to announce
+                ws, _, cid = entry.client.partition("/")
+                await self._hub.announce_gone(ws, cid, removed)
         # a registration (or a reconnection) that raced the removal: its entries go back at once;
         # a client removed may still be reconnecting (its claim answered late): checked next time
         raced = {
