@@ -21,7 +21,7 @@ by unmodified hypha-rpc clients on loopback:
 
 Every speed is also given as cluster / single in the same run (the machine is
 shared and noisy). ``--faults-only`` runs 3 and 4 alone. Raw figures go to
-bench/results/redis_cluster.json (``redis_cluster_faults.json`` for ``--faults-only``).
+bench/results/redis_cluster.json (``redis_cluster_faults_<victim>.json`` for ``--faults-only``).
 """
 
 from __future__ import annotations
@@ -236,18 +236,24 @@ async def cluster_faults(hub: Hub, cluster: ValkeyCluster, trials: int, victim_o
             await calls.first_ok_after(time.perf_counter() - 1)
             slot = key_slot(channel if victim_of == "channel" else b"sb")
             victim = cluster.master_of(slot)
-            standby = standby_of(cluster, slot)
+            standby = None
+            for _ in range(200):  # up to 10 s for the victim's replica to be listed (a fresh or revived node)
+                if (standby := standby_of(cluster, slot)) is not None:
+                    break
+                await asyncio.sleep(0.05)
+            shared = cluster.master_of(key_slot(channel)) == victim  # the provider's channel dies with it
+            out.setdefault("channel_on_victim", []).append(shared)
             killed = time.perf_counter()
             cluster.kill_master(victim)
             promoted = None  # the moment the standby itself answers ROLE master (before gossip tells the rest)
             for _ in range(3000):  # up to 30 s for the promotion and the new slot map
-                if promoted is None and (standby is None or is_master(cluster, standby)):
+                if promoted is None and standby is not None and is_master(cluster, standby):
                     promoted = time.perf_counter()
                 owners = cluster.slot_owners()
                 if promoted is not None and victim not in owners and sum(owners.values()) == 16384:
                     break
                 await asyncio.sleep(0.01)
-            promoted = promoted or time.perf_counter()
+            promoted = promoted or time.perf_counter()  # no standby seen promoted: the new slot map's moment
             ok = await calls.first_ok_after(promoted)
             if ok is not None:
                 out["failover_from_kill_s"].append(ok - killed)
@@ -255,7 +261,8 @@ async def cluster_faults(hub: Hub, cluster: ValkeyCluster, trials: int, victim_o
                 out["longest_gap_s"].append(calls.longest_gap(killed - 1, ok))
             back = f"{ok - killed:.2f}s ({ok - promoted:.3f}s after the promotion)" if ok else "never"
             gap = f", longest gap between calls {out['longest_gap_s'][-1]:.2f}s" if ok else ""
-            say(f"  failover {trial}: promotion {promoted - killed:.2f}s after the kill, calls back {back}{gap}")
+            on = " (the channel's master too)" if shared and victim_of == "store" else ""
+            say(f"  failover {trial}{on}: promotion {promoted - killed:.2f}s after the kill, calls back {back}{gap}")
             await asyncio.to_thread(cluster.revive, victim)
             await asyncio.to_thread(cluster.wait_ok)
         for trial in range(trials):
@@ -310,7 +317,7 @@ async def faults_only(trials: int, victim: str) -> None:
             await hub.stop()
     f.update(victim=victim, trials=trials, node_timeout_ms=cluster.node_timeout_ms)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "redis_cluster_faults.json").write_text(json.dumps(f, indent=2))
+    (RESULTS / f"redis_cluster_faults_{victim}.json").write_text(json.dumps(f, indent=2))
     print(json.dumps({k: v for k, v in f.items() if not isinstance(v, list)}, indent=2))
 
 
