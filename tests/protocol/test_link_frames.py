@@ -187,6 +187,12 @@ def test_the_dialler_takes_a_challenge_then_a_welcome_and_nothing_else(kind: int
             bytes(range(0xF0, 0xFA)),
             "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865",
         ),
+        (  # RFC 5869, A.2: longer inputs, an output of three blocks
+            bytes(range(0x00, 0x50)),
+            bytes(range(0x60, 0xB0)),
+            bytes(range(0xB0, 0x100)),
+            "b11e398dc80327a1c8e7f78c596a49344f012eda2d4efad8a050cc4c19afa97c59045a99cac7827271cb41c65e590e09da3275600c2f09b8367793a9aca3db71cc30c58179ec3e87c14c01d5c1f3434f1d87",
+        ),
         (  # RFC 5869, A.3: no salt, no info
             bytes([0x0B] * 22),
             b"",
@@ -196,12 +202,21 @@ def test_the_dialler_takes_a_challenge_then_a_welcome_and_nothing_else(kind: int
     ],
 )
 def test_hkdf_matches_rfc_5869(ikm: bytes, salt: bytes, info: bytes, okm: str) -> None:
-    assert link.hkdf_sha256(ikm, info, 42, salt).hex() == okm
+    assert link.hkdf_sha256(ikm, info, len(okm) // 2, salt).hex() == okm
 
 
 def test_the_link_key_is_derived_from_the_secret_not_the_secret_itself() -> None:
     assert link.hkdf_sha256(SECRET.encode(), b"switchboard link v3") == KEY
     assert KEY not in (SECRET.encode(), link.link_key("another secret"))
+
+
+def test_the_link_key_of_a_secret_is_the_same_bytes_in_every_release() -> None:
+    """Replicas of two releases share links during a rolling upgrade only if they derive the same key:
+    pinned here (HKDF-SHA256 of the secret, no salt, info ``switchboard link v3``)."""
+    assert link.link_key(SECRET).hex() == "2bafbbaeea09a78fa0a2218e5f92f901a49afbf73a60239629caee007ac0e091"
+    up, down = link.session_keys(KEY, NONCE_B, "replica-a", "replica-b", NONCE_A)
+    assert up.hex() == "e7fa15b8e2b7e7f550acd8b12b1ae4171c3aebc58f8a03c9ef894ead8952c8a3"
+    assert down != up
 
 
 # -- the origin tag on Redis messages ------------------------------------------------
