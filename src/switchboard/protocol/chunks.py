@@ -32,7 +32,9 @@ _PARAMS = {
     "process": ("key", "heartbeat"),
     "remove": ("key",),
 }
-MAX_KEY = 1024  # keys are session ids or short uuids
+# a key is a session id (a short uuid, dotted when nested) or a short uuid: nothing longer is
+# worth routing (relay.chunk_key) or walking (hub/uploads.py)
+MAX_KEY = 1024
 
 
 @dataclass(frozen=True, slots=True)

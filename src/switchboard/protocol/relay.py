@@ -19,13 +19,10 @@ from __future__ import annotations
 import msgpack
 
 from switchboard.errors import ProtocolError
+from switchboard.protocol.chunks import MAX_KEY, MESSAGE_CACHE
 
 # A msgpack map never starts with 0x00, so one byte tells wrapped from raw.
 _MANAGER_CALL = b"\x00"
-
-MESSAGE_CACHE = "services.built-in.message_cache."
-# a session id is a short uuid, dotted when nested: nothing longer is a key worth routing
-_MAX_KEY = 1024
 
 
 def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
@@ -62,7 +59,7 @@ def chunk_key(method: object, extra: bytes | memoryview) -> str | None:
     """
     if not isinstance(method, str) or not method.startswith(MESSAGE_CACHE) or not extra:
         return None
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(extra), max_str_len=_MAX_KEY)
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(extra), max_str_len=MAX_KEY)
     unpacker.feed(extra)
     try:
         for _ in range(unpacker.read_map_header()):
