@@ -6,11 +6,13 @@ a frame and answers with one action; these tables say which.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgpack
 import pytest
 
+from switchboard.config import Settings
 from switchboard.hub.actions import (
     Broadcast,
     Deliver,
@@ -385,6 +387,32 @@ def test_a_star_workspace_names_only_the_manager_and_anything_else_fails_at_once
     assert "invalid target" in reject_of(t.route(call(target)))
     assert "invalid target" in error_of(t.route(event(target)))
     assert t.router.inflight.pending(ME) == 0
+
+
+class RenamedManager(Settings):
+    """Settings whose manager is not called ``manager-<server id>``."""
+
+    @property
+    def manager_id(self) -> str:
+        return "manager-renamed"
+
+
+def test_the_manager_is_the_one_the_settings_name() -> None:
+    """One name for the manager (``Settings.manager_id``, as the hub's handshake tells clients):
+    the router does not spell it again."""
+    t = Table()
+    base = t.settings
+    t.router = Router(
+        settings=RenamedManager(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}),
+        clock=t.clock,
+        metrics=t.metrics,
+        peers=t.peers,
+        aliases={ALIAS},
+        transit=t.transit,
+        retry=t.retry,
+    )
+    assert type(t.route(call("*/manager-renamed"))) is ToManager
+    assert "invalid target" in reject_of(t.route(call(f"*/manager-{base.server_id}")))
 
 
 # -- the trust boundary -------------------------------------------------------------

@@ -80,7 +80,7 @@ class Router:
         self.clock = clock
         self.metrics = metrics
         self.replica_id = settings.replica_id
-        self.manager_id = f"manager-{settings.server_id}"
+        self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"
         self.peers = peers
         self.aliases = aliases
