@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -131,6 +132,23 @@ async def test_after_a_drop_id_workspace_services_and_subscriptions_come_back(sd
     assert provider.subscriptions == ("news",)
     await provider.emit({"type": "news", "to": "*", "data": 1})
     await eventually(lambda: news, timeout=5, what="a broadcast after re-subscribing")
+
+
+async def test_a_service_the_hub_refuses_after_a_drop_is_named_in_a_warning(sdk, server, caplog):
+    """hypha-rpc re-registers every service on a new connection and reports the ones that failed;
+    the SDK says which, instead of coming back silently without them."""
+    provider = await sdk(client_id="partial")
+    await provider.register_service({"id": "kept", "config": {"visibility": "public"}, "f": lambda: "alive"})
+    # only in the client (notify=False): the hub refuses the name once the RPC registers it again
+    await provider.register_service({"id": "not an id!", "f": lambda: 0}, notify=False)
+    caplog.set_level(logging.WARNING, logger="switchboard.client")
+
+    back = reconnected(provider)
+    drop(server, provider)
+    await back
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [w for w in warnings if "not re-registered" in w and "not an id!" in w and "kept" not in w], warnings
+    assert await (await provider.get_service(f"{provider.workspace}/partial:kept")).f() == "alive"
 
 
 async def test_a_call_in_flight_fails_fast_unless_idempotent(sdk, server):

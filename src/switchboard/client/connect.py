@@ -155,6 +155,10 @@ class Client:
         self._refresh_config()
         rpc.on("manager_refreshed", self._manager_refreshed)
         rpc.on("force-exit", self._force_exit)
+        # the RPC's report after re-registering the services on each new connection (the first
+        # one is connect()'s): a service the hub refused is missing until the next connection
+        rpc.on("services_registered", self._services_registered)
+        rpc.on("services_registration_failed", self._services_not_registered)
         transport.add_ready_hook(self._resubscribe)
 
     # -- identity ------------------------------------------------------------------------------
@@ -299,6 +303,29 @@ class Client:
     async def _resubscribe(self) -> None:
         if self._subscriptions:
             await self._manager.subscribe(list(self._subscriptions))
+
+    def _services_registered(self, report: Any) -> None:
+        """hypha-rpc's ``services_registered``: ``{"total": n, "registered": n, "failed": [ids]}``."""
+        failed = report.get("failed") if isinstance(report, dict) else None
+        if failed:
+            log.warning(
+                "client %s: services %s were not re-registered on %s (see errors above)",
+                self.client_id,
+                ", ".join(map(str, failed)),
+                self.url,
+                extra={"client_id": self.client_id},
+            )
+
+    def _services_not_registered(self, report: Any) -> None:
+        """hypha-rpc's ``services_registration_failed``: it could not reach the manager at all."""
+        error = report.get("error") if isinstance(report, dict) else report
+        log.warning(
+            "client %s: no service was re-registered on %s: %s",
+            self.client_id,
+            self.url,
+            error,
+            extra={"client_id": self.client_id},
+        )
 
     async def _force_exit(self, message: dict[str, Any]) -> None:
         if message.get("from") == f"*/{self.manager_id}":

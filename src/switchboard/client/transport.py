@@ -449,10 +449,6 @@ class Transport:
             except Exception:
                 if self.state is not State.CLOSED:
                     log.exception("client %s: re-registration after reconnecting failed", self.client_id)
-            if getattr(self, "_services_registered_ok", True) is False:
-                log.warning(
-                    "client %s: some services were not re-registered on %s (see errors above)", self.client_id, self.url
-                )
         for hook in list(self._ready_hooks):
             try:
                 await hook()
