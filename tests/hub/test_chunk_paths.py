@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 
+from support.wire import Wire
 from switchboard.hub.actions import Deliver, Forward, Hold, RetryLater, Send
 from switchboard.hub.auth import Permission, User
 from switchboard.hub.metrics import HubMetrics
@@ -34,20 +35,6 @@ AWAY = f"{WS}/away"  # the receiver, in transit
 ELSEWHERE = f"{WS}/elsewhere"  # a sender on another replica
 CACHE = "services.built-in.message_cache."
 FORGED = {"from": f"{WS}/owner", "ws": WS, "user": {"id": "owner"}, "ctx": {"from": f"{WS}/owner"}}
-
-
-class Wire:
-    def try_send(self, frame: bytes | str) -> bool:
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        pass
-
-    async def send_text(self, text: str) -> None:
-        pass
-
-    async def close(self, code: int, reason: str) -> None:
-        pass
 
 
 def make_peer(client_id: str) -> Peer:

@@ -12,6 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from support.wire import Wire
 from switchboard.config import Settings
 from switchboard.hub.actions import (
     Broadcast,
@@ -45,20 +46,6 @@ AWAY = f"{WS}/away"  # in transit
 ELSEWHERE = f"{WS}/elsewhere"  # not here: another replica's, or nobody's (the bus will tell)
 ALIAS = f"{WS}/http-abc"  # an HTTP caller the manager acts for
 CACHE = "services.built-in.message_cache."
-
-
-class Wire:
-    def try_send(self, frame: bytes | str) -> bool:
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        pass
-
-    async def send_text(self, text: str) -> None:
-        pass
-
-    async def close(self, code: int, reason: str) -> None:
-        pass
 
 
 def make_peer(client_id: str, *, grants: dict[str, Permission] | None = None) -> Peer:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from support.wire import Wire
 from switchboard.hub import hub as hub_module
 from switchboard.hub.auth import new_anonymous_user
 from switchboard.hub.limits import TokenBucket
@@ -23,35 +24,15 @@ PING = json.dumps({"type": "ping"})
 REFRESH = json.dumps({"type": "refresh_token"})
 
 
-class Recorder:
-    """A connection that takes every frame at once."""
-
-    def __init__(self) -> None:
-        self.frames: list[dict[str, Any]] = []
-
-    def try_send(self, frame: bytes | str) -> bool:
-        self.frames.append(json.loads(frame))
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        self.try_send(data)
-
-    async def send_text(self, text: str) -> None:
-        self.try_send(text)
-
-    async def close(self, code: int, reason: str) -> None:
-        pass
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
 
 @contextlib.asynccontextmanager
-async def peer_of(clock: FakeClock, *, rate: float, burst: int) -> AsyncIterator[tuple[Peer, Recorder]]:
-    """A peer whose writer runs (so frames reach the recorder at once), with its own rate bucket."""
-    conn = Recorder()
+async def peer_of(clock: FakeClock, *, rate: float, burst: int) -> AsyncIterator[tuple[Peer, Wire]]:
+    """A peer whose writer runs (so frames reach the wire at once), with its own rate bucket."""
+    conn = Wire()
     peer = Peer(
         workspace="ws",
         client_id="c",
@@ -76,12 +57,12 @@ async def test_text_frames_take_from_the_rate_bucket_and_get_an_error_past_it(
     async with peer_of(clock, rate=2, burst=3) as (peer, conn):
         for _ in range(5):
             hub.handle_text(peer, PING)
-        assert [f["type"] for f in conn.frames] == ["pong"] * 3 + ["error"] * 2
-        assert conn.frames[-1]["message"] == "Rate limit exceeded: at most 2 messages/s (burst 3)"
+        assert [f["type"] for f in conn.controls()] == ["pong"] * 3 + ["error"] * 2
+        assert conn.controls()[-1]["message"] == "Rate limit exceeded: at most 2 messages/s (burst 3)"
         clock.advance(0.5)  # one frame's worth refilled
         hub.handle_text(peer, PING)
         hub.handle_text(peer, "not json")  # unknown text costs a token too
-        assert [f["type"] for f in conn.frames[5:]] == ["pong", "error"]
+        assert [f["type"] for f in conn.controls()[5:]] == ["pong", "error"]
         assert not peer.closed
 
 
@@ -104,8 +85,8 @@ async def test_a_refresh_reuses_the_token_signed_within_the_last_minute(
         clock.advance(hub_module.TOKEN_REUSE - 0.01)
         hub.handle_text(peer, REFRESH)
         assert len(signed) == 1
-        assert len(conn.frames) == 51
-        assert len({f["reconnection_token"] for f in conn.frames}) == 1
+        assert len(conn.controls()) == 51
+        assert len({f["reconnection_token"] for f in conn.controls()}) == 1
         clock.advance(0.01)
         hub.handle_text(peer, REFRESH)
         assert len(signed) == 2

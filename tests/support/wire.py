@@ -1,8 +1,10 @@
-"""A client's connection as the hub's ``Peer`` sees it, for hubs driven without sockets."""
+"""A client's connection as the hub's ``Peer`` sees it, for hubs driven without sockets: the one
+fake transport of the tests (a test that needs a connection that stalls builds its own)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -38,6 +40,10 @@ class Wire:
 
     def methods(self) -> list[str]:
         return [str(h.get("method", h["type"])) for h in self.heads()]
+
+    def controls(self) -> list[dict[str, Any]]:
+        """Every frame as a JSON control frame; an error if one is not."""
+        return [json.loads(f) for f in self.frames]
 
 
 def first_object(frame: bytes) -> dict[str, Any]:
