@@ -7,6 +7,8 @@ the type checker sees still ties two modules into one.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import switchboard
@@ -73,6 +75,19 @@ def test_the_replica_layer_does_not_import_the_hub_or_server() -> None:
     for module in under("switchboard.replicas"):
         above = {m for m in GRAPH[module] if m.startswith(("switchboard.hub", "switchboard.server"))}
         assert not above, f"{module} imports {above}"
+
+
+def test_the_protocol_layer_loads_no_io_even_through_the_libraries_it_uses() -> None:
+    """``protocol/`` is pure: no asyncio, no sockets, neither its own nor by way of msgpack or
+    cryptography (its HKDF). Checked in a fresh interpreter, where nothing else loaded them first."""
+    code = (
+        "import importlib, pkgutil, sys\n"
+        "import switchboard.protocol as p\n"
+        "for m in pkgutil.iter_modules(p.__path__): importlib.import_module('switchboard.protocol.' + m.name)\n"
+        "print(*sorted({'asyncio', 'selectors', 'socket', 'ssl'} & sys.modules.keys()))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout.split() == []
 
 
 def test_redis_errors_are_translated_inside_the_redis_backend() -> None:
