@@ -44,6 +44,7 @@ def main() -> None:
 @_settings_options
 def serve(**values: Any) -> None:
     """Run a hub (embedded backends: one process, no external service)."""
+    from switchboard.server import collector
     from switchboard.server.app import create_app
     from switchboard.server.runner import HubServer, uvicorn_config
 
@@ -68,6 +69,7 @@ def serve(**values: Any) -> None:
         server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
     except UnsupportedServer as exc:  # the start-up check (server/versions.py)
         raise click.ClickException(str(exc)) from None
+    collector.tune()
     server.run()
     # Drained and shut down: skip the interpreter's teardown, which after
     # thousands of connections spends most of a second freeing memory the

@@ -180,3 +180,20 @@ async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, v
     finally:
         await asyncio.to_thread(valkey_cluster.revive, victim)
         await asyncio.to_thread(valkey_cluster.wait_ok)
+
+
+async def test_a_crowd_of_channels_unsubscribed_at_once_leaves_no_master_holding_one(parts) -> None:
+    """Unsubscribes asked together go out as few commands; on a cluster each ``SUNSUBSCRIBE``
+    names channels of one slot only (Redis refuses others), and every one is confirmed."""
+    bus: ClusterBus = parts.bus  # type: ignore[assignment]
+    channels = [f"sb:client:ws/leaver{n}" for n in range(60)]  # on every master, in many slots
+    for channel in channels:
+        await bus.subscribe(channel, lambda data: None)
+    assert len({key_slot(c.encode()) for c in channels}) > 30
+    started = time.monotonic()
+
+    await asyncio.gather(*(bus.unsubscribe(channel) for channel in channels))
+
+    assert time.monotonic() - started < 1.0  # each confirmed, none waited out its timeout
+    assert [await bus.publish(channel, b"x") for channel in channels] == [0] * len(channels)
+    assert sum(shard.unsubscribes.writes for shard in bus.shards.values()) <= len(bus.shards) * 2

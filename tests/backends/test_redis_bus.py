@@ -586,3 +586,38 @@ async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired
 
     assert await publisher.publish("in-flight", b"x") == 0
     assert bus.subs.desired == {bus.probe_channel}
+
+
+async def test_a_subscribe_right_after_an_unsubscribe_of_the_same_channel_leaves_it_wired(
+    make_bus, valkey_bus, publisher
+):
+    """Unsubscribes wait for the loop's next turn, to go out together; a subscribe asked meanwhile
+    sends them first, so Redis still sees the two in the order they were asked."""
+    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+    assert await bus.start()
+    got: list[bytes] = []
+    await bus.subscribe("again", got.append)
+
+    leaving = asyncio.create_task(bus.unsubscribe("again"))
+    await asyncio.sleep(0)  # one turn: the unsubscribe is queued, not yet written
+    assert len(bus.unsubscribes) == 1
+    await bus.subscribe("again", got.append)
+    await leaving
+
+    assert bus.is_confirmed("again")
+    assert await delivered(bus, publisher, "again", got)
+
+
+async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valkey_bus, publisher):
+    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+    assert await bus.start()
+    channels = [f"crowd-{n}" for n in range(250)]  # more than one SUBSCRIBE batch
+    for channel in channels:
+        await bus.subscribe(channel, lambda data: None)
+    writes = bus.unsubscribes.writes
+
+    await asyncio.gather(*(bus.unsubscribe(channel) for channel in channels))
+
+    assert bus.unsubscribes.writes == writes + 1
+    assert bus.subs.desired == {bus.probe_channel}
+    assert [await publisher.publish(channel, b"x") for channel in channels] == [0] * len(channels)

@@ -18,6 +18,7 @@ import asyncio
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from switchboard.hub.auth import user_workspace
@@ -103,3 +104,77 @@ async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_o
     finally:
         replica.kill()
         proxy.stop()
+
+
+CROWD = 300  # clients leaving at once, each with its own channel to unsubscribe
+UNSUBSCRIBES_AT_MOST = CROWD // 20  # UNSUBSCRIBE commands they may cost (one each: 300)
+YOUNG_COLLECTIONS_AT_MOST = CROWD // 100  # garbage collections they may cost (with CPython's defaults: about 20)
+
+
+def command_calls(redis: ValkeyServer) -> dict[str, int]:
+    """Redis's own count of the commands it ran since the last reset, by name."""
+    with redis.client() as r:
+        stats = r.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(fields["calls"]) for name, fields in stats.items()}
+
+
+async def collections(replica: ReplicaProcess) -> list[int]:
+    """The replica process's garbage collections so far, by generation (from its metrics; none: not reported)."""
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{replica.url}/metrics", timeout=5)).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("switchboard_gc_collections_total{"):
+            counts[int(line.partition('generation="')[2][0])] = int(float(line.rpartition(" ")[2]))
+    return [counts[generation] for generation in sorted(counts)]
+
+
+async def test_a_crowd_leaving_at_once_costs_a_few_unsubscribes_and_garbage_collections(redis_server):
+    """A crowd leaving at once is a burst of work, and its cost is bounded in two places found by
+    profiling 10,000 clients leaving. Each client's channel is unsubscribed: a crowd's go out
+    together (one UNSUBSCRIBE naming many channels), not a command each. And each departure's
+    short-lived objects die young (server/collector.py): with CPython's defaults they were promoted
+    and set off full collections, half the replica's CPU while the crowd left. Read from Valkey's
+    own command statistics and from the replica's metrics."""
+    user = "leavers"
+    workspace = user_workspace(user)
+    replica = ReplicaProcess(replica_id="ra", redis_url=redis_server.url, args=["--no-links"]).start()
+    try:
+        token = admin_token(user)
+        gate = asyncio.Semaphore(CONNECTING)
+
+        async def one(cid: str) -> Any:
+            async with gate:
+                return await open_raw(replica.url, cid, token)
+
+        clients = await asyncio.gather(*(one(f"c{i}") for i in range(CROWD)))
+        everyone = {client.address for client in clients}
+
+        def all_registered() -> bool:
+            return len(leftovers(redis_server, workspace, user, "ra", everyone).get("registrations", [])) == CROWD
+
+        await eventually(all_registered, "every client's built-in service registered", timeout=30)
+        with redis_server.client() as r:
+            r.config_resetstat()
+        before = await collections(replica)
+        for client in clients:
+            client.leave(goodbye=True)
+        await eventually(
+            lambda: not leftovers(redis_server, workspace, user, "ra", everyone),
+            "every registration, owner and holder entry and count cleaned",
+            timeout=30,
+            interval=0.05,
+        )
+        after = await collections(replica)
+        # the channel is unsubscribed before the registrations are removed: all sent by now
+        unsubscribes = command_calls(redis_server).get("unsubscribe", 0)
+        assert 1 <= unsubscribes <= UNSUBSCRIBES_AT_MOST, (
+            f"{CROWD} clients leaving at once cost {unsubscribes} UNSUBSCRIBE commands"
+        )
+        assert len(before) == len(after) == 3, f"garbage collections by generation: {before}, {after}"
+        young, full = after[0] - before[0], after[2] - before[2]
+        cost = f"{CROWD} clients leaving at once cost {young} young and {full} full garbage collections"
+        assert young <= YOUNG_COLLECTIONS_AT_MOST, cost
+        assert full == 0, cost
+    finally:
+        replica.kill()

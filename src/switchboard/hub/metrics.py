@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ class HubMetrics:
         self.services = gauge("switchboard_registered_services", "Services registered through this replica.")
         self.frames = FrameCounts()
         self.registry.register(_FrameCountsCollector(self.frames, replica_id))
+        self.registry.register(_CollectorCounts(replica_id))
         self.undeliverable = counter(
             "switchboard_undeliverable_messages", "Frames whose target had no live connection."
         )
@@ -126,6 +128,26 @@ class _FrameCountsCollector:
             family = CounterMetricFamily(name, doc, labels=["replica"])
             family.add_metric([self.replica_id], value)
             yield family
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return []
+
+
+class _CollectorCounts:
+    """The process's garbage collections by generation (2: a pass over every tracked object)."""
+
+    def __init__(self, replica_id: str) -> None:
+        self.replica_id = replica_id
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "switchboard_gc_collections",
+            "Garbage collections of this replica's process, by generation (2: over every tracked object).",
+            labels=["replica", "generation"],
+        )
+        for generation, stats in enumerate(gc.get_stats()):
+            family.add_metric([self.replica_id, str(generation)], stats["collections"])
+        yield family
 
     def describe(self) -> list[CounterMetricFamily]:
         return []

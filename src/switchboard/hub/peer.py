@@ -230,9 +230,11 @@ class Peer:
             self._queue.clear()
             self._queued_bytes = 0
             if self.close_code is not None:
-                # bounded: a client that stopped reading must not hold the writer
+                # bounded: a client that stopped reading must not hold the writer (a timeout, not
+                # wait_for: no task to start for each of a crowd's connections closing)
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.transport.close(self.close_code, self.close_reason), 5)
+                    async with asyncio.timeout(5):
+                        await self.transport.close(self.close_code, self.close_reason)
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self.closing())  # a waiter cancelled is not the close cancelled

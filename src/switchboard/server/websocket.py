@@ -67,6 +67,8 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         proto = self._proto
+        if proto is not None and proto.disconnected:
+            return  # the client is gone: no close frame to send (a crowd leaving skips an exception each)
         if (
             code == handshake.CLOSE_RESTARTING
             and proto is not None

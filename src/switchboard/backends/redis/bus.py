@@ -32,6 +32,7 @@ from switchboard.backends.redis.connection import (
     client_name,
     resolve_source,
 )
+from switchboard.backends.redis.outbox import Outbox
 from switchboard.backends.redis.pubsub_dialect import PubSubDialect
 from switchboard.backends.redis.subscriptions import SubscriptionSet
 from switchboard.clock import Clock
@@ -100,6 +101,8 @@ class RedisBus:
         # a crowd's events (10,000 clients leaving at once: as many client_disconnected) go out in
         # pipelines over one connection, in the order they were published, never draining the pool
         self._publishes = Batcher(self._publisher)
+        # ... and their unsubscribes in a few commands (one per loop turn), not one each
+        self.unsubscribes = Outbox(self._unsubscribe_now)
         self._reconcile_interval = reconcile_interval
         self._probe_idle = probe_idle
         self._probe_timeout = probe_timeout
@@ -182,7 +185,8 @@ class RedisBus:
         """Stop delivery now; wait (bounded) for Redis's ack so a later PUBLISH counts 0.
 
         Sent even if unconfirmed: a SUBSCRIBE may be in flight, and Redis
-        handles the two in order on the one connection.
+        handles the two in order on the one connection. Sent with the others
+        asked in the same turn of the loop, as one command (:class:`Outbox`).
         """
         handler = self._handlers.get(channel)
         self.subs.drop(channel)
@@ -191,19 +195,32 @@ class RedisBus:
             self._forget_handler(channel, handler)
             return  # a reconnect wires only what is desired
         ack = self.acks.expect(b"unsubscribe", channel)
-        timeout = self._subscribe_timeout
+        self.unsubscribes.add(channel)
         try:
-            async with asyncio.timeout(self._op_timeout):
-                await conn.send_command(self._dialect.unsubscribe, channel, check_health=False)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")  # the new socket lacks it anyway
-            timeout = 0
-        try:
-            await self.acks.wait(b"unsubscribe", channel, ack, timeout)
+            await self.acks.wait(b"unsubscribe", channel, ack, self._subscribe_timeout)
         finally:
             # Only now: a message Redis counted as received before the ack must
             # still reach its handler, or its sender would think it delivered.
             self._forget_handler(channel, handler)
+
+    async def _unsubscribe_now(self, channels: list[str]) -> None:
+        """One write of ``UNSUBSCRIBE`` naming ``channels`` (a command per group the dialect needs,
+        packed together: nothing can come between them). If it fails, the connection is dropped
+        (the new one has none of them anyway) and their waiters are let go at once."""
+        conn = self._conn
+        try:
+            if conn is None or not conn.is_connected:
+                raise ConnectionError("no pub/sub connection")
+            packed = conn.pack_commands(
+                [(self._dialect.unsubscribe, *group) for group in self._dialect.batches(channels)]
+            )
+            async with asyncio.timeout(self._op_timeout):
+                await conn.send_packed_command(packed, check_health=False)
+        except (RedisError, OSError, TimeoutError) as exc:
+            if conn is not None:
+                self._drop(conn, f"UNSUBSCRIBE failed: {exc!r}")
+            for channel in channels:
+                self.acks.resolve(b"unsubscribe", channel)
 
     def forget(self, channel: str) -> None:
         """Stop wanting ``channel`` without telling Redis: the server already dropped it (its slot
@@ -223,6 +240,7 @@ class RedisBus:
         self._closed = True
         tasks, self._tasks = self._tasks, []
         await cancel_and_wait(tasks)
+        await self.unsubscribes.close()
         await self._publishes.close()
         if self._owned_publisher:
             await self._publisher.aclose()
@@ -270,6 +288,7 @@ class RedisBus:
         """
         if not channels or conn is not self._conn or not self.breaker.allow():
             return False
+        await self.unsubscribes.flush()  # an unsubscribe asked before must not overtake these
         try:
             for group in self._dialect.batches(channels):
                 # Checked right before each send: a disconnected redis-py connection
