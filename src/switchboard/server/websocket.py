@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable
 
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
@@ -123,6 +124,31 @@ async def _refuse_upgrade(websocket: WebSocket, why: str) -> None:
             return
         await websocket.accept()
         await websocket.close(handshake.CLOSE_TRY_AGAIN, close_reason(why))
+
+
+#: The endpoint's path; the app keeps a Starlette route to it too, for other ASGI servers.
+PATH = "/ws"
+
+
+def served_directly(app: ASGIApp) -> ASGIApp:
+    """The app the hub's WebSocket protocol runs: :data:`PATH` straight to its endpoint, any
+    other upgrade through ``app`` (whose router refuses it).
+
+    The endpoint's task lasts as long as its connection, and so does every frame it was
+    called through: Starlette's middleware and router added eight (3.5 KiB per idle
+    connection, and the CORS, error and exception middleware they run do nothing for a
+    WebSocket whose endpoint raises nothing of theirs). The endpoint finds the app as under
+    Starlette, in the scope.
+    """
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket" or scope["path"] != PATH:
+            await app(scope, receive, send)
+            return
+        scope["app"] = app
+        await websocket_endpoint(WebSocket(scope, receive, send))
+
+    return serve
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
