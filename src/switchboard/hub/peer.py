@@ -103,7 +103,9 @@ class Peer:
         self.token: str | None = None
         self.token_signed_at = 0.0
         self.max_queue_bytes = max_queue_bytes
-        self._queue: deque[bytes | str] = deque()
+        # made when a frame has to wait, dropped once the writer has emptied it: an empty deque is
+        # 760 bytes, for each of thousands of idle clients
+        self._queue: deque[bytes | str] | None = None
         self._queued_bytes = 0
         # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
         # per connection apiece): the writer's wake-up, and the close (closing())
@@ -140,13 +142,16 @@ class Peer:
         if self._closed:
             return False
         size = len(frame)
-        if self._queued_bytes + size > self.max_queue_bytes and self._queue:
+        queue = self._queue
+        if self._queued_bytes + size > self.max_queue_bytes and queue:
             self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes)
             self.close(1008, "Send queue full: client is not reading fast enough")
             return False
-        if self._writer_running and not self._queue and not self._writing and self.transport.try_send(frame):
+        if self._writer_running and not queue and not self._writing and self.transport.try_send(frame):
             return True
-        self._queue.append(frame)
+        if queue is None:
+            queue = self._queue = deque()
+        queue.append(frame)
         self._queued_bytes += size
         self._wake()
         return True
@@ -200,8 +205,8 @@ class Peer:
         if self._on_close is not None and not self._on_close.done():
             self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
-        self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
-        self._queue.clear()
+        self.unsent = [frame for frame in self._queue or () if isinstance(frame, bytes)]
+        self._queue = None
         self._queued_bytes = 0
 
     async def run_writer(self) -> None:
@@ -210,6 +215,7 @@ class Peer:
         try:
             while True:
                 if not self._queue and not self._closed:
+                    self._queue = None  # see __init__
                     self._wakeup = asyncio.get_running_loop().create_future()
                     try:
                         await self._wakeup
@@ -227,7 +233,7 @@ class Peer:
                 if self._closed:
                     break
         finally:
-            self._queue.clear()
+            self._queue = None
             self._queued_bytes = 0
             if self.close_code is not None:
                 # bounded: a client that stopped reading must not hold the writer
