@@ -256,33 +256,52 @@ async def _serve(
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
-    sends the close frame and the client's answer wakes the reader. A client
+    sends the close frame and the client's answer ends the read loop. A client
     that stopped reading never answers: the writer is stuck in a send and the
-    reader waits for a frame that never comes, which would keep the peer (its
-    registrations, its connection slot) attached for as long as the socket
+    read loop waits for a frame that never comes, which would keep the peer
+    (its registrations, its connection slot) attached for as long as the socket
     lives. After ``CLOSE_GRACE`` both are stopped and the peer is detached; the
     writer's clean-up still offers the close frame, bounded, and a connection
     still stuck after that is reset (``_finish``).
+
+    The read loop runs in the endpoint's own task, and the grace is a timer
+    started by the close: no task of its own (about 1.5 KiB with the wait on
+    it, for every idle connection).
     """
-    reader = asyncio.create_task(_read_loop(websocket, peer, state, inbox), name=f"reader {peer.id}")
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    timer: asyncio.TimerHandle | None = None
+    dropped = over = False
+
+    def overdue() -> None:
+        nonlocal dropped
+        if over:
+            return
+        dropped = True
+        peer.log.warning(
+            "no close handshake within %gs after %r: dropping the connection", CLOSE_GRACE, peer.close_reason
+        )
+        writer.cancel()
+        me.cancel()
+
+    def on_close(_: object) -> None:
+        nonlocal timer
+        if not over:  # a future's callbacks run later: the read loop may have ended meanwhile
+            timer = loop.call_later(CLOSE_GRACE, overdue)
+
     closed = peer.closing()
+    closed.add_done_callback(on_close)
     try:
-        await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
-        if not reader.done():
-            await asyncio.wait((reader,), timeout=CLOSE_GRACE)
-        if not reader.done():
-            peer.log.warning(
-                "no close handshake within %gs after %r: dropping the connection",
-                CLOSE_GRACE,
-                peer.close_reason,
-            )
-            writer.cancel()
-            reader.cancel()
-            await asyncio.wait((reader,))
+        await _read_loop(websocket, peer, state, inbox)
+    except asyncio.CancelledError:
+        if not dropped or me.uncancel() > 0:  # a cancel of the endpoint's own (a shutdown) goes on
+            raise
     finally:
-        reader.cancel()  # a no-op once it is done; stops it if we are being cancelled
-    if not reader.cancelled() and (exc := reader.exception()) is not None:
-        raise exc
+        over = True
+        closed.remove_done_callback(on_close)
+        if timer is not None:
+            timer.cancel()
 
 
 async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
