@@ -188,7 +188,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     except WebSocketDisconnect:
         return
-    writer: asyncio.Task[None] | None = None
+    writing = False
     inbox = _inbox(websocket, peer, state)
     state.track(peer)
     try:
@@ -196,8 +196,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         # reading connection_info must still be detached, not leaked.
         await websocket.send_text(info)
         del info  # this frame lives as long as the connection: it keeps only what it needs
-        writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
-        await _serve(websocket, peer, state, writer, inbox)
+        peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
+        writing = True
+        await _serve(websocket, peer, state, inbox)
     except WebSocketDisconnect:
         pass  # the client left before connection_info reached it: clean up below
     finally:
@@ -205,7 +206,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         if inbox is not None:
             await inbox.close(FINISH_GRACE)
         await hub.detach(peer)
-        if writer is not None:
+        if writing and (writer := peer.writer) is not None:  # the one sending the close, at least
             await _finish(peer, writer)
 
 
@@ -250,9 +251,7 @@ def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None
     return Inbox(handle, pause=proto.pause_reading, resume=proto.resume_reading, on_error=failed)
 
 
-async def _serve(
-    websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None], inbox: Inbox | None
-) -> None:
+async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
@@ -282,7 +281,8 @@ async def _serve(
         peer.log.warning(
             "no close handshake within %gs after %r: dropping the connection", CLOSE_GRACE, peer.close_reason
         )
-        writer.cancel()
+        if (writer := peer.writer) is not None:
+            writer.cancel()
         me.cancel()
 
     def on_close(_: object) -> None:
