@@ -162,6 +162,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await _refuse_upgrade(websocket, why)
         return
     await websocket.accept()
+    # The upgrade request's headers served the handshake; the scope lasts as long as the
+    # connection's task, and nothing reads them from here on (1.2 KiB per idle connection).
+    websocket.scope["headers"] = []
     try:
         attached = await _attach(websocket, state)
         if attached is None:
