@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import pytest
 
@@ -137,3 +139,29 @@ async def test_a_peer_writing_on_demand_still_sends_its_close() -> None:
     assert writer is not None
     await asyncio.wait_for(writer, 5)
     assert conn.closed_with == (1008, "Send queue full")
+
+
+async def test_a_peer_whose_queue_was_written_out_keeps_no_queue() -> None:
+    """An empty deque is 760 bytes: thousands of idle clients keep none, even those whose frames
+    once had to wait."""
+    conns = [Connection() for _ in range(200)]
+    peers = [make_peer(conn) for conn in conns]
+    for peer in peers:
+        peer.start_writing()
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for conn, peer in zip(conns, peers, strict=True):
+            conn.paused = True
+            peer.send(b"waits")
+            assert peer.queued_bytes
+        for conn in conns:
+            conn.resume()
+        await settle()
+        assert all(peer.writer is None and not peer.queued_bytes for peer in peers)
+        gc.collect()
+        kept = (tracemalloc.get_traced_memory()[0] - before) / len(peers)
+    finally:
+        tracemalloc.stop()
+    assert kept < 200, f"{kept:.0f} bytes kept per peer"

@@ -98,9 +98,10 @@ def test_equal_values_are_shared_and_the_table_stays_bounded() -> None:
 
 
 @contextlib.asynccontextmanager
-async def crowd(url: str, count: int, prefix: str) -> AsyncIterator[int]:
+async def crowd(url: str, count: int, prefix: str, cookie_bytes: int = 0) -> AsyncIterator[int]:
     """``count`` hypha-rpc clients in one workspace, held idle by a child process (so that
-    tracemalloc here sees the hub's allocations only); yields how many connected."""
+    tracemalloc here sees the hub's allocations only), each sending a cookie of ``cookie_bytes``
+    with its upgrade request; yields how many connected."""
     token, _ = credential("idle-crowd", 600)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -110,6 +111,7 @@ async def crowd(url: str, count: int, prefix: str) -> AsyncIterator[int]:
         user_workspace("idle-crowd"),
         str(count),
         prefix,
+        str(cookie_bytes),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -133,9 +135,12 @@ def traced() -> int:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("cookie_bytes", [0, 4096], ids=["plain", "with-a-4-kib-cookie"])
 async def test_an_idle_hypha_rpc_connection_keeps_at_most_19_5_kib_of_python_objects_on_the_hub(
-    server: RunningServer,
+    server: RunningServer, cookie_bytes: int
 ) -> None:
+    """Whatever its upgrade request carried (a browser's cookies, say): the headers served the
+    handshake and are not kept."""
     base = hub_tasks()
     tracemalloc.start()
     try:
@@ -147,7 +152,7 @@ async def test_an_idle_hypha_rpc_connection_keeps_at_most_19_5_kib_of_python_obj
                     lambda: hub_tasks() - base <= WARM_UP * TASKS_PER_CONNECTION, what="settled", timeout=3
                 )
             before = traced()
-            async with crowd(server.url, MEASURED, "idle") as connected:
+            async with crowd(server.url, MEASURED, "idle", cookie_bytes) as connected:
                 assert connected == MEASURED
                 await eventually(lambda: len(server.hub.peers) == WARM_UP + MEASURED, what="every client attached")
 
