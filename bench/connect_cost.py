@@ -22,6 +22,11 @@ a Valkey (``switchboard.testing.valkey``), as a replica of a hub does;
 
     .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 120]
                                            [--workers 2] [--concurrency 16] [--memory]
+                                           [--against OTHER_REVISION/src]
+
+``--against`` first measures the replica code of another revision's ``src/``
+(e.g. from ``git worktree add`` or ``git archive``) the same way, and reports
+this one's RSS per idle connection and CPU per connect as ratios to it.
 
 Prints a table and writes ``bench/results/connect_cost.json``.
 """
@@ -147,7 +152,8 @@ def profiled_replica() -> type:
     return Profiled
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
+    """One measurement, of the replica code under ``src`` (another revision's ``src``) or of this one."""
     from switchboard.testing.replica import ReplicaProcess
     from switchboard.testing.valkey import ValkeyServer
 
@@ -160,7 +166,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_url=valkey.url if valkey else None,
         jwt_secret=JWT_SECRET,
         args=["--max-connections-per-workspace", limit, "--max-connections-per-user", limit],
-        env={"SWITCHBOARD_LOG_LEVEL": "WARNING"},
+        env={"SWITCHBOARD_LOG_LEVEL": "WARNING", **({"PYTHONPATH": src} if src else {})},
     )
     if args.profile:
         replica.profile = args.profile  # type: ignore[attr-defined]
@@ -287,13 +293,38 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per worker")
     parser.add_argument("--memory", action="store_true", help="the embedded backends instead of a Valkey")
     parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
+    parser.add_argument(
+        "--against",
+        default="",
+        help="first measure the replica code of this directory (another revision's src/), then report ratios",
+    )
     parser.add_argument("--out", default=str(BENCH / "results" / "connect_cost.json"))
     args = parser.parse_args()
+    before = None
+    if args.against:
+        say(f"against {args.against}:")
+        before = asyncio.run(run(args, str(Path(args.against).resolve())))
+        say("this revision:")
     result = asyncio.run(run(args))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     say(f"RSS per idle connection overall: {result.get('rss_kib_per_connection') or float('nan'):.1f} KiB")
     say(f"CPU per connect, last step / first: {result.get('cpu_growth_last_vs_first') or float('nan'):.2f}")
+    if before is not None:
+        result = {"this": result, "against": before, "ratios_this_to_against": ratios(result, before)}
+        for key, value in result["ratios_this_to_against"].items():
+            say(f"{key}, this / against: {value:.2f}")
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     say(f"written to {args.out}")
+
+
+def ratios(this: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
+    """RSS per idle connection overall, and CPU per connect at each step both reached."""
+    out: dict[str, float] = {}
+    if this.get("rss_kib_per_connection") and before.get("rss_kib_per_connection"):
+        out["rss_kib_per_connection"] = this["rss_kib_per_connection"] / before["rss_kib_per_connection"]
+    for mine, theirs in zip(this["steps"], before["steps"], strict=False):
+        if mine["after"] == theirs["after"] and mine["cpu_ms_per_connect"] and theirs["cpu_ms_per_connect"]:
+            out[f"cpu_ms_per_connect at {mine['before']}"] = mine["cpu_ms_per_connect"] / theirs["cpu_ms_per_connect"]
+    return out
 
 
 if __name__ == "__main__":

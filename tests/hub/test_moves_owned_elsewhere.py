@@ -12,6 +12,7 @@ played by a second registry and by a subscriber on the client's channel in Valke
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 import pytest
@@ -76,7 +77,7 @@ async def test_frames_never_written_to_an_ended_connection_follow_the_client_bac
                     "session": "q1",
                 }
             )
-            prov._queue.append(call)  # accepted for the connection, not written yet when it ends
+            prov._queue = deque([call])  # accepted for the connection, not written yet when it ends
 
             claim = await other.claim(WS, "prov", user=USER.id, owner="rb")  # it resumed on B first
             assert claim.previous_owner == "ra"

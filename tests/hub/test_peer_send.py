@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import pytest
 
@@ -38,7 +40,9 @@ class Connection:
         await self.send_bytes(text)  # type: ignore[arg-type]
 
     async def close(self, code: int, reason: str) -> None:
-        pass
+        self.closed_with = (code, reason)
+
+    closed_with: tuple[int, str] | None = None
 
     def resume(self) -> None:
         self.paused = False
@@ -100,3 +104,64 @@ async def test_a_frame_never_overtakes_one_the_writer_holds() -> None:
     assert conn.direct == 1  # nothing waits any more: at once again
     peer.close()
     await writer
+
+
+async def test_a_peer_writing_on_demand_holds_a_writer_task_only_while_frames_wait() -> None:
+    """Thousands of idle clients would each keep a writer task waiting for nothing (about a KiB)."""
+    conn = Connection()
+    peer = make_peer(conn)
+    peer.send(b"routed during the handshake")
+    await conn.send_text("connection_info")
+    peer.start_writing()
+    assert peer.writer is not None, "the frame that waited is written by a task"
+    await settle()
+    assert conn.written == ["connection_info", b"routed during the handshake"]
+    assert peer.writer is None, "the queue is empty: no task is kept"
+    peer.send(b"direct")
+    assert peer.writer is None
+    conn.paused = True
+    peer.send(b"waits")
+    peer.send(b"behind it")
+    assert peer.writer is not None
+    conn.resume()
+    await settle()
+    assert conn.written[-3:] == [b"direct", b"waits", b"behind it"]
+    assert peer.writer is None
+
+
+async def test_a_peer_writing_on_demand_still_sends_its_close() -> None:
+    conn = Connection()
+    peer = make_peer(conn)
+    peer.start_writing()
+    assert peer.writer is None
+    peer.close(1008, "Send queue full")
+    writer = peer.writer
+    assert writer is not None
+    await asyncio.wait_for(writer, 5)
+    assert conn.closed_with == (1008, "Send queue full")
+
+
+async def test_a_peer_whose_queue_was_written_out_keeps_no_queue() -> None:
+    """An empty deque is 760 bytes: thousands of idle clients keep none, even those whose frames
+    once had to wait."""
+    conns = [Connection() for _ in range(200)]
+    peers = [make_peer(conn) for conn in conns]
+    for peer in peers:
+        peer.start_writing()
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for conn, peer in zip(conns, peers, strict=True):
+            conn.paused = True
+            peer.send(b"waits")
+            assert peer.queued_bytes
+        for conn in conns:
+            conn.resume()
+        await settle()
+        assert all(peer.writer is None and not peer.queued_bytes for peer in peers)
+        gc.collect()
+        kept = (tracemalloc.get_traced_memory()[0] - before) / len(peers)
+    finally:
+        tracemalloc.stop()
+    assert kept < 200, f"{kept:.0f} bytes kept per peer"

@@ -10,21 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import sys
+import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import switchboard
+from support.tokens import credential
+from switchboard.hub.auth import user_workspace
 from switchboard.hub.shared_values import SharedValues
 from switchboard.testing.hub import RunningServer
-from switchboard.testing.wait import eventually
+from switchboard.testing.wait import eventually, scaled
 
 pytestmark = pytest.mark.timeout(60)
 
 SOURCE = str(Path(switchboard.__file__).parent)
-# the ASGI app's task (the connection's endpoint), its reader, and the writer of its send queue
-TASKS_PER_CONNECTION = 3
+# the ASGI app's task (the connection's endpoint, reading); a writer runs only while frames wait
+TASKS_PER_CONNECTION = 1
+
+
+# Python objects one idle hypha-rpc connection keeps on the hub (tracemalloc), beside the kernel's
+# socket buffers. Issue 26 asks for at most 25 KiB of RSS, of which the allocator's own overhead
+# takes about 2 KiB. Measured here: 27.0 KiB on main at 642c9a8, 17.5 KiB once /ws is served
+# outside Starlette's stack, with one task, no idle deques and no request headers kept.
+TRACED_BYTES_PER_CONNECTION = 19.5 * 1024
+CROWD = Path(__file__).parents[1] / "support" / "hypha_crowd.py"
+WARM_UP = 20  # clients connected before the measure: the workspace, the shared schema and caches exist
+MEASURED = 200
 
 
 def hub_tasks() -> int:
@@ -37,9 +53,7 @@ def hub_tasks() -> int:
     return count
 
 
-async def test_an_idle_connection_holds_no_more_tasks_than_its_reader_writer_and_endpoint(
-    server: RunningServer, connect: Any
-) -> None:
+async def test_an_idle_connection_holds_no_task_but_its_endpoint(server: RunningServer, connect: Any) -> None:
     before = hub_tasks()
     clients = 5
     for i in range(clients):
@@ -81,3 +95,81 @@ def test_equal_values_are_shared_and_the_table_stays_bounded() -> None:
     assert len(shared) == 2
     odd = {"f": object()}
     assert shared.share(odd) is odd, "what is not plain data is kept as it is"
+
+
+@contextlib.asynccontextmanager
+async def crowd(url: str, count: int, prefix: str, cookie_bytes: int = 0) -> AsyncIterator[int]:
+    """``count`` hypha-rpc clients in one workspace, held idle by a child process (so that
+    tracemalloc here sees the hub's allocations only), each sending a cookie of ``cookie_bytes``
+    with its upgrade request; yields how many connected."""
+    token, _ = credential("idle-crowd", 600)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(CROWD),
+        url,
+        token,
+        user_workspace("idle-crowd"),
+        str(count),
+        prefix,
+        str(cookie_bytes),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), scaled(60))
+        yield int(line.split()[1]) if line.startswith(b"ready") else 0
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def traced() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("cookie_bytes", [0, 4096], ids=["plain", "with-a-4-kib-cookie"])
+async def test_an_idle_hypha_rpc_connection_keeps_at_most_19_5_kib_of_python_objects_on_the_hub(
+    server: RunningServer, cookie_bytes: int
+) -> None:
+    """Whatever its upgrade request carried (a browser's cookies, say): the headers served the
+    handshake and are not kept."""
+    base = hub_tasks()
+    tracemalloc.start()
+    try:
+        async with crowd(server.url, WARM_UP, "warm") as warm:
+            assert warm == WARM_UP
+            await eventually(lambda: len(server.hub.peers) == WARM_UP, what="the warm-up clients attached")
+            with contextlib.suppress(AssertionError):  # their connects' calls over
+                await eventually(
+                    lambda: hub_tasks() - base <= WARM_UP * TASKS_PER_CONNECTION, what="settled", timeout=3
+                )
+            before = traced()
+            async with crowd(server.url, MEASURED, "idle", cookie_bytes) as connected:
+                assert connected == MEASURED
+                await eventually(lambda: len(server.hub.peers) == WARM_UP + MEASURED, what="every client attached")
+
+                def per_connection() -> float:
+                    return (traced() - before) / MEASURED
+
+                # what the connects left in flight (their calls, the token refresh 2 s later) ends within the bound
+                with contextlib.suppress(AssertionError):
+                    await eventually(
+                        lambda: per_connection() <= TRACED_BYTES_PER_CONNECTION,
+                        what="the connects' work over",
+                        timeout=10,
+                        interval=0.5,
+                    )
+                held = per_connection()
+                assert held <= TRACED_BYTES_PER_CONNECTION, (
+                    f"{held / 1024:.1f} KiB of Python objects per idle connection"
+                )
+    finally:
+        tracemalloc.stop()

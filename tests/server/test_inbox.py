@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -184,3 +186,33 @@ async def test_a_worker_that_outlives_its_cancellation_never_touches_the_dropped
     assert errors == [], f"the worker failed after outliving its cancel: {errors!r}"
     assert handled == [b"first", b"second"]  # nothing behind it is routed once the inbox closed
     assert inbox.waiting == 0  # the worker dropped the rest itself
+
+
+async def test_an_inbox_that_worked_through_its_backlog_keeps_nothing_of_it() -> None:
+    """Its deque (760 bytes) and its worker task go once the backlog is empty: thousands of idle
+    clients each had a backlog while their first messages waited for the manager."""
+    ready = asyncio.get_running_loop().create_future()
+    ready.set_result(None)
+
+    def handle(message: bytes | str) -> asyncio.Future[None] | None:
+        return ready if message == b"waits" else None
+
+    def ignore(*_: object) -> None:
+        pass
+
+    inboxes = [Inbox(handle, pause=ignore, resume=ignore, on_error=ignore) for _ in range(200)]
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for inbox in inboxes:
+            inbox(b"waits")
+            inbox(b"behind it")
+        assert all(inbox.waiting == 2 for inbox in inboxes)
+        await settle()
+        assert all(inbox.waiting == 0 for inbox in inboxes)
+        gc.collect()
+        kept = (tracemalloc.get_traced_memory()[0] - before) / len(inboxes)
+    finally:
+        tracemalloc.stop()
+    assert kept < 200, f"{kept:.0f} bytes kept per inbox"

@@ -67,7 +67,7 @@ class Peer:
     __slots__ = (
         "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
         "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "max_queue_bytes",
-        "_queue", "_queued_bytes", "_wakeup", "_closed", "_writer_running", "_writing", "close_code",
+        "_queue", "_queued_bytes", "_wakeup", "_closed", "_writer_running", "_writing", "_writer", "close_code",
         "close_reason", "by_client", "goodbye", "moving", "returned", "returned_at", "unsent",
         "fresh_replies", "_on_close", "last_heard", "log",
     )  # fmt: skip
@@ -103,7 +103,9 @@ class Peer:
         self.token: str | None = None
         self.token_signed_at = 0.0
         self.max_queue_bytes = max_queue_bytes
-        self._queue: deque[bytes | str] = deque()
+        # made when a frame has to wait, dropped once the writer has emptied it: an empty deque is
+        # 760 bytes, for each of thousands of idle clients
+        self._queue: deque[bytes | str] | None = None
         self._queued_bytes = 0
         # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
         # per connection apiece): the writer's wake-up, and the close (closing())
@@ -113,6 +115,8 @@ class Peer:
         # first, and a frame routed here before that must not overtake it.
         self._writer_running = False
         self._writing = False  # the writer holds a frame it took from the queue
+        # the writer task started on demand (start_writing), while frames wait or the close is sent
+        self._writer: asyncio.Task[None] | None = None
         self.close_code: int | None = None
         self.close_reason = ""
         self.by_client = False  # the client ended the connection, not the hub
@@ -140,13 +144,16 @@ class Peer:
         if self._closed:
             return False
         size = len(frame)
-        if self._queued_bytes + size > self.max_queue_bytes and self._queue:
+        queue = self._queue
+        if self._queued_bytes + size > self.max_queue_bytes and queue:
             self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes)
             self.close(1008, "Send queue full: client is not reading fast enough")
             return False
-        if self._writer_running and not self._queue and not self._writing and self.transport.try_send(frame):
+        if self._writer_running and not queue and not self._writing and self.transport.try_send(frame):
             return True
-        self._queue.append(frame)
+        if queue is None:
+            queue = self._queue = deque()
+        queue.append(frame)
         self._queued_bytes += size
         self._wake()
         return True
@@ -154,6 +161,13 @@ class Peer:
     def _wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
+        elif self._writer is None and self._writer_running:  # started by start_writing(), and none running
+            self._writer = asyncio.get_running_loop().create_task(self._write_on_demand(), name=f"writer {self.id}")
+
+    @property
+    def writer(self) -> asyncio.Task[None] | None:
+        """The task :meth:`start_writing` runs while frames wait or the close is under way."""
+        return self._writer
 
     def fresh(self, now: float) -> bool:
         """Whether this connection came back from transit less than :data:`FRESH_GOODBYE` ago."""
@@ -200,41 +214,73 @@ class Peer:
         if self._on_close is not None and not self._on_close.done():
             self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
-        self.unsent = [frame for frame in self._queue if isinstance(frame, bytes)]
-        self._queue.clear()
+        self.unsent = [frame for frame in self._queue or () if isinstance(frame, bytes)]
+        self._queue = None
         self._queued_bytes = 0
+
+    def start_writing(self) -> None:
+        """Frames go to the transport from now on, with a writer task only while some must wait.
+
+        :meth:`run_writer` in a task of its own would do the same, with a task for every idle
+        connection (about a KiB each, for thousands of idle clients). The task started here ends
+        once the queue is empty (the next frame that has to wait starts another), and after
+        sending the close; one whose send failed is kept, ended: nothing more is written, as
+        when a writer task dies.
+        """
+        self._writer_running = True
+        if self._queue or self._closed:
+            self._wake()
+
+    async def _write_on_demand(self) -> None:
+        idle = False
+        try:
+            await self._write_queued()
+            idle = not self._closed
+        finally:
+            if idle:
+                self._queue = self._writer = None  # see __init__
+            else:
+                await self._end_writing()
 
     async def run_writer(self) -> None:
         """Drain the queue into the transport until the peer is closed."""
         self._writer_running = True
+        self._writer = asyncio.current_task()
         try:
             while True:
                 if not self._queue and not self._closed:
+                    self._queue = None  # see __init__
                     self._wakeup = asyncio.get_running_loop().create_future()
                     try:
                         await self._wakeup
                     finally:
                         self._wakeup = None
-                while self._queue and not self._closed:
-                    frame = self._queue.popleft()
-                    self._queued_bytes -= len(frame)
-                    self._writing = True
-                    if isinstance(frame, str):
-                        await self.transport.send_text(frame)
-                    else:
-                        await self.transport.send_bytes(frame)
-                    self._writing = False
+                await self._write_queued()
                 if self._closed:
                     break
         finally:
-            self._queue.clear()
-            self._queued_bytes = 0
-            if self.close_code is not None:
-                # bounded: a client that stopped reading must not hold the writer (a timeout, not
-                # wait_for: no task to start for each of a crowd's connections closing)
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(5):
-                        await self.transport.close(self.close_code, self.close_reason)
+            await self._end_writing()
+
+    async def _write_queued(self) -> None:
+        while self._queue and not self._closed:
+            frame = self._queue.popleft()
+            self._queued_bytes -= len(frame)
+            self._writing = True
+            if isinstance(frame, str):
+                await self.transport.send_text(frame)
+            else:
+                await self.transport.send_bytes(frame)
+            self._writing = False
+
+    async def _end_writing(self) -> None:
+        self._queue = None
+        self._queued_bytes = 0
+        if self.close_code is not None:
+            # bounded: a client that stopped reading must not hold the writer (a timeout, not
+            # wait_for: no task to start for each of a crowd's connections closing)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await self.transport.close(self.close_code, self.close_reason)
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self.closing())  # a waiter cancelled is not the close cancelled

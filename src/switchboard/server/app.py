@@ -27,7 +27,7 @@ from switchboard.replicas.links import LinkSettings
 from switchboard.server import http_rpc, http_services, hypha_routes, status_api, web_console
 from switchboard.server.server_state import Phase, ServerState
 from switchboard.server.state_dir import WORKSPACES_FILE, state_path, token_secret
-from switchboard.server.websocket import websocket_endpoint
+from switchboard.server.websocket import PATH, websocket_endpoint
 
 if TYPE_CHECKING:
     from switchboard.backends.redis.assemble import RedisBackends
@@ -205,7 +205,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         Route("/health/readiness", readiness),
         Route("/metrics", metrics),
         *hypha_routes.routes(),  # before the services': "/{workspace}/info" is not a service
-        WebSocketRoute("/ws", websocket_endpoint),
+        WebSocketRoute(PATH, websocket_endpoint),  # the hub's own protocol serves it directly (runner.py)
         *http_rpc.routes(),
         *status_api.routes(),
         *http_services.routes(),

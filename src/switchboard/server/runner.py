@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.protocol import handshake
-from switchboard.server import versions
+from switchboard.server import versions, websocket
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http_protocol import HubHttpProtocol
 from switchboard.server.server_state import Phase, ServerState
@@ -130,7 +130,7 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         # every frame cost 80% of a replica's CPU on 64 KiB payloads (bench/compare.py), for
         # bandwidth a hub's networks rarely lack; clients simply do not get the extension.
         ws=HubWebSocketProtocol.configured(
-            app=app,
+            app=websocket.served_directly(app),
             connections=connections,
             max_size=settings.max_message_bytes,
             frame_timeout=settings.frame_timeout,

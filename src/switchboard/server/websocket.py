@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable
 
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
@@ -127,6 +128,31 @@ async def _refuse_upgrade(websocket: WebSocket, why: str) -> None:
         await websocket.close(handshake.CLOSE_TRY_AGAIN, close_reason(why))
 
 
+#: The endpoint's path; the app keeps a Starlette route to it too, for other ASGI servers.
+PATH = "/ws"
+
+
+def served_directly(app: ASGIApp) -> ASGIApp:
+    """The app the hub's WebSocket protocol runs: :data:`PATH` straight to its endpoint, any
+    other upgrade through ``app`` (whose router refuses it).
+
+    The endpoint's task lasts as long as its connection, and so does every frame it was
+    called through: Starlette's middleware and router added eight (3.5 KiB per idle
+    connection, and the CORS, error and exception middleware they run do nothing for a
+    WebSocket whose endpoint raises nothing of theirs). The endpoint finds the app as under
+    Starlette, in the scope.
+    """
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket" or scope["path"] != PATH:
+            await app(scope, receive, send)
+            return
+        scope["app"] = app
+        await websocket_endpoint(WebSocket(scope, receive, send))
+
+    return serve
+
+
 async def websocket_endpoint(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state.switchboard
     hub = state.hub
@@ -138,6 +164,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await _refuse_upgrade(websocket, why)
         return
     await websocket.accept()
+    # The upgrade request's headers served the handshake; the scope lasts as long as the
+    # connection's task, and nothing reads them from here on (1.2 KiB per idle connection).
+    websocket.scope["headers"] = []
     try:
         attached = await _attach(websocket, state)
         if attached is None:
@@ -164,7 +193,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     except WebSocketDisconnect:
         return
-    writer: asyncio.Task[None] | None = None
+    writing = False
     inbox = _inbox(websocket, peer, state)
     state.track(peer)
     try:
@@ -172,8 +201,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         # reading connection_info must still be detached, not leaked.
         await websocket.send_text(info)
         del info  # this frame lives as long as the connection: it keeps only what it needs
-        writer = asyncio.create_task(peer.run_writer(), name=f"writer {peer.id}")
-        await _serve(websocket, peer, state, writer, inbox)
+        peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
+        writing = True
+        await _serve(websocket, peer, state, inbox)
     except WebSocketDisconnect:
         pass  # the client left before connection_info reached it: clean up below
     finally:
@@ -181,7 +211,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         if inbox is not None:
             await inbox.close(FINISH_GRACE)
         await hub.detach(peer)
-        if writer is not None:
+        if writing and (writer := peer.writer) is not None:  # the one sending the close, at least
             await _finish(peer, writer)
 
 
@@ -226,39 +256,57 @@ def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None
     return Inbox(handle, pause=proto.pause_reading, resume=proto.resume_reading, on_error=failed)
 
 
-async def _serve(
-    websocket: WebSocket, peer: Peer, state: ServerState, writer: asyncio.Task[None], inbox: Inbox | None
-) -> None:
+async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
-    sends the close frame and the client's answer wakes the reader. A client
+    sends the close frame and the client's answer ends the read loop. A client
     that stopped reading never answers: the writer is stuck in a send and the
-    reader waits for a frame that never comes, which would keep the peer (its
-    registrations, its connection slot) attached for as long as the socket
+    read loop waits for a frame that never comes, which would keep the peer
+    (its registrations, its connection slot) attached for as long as the socket
     lives. After ``CLOSE_GRACE`` both are stopped and the peer is detached; the
     writer's clean-up still offers the close frame, bounded, and a connection
     still stuck after that is reset (``_finish``).
+
+    The read loop runs in the endpoint's own task, and the grace is a timer
+    started by the close: no task of its own (about 1.5 KiB with the wait on
+    it, for every idle connection).
     """
-    reader = asyncio.create_task(_read_loop(websocket, peer, state, inbox), name=f"reader {peer.id}")
-    closed = peer.closing()
-    try:
-        await asyncio.wait((reader, closed), return_when=asyncio.FIRST_COMPLETED)
-        if not reader.done():
-            await asyncio.wait((reader,), timeout=CLOSE_GRACE)
-        if not reader.done():
-            peer.log.warning(
-                "no close handshake within %gs after %r: dropping the connection",
-                CLOSE_GRACE,
-                peer.close_reason,
-            )
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    timer: asyncio.TimerHandle | None = None
+    dropped = over = False
+
+    def overdue() -> None:
+        nonlocal dropped
+        if over:
+            return
+        dropped = True
+        peer.log.warning(
+            "no close handshake within %gs after %r: dropping the connection", CLOSE_GRACE, peer.close_reason
+        )
+        if (writer := peer.writer) is not None:
             writer.cancel()
-            reader.cancel()
-            await asyncio.wait((reader,))
+        me.cancel()
+
+    def on_close(_: object) -> None:
+        nonlocal timer
+        if not over:  # a future's callbacks run later: the read loop may have ended meanwhile
+            timer = loop.call_later(CLOSE_GRACE, overdue)
+
+    closed = peer.closing()
+    closed.add_done_callback(on_close)
+    try:
+        await _read_loop(websocket, peer, state, inbox)
+    except asyncio.CancelledError:
+        if not dropped or me.uncancel() > 0:  # a cancel of the endpoint's own (a shutdown) goes on
+            raise
     finally:
-        reader.cancel()  # a no-op once it is done; stops it if we are being cancelled
-    if not reader.cancelled() and (exc := reader.exception()) is not None:
-        raise exc
+        over = True
+        closed.remove_done_callback(on_close)
+        if timer is not None:
+            timer.cancel()
 
 
 async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
