@@ -26,7 +26,7 @@ from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.admission import Gatekeeper, Takeover
+from switchboard.hub.admission import Gatekeeper
 from switchboard.hub.auth import ROOT, TokenIssuer, User
 from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
@@ -107,10 +107,6 @@ class Hub:
         self.manager_address = f"*/{self.manager_id}"
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
-        # Handshakes doing their store round trips at once (admit, attach); the rest wait their turn,
-        # first come first served (asyncio's semaphore is FIFO): a storm of reconnections (a sibling's
-        # drain) then takes at most half the Redis pool, and none is deferred for lack of a connection.
-        self.admissions = asyncio.Semaphore(max(1, settings.redis_max_connections // 2))
         self._by_workspace: dict[str, set[Peer]] = {}
         self.subscribers = Subscribers()  # who here listens to which workspace event
         self._background: set[asyncio.Task[Any]] = set()
@@ -251,9 +247,8 @@ class Hub:
     # -- admission -----------------------------------------------------------
 
     async def admit(self, hello: Hello) -> tuple[User, str, bool]:
-        """Who the client is and which workspace it joins (see :class:`Gatekeeper`), in turn (:attr:`admissions`)."""
-        async with self.admissions:
-            return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
+        """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
+        return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
 
     async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
@@ -263,22 +258,16 @@ class Hub:
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """
-        async with self.admissions:
-            plan = await self.gate.plan(
-                peer, resuming=reconnecting, live_here=peer.id in self.peers, in_transit=peer.id in self.transit
-            )
+        plan = await self.gate.plan(
+            peer, resuming=reconnecting, live_here=peer.id in self.peers, in_transit=peer.id in self.transit
+        )
         if plan.refusal is not None:
             raise HandshakeError(plan.refusal, CLOSE_GOING_AWAY)
-        if plan.probe and await self.manager.answers_ping(peer.id):  # out of turn: it may take seconds
+        if plan.probe and await self.manager.answers_ping(peer.id):
             raise HandshakeError(
                 f"Failed to establish connection: Client already exists and is active: {peer.id}",
                 CLOSE_GOING_AWAY,
             )
-        async with self.admissions:
-            return await self._take_over(peer, plan, reconnecting=reconnecting)
-
-    async def _take_over(self, peer: Peer, plan: Takeover, *, reconnecting: bool) -> dict[str, Any]:
-        """What :meth:`attach` decided, carried out: ``peer`` is the client's live connection."""
         if plan.replace:  # a new session: the earlier one's held frames fail, its registrations go
             await self.moves.abandon(peer.id)
             await self.purge(peer.workspace, peer.client_id)
