@@ -250,9 +250,12 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             assert a.proc is not None
             assert b.proc is not None
             b_cpu0 = cpu(b.proc.pid)
+            exits: list[float] = []
             t0 = time.monotonic()
             print(f"SIGTERM to A with {total} clients", flush=True)
             a.proc.send_signal(signal.SIGTERM)
+            a_exit = asyncio.ensure_future(asyncio.to_thread(a.proc.wait, GIVE_UP))
+            a_exit.add_done_callback(lambda _: exits.append(time.monotonic() - t0))
             if args.profile:
                 spy = await asyncio.create_subprocess_exec(
                     args.profile,
@@ -278,10 +281,9 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 back_s = None  # reported as such, with how many were back
             b_cpu = cpu(b.proc.pid) - b_cpu0
             t_back = time.monotonic()
-            code = await asyncio.to_thread(a.proc.wait, 60)
+            code = await asyncio.wait_for(a_exit, GIVE_UP)
             if args.profile:
                 await asyncio.wait_for(spy.wait(), 60)
-            a_exit = time.monotonic() - t0
             await asyncio.sleep(1)
             mover.running = echo.running = False
             await asyncio.wait(loops, timeout=35)
@@ -318,7 +320,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             attempts = sorted(sum(1 for e in ev if e[0] == "reconnecting" and e[2] >= t0) for ev in sdk_events.values())
             sdk_transit = sorted(_sdk_transit(events, t0) for events in sdk_events.values())
             owners.stop()
-            transit = sorted(owners.back[k] - owners.left[k] for k in moved if k in owners.left)
+            transit = sorted(owners.back[k] - owners.left[k] for k in moved if k in owners.left and k in owners.back)
             arrivals = sorted([t0, *owners.back.values()])
             gap = max((y - x for x, y in zip(arrivals, arrivals[1:], strict=False)), default=0.0)
             handed = sorted(owners.left.get(k, t0) - t0 for k in moved)
@@ -351,7 +353,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "b_echo_before": echo.between(t0 - 3, t0),
                 "b_echo_during": echo.between(t0, t_back),
                 "a_exit_code": code,
-                "a_exit_s": a_exit,
+                "a_exit_s": exits[0] if exits else None,
             }
             print(json.dumps(result, indent=2), flush=True)
             return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 
@@ -105,6 +106,9 @@ class Drainer:
             for client in flight.flying():
                 if client not in self.transit:  # its "back" notice came: it is admitted elsewhere
                     flight.back(client)
+            waiting = sum(1 for peer in self.peers.values() if not peer.closed)
+            if flight.sent + waiting > pace.total:  # a client taken over here meanwhile: it goes too
+                pace = dataclasses.replace(pace, total=flight.sent + waiting)
             allowed = pace.allowance(now=now, sent=flight.sent, in_flight=flight.count(now))
             for peer in list(self.peers.values()):
                 if peer.closed:
