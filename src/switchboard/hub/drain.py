@@ -39,9 +39,9 @@ QUIET = 0.005
 PAUSE = 0.005
 IDLE = 0.05
 QUIET_WAIT = 0.1
-# Pacing (drain_pace): seconds a client sent away counts against the window at most (one that never
-# comes back must not hold up the rest: a client is back within 50 ms at p99 when the sibling keeps
-# up), and between looks at who is back while the window is full.
+# Pacing (drain_pace): seconds a client sent away counts against the window at most when there is
+# no transit grace (with one, the grace: a client not back by then is gone, and must not hold up the
+# rest), and between looks at who is back while the window is full.
 PATIENCE = 2.0
 PACE_POLL = 0.02
 
@@ -95,10 +95,11 @@ class Drainer:
         started = self.clock.monotonic()
         deadline = started + timeout
         self._until = deadline + self.transit.grace
+        patience = self.transit.grace or PATIENCE
         pace = DrainPace(
-            window=self.window, patience=PATIENCE, started=started, deadline=deadline, total=len(self.peers)
+            window=self.window, patience=patience, started=started, deadline=deadline, total=len(self.peers)
         )
-        flight = InFlight(PATIENCE)
+        flight = InFlight(patience)
         logged = 0.0
         while True:
             wake = deadline
