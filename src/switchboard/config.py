@@ -359,7 +359,7 @@ class Settings:
     drain_window: int = setting(
         200,
         "Clients a draining replica has sent to a sibling and not yet seen back, at most: it sends the rest in "
-        "waves as they arrive (each counted for --transit-grace at most), yet everyone by --drain-timeout. 0: all at once.",
+        "waves as they arrive (each counted for --transit-grace at most), yet everyone by --drain-timeout. 0, or without --redis-url (no sibling): all at once.",
         "200: a sibling admits a few hundred reconnections a second on one core, so a wave is back well within the "
         "transit grace, while thousands sent at once overflowed its accept queue and left it admitting nobody for "
         "seconds (bench/storm.py)",

@@ -195,7 +195,7 @@ class Hub:
             clock=clock,
             peers=self.peers,
             retry=self.retry,
-            window=settings.drain_window,
+            window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
         )
 
     def _hold_until(self, client: str) -> float | None:
