@@ -39,7 +39,8 @@ def owners(redis_server: Any, ids: set[str]) -> dict[str, str]:
 
 
 async def transit_figures(url: str) -> tuple[int, int]:
-    """B's metrics: clients that came back from transit, and graces that ran out first."""
+    """B's metrics: clients that came back from transit (one back before its mark was written counts
+    in neither), and graces that ran out first."""
     async with httpx.AsyncClient() as http:
         text = (await http.get(f"{url}/metrics", timeout=5)).text
     figures = {"count": 0.0, "expired": 0.0}
@@ -95,7 +96,6 @@ async def test_500_clients_move_to_the_sibling_within_the_grace_and_none_is_anno
             f"{expired} of {len(ids)} clients moved were announced gone, back after their grace "
             f"({len(gone)} client_disconnected seen, {back} back in time); all on B {took:.1f} s after SIGTERM"
         )
-        assert back == len(ids), f"{back} of {len(ids)} came back from transit"
         listed = await watcher.list_services({"workspace": workspace})
         assert {s["id"] for s in listed if s["id"].endswith(":s")} == {f"{cid}:s" for cid in everyone}
         for cid in sorted(ids)[::50]:  # a sample, each through B
