@@ -356,6 +356,15 @@ class Settings:
         "10 s: fits Kubernetes' default 30 s grace period with room for the preStop delay and exit",
         minimum=0,
     )
+    drain_window: int = setting(
+        200,
+        "Clients a draining replica has sent to a sibling and not yet seen back, at most: it sends the rest in "
+        "waves as they arrive (each counted for --transit-grace at most), yet everyone by --drain-timeout. 0, or without --redis-url (no sibling): all at once.",
+        "200: a sibling admits a few hundred reconnections a second on one core, so a wave is back well within the "
+        "transit grace, while thousands sent at once overflowed its accept queue and left it admitting nobody for "
+        "seconds (bench/storm.py)",
+        minimum=0,
+    )
     links: bool = setting(
         True,
         "With several replicas: send a client's frames straight to the replica holding it, over a direct TCP link, "

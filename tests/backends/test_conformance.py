@@ -229,6 +229,33 @@ class TestRemoveClient:
         assert ids(await registry.find(ServiceQuery("ws1", "a"))) == ["ws1/a:echo"]
 
 
+class TestSingletons:
+    """The singletons of a name: what a registration of that name checks, without reading its namesakes."""
+
+    async def test_only_singleton_services_of_that_name_are_found(self, registry: Registry) -> None:
+        for i in range(20):
+            await registry.register(svc(f"ws1/c{i}:echo"))
+        await registry.register(svc("ws1/solo:echo", singleton=True))
+        await registry.register(svc("ws1/other:tool", singleton=True))
+        await registry.register(svc("ws2/solo:echo", singleton=True))
+
+        assert ids(await registry.singletons("ws1", "echo")) == ["ws1/solo:echo"]
+        assert await registry.singletons("ws1", "nothing") == []
+        assert await registry.singletons("ws3", "echo") == []
+
+    async def test_a_singleton_that_left_or_dropped_the_flag_is_found_no_more(self, registry: Registry) -> None:
+        await registry.register(svc("ws1/a:echo", singleton=True))
+        await registry.register(svc("ws1/b:echo", singleton=True))
+        await registry.register(svc("ws1/c:echo", singleton=True))
+        await registry.unregister("ws1/a:echo")
+        await registry.remove_client("ws1", "b")
+        await registry.register(svc("ws1/c:echo"))  # registered again, without the flag
+
+        assert await registry.singletons("ws1", "echo") == []
+        await registry.register(svc("ws1/c:echo", singleton=True))
+        assert ids(await registry.singletons("ws1", "echo")) == ["ws1/c:echo"]
+
+
 class TestTransit:
     """A client in transit keeps its registrations until it is back or its grace is over.
 

@@ -317,6 +317,43 @@ async def test_half_open_pubsub_is_detected_by_the_probe_and_healed(make_bus, pr
     assert await delivered(bus, publisher, "half-open", got)
 
 
+async def test_a_late_probe_keeps_a_connection_that_delivers_meanwhile(make_bus, valkey_bus, proxy, publisher):
+    """A replica busy with a storm of clients queues the probe's publish behind theirs; its pub/sub
+    connection, delivering all along, is not dropped for that (re-wiring every channel and turning
+    new clients away, under the very load that made the probe late)."""
+    slow = make_client(proxy.url_for_redis())  # the probe's publish goes this way, and gets no answer
+    bus = make_bus(
+        pubsub_connection_factory(valkey_bus.url, timeout=0.5),
+        publisher=slow,
+        reconcile_interval=None,
+        probe_idle=None,
+        probe_timeout=0.3,
+    )
+    try:
+        assert await bus.start()
+        got: list[bytes] = []
+        await bus.subscribe("busy", got.append)
+        assert await delivered(bus, publisher, "busy", got)
+        proxy.blackhole()
+
+        async def traffic() -> None:
+            for _ in range(40):  # bounded: 2 s
+                await publisher.publish("busy", b"x")
+                await asyncio.sleep(0.05)
+
+        flowing = asyncio.ensure_future(traffic())
+        try:
+            assert await bus.probe_once()
+        finally:
+            flowing.cancel()
+        assert bus.health[0], bus.health
+        assert bus.stats.reconnects == 0
+        assert await delivered(bus, publisher, "busy", got)
+    finally:
+        proxy.pass_through()
+        await slow.aclose()
+
+
 class SwallowsOneCancel:
     """Wraps pub/sub connections; the first read cancelled on each loses that cancel and reads on,
     as redis-py may (see :mod:`switchboard.tasks`)."""

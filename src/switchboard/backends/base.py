@@ -77,6 +77,12 @@ class Registry(Protocol):
         """Every service matching ``query`` (``query.workspace`` may be ``*``)."""
         ...
 
+    async def singletons(self, workspace: str, name: str) -> list[ServiceInfo]:
+        """The ``singleton`` services named ``name`` registered in ``workspace``: what a new
+        registration of that name may collide with, found without reading the workspace's other
+        services (every client of a crowd may register a service of the same name)."""
+        ...
+
     async def lost_data(self) -> bool:
         """Whether the store lost its contents since this replica last looked (re-assertion due):
         then an empty :meth:`find` proves nothing."""

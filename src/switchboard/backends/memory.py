@@ -26,6 +26,7 @@ class MemoryRegistry:
         self._by_workspace: dict[str, dict[str, ServiceInfo]] = {}
         self._by_client: dict[str, set[str]] = {}  # "<ws>/<cid>" -> ids of its services
         self._by_name: dict[tuple[str, str], set[str]] = {}  # (ws, service name) -> ids
+        self._singletons: dict[str, set[str]] = {}  # ws -> ids of its singleton services
         self._clock = clock or SystemClock()
         self._transit: dict[str, tuple[float, float]] = {}  # "<ws>/<cid>" -> (left at, deadline)
         self._holders: dict[str, str] = {}  # "<ws>/<cid>" -> id of the user holding it
@@ -38,6 +39,10 @@ class MemoryRegistry:
         services[sid] = info
         self._by_client.setdefault(f"{ws}/{cid}", set()).add(sid)
         self._by_name.setdefault((ws, name), set()).add(sid)
+        if (info.get("config") or {}).get("singleton"):
+            self._singletons.setdefault(ws, set()).add(sid)
+        else:
+            _discard(self._singletons, ws, sid)
         return previous
 
     async def unregister(self, service_id: str) -> ServiceInfo | None:
@@ -56,6 +61,7 @@ class MemoryRegistry:
         ws, cid, name = split_full_id(service_id)
         _discard(self._by_client, f"{ws}/{cid}", service_id)
         _discard(self._by_name, (ws, name), service_id)
+        _discard(self._singletons, ws, service_id)
 
     async def remove_client(self, workspace: str, client_id: str, *, owner: str | None = None) -> list[ServiceInfo]:
         """``owner`` is moot in one process: this replica owns every client."""
@@ -91,6 +97,11 @@ class MemoryRegistry:
             pools = list(services.values()) if ids is None else [services[sid] for sid in ids if sid in services]
         return [info for info in pools if matches(info, query)]
 
+    async def singletons(self, workspace: str, name: str) -> list[ServiceInfo]:
+        services = self._by_workspace.get(workspace, {})
+        found = (services[sid] for sid in self._singletons.get(workspace, ()) if sid in services)
+        return [info for info in found if matches(info, ServiceQuery(workspace, "*", name))]
+
     async def lost_data(self) -> bool:
         return False  # it lives and dies with this process
 
@@ -122,6 +133,7 @@ class MemoryRegistry:
         self._by_workspace.clear()
         self._by_client.clear()
         self._by_name.clear()
+        self._singletons.clear()
         self._transit.clear()
         self._holders.clear()
 

@@ -143,7 +143,7 @@ class Hub:
             interval=0.1,
             publish=self.remote.publish_to_client,
             give_up=lambda target, item: self.dispatch.give_up(target, item),
-            hold_until=self.transit.deadline,
+            hold_until=self._hold_until,
         )
         # replies to calls another replica's manager made, waiting for its channel like a client's frames
         self.replies = RetryWindow(
@@ -189,8 +189,19 @@ class Hub:
             token=self.reconnection_token,
         )
         self.drainer = Drainer(
-            router=self.router, moves=self.moves, unicast=self.unicast, clock=clock, peers=self.peers, retry=self.retry
+            router=self.router,
+            moves=self.moves,
+            unicast=self.unicast,
+            clock=clock,
+            peers=self.peers,
+            retry=self.retry,
+            window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
         )
+
+    def _hold_until(self, client: str) -> float | None:
+        """How long the retry window may keep frames for ``client``: its grace in transit, or
+        while it waits here for its wave of a drain."""
+        return self.transit.deadline(client) or self.drainer.holding_until(client)
 
     @property
     def inflight(self) -> InFlight:

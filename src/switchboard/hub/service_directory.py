@@ -395,14 +395,16 @@ class ServiceDirectory:
         replicas can both pass.
         """
         ws, _, name = svc_ids.split_full_id(info["id"])
-        try:
-            found = await self.hub.registry.find(ServiceQuery(ws, "*", name))
+        singleton = bool((info.get("config") or {}).get("singleton"))
+        registry = self.hub.registry
+        try:  # only a singleton's registration reads its namesakes: a crowd's same-named services cost nothing
+            found = await (registry.find(ServiceQuery(ws, "*", name)) if singleton else registry.singletons(ws, name))
         except BackendError:
             return  # the registry is away: the registration is deferred anyway (register_service)
         others = [i for i in found if i["id"] != info["id"]]
         if not others:
             return
-        if (info.get("config") or {}).get("singleton"):
+        if singleton:
             raise ProtocolError(
                 f"A singleton service with the same name ({name}) already exists in the workspace ({ws}), "
                 "please remove it first or use a different name."

@@ -65,6 +65,9 @@ class Acks:
         self._pending.clear()
 
 
+NO_SUBSCRIBER = "probe reached no subscriber"  # Redis itself says the connection lost its subscription
+
+
 async def echo(
     publish: Callable[[str, str], Awaitable[Any]], channel: str, token: str, acks: Acks, timeout: float
 ) -> str:
@@ -87,7 +90,7 @@ async def echo(
         raise
     if receivers == 0:
         acks.forget(b"probe", token, ack)
-        return "probe reached no subscriber"
+        return NO_SUBSCRIBER
     if await acks.wait(b"probe", token, ack, deadline - asyncio.get_running_loop().time()):
         return ""
     return f"probe not received within {timeout}s (half-open?)"

@@ -24,7 +24,7 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import RedisError, ResponseError
 
 from switchboard.backends.base import BusHandler
-from switchboard.backends.redis.acks import Acks, echo
+from switchboard.backends.redis.acks import NO_SUBSCRIBER, Acks, echo
 from switchboard.backends.redis.batch import Batcher
 from switchboard.backends.redis.breaker import CircuitBreaker, backoff_delay
 from switchboard.backends.redis.connection import (
@@ -481,6 +481,7 @@ class RedisBus:
         if conn is None:
             return False
         self._probe_seq += 1
+        started = self._clock.monotonic()
         failure = await echo(
             self._send,
             self.probe_channel,
@@ -489,6 +490,12 @@ class RedisBus:
             self._probe_timeout,
         )
         if not failure:
+            return True
+        if failure != NO_SUBSCRIBER and conn is self._conn and self._last_rx > started:
+            # late, yet the connection delivered meanwhile: the replica is busy (a storm of clients
+            # queues the probe's publish behind theirs), its pub/sub is alive; dropping it would
+            # re-wire every channel and turn new clients away, under the very load that made it late
+            logger.info("%s, but the pub/sub connection delivered meanwhile: kept", failure, extra=self._extra)
             return True
         self._counts.probe_failures += 1
         logger.warning("%s; dropping pub/sub connection", failure, extra=self._extra)

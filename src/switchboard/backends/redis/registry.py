@@ -4,6 +4,8 @@ Layout (``p`` = ``key_prefix``, default ``sb:``):
 
 * ``p svc:<ws>``               hash ``<cid>:<svc>`` → service info JSON (a workspace is one HGETALL)
 * ``p svcidx:<ws>``            hash ``<cid>`` → JSON list of its fields in ``svc:<ws>`` (:mod:`.client_fields`)
+* ``p singleton:<ws>``         set of ``<cid>:<svc>`` registered as ``singleton`` (checked against ``svc:<ws>``
+                               when read: a member whose service is gone or no longer a singleton is dropped)
 * ``p workspaces``             set of workspaces with at least one service (for ``find("*")``)
 * ``p owner``                  hash ``<ws>/<cid>`` → id of the replica the client is connected to
 * ``p holder``                 hash ``<ws>/<cid>`` → id of the user holding the client id (until it leaves)
@@ -188,6 +190,10 @@ def _retry_with(reply: Any) -> str | None:
     return None
 
 
+def _is_singleton(info: ServiceInfo) -> bool:
+    return bool((info.get("config") or {}).get("singleton"))
+
+
 def _decode(raw: bytes | str) -> ServiceInfo:
     info: ServiceInfo = json.loads(raw)
     return info
@@ -225,6 +231,9 @@ class RedisRegistry:
     def _svc_key(self, workspace: str) -> str:
         return self._keys.svc(workspace)
 
+    def _singleton_key(self, workspace: str) -> str:
+        return f"{self._p}singleton:{workspace}"
+
     def _clients_key(self, replica_id: str) -> str:
         return self._keys.clients(replica_id)
 
@@ -252,6 +261,8 @@ class RedisRegistry:
             args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner, cid]
             prev = await self._call("register", self._register(keys=keys, args=args))
             if (retry := _retry_with(prev)) is None:
+                if _is_singleton(info):
+                    await self._call("register", self._r.sadd(self._singleton_key(ws), f"{cid}:{svc}"))
                 return None if prev is None else _decode(prev)
             owner = retry
         raise BackendError(f"registry register failed: the owner of {wc} kept changing")
@@ -335,6 +346,28 @@ class RedisRegistry:
         infos = (_decode(raw) for raw in raws)
         return [info for info in infos if matches(info, query)]
 
+    async def singletons(self, workspace: str, name: str) -> list[ServiceInfo]:
+        """Two round trips at most, whatever the size of the workspace (one while it has no singleton)."""
+        key = self._singleton_key(workspace)
+        fields = sorted(await self._call("singletons", self._r.smembers(key)))
+        if not fields:
+            return []
+        raws = await self._call("singletons", self._r.hmget(self._svc_key(workspace), fields))
+        found: list[ServiceInfo] = []
+        stale: list[bytes] = []
+        for field, raw in zip(fields, raws, strict=True):
+            info = None if raw is None else _decode(raw)
+            if info is None or not _is_singleton(info):
+                stale.append(field)
+            elif matches(info, ServiceQuery(workspace, "*", name)):
+                found.append(info)
+        if stale:  # gone, or registered again without the flag; a racing re-registration SADDs after its write
+            still = await self._call("singletons", self._r.hmget(self._svc_key(workspace), stale))
+            gone = [f for f, raw in zip(stale, still, strict=True) if raw is None or not _is_singleton(_decode(raw))]
+            if gone:
+                await self._call("singletons", self._r.srem(key, *gone))
+        return found
+
     async def close(self) -> None:
         """Shared state stays in Redis for the other replicas; only our client is closed."""
         await self._batch.close()
@@ -380,15 +413,24 @@ class RedisRegistry:
         args: list[str] = [self.replica_id]
         svc_keys: list[str] = []
         index_keys: list[str] = []
+        singletons: list[tuple[str, str]] = []
         for info in infos:
             ws, cid, svc = split_full_id(info["id"])
             args += [ws, f"{cid}:{svc}", f"{ws}/{cid}", json.dumps(info)]
+            if _is_singleton(info):
+                singletons.append((ws, f"{cid}:{svc}"))
             svc_keys.append(self._svc_key(ws))
             index_keys.append(self._keys.index(ws))
         if not svc_keys:
             return 0
         keys = [self._owner_key, self._ws_key, self._clients_key(self.replica_id), *svc_keys, *index_keys]
-        return int(await self._call("reassert", self._reassert(keys=keys, args=args)))
+        count = int(await self._call("reassert", self._reassert(keys=keys, args=args)))
+        if singletons:  # a member whose client a peer owns now is checked, and dropped if stale, when read
+            pipe = self._r.pipeline(transaction=False)
+            for ws, field in singletons:
+                pipe.sadd(self._singleton_key(ws), field)
+            await self._call("reassert", pipe.execute())
+        return count
 
     async def check_reset(self, *, settle: float = 0.0) -> bool:
         """True if Redis lost its data since this replica's previous call (then :meth:`reassert`).

@@ -1,0 +1,129 @@
+"""Child processes of bench/storm.py: many real clients in one process, so that the bench's clients
+are spread over several processes and none of them is one saturated event loop.
+
+    python bench/_storm_clients.py sdk|hypha
+
+``sdk``: Switchboard SDK clients (``switchboard.connect`` with every URL given); ``hypha``:
+unmodified hypha-rpc clients (``connect_to_server`` on one URL, a balancer's). Commands on stdin,
+one JSON object a line, each answered by one line on stdout:
+
+    {"open": {"urls": [...], "ids": [...], "workspace": ws, "token": t, "concurrency": n}}
+        connect these clients, each registering service ``s`` (``echo``);
+        answers {"open": n, "errors": {...}, "seconds": s}
+    {"report": true}
+        the SDK clients' transport events: {"events": {client_id: [[kind, code, monotonic], ...]}}
+        (``time.monotonic`` is the machine's CLOCK_MONOTONIC: comparable between processes)
+
+Closing stdin ends the process (connections aborted, nothing announced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from _common import CHILD_MAX_LIFETIME, reply, stdin_lines
+
+
+def echo(x: Any) -> Any:
+    return x
+
+
+class Sdk:
+    def __init__(self) -> None:
+        self.clients: list[Any] = []
+        self.events: dict[str, list[list[Any]]] = {}
+
+    async def one(self, cmd: dict[str, Any], cid: str) -> None:
+        from switchboard.client import connect
+
+        seen = self.events.setdefault(cid, [])
+
+        def on_event(event: Any) -> None:
+            seen.append([event.kind, getattr(event, "code", None), time.monotonic()])
+
+        client = await connect(
+            cmd["urls"],
+            client_id=cid,
+            workspace=cmd["workspace"],
+            token=cmd["token"],
+            on_event=on_event,
+            method_timeout=30,
+            ping_interval=60,
+        )
+        self.clients.append(client)
+        await client.register_service({"id": "s", "config": {"visibility": "protected"}, "echo": echo})
+
+
+class Hypha:
+    def __init__(self) -> None:
+        self.clients: list[Any] = []
+        self.events: dict[str, list[list[Any]]] = {}
+
+    async def one(self, cmd: dict[str, Any], cid: str) -> None:
+        from hypha_rpc import connect_to_server
+
+        server = await connect_to_server(
+            {
+                "server_url": cmd["urls"][0],
+                "client_id": cid,
+                "workspace": cmd["workspace"],
+                "token": cmd["token"],
+                "method_timeout": 30,
+            }
+        )
+        self.clients.append(server)
+        await server.register_service({"id": "s", "config": {"visibility": "protected"}, "echo": echo})
+
+
+async def serve(kind: str) -> None:
+    held: Sdk | Hypha = Sdk() if kind == "sdk" else Hypha()
+    stdin = await stdin_lines()
+    deadline = time.monotonic() + CHILD_MAX_LIFETIME
+    while time.monotonic() < deadline:
+        try:
+            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
+        except TimeoutError:
+            break
+        if not line:
+            break
+        cmd = json.loads(line)
+        if cmd.get("report"):
+            reply({"events": held.events})
+            continue
+        spec = cmd["open"]
+        gate = asyncio.Semaphore(int(spec.get("concurrency", 32)))
+        errors: Counter[str] = Counter()
+        started = time.perf_counter()
+
+        async def one(
+            cid: str, spec: dict[str, Any] = spec, gate: asyncio.Semaphore = gate, errors: Counter[str] = errors
+        ) -> None:
+            async with gate:
+                try:
+                    await asyncio.wait_for(held.one(spec, cid), 60)
+                except Exception as exc:
+                    errors[f"{type(exc).__name__}: {str(exc)[:100]}"] += 1
+
+        await asyncio.gather(*(one(cid) for cid in spec["ids"]))
+        reply({"open": len(held.clients), "errors": dict(errors), "seconds": time.perf_counter() - started})
+    os._exit(0)  # the parent is gone: leave without a word (the kernel closes the sockets)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    import hypha_rpc  # noqa: F401  (it sets its loggers' levels on import: import it first)
+
+    for name in ("RPC", "websocket-client", "hypha-rpc", "switchboard"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    asyncio.run(serve(sys.argv[1]))
+
+
+if __name__ == "__main__":
+    main()
