@@ -29,6 +29,7 @@ import switchboard
 from support.wire import Wire, attach_client
 from switchboard.clock import SystemClock
 from switchboard.hub.auth import Permission, TokenIssuer, User
+from switchboard.protocol import envelope
 from switchboard.testing.hub import TEST_SECRET, RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -145,3 +146,39 @@ async def test_a_connect_and_a_leave_cost_the_same_with_500_clients_in_the_works
         if (at_many - at_few) / (MANY - FEW) >= PER_CLIENT_THERE
     ]
     assert not grew, "; ".join(grew)
+
+
+# --------------------------------------------------------------------------- the manager's share of a connect
+
+# Manager calls of one hypha-rpc connect that go through the manager's RPC: its two
+# get_service("default") (their answer holds functions, which only the RPC encodes).
+# register_service and subscribe carry plain data and the door answers them itself; through
+# the RPC, their arguments became proxy objects and back, a third of a connect's hub CPU.
+RPC_FRAMES_PER_CONNECT = 2
+
+
+async def test_a_connect_hands_the_managers_rpc_only_the_calls_it_must_encode(server: RunningServer) -> None:
+    link = server.hub.manager.link
+    rpc_handler = link.handler
+    assert rpc_handler is not None
+    methods: list[str] = []
+
+    def counting(message: bytes | dict[str, Any]) -> None:
+        main = message if isinstance(message, dict) else envelope.decode(message).main
+        methods.append(str(main.get("method")))
+        rpc_handler(message)
+
+    link.handler = counting
+    config = {"server_url": server.url, "client_id": "counted", "token": token(), "workspace": WS}
+    client = await connect_to_server(config)
+    try:
+        assert len(methods) <= RPC_FRAMES_PER_CONNECT, (
+            f"one connect handed the manager's RPC {len(methods)} frames ({methods}), "
+            f"at most {RPC_FRAMES_PER_CONNECT}: register_service and subscribe are the door's to answer"
+        )
+        # what the door answered works as the RPC's answer did: registered, listed, subscribed
+        listed = await client.list_services({"workspace": WS})
+        assert f"{WS}/counted:built-in" in [s["id"] for s in listed]
+        assert server.hub.peer_for(f"{WS}/counted").subscriptions >= {"client_disconnected"}  # type: ignore[union-attr]
+    finally:
+        await client.disconnect()

@@ -36,7 +36,7 @@ from switchboard.protocol import envelope, ids
 from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
-from switchboard.tasks import spawn
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,12 @@ class WorkspaceManager:
                 idle_timeout=UPLOAD_IDLE_TIMEOUT,
                 allow_encrypted=s.allow_encrypted_payloads,
             ),
+            # the calls every client makes while connecting: plain data in, plain data out
+            plain_calls={
+                "services.default.register_service": self.directory.register_service,
+                "services.default.subscribe": self.subscribe,
+                "services.default.unsubscribe": self.unsubscribe,
+            },
         )
 
     async def start(self) -> None:
@@ -142,6 +148,7 @@ class WorkspaceManager:
         await self.rpc.register_service(self._service(), {"notify": False})
 
     async def stop(self) -> None:
+        await cancel_and_wait(self.door.calls)
         if self.rpc is not None:
             self.rpc.close()
             self.rpc = None
