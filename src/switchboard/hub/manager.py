@@ -78,6 +78,7 @@ class _RouterLink:
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
         self.handler: Callable[[bytes | dict[str, Any]], None] | None = None  # hypha-rpc takes both
+        self.sent: Callable[[bytes], None] | None = None  # shown each frame the RPC emits
 
     def on_message(self, handler: Callable[[bytes | dict[str, Any]], None]) -> None:
         self.handler = handler
@@ -89,6 +90,8 @@ class _RouterLink:
         """The manager never reconnects; nothing to remember."""
 
     async def emit_message(self, data: bytes) -> None:
+        if self.sent is not None:
+            self.sent(data)
         await self._hub.route_from_manager(data)
 
     async def disconnect(self, reason: str | None = None) -> None:
@@ -137,6 +140,8 @@ class WorkspaceManager:
 
     async def start(self) -> None:
         hub = self.hub
+        self.door.service_answer.forget()
+        self.link.sent = self.door.service_answer.saw
         self.rpc = RPC(
             self.link,
             client_id=hub.manager_id,

@@ -27,6 +27,9 @@ so it must act for nobody but the client that called it:
   with the ``resolve`` or ``reject`` the RPC would have sent. Anything
   else (keyword arguments, encoded objects, encryption, an explicit
   promise) goes to the RPC as before.
+* **The manager's service is encoded once.** ``get_service("default")``,
+  asked twice by every connecting client, is answered with the bytes of
+  the RPC's first answer (:mod:`switchboard.hub.manager_service_answer`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import msgpack
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.auth import Permission
+from switchboard.hub.manager_service_answer import ManagerServiceAnswer
 from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import Uploads
 from switchboard.protocol import envelope
@@ -88,6 +92,7 @@ class ManagerDoor:
         self.uploads = uploads
         self._plain_calls = dict(plain_calls or {})  # method id -> the manager's function
         self.calls: set[asyncio.Task[Any]] = set()  # plain calls running
+        self.service_answer = ManagerServiceAnswer()  # get_service("default"), encoded once
 
     def receive(self, frame: bytes, caller: Peer | None = None) -> None:
         """Hand a frame addressed to the manager to its RPC, if it may go there."""
@@ -115,6 +120,13 @@ class ManagerDoor:
             log.info("refused a frame from %s to the manager: %s", sender, exc)
             self._answer(env, sender, error=str(exc))
             return
+        resolve = ManagerServiceAnswer.resolver(env, extra) if op is None and caller is not None else None
+        if resolve is not None:
+            answer = self.service_answer.answer(resolve, str(env.session), sender)
+            if answer is not None:
+                if "/" in sender:
+                    self._send(answer)
+                return
         if op is None and self._call_plain(env, extra, sender, caller):
             return
         token = CALLER.set(caller)
