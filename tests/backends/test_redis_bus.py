@@ -21,6 +21,7 @@ from switchboard.backends.redis import (
     backoff_delay,
     make_client,
     pubsub_connection_factory,
+    subscriptions,
 )
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
@@ -658,3 +659,26 @@ async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valke
     assert bus.unsubscribes.writes == writes + 1
     assert bus.subs.desired == {bus.probe_channel}
     assert [await publisher.publish(channel, b"x") for channel in channels] == [0] * len(channels)
+
+
+async def test_the_readiness_check_counts_the_unconfirmed_channels_without_listing_them(
+    make_bus: Callable[..., RedisBus], valkey_bus: ValkeyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every WebSocket upgrade asks the bus whether it is healthy, and a replica desires a channel
+    per client: listing the unconfirmed ones (a copy and a sort of them all) made each connect cost
+    in proportion to the clients already there (issue 26)."""
+    bus = make_bus(valkey_bus.url)
+    assert await bus.start()
+    for n in range(300):
+        await bus.subscribe(f"client:{n}", lambda _data: None)
+    listed: list[int] = []
+    real = subscriptions.missing
+
+    def listing(desired: Any, confirmed: Any) -> list[str]:
+        listed.append(1)
+        return real(desired, confirmed)
+
+    monkeypatch.setattr(subscriptions, "missing", listing)
+    for _ in range(10):
+        assert bus.health == (True, "ok")
+    assert not listed, f"the health check listed the {len(bus.subs.desired)} desired channels {len(listed)} times"

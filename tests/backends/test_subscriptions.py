@@ -84,3 +84,25 @@ def test_unsubscribe_then_resubscribe_replies_in_order() -> None:
     subs.on_confirmed("a")
 
     assert subs.is_confirmed("a")
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["want", "drop", "confirmed", "unsubscribed", "lost"]), st.sampled_from("abcde")),
+    max_size=40,
+)
+
+
+@given(ops=operations)
+def test_the_unconfirmed_count_is_what_is_missing_whatever_happened(ops: list[tuple[str, str]]) -> None:
+    """The readiness check counts without listing (it runs before every upgrade): the count must
+    stay exact through any order of subscribes, acknowledgements, drops and lost connections."""
+    subs = SubscriptionSet()
+    for op, channel in ops:
+        {
+            "want": subs.want,
+            "drop": subs.drop,
+            "confirmed": subs.on_confirmed,
+            "unsubscribed": subs.on_unsubscribed,
+            "lost": lambda _: subs.on_connection_lost(),
+        }[op](channel)
+        assert subs.unconfirmed() == len(subs.missing())

@@ -11,6 +11,11 @@ not to ``client_disconnected``, whose delivery to each subscriber is the cost
 of that event, not of the workspace). Each count is the least of a few tries,
 so a timer of the hub that happens to fire meanwhile (a status sample) adds
 nothing.
+
+And a connect's manager calls cost what they must: none of them goes through
+the manager's hypha-rpc RPC once one connect was answered (the door answers
+them; through the RPC they were about half of a connect's hub CPU), and the
+manager's service kept for every caller gives none of them another's rights.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import switchboard
 from support.wire import Wire, attach_client
 from switchboard.clock import SystemClock
 from switchboard.hub.auth import Permission, TokenIssuer, User
+from switchboard.protocol import envelope
 from switchboard.testing.hub import TEST_SECRET, RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -145,3 +151,81 @@ async def test_a_connect_and_a_leave_cost_the_same_with_500_clients_in_the_works
         if (at_many - at_few) / (MANY - FEW) >= PER_CLIENT_THERE
     ]
     assert not grew, "; ".join(grew)
+
+
+# --------------------------------------------------------------------------- the manager's share of a connect
+
+# Frames of one hypha-rpc connect that reach the manager's RPC once the hub has answered one
+# connect before: none. register_service and subscribe carry plain data, and the door answers
+# them itself (through the RPC, their arguments became proxy objects and back: a third of a
+# connect's hub CPU); the two get_service("default") get the manager's service as the RPC
+# encoded it the first time (encoding it again took a fifth).
+RPC_FRAMES_PER_CONNECT = 0
+
+
+def token_as(user_id: str, permission: Permission) -> str:
+    issuer = TokenIssuer(TEST_SECRET, SystemClock())
+    return issuer.issue(User(id=user_id, roles=("user",)), workspace=WS, permission=permission, expires_in=600)
+
+
+def count_rpc_frames(server: RunningServer) -> list[str]:
+    """The methods of the frames the manager's RPC is handed from now on."""
+    link = server.hub.manager.link
+    rpc_handler = link.handler
+    assert rpc_handler is not None
+    methods: list[str] = []
+
+    def counting(message: bytes | dict[str, Any]) -> None:
+        main = message if isinstance(message, dict) else envelope.decode(message).main
+        methods.append(str(main.get("method")))
+        rpc_handler(message)
+
+    link.handler = counting
+    return methods
+
+
+async def test_a_connect_hands_the_managers_rpc_nothing_once_one_connect_was_answered(server: RunningServer) -> None:
+    first = await connect_to_server({"server_url": server.url, "client_id": "first", "token": token(), "workspace": WS})
+    methods = count_rpc_frames(server)
+    config = {"server_url": server.url, "client_id": "counted", "token": token(), "workspace": WS}
+    client = await connect_to_server(config)
+    try:
+        assert len(methods) <= RPC_FRAMES_PER_CONNECT, (
+            f"one connect handed the manager's RPC {len(methods)} frames ({methods}), at most "
+            f"{RPC_FRAMES_PER_CONNECT}: register_service and subscribe are the door's to answer, and the "
+            "manager's service is encoded once"
+        )
+        # what the door answered works as the RPC's answer did: registered, listed, subscribed, callable
+        listed = await client.list_services({"workspace": WS})
+        assert f"{WS}/counted:built-in" in [s["id"] for s in listed]
+        assert server.hub.peer_for(f"{WS}/counted").subscriptions >= {"client_disconnected"}  # type: ignore[union-attr]
+        assert await client.echo("through the kept answer") == "through the kept answer"
+    finally:
+        await client.disconnect()
+        await first.disconnect()
+
+
+async def test_the_kept_manager_service_gives_a_weaker_user_no_more_than_its_own_rights(
+    server: RunningServer,
+) -> None:
+    """The manager's service an admin was answered with, kept and sent to a read-only member: the
+    same functions, none of the admin's rights (they are checked on each call, on the caller's)."""
+    admin = await connect_to_server(
+        {"server_url": server.url, "client_id": "admin", "token": token_as("boss", Permission.ADMIN), "workspace": WS}
+    )
+    methods = count_rpc_frames(server)
+    reader = await connect_to_server(
+        {"server_url": server.url, "client_id": "reader", "token": token_as("guest", Permission.READ), "workspace": WS}
+    )
+    try:
+        assert "services.built-in.get_service" not in methods, "the reader's get_service went to the RPC"
+        assert sorted(k for k in admin if callable(admin[k])) == sorted(k for k in reader if callable(reader[k]))
+        assert await admin.generate_token({"permission": "read"})
+        with pytest.raises(Exception, match="Only admin can generate token"):
+            await reader.generate_token({"permission": "admin"})
+        with pytest.raises(Exception, match="Permission denied"):
+            await reader.register_service({"id": "sneaky", "config": {"visibility": "public"}, "hello": lambda: 1})
+        assert await reader.check_status() == {"status": "ready", "user_permission": "r"}
+    finally:
+        await reader.disconnect()
+        await admin.disconnect()

@@ -36,7 +36,7 @@ from switchboard.protocol import envelope, ids
 from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
-from switchboard.tasks import spawn
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,7 @@ class _RouterLink:
     def __init__(self, hub: Hub) -> None:
         self._hub = hub
         self.handler: Callable[[bytes | dict[str, Any]], None] | None = None  # hypha-rpc takes both
+        self.sent: Callable[[bytes], None] | None = None  # shown each frame the RPC emits
 
     def on_message(self, handler: Callable[[bytes | dict[str, Any]], None]) -> None:
         self.handler = handler
@@ -89,6 +90,8 @@ class _RouterLink:
         """The manager never reconnects; nothing to remember."""
 
     async def emit_message(self, data: bytes) -> None:
+        if self.sent is not None:
+            self.sent(data)
         await self._hub.route_from_manager(data)
 
     async def disconnect(self, reason: str | None = None) -> None:
@@ -127,10 +130,18 @@ class WorkspaceManager:
                 idle_timeout=UPLOAD_IDLE_TIMEOUT,
                 allow_encrypted=s.allow_encrypted_payloads,
             ),
+            # the calls every client makes while connecting: plain data in, plain data out
+            plain_calls={
+                "services.default.register_service": self.directory.register_service,
+                "services.default.subscribe": self.subscribe,
+                "services.default.unsubscribe": self.unsubscribe,
+            },
         )
 
     async def start(self) -> None:
         hub = self.hub
+        self.door.service_answer.forget()
+        self.link.sent = self.door.service_answer.saw
         self.rpc = RPC(
             self.link,
             client_id=hub.manager_id,
@@ -142,6 +153,7 @@ class WorkspaceManager:
         await self.rpc.register_service(self._service(), {"notify": False})
 
     async def stop(self) -> None:
+        await cancel_and_wait(self.door.calls)
         if self.rpc is not None:
             self.rpc.close()
             self.rpc = None

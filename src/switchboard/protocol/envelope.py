@@ -222,10 +222,11 @@ def route(to: str | None, *, sender_workspace: str, manager_id: str) -> Route:
     return Route("client", to, ws)
 
 
-def reject_frame(*, session: str, target: str, caller: str, message: str) -> bytes:
-    """The synthetic ``<session>.reject`` that fails a caller fast (protocol §3.5)."""
+def reject_frame(*, session: str, target: str, caller: str, message: str, trace: str = "") -> bytes:
+    """The synthetic ``<session>.reject`` that fails a caller fast (protocol §3.5); ``trace`` is
+    what hypha-rpc appends to the message the caller's exception carries."""
     main = {"type": "method", "from": target, "to": caller, "method": f"{session}.reject"}
     ws = caller.partition("/")[0]
     main["ws"] = ws
-    extra = {"args": [{"_rtype": "error", "_rvalue": message, "_rtrace": ""}]}
+    extra = {"args": [{"_rtype": "error", "_rvalue": message, "_rtrace": trace}]}
     return encode(main, msgpack.packb(extra, use_bin_type=True))

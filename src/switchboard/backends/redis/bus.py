@@ -259,7 +259,7 @@ class RedisBus:
             return False, f"pub/sub connection being replaced: {self._drop_reason}"
         if not self.subs.is_confirmed(self.probe_channel):
             return False, "pub/sub connected, subscriptions not yet confirmed"
-        unconfirmed = len(self.subs.missing())
+        unconfirmed = self.subs.unconfirmed()
         if unconfirmed:
             return True, f"ok, {unconfirmed} subscription(s) awaiting confirmation"
         return True, "ok"

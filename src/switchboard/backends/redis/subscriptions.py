@@ -55,5 +55,11 @@ class SubscriptionSet:
     def missing(self) -> list[str]:
         return missing(self.desired, self.confirmed)
 
+    def unconfirmed(self) -> int:
+        """How many desired channels are not confirmed, without listing them: the readiness check
+        runs before every WebSocket upgrade, and a replica desires a channel per client
+        (``confirmed`` only ever holds desired channels, see :meth:`on_confirmed`)."""
+        return len(self.desired) - len(self.confirmed)
+
     def __repr__(self) -> str:
         return f"SubscriptionSet(desired={len(self.desired)}, confirmed={len(self.confirmed)})"
