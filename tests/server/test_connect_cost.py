@@ -35,6 +35,8 @@ from support.wire import Wire, attach_client
 from switchboard.clock import SystemClock
 from switchboard.hub.auth import Permission, TokenIssuer, User
 from switchboard.protocol import envelope
+from switchboard.protocol.services import ServiceQuery
+from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.hub import TEST_SECRET, RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -229,3 +231,20 @@ async def test_the_kept_manager_service_gives_a_weaker_user_no_more_than_its_own
     finally:
         await reader.disconnect()
         await admin.disconnect()
+
+
+async def test_a_plain_call_sent_without_a_promise_still_runs(server: RunningServer) -> None:
+    """A call whose answer is not wanted (no promise: hypha-rpc's notifications, a raw client's
+    ``register_service``) is run all the same when the door answers it instead of the RPC."""
+    raw = await open_raw(server.url, "raw", admin_token("raw-user"))
+    try:
+        await raw.register("kept")  # no promise: nothing comes back
+        registered = {f"{raw.address}:built-in", f"{raw.address}:kept"}
+
+        async def listed() -> bool:
+            found = await server.hub.registry.find(ServiceQuery(raw.address.partition("/")[0]))
+            return registered <= {s["id"] for s in found}
+
+        await eventually(listed, "both services of the raw client registered", timeout=5)
+    finally:
+        await raw.ws.close()

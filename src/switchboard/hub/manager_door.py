@@ -158,7 +158,8 @@ class ManagerDoor:
         self, function: Callable[..., Awaitable[Any]], args: list[Any], sender: str, session: str | None
     ) -> None:
         try:
-            answer = self._resolve(session, sender, await function(*args)) if session else None
+            value = await function(*args)  # run even when no answer is wanted (no promise)
+            answer = self._resolve(session, sender, value) if session else None
         except Exception as exc:  # the caller's to see, as the RPC would reject it (named, without the stack)
             trace = "".join(traceback.format_exception_only(type(exc), exc))
             answer = (
