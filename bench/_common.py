@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,6 +185,21 @@ async def stdin_lines() -> asyncio.StreamReader:
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     return reader
+
+
+async def commands() -> AsyncIterator[dict[str, Any]]:
+    """A child's commands, one JSON object per line on stdin, until stdin closes or the
+    child has lived ``CHILD_MAX_LIFETIME`` (every wait for the next one is bounded by that too)."""
+    stdin = await stdin_lines()
+    deadline = time.monotonic() + CHILD_MAX_LIFETIME
+    while time.monotonic() < deadline:
+        try:
+            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
+        except TimeoutError:
+            return
+        if not line:
+            return
+        yield json.loads(line)
 
 
 def reply(msg: dict[str, Any]) -> None:

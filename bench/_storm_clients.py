@@ -20,7 +20,6 @@ Closing stdin ends the process (connections aborted, nothing announced).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -28,7 +27,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from _common import CHILD_MAX_LIFETIME, reply, stdin_lines
+from _common import commands, reply
 
 
 def echo(x: Any) -> Any:
@@ -84,16 +83,7 @@ class Hypha:
 
 async def serve(kind: str) -> None:
     held: Sdk | Hypha = Sdk() if kind == "sdk" else Hypha()
-    stdin = await stdin_lines()
-    deadline = time.monotonic() + CHILD_MAX_LIFETIME
-    while time.monotonic() < deadline:
-        try:
-            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
-        except TimeoutError:
-            break
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in commands():
         if cmd.get("report"):
             reply({"events": held.events})
             continue

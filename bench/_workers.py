@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any
 
 import psutil
-from _common import CHILD_MAX_LIFETIME, reply, stdin_lines
+from _common import CHILD_MAX_LIFETIME, commands, reply, stdin_lines
 
 
 async def provider(url: str, client_id: str, token: str = "", workspace: str = "") -> None:
@@ -58,8 +58,6 @@ async def idle() -> None:
     from websockets.asyncio.client import connect
 
     conns: dict[str, list[Any]] = {}
-    stdin = await stdin_lines()
-    deadline = time.monotonic() + CHILD_MAX_LIFETIME
 
     async def handshake(url: str) -> Any:
         ws = await connect(url, ping_interval=None, compression=None, max_size=1 << 20, open_timeout=20)
@@ -79,14 +77,7 @@ async def idle() -> None:
             raise
         return ws
 
-    while time.monotonic() < deadline:
-        try:  # the wait for the next command is bounded by the worker's lifetime too
-            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
-        except TimeoutError:
-            break
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in commands():
         if cmd.get("close"):
             n = 0
             for group in conns.values():

@@ -47,15 +47,14 @@ from typing import Any
 
 from _common import (
     BENCH,
-    CHILD_MAX_LIFETIME,
     JWT_SECRET,
     Child,
     calibrate,
+    commands,
     pid_cpu,
     pid_rss,
     raise_fd_limit,
     say,
-    stdin_lines,
 )
 
 WORKSPACE = "bench-connect"
@@ -81,17 +80,8 @@ async def worker() -> None:
 
     url, token, prefix = sys.argv[2], sys.argv[3], sys.argv[4]
     clients: list[Any] = []
-    stdin = await stdin_lines()
-    deadline = time.monotonic() + CHILD_MAX_LIFETIME
     serial = 0
-    while time.monotonic() < deadline:
-        try:
-            line = await asyncio.wait_for(stdin.readline(), deadline - time.monotonic())
-        except TimeoutError:
-            break
-        if not line:
-            break
-        cmd = json.loads(line)
+    async for cmd in commands():
         if cmd.get("close"):
             for client in clients:
                 with contextlib.suppress(Exception):
