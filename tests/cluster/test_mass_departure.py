@@ -53,6 +53,17 @@ def leftovers(redis: ValkeyServer, workspace: str, user: str, replica: str, ids:
     return {k: v for k, v in left.items() if v}
 
 
+async def open_crowd(url: str, token: str, count: int) -> list[Any]:
+    """``count`` raw clients ``c0``, ``c1``, ... on ``url``, at most ``CONNECTING`` connecting at once."""
+    gate = asyncio.Semaphore(CONNECTING)
+
+    async def one(cid: str) -> Any:
+        async with gate:
+            return await open_raw(url, cid, token)
+
+    return await asyncio.gather(*(one(f"c{i}") for i in range(count)))
+
+
 async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_out_of_connections(redis_server):
     user = "crowd"
     workspace = user_workspace(user)
@@ -63,14 +74,7 @@ async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_o
         args=["--transit-grace", str(GRACE), "--redis-max-connections", str(POOL), "--no-links"],
     ).start()
     try:
-        token = admin_token(user)
-        gate = asyncio.Semaphore(CONNECTING)
-
-        async def one(cid: str) -> Any:
-            async with gate:
-                return await open_raw(replica.url, cid, token)
-
-        clients = await asyncio.gather(*(one(f"c{i}") for i in range(CLIENTS)))  # on a fast Redis
+        clients = await open_crowd(replica.url, admin_token(user), CLIENTS)  # on a fast Redis
         everyone = {client.address for client in clients}
 
         def all_registered() -> bool:
@@ -140,14 +144,7 @@ async def test_a_crowd_leaving_at_once_costs_a_few_unsubscribes_and_garbage_coll
     workspace = user_workspace(user)
     replica = ReplicaProcess(replica_id="ra", redis_url=redis_server.url, args=["--no-links"]).start()
     try:
-        token = admin_token(user)
-        gate = asyncio.Semaphore(CONNECTING)
-
-        async def one(cid: str) -> Any:
-            async with gate:
-                return await open_raw(replica.url, cid, token)
-
-        clients = await asyncio.gather(*(one(f"c{i}") for i in range(CROWD)))
+        clients = await open_crowd(replica.url, admin_token(user), CROWD)
         everyone = {client.address for client in clients}
 
         def all_registered() -> bool:
