@@ -139,7 +139,9 @@ async def test_a_loop_stalled_longer_than_the_lease_and_presence_ttls_keeps_both
             pipe.flowing.set()
         assert stalled >= STALL
         assert stalled < LOOP_STALL_LIMIT, "a loop stalled this long counts as hung (and loses both)"
-        assert not lapses, f"loop stalled {stalled:.1f}s (lease ttl {LEASE_TTL}s, presence {PRESENCE_TTL}s); lapsed: {lapses}"
+        assert not lapses, (
+            f"loop stalled {stalled:.1f}s (lease ttl {LEASE_TTL}s, presence {PRESENCE_TTL}s); lapsed: {lapses}"
+        )
         await eventually(lambda: answers(replica.url), "the loop turns again", timeout=20)
         assert leader(redis_server) == "ra"
         assert "lost lease" not in pipe.tail(200_000)
