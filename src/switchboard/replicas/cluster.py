@@ -32,10 +32,9 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Container, Hashable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
 
-from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
@@ -43,6 +42,7 @@ from switchboard.replicas.lease import LeaderElector, Lease, LeasePolicy
 from switchboard.replicas.liveness import BEAT_EVERY, LivenessThread, LoopBeat, loop_alive
 from switchboard.replicas.lost_deletes import LostDeletes, StaleStore
 from switchboard.replicas.reaper import OrphanReaper, ReaperPolicy
+from switchboard.replicas.served import Bus, Served
 from switchboard.replicas.stores import OwnedRegistry, PresenceStore, ReplicaCounts
 from switchboard.tasks import cancel_and_wait
 
@@ -54,72 +54,6 @@ FAILOVER_SLACK = 2.0  # seconds of a cluster failover beyond 2 x cluster-node-ti
 # after a data loss, lookups answer "retry" until every replica had its chance to re-assert:
 # each checks every PRESENCE_INTERVAL, plus a second for a round slowed by the outage
 SETTLE = PRESENCE_INTERVAL + 1.0
-
-
-class _User(Protocol):
-    @property
-    def id(self) -> str: ...
-
-
-class _Client(Protocol):
-    @property
-    def services(self) -> Mapping[str, ServiceInfo]: ...
-
-    @property
-    def counted(self) -> bool: ...
-
-    @property
-    def user(self) -> _User: ...
-
-    @property
-    def workspace(self) -> str: ...
-
-
-class _Manager(Protocol):
-    async def answers_ping(self, address: str, timeout: float = ...) -> bool: ...
-
-
-class _Bus(Protocol):
-    @property
-    def health(self) -> tuple[bool, str]: ...
-
-    @property
-    def stats(self) -> Any: ...
-
-
-class Served(Protocol):
-    """What the cluster needs of the hub it serves beside."""
-
-    replica_id: str
-    settings: Settings
-    clock: Clock
-
-    @property
-    def peers(self) -> Mapping[str, _Client]: ...
-
-    @property
-    def transit(self) -> Container[str]:
-        """Clients this replica holds for while they are away (in transit, or being cleaned up)."""
-        ...
-
-    @property
-    def manager(self) -> _Manager: ...
-
-    @property
-    def metrics(self) -> Any: ...
-
-    async def repair_registry(self) -> list[ServiceInfo]: ...
-
-    async def reclaim(self) -> None: ...
-
-    async def sweep_transits(self) -> int: ...
-
-    @property
-    def loads(self) -> Any: ...
-
-    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
-
-    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
 
 
 def presence_ttl(node_timeout: float | None, *, interval: float = PRESENCE_INTERVAL) -> float:
@@ -158,7 +92,7 @@ class Cluster:
         hub: Served,
         *,
         registry: OwnedRegistry,
-        bus: _Bus,
+        bus: Bus,
         presence: PresenceStore,
         lease: Lease,
         policy: LeasePolicy,
