@@ -108,46 +108,63 @@ def replica_on_a_pipe(redis: ValkeyServer) -> Iterator[tuple[ReplicaProcess, sub
         proc.stdout.close()
 
 
+async def stall(replica: ReplicaProcess, pipe: LogPipe, redis: ValkeyServer, seconds: float) -> dict[str, float]:
+    """Block the replica's loop for ``seconds`` (its log pipe full); return what lapsed meanwhile
+    (the lease, the presence record) and how long into the stall each was first seen gone."""
+    await eventually(lambda: answers(replica.url), "the replica serves", timeout=20)
+    await eventually(lambda: leader(redis) == "ra", "ra leads", timeout=10)
+    await eventually(lambda: present(redis), "ra's presence record", timeout=10)
+    token = admin_token("busy")
+    conns: list[Any] = []
+    lapses: dict[str, float] = {}
+    pipe.flowing.clear()  # the collector stops reading: the next log lines fill the pipe
+    try:
+        for n in range(200):  # each connection logs a line; a few dozen fill the pipe
+            if not answers(replica.url):
+                break
+            with contextlib.suppress(Exception):
+                conns.append(await open_raw(replica.url, f"c{n}", token, timeout=0.5))
+        assert not answers(replica.url), "the loop never blocked: the log pipe did not fill"
+        stalled_at = time.monotonic()
+        for _ in range(int(seconds / 0.25) + 1):  # watch the stall, bounded
+            if time.monotonic() - stalled_at >= seconds:
+                break
+            if leader(redis) != "ra":
+                lapses.setdefault("lease", round(time.monotonic() - stalled_at, 1))
+            if not present(redis):
+                lapses.setdefault("presence", round(time.monotonic() - stalled_at, 1))
+            await asyncio.sleep(0.25)
+        assert not answers(replica.url), "the loop turned during the stall: it was not one"
+        assert time.monotonic() - stalled_at >= seconds
+    finally:
+        pipe.flowing.set()
+    await eventually(lambda: answers(replica.url), "the loop turns again", timeout=20)
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            await conn.ws.close()
+    return lapses
+
+
 async def test_a_loop_stalled_longer_than_the_lease_and_presence_ttls_keeps_both(redis_server) -> None:
-    with replica_on_a_pipe(redis_server) as (replica, proc, pipe):
-        await eventually(lambda: answers(replica.url), "the replica serves", timeout=20)
-        await eventually(lambda: leader(redis_server) == "ra", "ra leads", timeout=10)
-        await eventually(lambda: present(redis_server), "ra's presence record", timeout=10)
-        token = admin_token("busy")
-        conns: list[Any] = []
-        pipe.flowing.clear()  # the collector stops reading: the next log lines fill the pipe
-        try:
-            for n in range(200):  # each connection logs a line; a few dozen fill the pipe
-                if not answers(replica.url):
-                    break
-                with contextlib.suppress(Exception):
-                    conns.append(await open_raw(replica.url, f"c{n}", token, timeout=0.5))
-            assert not answers(replica.url), "the loop never blocked: the log pipe did not fill"
-            stalled_at = time.monotonic()
-            lapses: dict[str, float] = {}  # what lapsed, first seen how long into the stall
-            for _ in range(int(STALL / 0.25) + 1):  # watch the stall, bounded
-                if time.monotonic() - stalled_at >= STALL:
-                    break
-                if leader(redis_server) != "ra":
-                    lapses.setdefault("lease", round(time.monotonic() - stalled_at, 1))
-                if not present(redis_server):
-                    lapses.setdefault("presence", round(time.monotonic() - stalled_at, 1))
-                await asyncio.sleep(0.25)
-            assert not answers(replica.url), "the loop turned during the stall: it was not one"
-            stalled = time.monotonic() - stalled_at
-        finally:
-            pipe.flowing.set()
-        assert stalled >= STALL
-        assert stalled < LOOP_STALL_LIMIT, "a loop stalled this long counts as hung (and loses both)"
+    assert STALL < LOOP_STALL_LIMIT, "a loop stalled longer counts as hung (and loses both)"
+    with replica_on_a_pipe(redis_server) as (replica, _, pipe):
+        lapses = await stall(replica, pipe, redis_server, STALL)
         assert not lapses, (
-            f"loop stalled {stalled:.1f}s (lease ttl {LEASE_TTL}s, presence {PRESENCE_TTL}s); lapsed: {lapses}"
+            f"loop stalled {STALL:.1f}s (lease ttl {LEASE_TTL}s, presence {PRESENCE_TTL}s); lapsed: {lapses}"
         )
-        await eventually(lambda: answers(replica.url), "the loop turns again", timeout=20)
         assert leader(redis_server) == "ra"
         assert "lost lease" not in pipe.tail(200_000)
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                await conn.ws.close()
+
+
+async def test_a_loop_stalled_past_the_limit_loses_its_lease_and_then_its_presence(redis_server) -> None:
+    """A loop hung for good serves nobody: its lease goes to a sibling and its record lapses, soon
+    after the limit (the lease within its TTL, the record within its own), never before it."""
+    with replica_on_a_pipe(redis_server) as (replica, _, pipe):
+        lapses = await stall(replica, pipe, redis_server, LOOP_STALL_LIMIT + PRESENCE_TTL + 2.0)
+    detected = 2.0  # the test sees the loop blocked up to this late (its probes' timeouts)
+    assert {"lease", "presence"} <= lapses.keys(), f"a loop hung past the limit kept them; lapsed only: {lapses}"
+    assert LOOP_STALL_LIMIT - detected <= lapses.get("lease", -1) <= LOOP_STALL_LIMIT + LEASE_TTL + 0.5, lapses
+    assert LOOP_STALL_LIMIT - detected <= lapses.get("presence", -1) <= LOOP_STALL_LIMIT + PRESENCE_TTL + 0.5, lapses
 
 
 async def test_a_stopped_process_loses_its_lease_and_presence_on_time(redis_server) -> None:
