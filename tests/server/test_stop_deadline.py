@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 
 from switchboard.config import Settings
 from switchboard.hub.drain import PATIENCE
@@ -97,3 +98,20 @@ def test_the_budget_counts_the_drain_its_hand_over_and_the_exit_and_fits_kuberne
     assert budget == defaults.drain_timeout + defaults.transit_grace + runner.AFTER_DRAIN
     assert budget + REPORT_WAIT < 30, "exits, saying what hung, within Kubernetes' default 30 s grace period"
     assert runner.stop_budget(drain_timeout=10, transit_grace=0) == 10 + PATIENCE + runner.AFTER_DRAIN
+
+
+async def test_after_a_signal_the_leave_and_the_leftovers_get_what_is_left_of_the_budget() -> None:
+    """Their ceilings (5 s, 8 s) are for a stop with time to spare; past the drain's bound they get
+    what is left, minus what uvicorn's shutdown and the hub's stop keep, so a slow stop still
+    ends by itself (status 0) rather than by the watch."""
+    from switchboard.server.runner import running
+    from switchboard.testing.hub import settings_for_tests
+
+    async with running(settings_for_tests()) as srv:
+        server = srv.server
+        assert server._left(runner.PEERS_GRACE) == runner.PEERS_GRACE, "no signal: the ceiling"
+        server._stop_by = time.monotonic() + 3.0 + runner.SHUTDOWN_RESERVE
+        assert 2.5 < server._left(runner.LEFTOVER_GRACE) <= 3.0
+        server._stop_by = time.monotonic()
+        assert server._left(runner.PEERS_GRACE) == 0.0
+        server._stop_by = None
