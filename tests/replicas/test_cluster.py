@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import heapq
 import json
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from switchboard.backends.owned import Recorded, Stale
+from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.cluster import (
@@ -29,9 +31,11 @@ from switchboard.replicas.cluster import (
     presence_ttl,
     store_failed_over,
 )
+from switchboard.replicas.liveness import LivenessThread
 from switchboard.replicas.stale import field_of
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
+from switchboard.testing.wait import eventually
 
 
 def info(client: str, svc: str = "built-in") -> ServiceInfo:
@@ -661,3 +665,49 @@ async def test_a_clean_stop_closes_the_lease_and_presence_connections_last() -> 
     await cluster.stop()
     assert closed == [None]
     assert "ra" not in w.presence.records
+
+
+async def test_on_the_liveness_thread_the_lease_and_the_record_are_kept_there_and_given_up_there() -> None:
+    """The lease, the presence record's writes and their connections' closing all run on the
+    liveness thread (their connections are only ever used there); the stop still resigns and
+    removes this replica's state before the thread ends."""
+    hub = HubSide(clock=SystemClock())  # type: ignore[arg-type]  # two event loops: real time
+    presence, lease = Presence(), Lease()
+    threads: dict[str, set[str]] = {"write": set(), "acquire": set(), "close": set()}
+    write, acquire = presence.write, lease.try_acquire
+
+    async def on_thread_write(fields: Mapping[str, Any], *, ttl: float) -> None:
+        threads["write"].add(threading.current_thread().name)
+        await write(fields, ttl=ttl)
+
+    async def on_thread_acquire() -> bool:
+        threads["acquire"].add(threading.current_thread().name)
+        return await acquire()
+
+    async def close() -> None:
+        threads["close"].add(threading.current_thread().name)
+
+    presence.write = on_thread_write  # type: ignore[method-assign]
+    lease.try_acquire = on_thread_acquire  # type: ignore[method-assign]
+    liveness = LivenessThread("ra liveness")
+    cluster = Cluster(
+        hub,
+        registry=Registry(),
+        bus=Bus(),
+        presence=presence,
+        lease=lease,
+        policy=lease_policy(hub.settings, "sb:leader"),
+        counts=Counts(),
+        close=close,
+        liveness=liveness,
+    )
+    await cluster.start()
+    try:
+        await eventually(lambda: cluster.elector.is_leader, "it leads", timeout=5)
+        assert presence.records["ra"]["clients"] == 0
+    finally:
+        await cluster.stop()
+    assert threads == {"write": {"ra liveness"}, "acquire": {"ra liveness"}, "close": {"ra liveness"}}
+    assert lease.holder_id is None, "resigned"
+    assert "ra" not in presence.records
+    assert not any(t.name == "ra liveness" for t in threading.enumerate()), "the thread ended"

@@ -3,6 +3,9 @@
 * **Presence**: every :data:`PRESENCE_INTERVAL` seconds each replica rewrites
   a short-lived record (address, clients, subscription health, totals); a
   replica whose record expired is gone; ``switchboard status`` reads them.
+  The record and the lease are kept on a thread of their own
+  (:mod:`.liveness`), while the serving loop turns: a starved loop costs
+  neither.
 * **Leadership**: one replica at a time holds the leader lease
   (:mod:`.lease`) and runs the singleton work: the orphan reaper, forgetting
   dead replicas' connection counts, ending transit graces.
@@ -29,16 +32,17 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Container, Hashable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
 
-from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.lease import LeaderElector, Lease, LeasePolicy
+from switchboard.replicas.liveness import BEAT_EVERY, LivenessThread, LoopBeat, loop_alive
 from switchboard.replicas.lost_deletes import LostDeletes, StaleStore
 from switchboard.replicas.reaper import OrphanReaper, ReaperPolicy
+from switchboard.replicas.served import Bus, Served
 from switchboard.replicas.stores import OwnedRegistry, PresenceStore, ReplicaCounts
 from switchboard.tasks import cancel_and_wait
 
@@ -50,72 +54,6 @@ FAILOVER_SLACK = 2.0  # seconds of a cluster failover beyond 2 x cluster-node-ti
 # after a data loss, lookups answer "retry" until every replica had its chance to re-assert:
 # each checks every PRESENCE_INTERVAL, plus a second for a round slowed by the outage
 SETTLE = PRESENCE_INTERVAL + 1.0
-
-
-class _User(Protocol):
-    @property
-    def id(self) -> str: ...
-
-
-class _Client(Protocol):
-    @property
-    def services(self) -> Mapping[str, ServiceInfo]: ...
-
-    @property
-    def counted(self) -> bool: ...
-
-    @property
-    def user(self) -> _User: ...
-
-    @property
-    def workspace(self) -> str: ...
-
-
-class _Manager(Protocol):
-    async def answers_ping(self, address: str, timeout: float = ...) -> bool: ...
-
-
-class _Bus(Protocol):
-    @property
-    def health(self) -> tuple[bool, str]: ...
-
-    @property
-    def stats(self) -> Any: ...
-
-
-class Served(Protocol):
-    """What the cluster needs of the hub it serves beside."""
-
-    replica_id: str
-    settings: Settings
-    clock: Clock
-
-    @property
-    def peers(self) -> Mapping[str, _Client]: ...
-
-    @property
-    def transit(self) -> Container[str]:
-        """Clients this replica holds for while they are away (in transit, or being cleaned up)."""
-        ...
-
-    @property
-    def manager(self) -> _Manager: ...
-
-    @property
-    def metrics(self) -> Any: ...
-
-    async def repair_registry(self) -> list[ServiceInfo]: ...
-
-    async def reclaim(self) -> None: ...
-
-    async def sweep_transits(self) -> int: ...
-
-    @property
-    def loads(self) -> Any: ...
-
-    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
-
-    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
 
 
 def presence_ttl(node_timeout: float | None, *, interval: float = PRESENCE_INTERVAL) -> float:
@@ -154,7 +92,7 @@ class Cluster:
         hub: Served,
         *,
         registry: OwnedRegistry,
-        bus: _Bus,
+        bus: Bus,
         presence: PresenceStore,
         lease: Lease,
         policy: LeasePolicy,
@@ -163,11 +101,14 @@ class Cluster:
         store_master: Callable[[], Hashable | None] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
         stale: StaleStore | None = None,
+        liveness: LivenessThread | None = None,
     ) -> None:
         """``node_timeout`` (a cluster): reads the cluster's ``cluster-node-timeout`` in seconds,
         ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now;
         ``close`` frees what the lease and the presence record use (connections of their own),
-        last on :meth:`stop`; ``stale``: the registry's side of undoing deletes a failover lost."""
+        last on :meth:`stop`; ``stale``: the registry's side of undoing deletes a failover lost;
+        ``liveness``: the thread the lease and the presence record are kept on (then ``lease``,
+        ``presence.write`` and ``close`` are only ever run there), else the serving loop."""
         self.hub = hub
         self._close = close
         self.registry = registry
@@ -176,7 +117,12 @@ class Cluster:
         self.counts = counts
         s = hub.settings
         self.started_at = time.time()
-        self.elector = LeaderElector(lease, policy=policy, clock=hub.clock)
+        self._liveness = liveness
+        self.beat = LoopBeat(hub.clock)
+        self.elector = LeaderElector(
+            lease, policy=policy, clock=hub.clock, loop_tick=(lambda: self.beat.last) if liveness else None
+        )
+        self._fields: dict[str, Any] = {}  # the presence record as the serving loop last saw it
         self.reaper = OrphanReaper(
             policy=ReaperPolicy(
                 interval=s.orphan_reap_interval,
@@ -207,14 +153,20 @@ class Cluster:
         await self.learn_presence_ttl()
         with contextlib.suppress(BackendError, OSError):
             await self.registry.check_reset()  # remember the epoch now, to notice a loss later
-        with contextlib.suppress(BackendError, OSError):
-            await self._write_presence()
-        for name, coro in (
-            ("presence", self._presence_loop()),
-            ("upkeep", self._upkeep_loop()),
-            ("leader", self.elector.run()),
-            ("reaper", self.reaper.run()),
-        ):
+        self._fields = self._record()
+        liveness = self._liveness
+        if liveness is not None:
+            liveness.start()
+            with contextlib.suppress(BackendError, OSError, TimeoutError):
+                await liveness.call(self._write_presence(), timeout=5)
+            await liveness.spawn(self._presence_loop(), f"{self.hub.replica_id} presence")
+            await liveness.spawn(self.elector.run(), f"{self.hub.replica_id} leader")
+            loops = [("beat", self._beat_loop())]
+        else:
+            with contextlib.suppress(BackendError, OSError):
+                await self._write_presence()
+            loops = [("presence", self._presence_loop()), ("leader", self.elector.run())]
+        for name, coro in [*loops, ("upkeep", self._upkeep_loop()), ("reaper", self.reaper.run())]:
             self._tasks.append(asyncio.create_task(coro, name=f"{self.hub.replica_id} {name}"))
 
     async def learn_presence_ttl(self) -> float:
@@ -238,27 +190,55 @@ class Cluster:
         """Leave cleanly: give up the lease and remove only this replica's own keys."""
         self._stopping = True
         await cancel_and_wait(self._tasks)
+        liveness = self._liveness
         with contextlib.suppress(BackendError, OSError, TimeoutError):
             async with asyncio.timeout(2):
-                await self.elector.resign()
+                if liveness is not None:
+                    await liveness.cancel_tasks()
+                    await liveness.call(self.elector.resign(), timeout=2)
+                else:
+                    await self.elector.resign()
                 await self.registry.remove_replica_state(self.hub.replica_id)
                 await self.presence.remove()
-        if self._close is not None:
+        if (close := self._close) is not None:
+
+            async def closing() -> None:
+                await close()
+
             with contextlib.suppress(Exception):  # whatever the store raises, the shutdown goes on
-                await self._close()
+                await (liveness.call(closing(), timeout=2) if liveness is not None else closing())
+        if liveness is not None:
+            await liveness.stop()
 
     # -- presence and recovery ---------------------------------------------
 
     async def _presence_loop(self) -> None:
         """The presence record alone, on its own deadline: the upkeep's commands share the
         command pool with the clients' and may wait seconds there, the record must not (a
-        replica whose record expired counts as gone, its clients are reaped)."""
+        replica whose record expired counts as gone, its clients are reaped). On the liveness
+        thread, it is rewritten only while the serving loop turns."""
+        clock = self.hub.clock
         while not self._stopping:  # also ends the loop if redis-py swallowed its cancel
-            await self.hub.clock.sleep(PRESENCE_INTERVAL)
+            await clock.sleep(PRESENCE_INTERVAL)
+            if self._liveness is not None and not loop_alive(clock.monotonic(), self.beat.last):
+                continue  # a hung loop: the record lapses, and the others count this replica gone
+            if self._liveness is None:
+                self._fields = self._record()
             try:
                 await self._write_presence()
             except (BackendError, OSError) as exc:
                 self.log.warning("presence update failed: %s", exc)
+
+    async def _beat_loop(self) -> None:
+        """On the serving loop: tick its heartbeat, and refresh what the presence record says."""
+        clock = self.hub.clock
+        while not self._stopping:
+            self.beat.tick()
+            try:
+                self._fields = self._record()
+            except Exception:  # a bug must not stop the heartbeat, nor the record's renewal
+                self.log.exception("presence record not refreshed")
+            await clock.sleep(min(BEAT_EVERY, PRESENCE_INTERVAL))
 
     async def _upkeep_loop(self) -> None:
         while not self._stopping:
@@ -272,6 +252,7 @@ class Cluster:
 
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
+        self._fields = self._record()
         await self._write_presence()
         await self.upkeep()
 
@@ -293,27 +274,28 @@ class Cluster:
         if self.lost_deletes is not None:
             await self.lost_deletes.look()
 
-    async def _write_presence(self) -> None:
+    def _record(self) -> dict[str, Any]:
+        """The presence record's fields, read on the serving loop (which alone changes them)."""
         stats = self.bus.stats
         healthy, reason = self.bus.health
-        await self.presence.write(
-            {
-                "id": self.hub.replica_id,
-                "address": self.hub.settings.public_base_url,
-                "started": f"{self.started_at:.3f}",
-                "seen": f"{time.time():.3f}",
-                "clients": len(self.hub.peers),
-                "desired": stats.desired,
-                "confirmed": stats.confirmed,
-                "bus": "ok" if healthy else f"down: {reason}",
-                "leader": int(self.elector.is_leader),
-                # running totals, for the rates the web console draws (server/status_api.py)
-                **dict(self.hub.metrics.totals().items()),
-                # calls in flight to this replica's busiest clients, for min_load lookups (hub/loads.py)
-                "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
-            },
-            ttl=self.presence_ttl,
-        )
+        return {
+            "id": self.hub.replica_id,
+            "address": self.hub.settings.public_base_url,
+            "started": f"{self.started_at:.3f}",
+            "clients": len(self.hub.peers),
+            "desired": stats.desired,
+            "confirmed": stats.confirmed,
+            "bus": "ok" if healthy else f"down: {reason}",
+            # running totals, for the rates the web console draws (server/status_api.py)
+            **dict(self.hub.metrics.totals().items()),
+            # calls in flight to this replica's busiest clients, for min_load lookups (hub/loads.py)
+            "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
+        }
+
+    async def _write_presence(self) -> None:
+        """Rewrite the record as the serving loop last saw it, stamped now."""
+        fields = {**self._fields, "seen": f"{time.time():.3f}", "leader": int(self.elector.is_leader)}
+        await self.presence.write(fields, ttl=self.presence_ttl)
 
     async def _reassert(self, why: str) -> None:
         peers = list(self.hub.peers.values())

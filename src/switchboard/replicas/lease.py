@@ -10,7 +10,14 @@ Safety rule: a leader that cannot reach the store does not know whether its
 token is still there, so it must stop acting as leader *before* it could
 have expired. The earliest it can expire is ``ttl`` after the last successful
 renew was *sent*, so leadership is only trusted until that moment minus a
-safety margin (see :attr:`LeasePolicy.step_down_margin`).
+safety margin (see :attr:`LeasePolicy.step_down_margin`). It holds whichever
+thread renews: :attr:`LeaderElector.is_leader` reads the clock and the time
+the last good renew was sent, nothing else.
+
+The elector may run on a thread of its own (:mod:`.liveness`), so that a
+starved event loop does not cost the lease; it then renews only while the
+serving loop still turns (:func:`hold_decision`): a loop hung for good loses
+the lease, and the leader's chores, which run on that loop, go to a sibling.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ConfigError
+from switchboard.replicas.liveness import LOOP_STALL_LIMIT, loop_alive
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +110,26 @@ class Lease(Protocol):
         ...
 
 
+class Hold(Enum):
+    """What a leader does when its renewal is due."""
+
+    RENEW = "renew"
+    EXPIRING = "not renewed in time: the lease could expire"
+    LOOP_HUNG = "the event loop stopped turning"
+
+
+def hold_decision(
+    now: float, *, renewed_at: float, loop_tick: float, policy: LeasePolicy, stall_limit: float = LOOP_STALL_LIMIT
+) -> Hold:
+    """Renew, or step down: once the lease could have expired (the safety rule), or once the
+    serving loop has not turned for ``stall_limit`` (its chores no longer run: another should lead)."""
+    if now >= renewed_at + policy.ttl - policy.step_down_margin:
+        return Hold.EXPIRING
+    if not loop_alive(now, loop_tick, stall_limit):
+        return Hold.LOOP_HUNG
+    return Hold.RENEW
+
+
 Callback = Callable[..., Awaitable[None] | None]
 
 
@@ -133,6 +162,11 @@ class LeaderElector:
     Work done under the lease should check :attr:`is_leader` (or call
     :meth:`ensure_leader`), which turns False at the step-down deadline even
     if the loop itself is stuck.
+
+    ``loop_tick`` (when ``run()`` runs on a thread of its own): the monotonic
+    time the serving loop last turned; the elector campaigns and renews only
+    while that is within ``stall_limit``. Without it, ``run()`` runs on the
+    serving loop itself, which then turns whenever it runs.
     """
 
     def __init__(
@@ -143,8 +177,12 @@ class LeaderElector:
         clock: Clock,
         on_elected: Callback | None = None,
         on_lost: Callback | None = None,
+        loop_tick: Callable[[], float] | None = None,
+        stall_limit: float = LOOP_STALL_LIMIT,
     ) -> None:
         self.lease = lease
+        self._loop_tick = loop_tick or clock.monotonic
+        self.stall_limit = stall_limit
         self.policy = policy
         self.clock = clock
         self.on_elected = on_elected
@@ -170,7 +208,7 @@ class LeaderElector:
     async def run(self) -> None:
         policy, clock = self.policy, self.clock
         while True:
-            if await self._campaign():
+            if loop_alive(clock.monotonic(), self._loop_tick(), self.stall_limit) and await self._campaign():
                 lost = await self._hold()
                 self._leading = False
                 logger.warning("lost lease %r: %s", policy.key, lost)
@@ -211,12 +249,20 @@ class LeaderElector:
         while True:
             await clock.sleep(max(0.0, next_try - clock.monotonic()))
             started = clock.monotonic()
-            remaining = self.valid_until - started
-            if remaining <= 0:
+            tick = self._loop_tick()
+            decision = hold_decision(
+                started, renewed_at=self._renewed_at, loop_tick=tick, policy=policy, stall_limit=self.stall_limit
+            )
+            if decision is Hold.EXPIRING:
                 return LeaseLost(
                     f"lease {policy.key!r} not renewed for {started - self._renewed_at:.3f}s "
                     f"(ttl {policy.ttl}s): stepped down before it could expire"
                 )
+            if decision is Hold.LOOP_HUNG:
+                return LeaseLost(
+                    f"the event loop has not turned for {started - tick:.1f}s: stepped down from {policy.key!r}"
+                )
+            remaining = self.valid_until - started
             try:
                 async with asyncio.timeout(remaining):
                     renewed = await self.lease.renew()

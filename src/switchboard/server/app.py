@@ -128,6 +128,7 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
     from switchboard.backends.redis.cluster_status import ShardCollector
     from switchboard.backends.redis.lease import RedisLease
     from switchboard.replicas.cluster import Cluster, lease_policy
+    from switchboard.replicas.liveness import LivenessThread
     from switchboard.replicas.metrics import ReplicaCollector
 
     policy = lease_policy(hub.settings, parts.leader_key)
@@ -148,6 +149,9 @@ def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
         store_master=(lambda: bus.store_master) if bus else None,
         close=parts.liveness.aclose,
         stale=parts.registry.stale,  # deletes a failover (or a restart) lost are undone
+        # the lease and the presence record on a thread (and an event loop) of their own, with
+        # `liveness` used only there: a starved serving loop costs neither (replicas/liveness.py)
+        liveness=LivenessThread(f"{hub.replica_id} liveness"),
     )
     hub.metrics.registry.register(ReplicaCollector(cluster, hub.unicast))
     hub.loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too

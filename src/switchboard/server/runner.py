@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from types import FrameType
@@ -15,6 +16,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from switchboard.config import Settings
+from switchboard.hub.drain import PATIENCE
 from switchboard.hub.hub import Hub
 from switchboard.protocol import handshake
 from switchboard.server import versions, websocket
@@ -31,12 +33,28 @@ log = logging.getLogger(__name__)
 # (a handshake under way, a stalled client's connection being reset).
 PEERS_GRACE = 5.0
 LEFTOVER_GRACE = 8.0
-# Seconds uvicorn's own shutdown and the hub's stop may take once the drain is done,
-# before the process exits anyway (:class:`StopDeadline`). They take about 0.1 s; each
-# of the hub's steps is bounded at 2 s, so 15 s means a bug, and it still fires within
-# Kubernetes' default 30 s grace period when the drain was quick.
-SHUTDOWN_BUDGET = 15.0
+# Seconds a stop may take once the drain's own bound has passed, before the process exits
+# anyway (:class:`StopDeadline`): the clients' leave, the WebSockets left, uvicorn's shutdown
+# and the hub's stop. Together they take 0.1-0.5 s (docs/operations.md); 4 s is ten times
+# that, and with the watch's 1 s report it fits the 5 s a grace period keeps for the exit.
+AFTER_DRAIN = 4.0
+# Of which kept for uvicorn's shutdown and the hub's stop (about 0.1 s; each of the hub's
+# steps bounded at 2 s): the leave and the leftovers end this long before the deadline.
+SHUTDOWN_RESERVE = 2.0
 RESTARTING = "Server restarting, please reconnect"
+
+
+def stop_budget(*, drain_timeout: float, transit_grace: float) -> float:
+    """Seconds from SIGTERM to a forced exit (status 1): the drain's own bound (its timeout,
+    then the hand-over's grace, :data:`~switchboard.hub.drain.PATIENCE` without transit),
+    plus :data:`AFTER_DRAIN`.
+
+    Not the sum of every phase's ceiling (:data:`PEERS_GRACE` and :data:`LEFTOVER_GRACE`
+    would add 13 s that a stop never uses when it goes well, and push the exit past
+    Kubernetes' grace period: a SIGKILL, with no word of what hung); those phases get what
+    is left of this budget instead, up to their ceilings.
+    """
+    return drain_timeout + (transit_grace or PATIENCE) + AFTER_DRAIN
 
 
 class HubServer(uvicorn.Server):
@@ -55,7 +73,11 @@ class HubServer(uvicorn.Server):
         self.state = state
         self._stopping: asyncio.Task[None] | None = None
         self._signalled = False
-        self.deadline = StopDeadline(SHUTDOWN_BUDGET)
+        self._stop_by: float | None = None  # monotonic deadline of a signalled stop
+        settings = state.hub.settings
+        self.deadline = StopDeadline(
+            stop_budget(drain_timeout=settings.drain_timeout, transit_grace=settings.transit_grace)
+        )
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         try:
@@ -65,17 +87,23 @@ class HubServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """uvicorn's signal handler. First SIGTERM/SIGINT: drain and exit 0 (not re-raised, unlike
-        uvicorn: a drained exit is a clean exit). A second one: exit at once."""
+        uvicorn: a drained exit is a clean exit). A second one: exit at once.
+
+        The stop's watch starts here, not once the drain is over: a drain that does not keep
+        its bound (a starved loop, a store that does not answer) is cut by the same deadline."""
         if self._signalled or self.should_exit:
             log.warning("second signal %s: exiting now", sig)
             os._exit(1)
         self._signalled = True
-        log.info("signal %s: draining", sig)
+        self._stop_by = time.monotonic() + self.deadline.budget
+        log.info("signal %s: draining (exit at the latest %.1fs from now)", sig, self.deadline.budget)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not serving yet
+            self.deadline.start()
             self.should_exit = True
             return
+        self.deadline.start(loop)
         loop.call_soon_threadsafe(self._begin_stop)  # wakes the loop; a signal handler must not do more
 
     def _begin_stop(self) -> None:
@@ -99,15 +127,19 @@ class HubServer(uvicorn.Server):
                     "draining %d clients (at most %.1fs)", len(state.peers), timeout, extra={"replica": hub.replica_id}
                 )
                 await hub.drain(timeout, code=handshake.CLOSE_RESTARTING, reason=RESTARTING)
-                if not await state.peers_gone(PEERS_GRACE):
-                    log.warning(
-                        "%d clients still connected %gs after being told to leave", len(state.peers), PEERS_GRACE
-                    )
-            await state.connections.shut_down(LEFTOVER_GRACE)
+                grace = self._left(PEERS_GRACE)
+                if not await state.peers_gone(grace):
+                    log.warning("%d clients still connected %.1fs after being told to leave", len(state.peers), grace)
+            await state.connections.shut_down(self._left(LEFTOVER_GRACE))
         finally:
-            if self._signalled:  # a process told to stop exits: if its shutdown hangs, it says where
-                self.deadline.start(asyncio.get_running_loop())
             self.should_exit = True
+
+    def _left(self, ceiling: float) -> float:
+        """A phase's bound: ``ceiling``, or less once signalled, so that uvicorn's shutdown and the
+        hub's stop still have :data:`SHUTDOWN_RESERVE` before the watch fires."""
+        if self._stop_by is None:
+            return ceiling
+        return max(0.0, min(ceiling, self._stop_by - SHUTDOWN_RESERVE - time.monotonic()))
 
 
 def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:

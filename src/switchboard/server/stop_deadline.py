@@ -87,8 +87,19 @@ def _thread_stacks() -> str:
 def _log_tasks(reported: threading.Event) -> None:
     try:
         for task in asyncio.all_tasks():
-            stack = io.StringIO()
-            task.print_stack(limit=8, file=stack)
-            log.error("task %s:\n%s", task.get_name(), stack.getvalue())
+            log.error("task %s:\n%s", task.get_name(), awaiting(task.get_coro()))
     finally:
         reported.set()
+
+
+def awaiting(coro: object, limit: int = 40) -> str:
+    """Where a suspended coroutine waits: its frame and those of what it awaits, down to the
+    innermost (``Task.print_stack`` shows only the outermost: "await app(...)" says nothing)."""
+    lines: list[str] = []
+    for _ in range(limit):
+        frame = next((f for a in ("cr_frame", "gi_frame", "ag_frame") if (f := getattr(coro, a, None))), None)
+        if frame is None:
+            break
+        lines.extend(traceback.format_stack(frame, limit=1))
+        coro = next((c for a in ("cr_await", "gi_yieldfrom", "ag_await") if (c := getattr(coro, a, None))), None)
+    return "".join(lines) or f"{coro!r}\n"
