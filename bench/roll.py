@@ -76,6 +76,9 @@ class RollConfig:
     replicas: int = 3
     non_idempotent_rate: float = 5.0
     pause: float = 2.0  # between one replica being ready and the next one's signal
+    # at least this long from one signal to the next, however fast a replica restarts: a plain
+    # caller's connection lives two steps and must outlive hypha-rpc's 5 s flap window
+    step: float = 0.0
     warmup: float = 2.0  # load before the first signal
     settle: float = 3.0  # load after the last replica is ready
     call_timeout: float = 15.0  # a call that has not answered by then counts as failed (> the 10 s drain timeout)
@@ -498,7 +501,7 @@ async def run_roll(cfg: RollConfig, *, valkey: ValkeyServer | None = None, log: 
                     + (f" (roll {n + 1}: {failed} failed so far)" if cfg.rolls > 1 else "")
                 )
                 if i < cfg.replicas - 1 or n < cfg.rolls - 1:
-                    await asyncio.sleep(cfg.pause)
+                    await asyncio.sleep(max(cfg.pause, cfg.step - (time.monotonic() - step["signalled_at"])))
         roll_end = time.monotonic()
         await asyncio.sleep(cfg.settle)
         await load.finish()

@@ -63,15 +63,16 @@ async def test_twenty_sigterm_rolls_fail_no_call_of_an_sdk_or_a_plain_hypha_rpc_
     again, the next one once it is ready; twenty such rolls in a row. A provider handed to a
     sibling is in transit, not gone: nothing may fail.
 
-    A step takes about 2.6 s (exit, start, a 1.9 s pause): the plain caller's connection then lives
-    two steps, past hypha-rpc's 5 s flap window (a connection that lived less makes its next
-    reconnect back off, 1 s, then 2, 4, ...: a client's own choice, not the hub's)."""
+    A step takes at least 2.6 s (exit, start, a pause of 1.9 s or more): the plain caller's
+    connection then lives two steps, past hypha-rpc's 5 s flap window (a connection that lived
+    less makes its next reconnect back off, 1 s, then 2, 4, ...: a client's own choice, not the hub's)."""
     cfg = roll.RollConfig(
         signal="term",
         rate=50,
         clients_per_replica=1,
         non_idempotent_rate=2,
         pause=1.9,
+        step=2.6,
         warmup=1.0,
         settle=2.0,
         rolls=ROLLS,

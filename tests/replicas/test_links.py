@@ -33,6 +33,17 @@ DEADLINE = scaled(5.0)
 LINK_LOGGERS = ("switchboard.replicas.links", "switchboard.replicas.link")
 
 
+@pytest.fixture
+def quick_death(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link declared dead after 1.5 s of silence, not 3, with heartbeats in the same ratio: the
+    tests that wait for a death check that it comes, and when against the constants, not their size."""
+    from switchboard.replicas import links
+
+    monkeypatch.setattr(links_mod, "DEAD_AFTER", links_mod.DEAD_AFTER / 2)
+    monkeypatch.setattr(links_mod, "HEARTBEAT", links_mod.HEARTBEAT / 2)
+    monkeypatch.setattr(links, "HEARTBEAT", links_mod.HEARTBEAT)
+
+
 @pytest.fixture(scope="module")
 def valkey_links() -> Iterator[ValkeyServer]:
     with ValkeyServer() as srv:
@@ -155,6 +166,7 @@ async def test_a_reset_link_sends_frames_through_redis_until_it_is_learned_again
         assert a.links.stats.direct == direct + 1
 
 
+@pytest.mark.usefixtures("quick_death")
 async def test_frames_sent_into_a_silent_link_arrive_through_redis_once_it_is_declared_dead(
     bus_with_links,
 ) -> None:
@@ -234,6 +246,7 @@ async def test_an_unreachable_sender_is_not_dialled_for_every_frame(bus_with_lin
     assert b.links.stats.dials == 1  # quiet for REDIAL_AFTER, not one dial per frame
 
 
+@pytest.mark.usefixtures("quick_death")
 async def test_an_unauthenticated_connection_cannot_announce_a_large_frame(bus_with_links) -> None:
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
@@ -244,6 +257,7 @@ async def test_an_unauthenticated_connection_cannot_announce_a_large_frame(bus_w
     writer.close()
 
 
+@pytest.mark.usefixtures("quick_death")
 async def test_a_connection_that_never_finishes_its_hello_is_dropped(bus_with_links) -> None:
     b = await bus_with_links("b")
     _, port = b.links.origin.rsplit(":", 1)
@@ -280,6 +294,7 @@ def call(session: str) -> bytes:
     )
 
 
+@pytest.mark.usefixtures("quick_death")
 async def test_an_unacked_call_known_to_have_arrived_is_not_sent_again(bus_with_links) -> None:
     """A call whose reply already came back arrived: replaying it would run it twice."""
     async with linked_through_proxy(bus_with_links) as (proxy, a, b, ch, got):

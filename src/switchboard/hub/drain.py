@@ -59,8 +59,10 @@ class Drainer:
         peers: Mapping[str, Peer],
         retry: RetryWindow,
         window: int = 0,
+        alone: bool = False,
     ) -> None:
         self.window = window  # clients in flight at once (drain_pace.DrainPace); 0: all at once
+        self.alone = alone  # no sibling can take a client in: nothing held here can follow it
         self._until: float | None = None  # set while draining: see holding_until
         self.router = router
         self.inflight = router.inflight
@@ -162,10 +164,14 @@ class Drainer:
     async def _hand_over(self) -> None:
         """Until every client sent away is detached (what it sent before it saw the end is routed,
         what was still queued for it is held) and what is held or retried here for moved clients
-        has been sent on, bounded by the grace."""
+        has been sent on, bounded by the grace. Alone, only until they are detached: nobody can take
+        them in while this replica drains, and what it holds dies with it (waiting out their grace
+        would only hold up the restart they wait for)."""
         deadline = self.clock.monotonic() + self.transit.grace
 
         def busy() -> bool:
+            if self.alone:
+                return bool(self.peers)
             return bool(self.peers) or bool(self.transit.holding) or not self.retry.idle()
 
         while busy() and self.clock.monotonic() < deadline:

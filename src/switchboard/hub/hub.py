@@ -196,6 +196,7 @@ class Hub:
             peers=self.peers,
             retry=self.retry,
             window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
+            alone=not settings.redis_url,
         )
 
     def _hold_until(self, client: str) -> float | None:

@@ -88,16 +88,21 @@ class ReplicaProcess:
         return self
 
     def wait_ready(self, timeout: float = 20.0) -> None:
+        """Until readiness says 200. One HTTP client for all the looks: a new one each time (its TLS
+        context) costs 20 ms of CPU, a third of a core taken from the replica it waits for."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"replica {self.replica_id} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health/readiness", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        with httpx.Client(timeout=0.5) as http:
+            while time.monotonic() < deadline:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"replica {self.replica_id} exited with {self.proc.returncode}:\n{self.log_tail()}"
+                    )
+                try:
+                    if http.get(f"{self.url}/health/readiness").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
         raise RuntimeError(f"replica {self.replica_id} not ready within {timeout}s:\n{self.log_tail()}")
 
     def terminate(self, timeout: float = 15.0) -> int:
