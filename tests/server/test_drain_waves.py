@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import pytest
 import websockets
 
+from switchboard.hub.peer import Peer
 from switchboard.protocol.handshake import CLOSE_RESTARTING
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually, scaled
@@ -35,15 +37,20 @@ async def test_a_drain_sends_no_more_than_its_window_while_none_is_back_and_ever
         await _drain_in_waves(srv)
 
 
-async def _drain_in_waves(srv: RunningServer) -> None:
+async def _connect(srv: RunningServer, count: int) -> list[Any]:
     clients = []
-    for i in range(CLIENTS):
+    for i in range(count):
         ws = await websockets.connect(srv.url.replace("http", "ws", 1) + "/ws")
         hello = {"client_id": f"c{i}", "workspace": None, "token": None, "reconnection_token": None}
         await ws.send(json.dumps(hello))
         json.loads(await ws.recv())
         clients.append(ws)
-    await eventually(lambda: len(srv.hub.peers) == CLIENTS, "every client attached")
+    await eventually(lambda: len(srv.hub.peers) == count, "every client attached")
+    return clients
+
+
+async def _drain_in_waves(srv: RunningServer) -> None:
+    clients = await _connect(srv, CLIENTS)
 
     started = time.monotonic()
     drain = asyncio.ensure_future(srv.hub.drain(TIMEOUT, code=CLOSE_RESTARTING, reason="restarting"))
@@ -58,6 +65,31 @@ async def _drain_in_waves(srv: RunningServer) -> None:
     assert took < scaled(TIMEOUT + 2), f"the drain took {took:.1f} s"
     for ws in clients:
         await ws.close()
+
+
+async def test_a_pass_of_the_drain_looks_at_its_wave_not_at_every_client_here(monkeypatch: Any) -> None:
+    """Issue 26: every pass (50 a second while a wave is out) scanned and copied the whole table,
+    O(clients) each; with thousands waiting that starved the draining replica's own loop."""
+    many, window, timeout = 300, 5, 2.0
+    settings = settings_for_tests(drain_window=window, transit_grace=10.0, drain_timeout=timeout)
+    async with running(settings) as srv:
+        srv.hub.drainer.window = window
+        clients = await _connect(srv, many)
+        looks = 0
+        closed = Peer.closed
+
+        def counted(peer: Peer) -> bool:
+            nonlocal looks
+            looks += 1
+            return bool(closed.fget(peer))  # type: ignore[attr-defined]
+
+        monkeypatch.setattr(Peer, "closed", property(counted))
+        await asyncio.wait_for(srv.hub.drain(timeout, code=CLOSE_RESTARTING, reason="restarting"), scaled(20))
+        monkeypatch.undo()
+        # the queue taken once, the first wave, and the rest at the deadline: a few looks per client
+        assert looks <= 4 * many, f"{looks} looks at a client's state to drain {many} (passes at every 20 ms)"
+        for ws in clients:
+            await ws.close()
 
 
 async def test_a_hub_without_siblings_sends_everyone_at_once() -> None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
+from switchboard.hub.together import together
 from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)
@@ -118,12 +120,7 @@ class Drainer:
             while len(wave) < allowed and (peer := queue.next()) is not None:
                 wave.setdefault(peer.id, _Turn(peer))
             wake = now + PACE_POLL if len(queue) else deadline  # more to send: look at who is back soon
-            for turn in list(wave.values()):
-                later = await self._send_away(turn, cutoff, code, reason, flight)
-                if later is None:
-                    del wave[turn.peer.id]
-                else:
-                    wake = min(wake, later)
+            wake = min(wake, await self._send_wave(wave, cutoff, code, reason, flight))
             if not wave and not len(queue):
                 break
             now = self.clock.monotonic()
@@ -147,11 +144,29 @@ class Drainer:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.inflight.changed(), max(0.0, min(wake - now, 0.5)))
-        for peer in list(self.peers.values()):
-            if not peer.closed:
-                peer.close(code, reason)
-                await self.moves.depart(peer)
+        left = [peer for peer in self.peers.values() if not peer.closed]
+        for peer in left:
+            peer.close(code, reason)
+        await together(left, self._depart)  # thousands, one after the other, took minutes (issue 26)
         await self._hand_over()
+
+    async def _depart(self, peer: Peer) -> None:
+        await self.moves.depart(peer)
+
+    async def _send_wave(self, wave: dict[str, _Turn], cutoff: int, code: int, reason: str, flight: InFlight) -> float:
+        """Send away those of ``wave`` that may go now, side by side (their Redis work then goes in a
+        few pipelines; one after the other, each paid its round trips); when to look at the rest."""
+        laters = [math.inf]
+
+        async def turn_of(turn: _Turn) -> None:
+            later = await self._send_away(turn, cutoff, code, reason, flight)
+            if later is None:
+                wave.pop(turn.peer.id, None)
+            else:
+                laters.append(later)
+
+        await together(list(wave.values()), turn_of)
+        return min(laters)
 
     async def _send_away(self, turn: _Turn, cutoff: int, code: int, reason: str, flight: InFlight) -> float | None:
         """Send ``turn``'s client away if it may go now: ``None`` once it went (or left by itself),
