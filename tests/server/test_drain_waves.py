@@ -92,6 +92,35 @@ async def test_a_pass_of_the_drain_looks_at_its_wave_not_at_every_client_here(mo
             await ws.close()
 
 
+async def test_whoever_is_left_at_the_deadline_goes_side_by_side_not_one_after_the_other() -> None:
+    """Issue 26: at the deadline 2,460 clients were put in transit one after the other, a few Redis
+    round trips each on a loaded machine: the last went 110 s later, and the replica exited 120 s
+    after its SIGTERM. Here each departure pays 0.2 s (a registry far away, or busy)."""
+    latency, timeout = 0.2, 1.0
+    settings = settings_for_tests(drain_window=WINDOW, transit_grace=10.0, drain_timeout=timeout)
+    async with running(settings) as srv:
+        srv.hub.drainer.window = WINDOW
+        clients = await _connect(srv, CLIENTS)
+        depart = srv.hub.moves.depart
+
+        async def far_away(peer: Peer) -> bool:
+            await asyncio.sleep(latency)
+            return await depart(peer)
+
+        srv.hub.moves.depart = far_away  # type: ignore[method-assign]
+        started = time.monotonic()
+        drain = asyncio.ensure_future(srv.hub.drain(timeout, code=CLOSE_RESTARTING, reason="restarting"))
+        await eventually(lambda: len(srv.hub.transit) == CLIENTS, "everyone sent away", timeout=scaled(30))
+        took = time.monotonic() - started
+        assert took < timeout + scaled(4 * latency), (
+            f"{CLIENTS} clients sent away {took:.1f} s after the drain began, its timeout {timeout} s "
+            f"(one after the other: {CLIENTS - WINDOW} x {latency} s after it)"
+        )
+        await asyncio.wait_for(drain, scaled(20))
+        for ws in clients:
+            await ws.close()
+
+
 async def test_a_hub_without_siblings_sends_everyone_at_once() -> None:
     """Alone (no --redis-url) nobody takes its clients in while it drains: no wave to wait for."""
     async with running(settings_for_tests(drain_window=WINDOW)) as srv:
