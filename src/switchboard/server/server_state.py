@@ -7,7 +7,6 @@ import enum
 
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
-from switchboard.server.admission_turns import Turns
 from switchboard.server.connections import Connections
 
 
@@ -28,8 +27,6 @@ class ServerState:
         #: filled by the server's protocols (:func:`switchboard.server.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
-        #: a client's admission, from its first frame until it is attached, takes its turn
-        self.admissions = Turns()
 
     @property
     def accepting(self) -> bool:

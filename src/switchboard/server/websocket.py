@@ -224,17 +224,16 @@ async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] 
     if first["type"] == "websocket.disconnect":
         return None
     hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
-    async with state.admissions.turn():  # a crowd's admissions take turns (server/admission_turns.py)
-        user, workspace, reconnecting = await hub.admit(hello)
-        peer = Peer(
-            workspace=workspace,
-            client_id=hello.client_id,
-            user=user,
-            transport=WebSocketTransport(websocket),
-            max_queue_bytes=hub.settings.send_queue_bytes,
-            replica_id=hub.replica_id,
-        )
-        return peer, json.dumps(await hub.attach(peer, reconnecting=reconnecting))
+    user, workspace, reconnecting = await hub.admit(hello)
+    peer = Peer(
+        workspace=workspace,
+        client_id=hello.client_id,
+        user=user,
+        transport=WebSocketTransport(websocket),
+        max_queue_bytes=hub.settings.send_queue_bytes,
+        replica_id=hub.replica_id,
+    )
+    return peer, json.dumps(await hub.attach(peer, reconnecting=reconnecting))
 
 
 def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
