@@ -52,7 +52,7 @@ BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "storm.json"
 CLIENTS = str(BENCH / "_storm_clients.py")
 GIVE_UP = 240.0  # seconds: the longest any phase may take
-BACK_BOUND = 90.0  # seconds after the SIGTERM: clients not back by then are reported as not back
+BACK_BOUND = 80.0  # seconds after the drain timeout: clients not back by then are reported as not back
 USER = "storm-user"
 POLL = 0.05  # seconds between two reads of who owns which client
 
@@ -183,7 +183,8 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
     total = args.sdk + args.hypha
     env = {"PYTHONPATH": src} if src else None
     limits = ["--max-connections-per-workspace", str(total + 100), "--max-connections-per-user", str(total + 100)]
-    common = ["--transit-grace", str(args.grace), *limits, *args.replica_arg]
+    common = ["--transit-grace", str(args.grace), "--drain-timeout", str(args.drain_timeout), *limits]
+    common += args.replica_arg
     workspace = user_workspace(USER)
     token = admin_token(USER)
     children: list[Child] = []
@@ -252,9 +253,10 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             b_cpu0 = cpu(b.proc.pid)
             exits: list[float] = []
             t0 = time.monotonic()
-            print(f"SIGTERM to A with {total} clients", flush=True)
+            load_at_sigterm = list(psutil.getloadavg())
+            print(f"SIGTERM to A with {total} clients (load {load_at_sigterm[0]:.1f})", flush=True)
             a.proc.send_signal(signal.SIGTERM)
-            a_exit = asyncio.ensure_future(asyncio.to_thread(a.proc.wait, GIVE_UP))
+            a_exit = asyncio.ensure_future(asyncio.to_thread(a.proc.wait, GIVE_UP + args.drain_timeout))
             a_exit.add_done_callback(lambda _: exits.append(time.monotonic() - t0))
             if args.profile:
                 spy = await asyncio.create_subprocess_exec(
@@ -276,12 +278,13 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             balancer.take_out(a.port)
             balancer.put_back(b.port)
             try:
-                back_s: float | None = await until(owners.all_back, "every client back on B", BACK_BOUND)
+                bound = BACK_BOUND + args.drain_timeout
+                back_s: float | None = await until(owners.all_back, "every client back on B", bound)
             except RuntimeError:
                 back_s = None  # reported as such, with how many were back
             b_cpu = cpu(b.proc.pid) - b_cpu0
             t_back = time.monotonic()
-            code = await asyncio.wait_for(a_exit, GIVE_UP)
+            code = await asyncio.wait_for(a_exit, GIVE_UP + args.drain_timeout)
             if args.profile:
                 await asyncio.wait_for(spy.wait(), 60)
             await asyncio.sleep(1)
@@ -329,6 +332,8 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "moved": total,
                 "hypha_clients": args.hypha,
                 "transit_grace_s": args.grace,
+                "drain_timeout_s": args.drain_timeout,
+                "load_at_sigterm": load_at_sigterm,
                 "seconds_until_all_back": back_s,
                 "back_on_b": len(owners.back),
                 "hand_over_spread_s": handed[-1] if handed else None,
@@ -384,6 +389,9 @@ def main() -> None:
     parser.add_argument("--sdk", type=int, default=1000, help="SDK clients on A")
     parser.add_argument("--hypha", type=int, default=0, help="unmodified hypha-rpc clients on A (through the balancer)")
     parser.add_argument("--grace", type=float, default=5.0, help="--transit-grace of the replicas")
+    parser.add_argument(
+        "--drain-timeout", type=float, default=10.0, help="--drain-timeout of the replicas (the hand-over's budget)"
+    )
     parser.add_argument(
         "--workers", type=int, default=4, help="child processes for the SDK clients (and the hypha ones)"
     )

@@ -352,14 +352,20 @@ class Settings:
     )
     drain_timeout: float = setting(
         10.0,
-        "Seconds calls in flight may take to finish after SIGTERM before clients are moved anyway.",
-        "10 s: fits Kubernetes' default 30 s grace period with room for the preStop delay and exit",
+        "Seconds calls in flight may take to finish after SIGTERM before clients are moved anyway, and the "
+        "hand-over's budget: clients still here then go at once. Size it at least clients per replica / the "
+        "sibling's admissions per second (docs/operations.md).",
+        "10 s: fits Kubernetes' default 30 s grace period with room for the preStop delay and exit, and moves about "
+        "1,000 clients within their grace at the 80-130 admissions a second measured on 2 loaded cores "
+        "(bench/storm.py)",
         minimum=0,
     )
     drain_window: int = setting(
         200,
-        "Clients a draining replica has sent to a sibling and not yet seen back, at most: it sends the rest in "
-        "waves as they arrive (each counted for --transit-grace at most), yet everyone by --drain-timeout. 0, or without --redis-url (no sibling): all at once.",
+        "Clients a draining replica has sent to a sibling and not yet seen back, at most (fewer when the sibling "
+        "admits fewer: what it admitted in the last second times 0.4 of --transit-grace): it sends the rest in "
+        "waves as they arrive (each counted for --transit-grace at most), and whoever is left at --drain-timeout at "
+        "once. 0, or without --redis-url (no sibling): all at once.",
         "200: a sibling admits a few hundred reconnections a second on one core, so a wave is back well within the "
         "transit grace, while thousands sent at once overflowed its accept queue and left it admitting nobody for "
         "seconds (bench/storm.py)",

@@ -16,6 +16,7 @@ import pytest
 from support.wire import Wire, attach_client, settle
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.auth import Permission, User
+from switchboard.hub.dispatch import BROADCAST_TURN
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
@@ -132,3 +133,32 @@ async def test_a_broadcast_reaches_the_subscribers_of_the_workspace_on_every_rep
     assert here.methods() == ["news"]
     assert there.methods() == ["news"]
     assert sender_wire.methods() == [], "not subscribed: not sent"
+
+
+async def test_a_broadcast_to_thousands_lets_the_loop_turn_and_keeps_each_listener_s_order(pair: Pair) -> None:
+    """Issue 26: announcing the departures of clients past their grace to every listener of the
+    workspace, each in one go, held a replica's loop for 14 s: its other clients waited, and its
+    lease lapsed. The writes go in turns; every listener still sees the broadcasts in their order."""
+    listeners = 3 * BROADCAST_TURN
+    wires = []
+    for i in range(listeners):
+        peer, wire = await pair.connect(pair.a, f"l{i}")
+        pair.a.subscribers.add(peer, ["news"])
+        wires.append(wire)
+    seen_midway: list[int] = []
+
+    async def watch() -> None:
+        for _ in range(20):  # bounded: a few turns of the loop
+            seen_midway.append(sum(1 for w in wires if w.methods()))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.ensure_future(watch())
+    await pair.a.emit_event(WS, "news", 1)
+    await pair.a.emit_event(WS, "more-news", 2)  # nobody listens: not sent
+    pair.a.subscribers.add(pair.a.peers[f"{WS}/l{listeners - 1}"], ["late"])
+    await pair.a.emit_event(WS, "late", 3)  # one listener, but behind the others: waits its turn
+    await watcher
+    await settle()
+    assert any(0 < n < listeners for n in seen_midway), f"listeners served per turn of the loop: {seen_midway}"
+    assert all(w.methods() == ["news"] for w in wires[:-1])
+    assert wires[-1].methods() == ["news", "late"], "the last listener of the first broadcast got it first"

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+import math
+from collections import deque
+from dataclasses import dataclass
 
 from switchboard.clock import Clock
 from switchboard.hub.drain_pace import DrainPace, InFlight
@@ -22,6 +24,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
+from switchboard.hub.together import together
 from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)
@@ -56,7 +59,7 @@ class Drainer:
         moves: Moves,
         unicast: Unicast,
         clock: Clock,
-        peers: Mapping[str, Peer],
+        peers: dict[str, Peer],
         retry: RetryWindow,
         window: int = 0,
         alone: bool = False,
@@ -77,81 +80,120 @@ class Drainer:
     async def drain(self, timeout: float, *, code: int, reason: str) -> None:
         """Stop taking new calls, let calls in flight finish, then tell every client to move.
 
-        A client's channel is unsubscribed as soon as it waits for no reply:
-        new calls from other replicas then wait in their senders' retry windows
-        until the client has reconnected to a sibling, instead of landing here.
-        A client still waiting for replies keeps its channel until they came.
-        Each client is put in transit as it is closed (every replica then
-        holds its frames and announces nothing). Clients are sent away in
-        waves (:mod:`~switchboard.hub.drain_pace`): at most ``window`` in
-        flight to a sibling at once, yet all by ``timeout``; a client waiting
-        for its wave keeps its channel, and a new call to it waits here for it
-        (:meth:`holding_until`). The drain ends once what
-        this replica holds for the clients it sent away has followed them,
-        bounded by the transit grace.
+        A client's channel is unsubscribed when its turn comes and it waits for
+        no reply: new calls from other replicas then wait in their senders'
+        retry windows until the client has reconnected to a sibling, instead
+        of landing here. A client still waiting for replies keeps its channel
+        until they came. Each client is put in transit as it is closed (every
+        replica then holds its frames and announces nothing). Clients are sent
+        away in their order here, at the pace the sibling admits them
+        (:mod:`~switchboard.hub.drain_pace`), and whoever is left at
+        ``timeout`` at once; a client waiting for its turn keeps its channel,
+        and a new call to it waits here for it (:meth:`holding_until`). The
+        drain ends once what this replica holds for the clients it sent away
+        has followed them, bounded by the transit grace.
+
+        A pass costs what its wave costs, not what the replica holds: the
+        clients wait in a queue taken once, newcomers (a handshake that was
+        under way) are found at the end of the table.
         """
         self.router.draining = True
         cutoff = self.inflight.opened_count  # only calls already under way are waited for
-        unsubscribed: set[str] = set()
-        ready_since: dict[str, float] = {}  # when each client had no call left to wait for
         started = self.clock.monotonic()
         deadline = started + timeout
         self._until = deadline + self.transit.grace
+        queue = _Queue(self.peers)
         patience = self.transit.grace or PATIENCE
-        pace = DrainPace(
-            window=self.window, patience=patience, started=started, deadline=deadline, total=len(self.peers)
-        )
+        pace = DrainPace(window=self.window, patience=patience, started=started, deadline=deadline, total=len(queue))
         flight = InFlight(patience)
-        logged = 0.0
+        wave: dict[str, _Turn] = {}  # their turn came: each waits for its calls, or for a pause, then goes
+        logged = warned = 0.0
         while True:
-            wake = deadline
             now = self.clock.monotonic()
-            for client in flight.flying():
-                if client not in self.transit:  # its "back" notice came: it is admitted elsewhere
-                    flight.back(client)
-            waiting = sum(1 for peer in self.peers.values() if not peer.closed)
-            if flight.sent + waiting > pace.total:  # a client taken over here meanwhile: it goes too
-                pace = dataclasses.replace(pace, total=flight.sent + waiting)
-            allowed = pace.allowance(now=now, sent=flight.sent, in_flight=flight.count(now))
-            for peer in list(self.peers.values()):
-                if peer.closed:
-                    continue
-                if allowed <= 0:  # the sibling is still admitting the last wave: the rest stay, subscribed
-                    wake = min(wake, now + PACE_POLL, pace.next_due(flight.sent))
-                    break
-                if peer.id not in unsubscribed and not self.inflight.waits_before(peer.id, cutoff):
-                    unsubscribed.add(peer.id)
-                    await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
-                if peer.id in unsubscribed and not self.inflight.busy_before(peer.id, cutoff):
-                    now = self.clock.monotonic()
-                    since = ready_since.setdefault(peer.id, now)
-                    if (later := _moment(peer.last_heard, since, now)) is not None:
-                        wake = min(wake, later)
-                        continue  # it is sending: wait for a pause
-                    peer.close(code, reason)  # written by its writer task: after depart() has begun
-                    if await self.moves.depart(peer):
-                        flight.add(peer.id, now)
-                    allowed -= 1
-            busy = [p for p in self.peers.values() if not p.closed]
-            now = self.clock.monotonic()
-            remaining = deadline - now
-            if not busy or remaining <= 0:
+            if now >= deadline:
                 break
+            for client in flight.flying():  # the window at most
+                if client not in self.transit:  # its "back" notice came: it is admitted elsewhere
+                    flight.back(client, now)
+            if fresh := queue.newcomers():  # a client taken over here meanwhile: it goes too
+                pace = dataclasses.replace(pace, total=pace.total + fresh)
+            rate = flight.rate(now)
+            allowed = pace.allowance(now=now, sent=flight.sent, in_flight=flight.count(now), rate=rate)
+            while len(wave) < allowed and (peer := queue.next()) is not None:
+                wave.setdefault(peer.id, _Turn(peer))
+            wake = now + PACE_POLL if len(queue) else deadline  # more to send: look at who is back soon
+            wake = min(wake, await self._send_wave(wave, cutoff, code, reason, flight))
+            if not wave and not len(queue):
+                break
+            now = self.clock.monotonic()
             if now - logged >= 1.0:
                 logged = now
                 self.log.info(
-                    "draining: %d clients left (%d in flight to a sibling), %d calls in flight",
-                    len(busy),
+                    "draining: %d clients left (%d in flight to a sibling, %s admitted/s), %d calls in flight",
+                    len(queue) + len(wave),
                     flight.count(now),
+                    "?" if rate is None else f"{rate:.0f}",
                     len(self.inflight),
+                )
+            if not warned and (short := pace.short_by(now=now, sent=flight.sent, rate=rate)) > 0:
+                warned = now
+                self.log.warning(
+                    "draining: at the %.0f clients/s the sibling admits, --drain-timeout is %.0f s short for "
+                    "%d clients; those left at the deadline go at once, past their grace if it cannot take them",
+                    rate,
+                    short,
+                    pace.total - flight.sent,
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.inflight.changed(), max(0.0, min(wake - now, 0.5)))
-        for peer in list(self.peers.values()):
-            if not peer.closed:
-                peer.close(code, reason)
-                await self.moves.depart(peer)
+        left = [peer for peer in self.peers.values() if not peer.closed]
+        for peer in left:
+            peer.close(code, reason)
+        await together(left, self._depart)  # thousands, one after the other, took minutes (issue 26)
         await self._hand_over()
+
+    async def _depart(self, peer: Peer) -> None:
+        await self.moves.depart(peer)
+
+    async def _send_wave(self, wave: dict[str, _Turn], cutoff: int, code: int, reason: str, flight: InFlight) -> float:
+        """Send away those of ``wave`` that may go now, side by side (their Redis work then goes in a
+        few pipelines; one after the other, each paid its round trips); when to look at the rest."""
+        laters = [math.inf]
+
+        async def turn_of(turn: _Turn) -> None:
+            later = await self._send_away(turn, cutoff, code, reason, flight)
+            if later is None:
+                wave.pop(turn.peer.id, None)
+            else:
+                laters.append(later)
+
+        await together(list(wave.values()), turn_of)
+        return min(laters)
+
+    async def _send_away(self, turn: _Turn, cutoff: int, code: int, reason: str, flight: InFlight) -> float | None:
+        """Send ``turn``'s client away if it may go now: ``None`` once it went (or left by itself),
+        else when to look again (it waits for its calls, or for a pause in what it sends)."""
+        peer = turn.peer
+        if peer.closed:
+            return None
+        if not turn.unsubscribed:
+            if self.inflight.waits_before(peer.id, cutoff):
+                return self.clock.monotonic() + 0.5  # or sooner: a call's end wakes the drain
+            turn.unsubscribed = True
+            await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
+        if self.inflight.busy_before(peer.id, cutoff):
+            return self.clock.monotonic() + 0.5
+        now = self.clock.monotonic()
+        if turn.ready_since is None:
+            turn.ready_since = now
+        if (later := _moment(peer.last_heard, turn.ready_since, now)) is not None:
+            return later  # it is sending: wait for a pause
+        peer.close(code, reason)  # written by its writer task: after depart() has begun
+        if await self.moves.depart(peer):
+            flight.add(peer.id, now)
+        else:
+            flight.skip()  # it left instead: it takes no place in the window
+        return None
 
     def holding_until(self, client: str) -> float | None:
         """Until when a frame for ``client``, here and waiting for its wave, may wait (the retry
@@ -182,6 +224,50 @@ class Drainer:
                 len(self.peers),
                 self.transit.holding,
             )
+
+
+@dataclass(slots=True)
+class _Turn:
+    """A client whose turn to go came: it goes once it waits for no call and pauses."""
+
+    peer: Peer
+    unsubscribed: bool = False
+    ready_since: float | None = None  # when it first had no call left to wait for
+
+
+class _Queue:
+    """The clients waiting for their turn, in their order here, taken from the table once; a
+    newcomer (a handshake under way at the signal, a take-over) is found at the table's end."""
+
+    def __init__(self, peers: dict[str, Peer]) -> None:
+        self.peers = peers
+        self._queue: deque[Peer] = deque(peers.values())
+        self._seen: dict[str, Peer] = dict(peers)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def next(self) -> Peer | None:
+        """The next client still here (its live copy, if it was taken over here meanwhile)."""
+        while self._queue:
+            peer = self.peers.get(self._queue.popleft().id)
+            if peer is not None and not peer.closed:
+                self._seen[peer.id] = peer
+                return peer
+        return None
+
+    def newcomers(self) -> int:
+        """Queue the clients that joined the table since the last look; how many. Costs the
+        newcomers' number: the walk from the table's end stops at the first client seen."""
+        fresh = 0
+        for client in reversed(self.peers):
+            peer = self.peers[client]
+            if self._seen.get(client) is peer:
+                break
+            self._seen[client] = peer
+            self._queue.append(peer)
+            fresh += 1
+        return fresh
 
 
 def _moment(last_heard: float, since: float, now: float) -> float | None:
