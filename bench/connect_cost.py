@@ -39,6 +39,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -131,7 +132,7 @@ def profiled_replica() -> type:
     from switchboard.testing.replica import ReplicaProcess
 
     class Profiled(ReplicaProcess):
-        """The replica under cProfile (``--profile FILE``), written when it exits."""
+        """The replica under cProfile (``--profile FILE``), written on SIGUSR2 (:func:`dump_profile`)."""
 
         profile = ""
 
@@ -237,8 +238,9 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 last["cpu_ms_per_connect"] / first["cpu_ms_per_connect"] if first["cpu_ms_per_connect"] else None
             )
     finally:
-        if args.profile:
-            replica.terminate(60)  # before the clients leave (a drain announces no departures): a clean exit
+        if args.profile and pid is not None:
+            # before the clients leave: their departures are not what is measured
+            await asyncio.to_thread(dump_profile, pid, Path(args.profile))
         for w in workers:
             with contextlib.suppress(Exception):
                 await w.request({"close": True}, timeout=60)
@@ -249,21 +251,32 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
     return out
 
 
+def dump_profile(pid: int, path: Path, timeout: float = 60.0) -> None:
+    """Have the profiled replica write its profile (SIGUSR2) and wait, bounded, until it has."""
+    path.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the dump is written in one go; let it finish
+    say(f"profile {'written to ' + str(path) if path.exists() else 'NOT written'}")
+
+
 def profiled_serve(path: str, argv: list[str]) -> None:
-    """``switchboard <argv>`` under cProfile, written to ``path`` when it exits (through ``os._exit``)."""
+    """``switchboard <argv>`` under cProfile, written to ``path`` on SIGUSR2 (a replica drained
+    of thousands of clients may not exit within the bench's patience: the profile is asked for
+    while they are still connected)."""
     import cProfile
 
     from switchboard.cli import main as cli
 
     profiler = cProfile.Profile()
-    real_exit = os._exit
 
-    def exit_after_dump(code: int) -> None:
+    def dump(signum: int, frame: object) -> None:
         profiler.disable()
         profiler.dump_stats(path)
-        real_exit(code)
 
-    os._exit = exit_after_dump  # type: ignore[assignment]
+    signal.signal(signal.SIGUSR2, dump)
     profiler.enable()
     cli(argv)
 

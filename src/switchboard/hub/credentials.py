@@ -16,6 +16,8 @@ from switchboard.errors import AuthError, PermissionDenied
 from switchboard.hub.auth import ISSUER, Permission, TokenIssuer, User, user_workspace
 from switchboard.hub.oidc import LEEWAY, OidcVerifier
 
+REVOKED = "token has been revoked"
+
 
 class Credentials:
     def __init__(self, issuer: TokenIssuer, revocations: Revocations, oidc: OidcVerifier | None = None) -> None:
@@ -25,6 +27,14 @@ class Credentials:
 
     async def verify(self, token: object) -> User:
         """The user ``token`` stands for, or :class:`AuthError` with the reason the client will see."""
+        user = await self.identify(token)
+        if await self.revocations.any_revoked(user.revocation_ids):
+            raise AuthError(REVOKED)
+        return user
+
+    async def identify(self, token: object) -> User:
+        """:meth:`verify` but for the revocations, which the caller checks itself (admission reads
+        them with the rest of what it must know: :class:`~switchboard.backends.base.Arrival`)."""
         if not isinstance(token, str) or token.count(".") != 2:
             raise AuthError("token is not a JWT")
         try:
@@ -37,8 +47,6 @@ class Credentials:
             user = await self.oidc.verify(token)
         else:
             raise AuthError(f"unknown issuer {str(claimed)[:120]!r}")
-        if await self.revocations.any_revoked(user.revocation_ids):
-            raise AuthError("token has been revoked")
         return user
 
     async def revoke(self, token: object, by: User) -> None:
