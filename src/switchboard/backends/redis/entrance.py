@@ -94,20 +94,21 @@ class RedisEntrance:
         self._registry_prefix = registry_prefix
         self._store = store_prefix
         self._enter = redis.register_script(_ENTER)
-        # connects arriving together share pipelines for their scripts, as their counts did
+        # connects arriving together share pipelines, for their reads and their scripts
         self._batch = batch or Batcher(redis)
 
     async def arrival(self, token_ids: tuple[str, ...], workspace: str, client_id: str) -> Arrival:
         wc = f"{workspace}/{client_id}"
-        pipe = self._r.pipeline(transaction=False)
-        for token_id in token_ids:  # one key per command: a cluster sends each to its slot's node
-            pipe.exists(revoked_key(token_id, self._store))
-        pipe.get(workspace_key(self._store, "gone", workspace))
-        pipe.hget(workspace_key(self._store, "wsrec"), workspace)
-        pipe.hget(self._keys.holder, wc)
-        pipe.hget(self._keys.svc(workspace), f"{client_id}:built-in")
+        # one key per command: a cluster sends each to its slot's node
+        reads: list[tuple[str, ...]] = [("EXISTS", revoked_key(token_id, self._store)) for token_id in token_ids]
+        reads += [
+            ("GET", workspace_key(self._store, "gone", workspace)),
+            ("HGET", workspace_key(self._store, "wsrec"), workspace),
+            ("HGET", self._keys.holder, wc),
+            ("HGET", self._keys.svc(workspace), f"{client_id}:built-in"),
+        ]
         try:
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self._batch.commands(reads)
         except (RedisError, OSError) as exc:
             raise BackendError(f"admission reads failed: {exc}") from exc
         revocations, (gone, record, holder, registration) = replies[: len(token_ids)], replies[len(token_ids) :]
