@@ -21,11 +21,13 @@ from switchboard.backends.entrance import StoreEntrance
 from switchboard.backends.memory import MemoryConnectionCounts, MemoryRegistry
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.redis.assemble import redis_backends
+from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.entrance import RedisEntrance
 from switchboard.backends.redis.revoked import RedisRevocations
 from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import SystemClock
+from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceInfo
 from switchboard.testing import ValkeyServer
 from switchboard.testing.valkey_cluster import ValkeyCluster
@@ -174,3 +176,22 @@ class TestEnter:
             3 if limit_on == "user" else 2,
             3,
         )
+
+
+async def test_redis_away_refuses_the_admission_rather_than_pass_a_revoked_token() -> None:
+    """The revocation is read with the rest of an admission's reads: when Redis cannot answer,
+    the whole read fails (the door answers "retry"), never an arrival that says "not revoked"."""
+    clock = SystemClock()
+    with ValkeyServer() as gone:
+        client = make_client(gone.url)
+        try:
+            await RedisRevocations(client, clock=clock).revoke("jti-3", until=clock.time() + 60)
+            entrance = RedisEntrance(client, replica_id="here")
+            assert (await entrance.arrival(("jti-3",), WS, "c1")).revoked
+            gone.stop()
+            with pytest.raises(BackendError, match="admission reads failed"):
+                await entrance.arrival(("jti-3",), WS, "c1")
+            with pytest.raises(BackendError, match="admission failed"):
+                await entrance.enter(WS, "c1", user="alice", owner="here", max_per_user=9, max_per_workspace=9)
+        finally:
+            await client.aclose()
