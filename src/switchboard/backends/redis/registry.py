@@ -259,8 +259,7 @@ class RedisRegistry:
                 self._keys.index(ws),
             ]
             args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner, cid]
-            # a crowd registering at once (connects, a drain's arrivals) shares pipelines
-            prev = await self._call("register", self._batch.run(self._register, keys, args))
+            prev = await self._call("register", self._register(keys=keys, args=args))
             if (retry := _retry_with(prev)) is None:
                 if _is_singleton(info):
                     await self._call("register", self._r.sadd(self._singleton_key(ws), f"{cid}:{svc}"))
