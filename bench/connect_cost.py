@@ -20,13 +20,22 @@ connected or ``--budget`` seconds have passed. By default the replica runs on
 a Valkey (``switchboard.testing.valkey``), as a replica of a hub does;
 ``--memory`` runs it on the embedded backends.
 
+On a Valkey a second replica runs beside it, and a provider on the measured
+replica and a caller on the second one (in a workspace of their own) measure
+the cross-replica echo's p50 and p99 (``--echo-calls`` calls one after the
+other) before the first step and after the last, with every idle client
+connected. Each figure is reported with the machine's load average.
+
     .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 120]
                                            [--workers 2] [--concurrency 16] [--memory]
+                                           [--echo-calls 300] [--profile FILE]
                                            [--against OTHER_REVISION/src]
 
 ``--against`` first measures the replica code of another revision's ``src/``
 (e.g. from ``git worktree add`` or ``git archive``) the same way, and reports
-this one's RSS per idle connection and CPU per connect as ratios to it.
+this one's RSS per idle connection, CPU per connect and echo latency as ratios
+to it. ``--profile FILE``: the replica runs under cProfile, written (SIGUSR2)
+before the clients leave.
 
 Prints a table and writes ``bench/results/connect_cost.json``.
 """
@@ -39,6 +48,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -58,6 +68,7 @@ from _common import (
 )
 
 WORKSPACE = "bench-connect"
+ECHO_WORKSPACE = "bench-echo"  # the echo's provider and caller: not among the idle clients' events
 SETTLE = 3.0  # seconds after a step's last connect that still count as its work (the token refresh at 2 s)
 IDLE = 2.0  # seconds over which the idle cost at a level is measured
 
@@ -111,13 +122,68 @@ async def worker() -> None:
 # --------------------------------------------------------------------------- the driver
 
 
-def token_for_bench() -> str:
+def token_for_bench(workspace: str = WORKSPACE) -> str:
     from switchboard.clock import SystemClock
     from switchboard.hub.auth import Permission, TokenIssuer, User
 
     issuer = TokenIssuer(JWT_SECRET, SystemClock())
     user = User(id="bench-connect", roles=("user",))
-    return issuer.issue(user, workspace=WORKSPACE, permission=Permission.READ_WRITE, expires_in=3 * 3600)
+    return issuer.issue(user, workspace=workspace, permission=Permission.READ_WRITE, expires_in=3 * 3600)
+
+
+def load() -> float:
+    """The machine's load average over the last minute (``uptime``'s first figure)."""
+    return os.getloadavg()[0]
+
+
+class Echo:
+    """A provider on the measured replica and a caller on a second replica of the same Valkey,
+    in a workspace of their own: cross-replica echo latency, without and with the idle clients."""
+
+    def __init__(self, provider_url: str, caller_url: str) -> None:
+        self.urls = provider_url, caller_url
+        self.clients: list[Any] = []
+        self.service: Any = None
+
+    async def start(self) -> Echo:
+        from hypha_rpc import connect_to_server
+
+        token = token_for_bench(ECHO_WORKSPACE)
+        provider = await connect_to_server(
+            {"server_url": self.urls[0], "client_id": "echo-provider", "token": token, "workspace": ECHO_WORKSPACE}
+        )
+        self.clients.append(provider)
+        await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": lambda x: x})
+        caller = await connect_to_server(
+            {"server_url": self.urls[1], "client_id": "echo-caller", "token": token, "workspace": ECHO_WORKSPACE}
+        )
+        self.clients.append(caller)
+        self.service = await caller.get_service(f"{ECHO_WORKSPACE}/echo-provider:echo")
+        return self
+
+    async def measure(self, calls: int) -> dict[str, float]:
+        """``calls`` echoes one after the other (after 100 unmeasured, and the direct link between
+        the replicas in place): p50 and p99 in ms."""
+        for i in range(100):
+            await self.service.echo(i)
+        await asyncio.sleep(0.5)
+        samples = []
+        for i in range(calls):
+            t0 = time.perf_counter()
+            await self.service.echo(i)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        samples.sort()
+        return {
+            "calls": calls,
+            "p50_ms": samples[len(samples) // 2],
+            "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+            "load": load(),
+        }
+
+    async def stop(self) -> None:
+        for client in self.clients:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.disconnect(), 5)
 
 
 async def idle_rate(pid: int | None) -> float:
@@ -131,7 +197,7 @@ def profiled_replica() -> type:
     from switchboard.testing.replica import ReplicaProcess
 
     class Profiled(ReplicaProcess):
-        """The replica under cProfile (``--profile FILE``), written when it exits."""
+        """The replica under cProfile (``--profile FILE``), written on SIGUSR2 (:func:`dump_profile`)."""
 
         profile = ""
 
@@ -162,6 +228,14 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
         replica.profile = args.profile  # type: ignore[attr-defined]
     replica.start(timeout=60)
     pid = replica.proc.pid if replica.proc else None
+    sibling = echo = None
+    if valkey is not None and args.echo_calls:
+        sibling = ReplicaProcess(
+            replica_id="connect-cost-b",
+            redis_url=valkey.url,
+            jwt_secret=JWT_SECRET,
+            env={"SWITCHBOARD_LOG_LEVEL": "WARNING", **({"PYTHONPATH": src} if src else {})},
+        ).start(timeout=60)
     token = token_for_bench()
     work = Path(tempfile.mkdtemp(prefix="bench-connect-"))  # the workers' logs
     workers = [
@@ -176,6 +250,11 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
         "steps": steps,
     }
     try:
+        if sibling is not None:
+            echo = await Echo(replica.url, sibling.url).start()
+            out["echo_idle_0"] = await echo.measure(args.echo_calls)
+            e = out["echo_idle_0"]
+            say(f"echo A<-B with 0 idle: p50 {e['p50_ms']:.2f} ms  p99 {e['p99_ms']:.2f} ms  (load {e['load']:.1f})")
         connected = 0
         started = time.perf_counter()
         base_rss = pid_rss(pid)
@@ -201,6 +280,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 for k, v in a["errors"].items():
                     errors[k] = errors.get(k, 0) + v
             rss = pid_rss(pid)
+            load_now = load()
             rate_after = await idle_rate(pid)
             idle_share = (rate_before + rate_after) / 2 * (t1 - t0)
             step = {
@@ -212,6 +292,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "cpu_ms_per_connect": ((cpu1 - cpu0) - idle_share) * 1e3 / made if made else None,
                 "cpu_ms_per_connect_raw": (cpu1 - cpu0) * 1e3 / made if made else None,
                 "idle_cpu_per_s": rate_after,
+                "load": load_now,
                 "rss_bytes": rss,
                 "rss_kib_per_connection": ((rss or 0) - (steps[-1]["rss_bytes"] if steps else base_rss or 0))
                 / 1024
@@ -224,46 +305,70 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 f"{connected:>6}-{opened:<6} {step['handshakes_per_s']:6.1f}/s  "
                 f"cpu {step['cpu_ms_per_connect']:6.2f} ms/connect (raw {step['cpu_ms_per_connect_raw']:6.2f})  "
                 f"idle {rate_after * 100:5.1f}%  rss {(rss or 0) / 2**20:7.1f} MiB  "
-                f"{step['rss_kib_per_connection']:5.1f} KiB/conn  errors {sum(errors.values())}"
+                f"{step['rss_kib_per_connection']:5.1f} KiB/conn  errors {sum(errors.values())}  load {load_now:.1f}"
             )
             connected, rate_before = opened, rate_after
             if not made:
                 break
         if steps and steps[-1]["after"] > 0 and base_rss:
             out["rss_kib_per_connection"] = ((steps[-1]["rss_bytes"] or 0) - base_rss) / 1024 / steps[-1]["after"]
+        if echo is not None and steps:
+            out["echo_idle_n"] = {"idle": steps[-1]["after"], **await echo.measure(args.echo_calls)}
+            e = out["echo_idle_n"]
+            say(
+                f"echo A<-B with {e['idle']} idle on A: p50 {e['p50_ms']:.2f} ms  p99 {e['p99_ms']:.2f} ms  "
+                f"(load {e['load']:.1f})"
+            )
         if len(steps) >= 2:
             first, last = steps[0], steps[-1]
             out["cpu_growth_last_vs_first"] = (
                 last["cpu_ms_per_connect"] / first["cpu_ms_per_connect"] if first["cpu_ms_per_connect"] else None
             )
     finally:
-        if args.profile:
-            replica.terminate(60)  # before the clients leave (a drain announces no departures): a clean exit
-        for w in workers:
-            with contextlib.suppress(Exception):
-                await w.request({"close": True}, timeout=60)
-            await w.stop()
+        if args.profile and pid is not None:
+            # before the clients leave: their departures are not what is measured
+            await asyncio.to_thread(dump_profile, pid, Path(args.profile))
+        if echo is not None:
+            await echo.stop()
+        # the replicas go first: thousands of clients leaving one by one cost the replica the
+        # square of their number (each departure is announced to every client left) and the
+        # bench minutes, measuring nothing
+        if sibling is not None:
+            sibling.kill()
         replica.kill()
+        for w in workers:
+            await w.stop()
         if valkey is not None:
             valkey.stop()
     return out
 
 
+def dump_profile(pid: int, path: Path, timeout: float = 60.0) -> None:
+    """Have the profiled replica write its profile (SIGUSR2) and wait, bounded, until it has."""
+    path.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the dump is written in one go; let it finish
+    say(f"profile {'written to ' + str(path) if path.exists() else 'NOT written'}")
+
+
 def profiled_serve(path: str, argv: list[str]) -> None:
-    """``switchboard <argv>`` under cProfile, written to ``path`` when it exits (through ``os._exit``)."""
+    """``switchboard <argv>`` under cProfile, written to ``path`` on SIGUSR2 (a replica drained
+    of thousands of clients may not exit within the bench's patience: the profile is asked for
+    while they are still connected)."""
     import cProfile
 
     from switchboard.cli import main as cli
 
     profiler = cProfile.Profile()
-    real_exit = os._exit
 
-    def exit_after_dump(code: int) -> None:
+    def dump(signum: int, frame: object) -> None:
         profiler.disable()
         profiler.dump_stats(path)
-        real_exit(code)
 
-    os._exit = exit_after_dump  # type: ignore[assignment]
+    signal.signal(signal.SIGUSR2, dump)
     profiler.enable()
     cli(argv)
 
@@ -282,6 +387,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per worker")
     parser.add_argument("--memory", action="store_true", help="the embedded backends instead of a Valkey")
+    parser.add_argument(
+        "--echo-calls",
+        type=int,
+        default=300,
+        help="cross-replica echoes measured before the first step and after the last (Valkey only; 0: none)",
+    )
     parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
     parser.add_argument(
         "--against",
@@ -311,6 +422,10 @@ def ratios(this: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     if this.get("rss_kib_per_connection") and before.get("rss_kib_per_connection"):
         out["rss_kib_per_connection"] = this["rss_kib_per_connection"] / before["rss_kib_per_connection"]
+    for when in ("echo_idle_0", "echo_idle_n"):
+        for q in ("p50_ms", "p99_ms"):
+            if this.get(when, {}).get(q) and before.get(when, {}).get(q):
+                out[f"{when} {q}"] = this[when][q] / before[when][q]
     for mine, theirs in zip(this["steps"], before["steps"], strict=False):
         if mine["after"] == theirs["after"] and mine["cpu_ms_per_connect"] and theirs["cpu_ms_per_connect"]:
             out[f"cpu_ms_per_connect at {mine['before']}"] = mine["cpu_ms_per_connect"] / theirs["cpu_ms_per_connect"]

@@ -146,3 +146,17 @@ async def test_a_closed_batcher_refuses_calls_and_opens_no_connection_again(valk
     await client.aclose()
     with pytest.raises(RedisError, match="closed"):
         await batcher.command("PING")
+
+
+async def test_a_group_of_commands_goes_together_each_answered_in_its_place(redis: Any) -> None:
+    batcher = Batcher(redis)
+    await redis.set("batch:group", "x")
+    alone = await batcher.commands([("GET", "batch:group"), ("HGET", "batch:group", "f"), ("EXISTS", "batch:nope")])
+    assert isinstance(alone[1], RedisError)  # a string is no hash: that command failed, and only it
+    assert [alone[0], alone[2]] == [b"x", 0]
+    assert batcher.pipelines == 1, "a lone group is one pipeline, one round trip"
+    groups = await asyncio.gather(
+        *(batcher.commands([("GET", "batch:group"), ("EXISTS", "batch:group")]) for _ in range(50))
+    )
+    assert groups == [[b"x", 1]] * 50
+    assert batcher.pipelines <= 3, "groups arriving together share pipelines"

@@ -39,6 +39,59 @@ class Claim:
     previous_owner: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What the stores know about a connection asking to enter, read together before anything
+    is decided (:meth:`Entrance.arrival`; one round trip on Redis, where it took five).
+
+    ``revoked``: one of the token's ids was revoked (a store that cannot say raises instead:
+    never taken as not revoked). ``deleted_at``: when the workspace was deleted, and
+    ``record``: its record (both ``None`` also when the workspace store did not answer: the
+    token keeps what it grants, no more). ``holder``: the user holding the client id;
+    ``registration``: the client id's ``built-in`` service, if registered.
+    """
+
+    revoked: bool = False
+    deleted_at: float | None = None
+    record: dict[str, Any] | None = None
+    holder: str | None = None
+    registration: ServiceInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What :meth:`Entrance.enter` did.
+
+    ``over``: counting the connection in would pass the ``"user"`` or ``"workspace"``
+    limit, and the id was not claimed. ``claim``: otherwise, the claim (refused if
+    ``claim.holder``). ``counted``: the connection is counted now (the caller releases
+    it when it ends or is refused); ``False`` with neither refusal: the counter did not
+    answer and the limits were not enforced. ``per_user``, ``per_workspace``: the totals.
+    """
+
+    claim: Claim = field(default_factory=Claim)
+    counted: bool = False
+    over: Literal["user", "workspace"] | None = None
+    per_user: int = 0
+    per_workspace: int = 0
+
+
+class Entrance(Protocol):
+    """The stores' part of admitting one connection, in two steps: read, then enter."""
+
+    async def arrival(self, token_ids: tuple[str, ...], workspace: str, client_id: str) -> Arrival:
+        """What is known about the token ids, the workspace and the client id (see :class:`Arrival`)."""
+        ...
+
+    async def enter(
+        self, workspace: str, client_id: str, *, user: str, owner: str, max_per_user: int, max_per_workspace: int
+    ) -> Entry:
+        """Count the connection in and claim the client id for ``user`` through replica
+        ``owner``, unless either limit would be passed or another user holds the id (see
+        :class:`Entry`). The limits are checked before the claim, as one step on Redis."""
+        ...
+
+
 class Registry(Protocol):
     """Service infos by full id ``<ws>/<cid>:<svc>``, visible to every replica."""
 

@@ -13,17 +13,17 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from switchboard.backends.base import Claim, ConnectionCounts, Registry, WorkspaceStore
+from switchboard.backends.base import Arrival, Claim, ConnectionCounts, Entrance, Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
 from switchboard.hub.auth import Permission, TokenIssuer, User, new_anonymous_user, user_workspace
-from switchboard.hub.credentials import Credentials
+from switchboard.hub.credentials import REVOKED, Credentials
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.services import ServiceQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,18 @@ class Takeover:
     resume: bool = False
     probe: bool = False
     replace: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """Who a connection is and which workspace it joins (:meth:`Gatekeeper.admit`), with what
+    the stores knew about it then (``arrival``: :meth:`Gatekeeper.plan` decides on it, so that
+    an admission asks the stores once)."""
+
+    user: User
+    workspace: str
+    reconnecting: bool
+    arrival: Arrival
 
 
 def take_over(
@@ -108,6 +120,7 @@ class Gatekeeper:
         registry: Registry,
         counts: ConnectionCounts,
         clock: Clock,
+        entrance: Entrance,
         workspaces: WorkspaceStore | None = None,
     ) -> None:
         self.settings = settings
@@ -117,13 +130,16 @@ class Gatekeeper:
         self.counts = counts
         self.clock = clock
         self.workspaces = workspaces
+        self.entrance = entrance  # what an admission asks the stores, in two steps (one round trip each on Redis)
         self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
 
-    async def admit(self, hello: Hello, *, workspace_here: Callable[[str], bool]) -> tuple[User, str, bool]:
-        """Decide who the client is and which workspace it joins.
-
-        Returns ``(user, workspace, reconnecting)`` or raises
+    async def admit(self, hello: Hello, *, workspace_here: Callable[[str], bool]) -> Admitted:
+        """Decide who the client is and which workspace it joins, or raise
         :class:`HandshakeError` with the message the client will see.
+
+        The stores are asked once (:meth:`Entrance.arrival`), after the token's signature and
+        claims are checked and before anything is decided on what they say: its revocation,
+        the workspace's deletion and record, the client id's holder and registration.
         """
         if hello.client_id == self.settings.manager_id:
             raise HandshakeError(
@@ -131,10 +147,7 @@ class Gatekeeper:
                 CLOSE_GOING_AWAY,
             )
         if hello.reconnection_token:
-            try:
-                user = await self.credentials.verify(hello.reconnection_token)
-            except AuthError as exc:
-                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
+            user = await self._identify(hello.reconnection_token)
             if user.client_id != hello.client_id or not user.current_workspace:
                 raise HandshakeError(
                     "Authentication error: reconnection token was issued to another client",
@@ -147,13 +160,10 @@ class Gatekeeper:
                     f"{workspace}, not {hello.workspace}",
                     CLOSE_GOING_AWAY,
                 )
-            await self._not_deleted(user, workspace)
-            return user, workspace, True
+            arrival = await self._arrival(user, workspace, hello.client_id)
+            return Admitted(user, workspace, True, arrival)
         if hello.token:
-            try:
-                user = await self.credentials.verify(hello.token)
-            except AuthError as exc:
-                raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
+            user = await self._identify(hello.token)
             if user.client_id and user.client_id != hello.client_id:
                 raise HandshakeError(
                     f"Authentication error: token is bound to client id {user.client_id}",
@@ -167,11 +177,11 @@ class Gatekeeper:
                     CLOSE_GOING_AWAY,
                 )
             workspace = hello.workspace or user.current_workspace or user_workspace(user.id)
-            await self._not_deleted(user, workspace)
         else:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
-        user = await self.as_owner(user, workspace)
+        arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token))
+        user = self._with_ownership(user, workspace, arrival.record)
         if not user.can(workspace, Permission.READ):
             if await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
@@ -182,7 +192,27 @@ class Gatekeeper:
                 f"Failed to establish connection: 'Workspace {workspace} does not exist or is not accessible'",
                 CLOSE_GOING_AWAY,
             )
-        return user, workspace, False
+        return Admitted(user, workspace, False, arrival)
+
+    async def _identify(self, token: str) -> User:
+        try:
+            return await self.credentials.identify(token)
+        except AuthError as exc:
+            raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
+
+    async def _arrival(self, user: User, workspace: str, client_id: str, *, token: bool = True) -> Arrival:
+        """What the stores know, read at once; a ``token``'s connection is refused here if it was
+        revoked or the workspace was deleted since it was issued (``BackendError`` if the
+        revocations cannot be read: never taken as not revoked)."""
+        arrival = await self.entrance.arrival(user.revocation_ids, workspace, client_id)
+        if not token:
+            return arrival
+        if arrival.revoked:
+            raise HandshakeError(f"Authentication error: {REVOKED}", CLOSE_POLICY)
+        refusal = deletion_refusal(user, workspace, arrival.deleted_at)
+        if refusal is not None and (user.is_anonymous or not user.named_in((arrival.record or {}).get("owners"))):
+            raise HandshakeError(refusal, CLOSE_POLICY)  # the record's owners as it is now enter by their ownership
+        return arrival
 
     async def deletion(self, user: User, workspace: str) -> str | None:
         """Why ``user``'s token may not enter ``workspace`` (it was deleted after the token was issued).
@@ -202,11 +232,6 @@ class Gatekeeper:
             return None  # the store is away: as for ownership, the token keeps what it grants
         return None if record is not None and user.named_in(record.get("owners")) else refusal
 
-    async def _not_deleted(self, user: User, workspace: str) -> None:
-        refusal = await self.deletion(user, workspace)
-        if refusal is not None:
-            raise HandshakeError(refusal, CLOSE_POLICY)
-
     async def as_owner(self, user: User, workspace: str) -> User:
         """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.
 
@@ -219,18 +244,27 @@ class Gatekeeper:
             record = await self.workspaces.get(workspace)
         except BackendError:
             return user  # the store is away: the user keeps what its token grants, no more
+        return self._with_ownership(user, workspace, record)
+
+    @staticmethod
+    def _with_ownership(user: User, workspace: str, record: dict[str, object] | None) -> User:
+        if user.is_anonymous or user.can(workspace, Permission.ADMIN):
+            return user
         if record is not None and user.named_in(record.get("owners")):
             return dataclasses.replace(user, grants={**user.grants, workspace: Permission.ADMIN})
         return user
 
-    async def plan(self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool) -> Takeover:
-        """What the registry knows about ``peer``'s client id, decided on (:func:`take_over`)."""
-        holder = await self.registry.holder(peer.workspace, peer.client_id)
-        stale: list[ServiceInfo] = []
-        if not resuming or holder is None:
-            stale = await self.registry.find(ServiceQuery(peer.workspace, peer.client_id, "built-in"))
+    async def plan(
+        self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool, arrival: Arrival | None = None
+    ) -> Takeover:
+        """What the registry knows about ``peer``'s client id (``arrival``, read at admission; else
+        read now), decided on (:func:`take_over`)."""
+        if arrival is None:
+            arrival = await self.entrance.arrival((), peer.workspace, peer.client_id)
+        holder = arrival.holder
+        stale = arrival.registration if not resuming or holder is None else None
         if holder is None and stale:  # registered before the claim was recorded: its creator holds it
-            creator = (stale[0].get("config") or {}).get("created_by") or {}
+            creator = (stale.get("config") or {}).get("created_by") or {}
             holder = str(creator.get("id") or "") or None
         return take_over(
             client=peer.id,
@@ -238,7 +272,7 @@ class Gatekeeper:
             resuming=resuming,
             holder=holder,
             live_here=live_here,
-            registered=bool(stale),
+            registered=stale is not None,
             in_transit=in_transit,
         )
 
@@ -265,27 +299,39 @@ class Gatekeeper:
             return True
         return bool(await self.registry.find(ServiceQuery(workspace)))
 
-    async def count_in(self, peer: Peer) -> None:
-        """Enforce the hub-wide connection limits (fail open if the counter is unreachable)."""
+    async def enter(self, peer: Peer) -> Claim:
+        """Count ``peer`` in within the hub-wide connection limits (fail open if the counter is
+        unreachable) and claim its client id for its user, live on this replica (one step,
+        :meth:`Entrance.enter`); refused if a limit would be passed, or if another user claimed
+        the id since :meth:`plan` looked."""
         s = self.settings
         peer.rate = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
-        try:
-            per_user, per_workspace = await self.counts.add(peer.user.id, peer.workspace)
-        except BackendError as exc:
-            peer.log.warning("connection limits not enforced: %s", exc)
-            return
-        peer.counted = True
-        if per_user > s.max_connections_per_user or per_workspace > s.max_connections_per_workspace:
+        entry = await self.entrance.enter(
+            peer.workspace,
+            peer.client_id,
+            user=peer.user.id,
+            owner=s.replica_id,
+            max_per_user=s.max_connections_per_user,
+            max_per_workspace=s.max_connections_per_workspace,
+        )
+        peer.counted = entry.counted
+        if entry.over is not None:
             await self.count_out(peer)
             what, limit = (
                 ("user " + peer.user.id, s.max_connections_per_user)
-                if per_user > s.max_connections_per_user
+                if entry.over == "user"
                 else ("workspace " + peer.workspace, s.max_connections_per_workspace)
             )
             raise HandshakeError(
                 f"Too many connections for {what} (limit {limit}); close some and retry",
                 handshake.CLOSE_TRY_AGAIN,
             )
+        if entry.claim.holder is not None:
+            await self.count_out(peer)
+            raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
+        if not entry.counted:
+            peer.log.warning("connection limits not enforced: the connection counter did not answer")
+        return entry.claim
 
     async def count_out(self, peer: Peer) -> None:
         if not peer.counted:

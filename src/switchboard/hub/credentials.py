@@ -9,12 +9,35 @@ descends from, was revoked.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+
 import jwt
 
 from switchboard.backends.revocations import Revocations
 from switchboard.errors import AuthError, PermissionDenied
 from switchboard.hub.auth import ISSUER, Permission, TokenIssuer, User, user_workspace
 from switchboard.hub.oidc import LEEWAY, OidcVerifier
+
+REVOKED = "token has been revoked"
+
+
+def unverified_issuer(token: str) -> object:
+    """The ``iss`` a token claims, read without checking anything: it only picks the checker,
+    which checks everything, ``iss`` included. Read from the payload segment directly (PyJWT's
+    unverified decode cost a connect about 50 µs), PyJWT saying why when that fails."""
+    segment = token.split(".")[1]
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
+    except (ValueError, binascii.Error, RecursionError):  # RecursionError: a payload nested too deep
+        payload = None
+    if isinstance(payload, dict):
+        return payload.get("iss")
+    try:
+        return jwt.decode(token, options={"verify_signature": False}).get("iss")
+    except (jwt.InvalidTokenError, RecursionError):
+        raise AuthError("invalid token: malformed") from None
 
 
 class Credentials:
@@ -25,20 +48,23 @@ class Credentials:
 
     async def verify(self, token: object) -> User:
         """The user ``token`` stands for, or :class:`AuthError` with the reason the client will see."""
+        user = await self.identify(token)
+        if await self.revocations.any_revoked(user.revocation_ids):
+            raise AuthError(REVOKED)
+        return user
+
+    async def identify(self, token: object) -> User:
+        """:meth:`verify` but for the revocations, which the caller checks itself (admission reads
+        them with the rest of what it must know: :class:`~switchboard.backends.base.Arrival`)."""
         if not isinstance(token, str) or token.count(".") != 2:
             raise AuthError("token is not a JWT")
-        try:
-            claimed = jwt.decode(token, options={"verify_signature": False}).get("iss")
-        except jwt.InvalidTokenError:
-            raise AuthError("invalid token: malformed") from None
+        claimed = unverified_issuer(token)
         if claimed == ISSUER:
             user = self.issuer.verify(token)
         elif self.oidc is not None and claimed == self.oidc.issuer:
             user = await self.oidc.verify(token)
         else:
             raise AuthError(f"unknown issuer {str(claimed)[:120]!r}")
-        if await self.revocations.any_revoked(user.revocation_ids):
-            raise AuthError("token has been revoked")
         return user
 
     async def revoke(self, token: object, by: User) -> None:

@@ -19,15 +19,24 @@ from typing import Any
 
 import shortuuid
 
-from switchboard.backends.base import WORKSPACE_DATA_TTL, ConnectionCounts, EventBus, Registry, WorkspaceStore
+from switchboard.backends.base import (
+    WORKSPACE_DATA_TTL,
+    Arrival,
+    ConnectionCounts,
+    Entrance,
+    EventBus,
+    Registry,
+    WorkspaceStore,
+)
+from switchboard.backends.entrance import StoreEntrance
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.admission import Gatekeeper
-from switchboard.hub.auth import ROOT, TokenIssuer, User
+from switchboard.hub.admission import Admitted, Gatekeeper
+from switchboard.hub.auth import ROOT, TokenIssuer
 from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
@@ -78,6 +87,7 @@ class Hub:
         links: LinkSettings | None = None,
         workspaces: WorkspaceStore | None = None,
         revocations: Revocations | None = None,
+        entrance: Entrance | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -101,6 +111,14 @@ class Hub:
             counts=self.counts,
             clock=clock,
             workspaces=self.workspaces,
+            # what admitting a client asks the stores (on Redis: one pipeline, then one script)
+            entrance=entrance
+            or StoreEntrance(
+                revocations=self.credentials.revocations,
+                registry=registry,
+                counts=self.counts,
+                workspaces=self.workspaces,
+            ),
         )
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
@@ -247,20 +265,26 @@ class Hub:
 
     # -- admission -----------------------------------------------------------
 
-    async def admit(self, hello: Hello) -> tuple[User, str, bool]:
+    async def admit(self, hello: Hello) -> Admitted:
         """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
         return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
 
-    async def attach(self, peer: Peer, *, reconnecting: bool) -> dict[str, Any]:
+    async def attach(self, peer: Peer, *, reconnecting: bool, arrival: Arrival | None = None) -> dict[str, Any]:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
-        ``reconnecting``: it presented the client's reconnection token. Whether
+        ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
+        stores knew when it was admitted (:class:`~switchboard.hub.admission.Admitted`; read
+        again if not given). Whether
         it may have the id is :func:`~switchboard.hub.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """
         plan = await self.gate.plan(
-            peer, resuming=reconnecting, live_here=peer.id in self.peers, in_transit=peer.id in self.transit
+            peer,
+            resuming=reconnecting,
+            live_here=peer.id in self.peers,
+            in_transit=peer.id in self.transit,
+            arrival=arrival,
         )
         if plan.refusal is not None:
             raise HandshakeError(plan.refusal, CLOSE_GOING_AWAY)
@@ -272,12 +296,8 @@ class Hub:
         if plan.replace:  # a new session: the earlier one's held frames fail, its registrations go
             await self.moves.abandon(peer.id)
             await self.purge(peer.workspace, peer.client_id)
-        await self.gate.count_in(peer)
-        try:
-            claim = await self.gate.claim(peer)  # refused if another user claimed the id meanwhile
-        except (BackendError, HandshakeError):
-            await self.gate.count_out(peer)
-            raise
+        # counted in within the limits, and the id claimed: refused if another user claimed it meanwhile
+        claim = await self.gate.enter(peer)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")

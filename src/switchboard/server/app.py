@@ -71,8 +71,10 @@ def build_hub(
     links = counts = None
     workspaces: WorkspaceStore | None = None
     revocations = None
+    entrance = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis.assemble import redis_backends
+        from switchboard.backends.redis.entrance import RedisEntrance
         from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 
@@ -91,6 +93,8 @@ def build_hub(
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
         workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
         revocations = RedisRevocations(parts.client, clock=clock)  # one revocation holds on every replica
+        # an admission's reads in one pipeline, its count and claim in one script (keys as above)
+        entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
         if settings.links:
             links = LinkSettings(
                 secret=settings.jwt_secret,
@@ -116,6 +120,7 @@ def build_hub(
         metrics=HubMetrics(settings.replica_id),
         issuer=TokenIssuer(secret=secret, clock=clock),
         revocations=revocations,
+        entrance=entrance,
     )
     if parts is not None:
         hub.companions.append(_cluster(hub, parts))

@@ -231,20 +231,20 @@ async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
     except HandshakeError as exc:
         raise RequestRefused(400, str(exc)) from None
     try:
-        user, workspace, reconnecting = await hub.admit(hello)
+        admitted = await hub.admit(hello)
     except HandshakeError as exc:
         raise RequestRefused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
     transport = StreamTransport(hub.clock)
     peer = Peer(
-        workspace=workspace,
+        workspace=admitted.workspace,
         client_id=hello.client_id,
-        user=user,
+        user=admitted.user,
         transport=transport,
         max_queue_bytes=hub.settings.send_queue_bytes,
         replica_id=hub.replica_id,
     )
     try:
-        info = await hub.attach(peer, reconnecting=reconnecting)
+        info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
     except HandshakeError as exc:
         raise RequestRefused(409, str(exc)) from None
     # a BackendError goes on: a 503, which the client retries with backoff

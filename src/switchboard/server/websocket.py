@@ -224,16 +224,17 @@ async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] 
     if first["type"] == "websocket.disconnect":
         return None
     hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
-    user, workspace, reconnecting = await hub.admit(hello)
+    admitted = await hub.admit(hello)
     peer = Peer(
-        workspace=workspace,
+        workspace=admitted.workspace,
         client_id=hello.client_id,
-        user=user,
+        user=admitted.user,
         transport=WebSocketTransport(websocket),
         max_queue_bytes=hub.settings.send_queue_bytes,
         replica_id=hub.replica_id,
     )
-    return peer, json.dumps(await hub.attach(peer, reconnecting=reconnecting))
+    info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
+    return peer, json.dumps(info)
 
 
 def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:

@@ -14,6 +14,7 @@ import logging
 import socket
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -143,6 +144,8 @@ class ProxyConnection:
             last: bytes | None = b""
             try:
                 while data := await reader.read(_CHUNK):
+                    if up and proxy._recorded is not None:
+                        proxy._recorded.append((self.id, data))
                     await queue.put((loop.time() + proxy._latency, data))
             except OSError:
                 last = None
@@ -207,6 +210,7 @@ class FaultProxy:
         self._latency = 0.0
         self._drop_new = False
         self._stats = ProxyStats()
+        self._recorded: deque[tuple[int, bytes]] | None = None
 
     @staticmethod
     def in_thread(upstream_host: str, upstream_port: int, **kwargs: Any) -> ThreadedFaultProxy:
@@ -301,6 +305,19 @@ class FaultProxy:
     def stats(self) -> ProxyStats:
         """A snapshot: later traffic does not change it."""
         return replace(self._stats, active=len(self.connections))
+
+    def record(self, limit: int = 10_000) -> None:
+        """Keep what clients send upstream from now on (the last ``limit`` reads), for :meth:`recorded`.
+
+        One entry per read of a client's socket: a request, or several a client wrote at once
+        (a pipeline). A request sent after the reply to an earlier one is always a read of its
+        own, so the entries that concern something count its round trips (at least).
+        """
+        self._recorded = deque(maxlen=limit)
+
+    def recorded(self) -> list[tuple[int, bytes]]:
+        """``(connection id, bytes)`` of each read since :meth:`record`, oldest first."""
+        return list(self._recorded or ())
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._drop_new or self._server is None:
@@ -401,6 +418,12 @@ class ThreadedFaultProxy:
     @property
     def stats(self) -> ProxyStats:
         return self._call(lambda: self.proxy.stats)
+
+    def record(self, limit: int = 10_000) -> None:
+        self._call(self.proxy.record, limit)
+
+    def recorded(self) -> list[tuple[int, bytes]]:
+        return self._call(self.proxy.recorded)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         async def call() -> T:

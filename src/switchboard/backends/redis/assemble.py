@@ -47,6 +47,7 @@ class RedisBackends:
     counts: RedisConnectionCounts
     presence: RedisPresence
     leader_key: str
+    key_prefix: str  # of the registry's, the counts' and the presence's keys (one hash tag on a cluster)
 
 
 def redis_backends(
@@ -104,4 +105,5 @@ def redis_backends(
         counts=RedisConnectionCounts(client, replica_id=replica_id, key_prefix=prefix),
         presence=RedisPresence(client, replica_id=replica_id, key_prefix=prefix, writer=liveness),
         leader_key=presence_keys(prefix)[1],
+        key_prefix=prefix,
     )

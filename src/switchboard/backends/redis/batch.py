@@ -67,6 +67,32 @@ class Batcher:
         """Run one command (``PUBLISH``, ...) in the next pipeline: its reply, or its error."""
         return await self._queued(_Call(None, (), args, self._future()))
 
+    async def commands(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run several commands together, in order, in the next pipeline (several pipelines past
+        :attr:`limit`): each one's reply, or the :class:`RedisError` it failed with, in its place.
+        With nothing queued or in flight, they go at once from the caller's task as one pipeline."""
+        if self._closed:
+            raise RedisError("closed")
+        calls = [_Call(None, (), tuple(args), self._future()) for args in commands]
+        if self._sender is None and self._alone is None:
+            self._alone = done = asyncio.get_running_loop().create_future()
+            try:
+                await self._pipeline(calls)
+            finally:
+                self._alone = None
+                done.set_result(None)
+        else:
+            self._queue.extend(calls)
+            if self._sender is None:
+                self._sender = asyncio.create_task(self._send(), name="redis batch")
+        replies: list[Any] = []
+        for call in calls:
+            try:
+                replies.append(await call.reply)
+            except RedisError as exc:
+                replies.append(exc)
+        return replies
+
     @staticmethod
     def _future() -> asyncio.Future[Any]:
         return asyncio.get_running_loop().create_future()

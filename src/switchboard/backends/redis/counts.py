@@ -41,20 +41,28 @@ return 1
 """
 
 
+def counter_keys(key_prefix: str, user: str, workspace: str, replica_id: str) -> tuple[str, str, str]:
+    """The user's and the workspace's counters, and the set of counters ``replica_id`` touched
+    (also for a script that counts a connection in with other work: ``entrance.py``)."""
+    p = f"{key_prefix}conns:"
+    return f"{p}u:{user}", f"{p}w:{workspace}", f"{p}keys:{replica_id}"
+
+
 class RedisConnectionCounts:
     def __init__(self, redis: Any, *, replica_id: str, key_prefix: str = "sb:") -> None:
         self._r = redis
         self.replica_id = replica_id
+        self._prefix = key_prefix
         self._p = f"{key_prefix}conns:"
         self._add = redis.register_script(_ADD)
         self._remove = redis.register_script(_REMOVE)
         self._batch = Batcher(redis)  # a crowd arriving or leaving at once: a few pipelines
 
     def _keys(self, user: str, workspace: str) -> list[str]:
-        return [f"{self._p}u:{user}", f"{self._p}w:{workspace}"]
+        return list(counter_keys(self._prefix, user, workspace, self.replica_id)[:2])
 
     def _touched(self, replica_id: str) -> str:
-        return f"{self._p}keys:{replica_id}"
+        return counter_keys(self._prefix, "", "", replica_id)[2]
 
     async def add(self, user: str, workspace: str) -> tuple[int, int]:
         keys = [*self._keys(user, workspace), self._touched(self.replica_id)]
