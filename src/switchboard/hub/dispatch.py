@@ -56,11 +56,11 @@ class Acting:
     user: dict[str, Any]
 
 
-# Context-local, not global state: set around one HTTP call, inherited by the
-# tasks the manager's RPC creates to send that call's frames.
 # Listeners a broadcast is written to in one turn of the event loop (about 2 to 5 ms of writes).
 BROADCAST_TURN = 256
 
+# Context-local, not global state: set around one HTTP call, inherited by the
+# tasks the manager's RPC creates to send that call's frames.
 ACTING_AS: ContextVar[Acting | None] = ContextVar("switchboard_acting_as", default=None)
 
 Later = Coroutine[Any, Any, Any]
