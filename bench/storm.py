@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -55,6 +56,7 @@ GIVE_UP = 240.0  # seconds: the longest any phase may take
 BACK_BOUND = 80.0  # seconds after the drain timeout: clients not back by then are reported as not back
 USER = "storm-user"
 POLL = 0.05  # seconds between two reads of who owns which client
+SWEEP_ATTEMPTS = 5  # tries per service in the sweep afterwards, when the hub's per-client rate limit (1,000 messages/s) turns the sweep away
 
 
 class Owners:
@@ -304,14 +306,25 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             t = time.monotonic()
             gate = asyncio.Semaphore(32)
             not_callable: list[str] = []
+            not_callable_why: collections.Counter[str] = collections.Counter()
+            rate_limited = [0]  # the sweep's calls the hub's per-client rate limit turned away (then retried)
 
             async def call(target: str) -> None:
                 async with gate:
-                    try:
-                        svc = await caller.get_service(f"{target}:s")
-                        assert await asyncio.wait_for(svc.echo(7), 30) == 7
-                    except Exception:
-                        not_callable.append(target)
+                    for attempt in range(SWEEP_ATTEMPTS):  # bounded; only the caller's own rate limit is retried
+                        try:
+                            svc = await caller.get_service(f"{target}:s")
+                            assert await asyncio.wait_for(svc.echo(7), 30) == 7
+                            return
+                        except Exception as exc:
+                            why = str(exc).strip().splitlines() or [type(exc).__name__]
+                            if "Rate limit exceeded" in why[-1] and attempt + 1 < SWEEP_ATTEMPTS:
+                                rate_limited[0] += 1
+                                await asyncio.sleep(1.0)  # the sweep outran the hub's per-client rate limit
+                                continue
+                            not_callable.append(target)
+                            not_callable_why[f"{type(exc).__name__}: {why[-1][:160]}"] += 1
+                            return
 
             await asyncio.gather(*(call(target) for target in sorted(moved)))
             sweep = time.monotonic() - t
@@ -351,6 +364,8 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "b_cpu_ms_per_client": b_cpu / total * 1e3,
                 "listed": len(listed_ids & moved),
                 "not_callable": len(not_callable),
+                "not_callable_why": dict(not_callable_why.most_common(5)),
+                "sweep_rate_limited": rate_limited[0],
                 "callable_sweep_s": sweep,
                 "client_disconnected_seen": len(gone),
                 "calls_to_moving_clients": mover.calls,
