@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 
 from switchboard.backends.base import Arrival, Claim, Entry
 from switchboard.backends.redis.batch import Batcher
+from switchboard.backends.redis.claim import CLAIM_LUA
 from switchboard.backends.redis.counts import counter_keys
 from switchboard.backends.redis.revoked import revoked_key
 from switchboard.backends.redis.transit import TransitKeys
@@ -41,7 +42,9 @@ from switchboard.errors import BackendError
 # {'held', holder}: another user holds the id (nothing written); {'?', owner}: the guess was
 # wrong (nothing written; call again with that owner); {'in', previous owner or '', u, w}.
 # The limits come first, as when counting and claiming were two steps.
-_ENTER = """
+_ENTER = (
+    CLAIM_LUA
+    + """
 local function total(key)
   local sum = 0
   for _, v in ipairs(redis.call('HVALS', key)) do sum = sum + tonumber(v) end
@@ -51,25 +54,14 @@ local u = total(KEYS[5]) + 1
 local w = total(KEYS[6]) + 1
 if u > tonumber(ARGV[5]) then return {'over', 'user', u, w} end
 if w > tonumber(ARGV[6]) then return {'over', 'workspace', u, w} end
-local holder = redis.call('HGET', KEYS[1], ARGV[1])
-if holder and holder ~= ARGV[2] then return {'held', holder} end
-local old = redis.call('HGET', KEYS[2], ARGV[1])
-if old and old ~= ARGV[3] and old ~= ARGV[4] then return {'?', old} end
+local status, value = claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if status ~= 'in' then return {status, value} end
 redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
 redis.call('HINCRBY', KEYS[6], ARGV[3], 1)
 redis.call('SADD', KEYS[7], KEYS[5], KEYS[6])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-local previous = ''
-if old ~= ARGV[3] then
-  if old then
-    redis.call('SREM', KEYS[4], ARGV[1])
-    previous = old
-  end
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  redis.call('SADD', KEYS[3], ARGV[1])
-end
-return {'in', previous, u, w}
+return {'in', value, u, w}
 """
+)
 
 _GUESSES = 5  # a wrong guess of the previous owner (it moved meanwhile) is rare: a few tries
 

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from switchboard.backends.base import Claim, Expiry
 from switchboard.backends.redis.batch import Batcher
+from switchboard.backends.redis.claim import CLAIM_LUA
 from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.stale import RedisStale
@@ -139,20 +140,15 @@ return removed
 # ARGV: "<ws>/<cid>", user id, replica id, the previous owner guessed (whose clients set KEYS[4] is).
 # {holder, ""} when another user holds the id (nothing changes), else {"", previous owner or ""};
 # {"?", owner} if the guess was wrong ("?" is no user id: outside the id grammar).
-_CLAIM = """
-local holder = redis.call('HGET', KEYS[1], ARGV[1])
-if holder and holder ~= ARGV[2] then return {holder, ''} end
-local old = redis.call('HGET', KEYS[2], ARGV[1])
-if old and old ~= ARGV[3] and old ~= ARGV[4] then return {'?', old} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-if old ~= ARGV[3] then
-  if old then redis.call('SREM', KEYS[4], ARGV[1]) end
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-  redis.call('SADD', KEYS[3], ARGV[1])
-  if old then return {'', old} end
-end
-return {'', ''}
+_CLAIM = (
+    CLAIM_LUA
+    + """
+local status, value = claim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if status == 'held' then return {value, ''} end
+if status == '?' then return {'?', value} end
+return {'', value}
 """
+)
 
 # KEYS: owner hash, workspaces set, this replica's clients set, then the svc hash of each info, then
 # the svc index hash of each.
