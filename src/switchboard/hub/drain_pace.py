@@ -125,7 +125,3 @@ class InFlight:
     def flying(self) -> list[str]:
         """Those counted now (as of the last :meth:`count`), to ask whether they are back."""
         return list(self._flying)
-
-    def oldest(self) -> float | None:
-        """When the oldest counted one was sent (it stops counting ``patience`` later)."""
-        return self._order[0][0] if self._order else None
