@@ -72,8 +72,13 @@ class Table:
         self.retry = RetryWindow(
             clock=self.clock, window=1.0, interval=0.1, publish=_published, give_up=lambda *_: None
         )
-        self.router = Router(
-            settings=self.settings,
+        self.router = self.router_for(self.settings)
+        self.manager = self.router.manager_address
+
+    def router_for(self, settings: Any) -> Router:
+        """A router over this table's clients, transit and retry window, with ``settings``."""
+        return Router(
+            settings=settings,
             clock=self.clock,
             metrics=self.metrics,
             peers=self.peers,
@@ -81,7 +86,6 @@ class Table:
             transit=self.transit,
             retry=self.retry,
         )
-        self.manager = self.router.manager_address
 
     def route(self, main: dict[str, Any], extra: dict[str, Any] | bytes | None = None, sender: Peer | None = None):
         rest = extra if isinstance(extra, bytes) else (msgpack.packb(extra) if extra is not None else b"")
@@ -389,15 +393,7 @@ def test_the_manager_is_the_one_the_settings_name() -> None:
     the router does not spell it again."""
     t = Table()
     base = t.settings
-    t.router = Router(
-        settings=RenamedManager(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}),
-        clock=t.clock,
-        metrics=t.metrics,
-        peers=t.peers,
-        aliases={ALIAS},
-        transit=t.transit,
-        retry=t.retry,
-    )
+    t.router = t.router_for(RenamedManager(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}))
     assert type(t.route(call("*/manager-renamed"))) is ToManager
     assert "invalid target" in reject_of(t.route(call(f"*/manager-{base.server_id}")))
 
