@@ -1,7 +1,7 @@
 """Child processes of bench/storm.py: many real clients in one process, so that the bench's clients
 are spread over several processes and none of them is one saturated event loop.
 
-    python bench/_storm_clients.py sdk|hypha
+    python bench/_storm_clients.py sdk|hypha|echo
 
 ``sdk``: Switchboard SDK clients (``switchboard.connect`` with every URL given); ``hypha``:
 unmodified hypha-rpc clients (``connect_to_server`` on one URL, a balancer's). Commands on stdin,
@@ -13,6 +13,14 @@ one JSON object a line, each answered by one line on stdout:
     {"report": true}
         the SDK clients' transport events: {"events": {client_id: [[kind, code, monotonic], ...]}}
         (``time.monotonic`` is the machine's CLOCK_MONOTONIC: comparable between processes)
+
+``echo``: B's existing clients, in a process of their own (the bench's own process runs the
+balancer, the owner watch and the sweep, and its event loop's delays are not B's):
+
+    {"echo": {"url": u, "workspace": ws, "token": t}}
+        connect a provider and a caller (SDK) to ``u``, start sequential echo calls; answers {"echo": "running"}
+    {"samples": true}
+        stop, and answer {"samples": [[monotonic start, seconds, ok], ...]}
 
 Closing stdin ends the process (connections aborted, nothing announced).
 """
@@ -81,7 +89,60 @@ class Hypha:
         await server.register_service({"id": "s", "config": {"visibility": "protected"}, "echo": echo})
 
 
+class EchoLoop:
+    """Sequential echo calls from a caller to a provider, both on the replica at ``url``."""
+
+    def __init__(self) -> None:
+        self.samples: list[list[Any]] = []
+        self.running = True
+        self.clients: list[Any] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self, cmd: dict[str, Any]) -> None:
+        from switchboard.client import connect
+
+        common = {"workspace": cmd["workspace"], "token": cmd["token"]}
+        provider = await connect([cmd["url"]], client_id="b-provider", **common)
+        self.clients.append(provider)
+        await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": echo})
+        caller = await connect([cmd["url"]], client_id="b-echo-caller", method_timeout=30, **common)
+        self.clients.append(caller)
+        svc = await caller.get_service(f"{cmd['workspace']}/b-provider:echo")
+        self.task = asyncio.ensure_future(self.run(svc))
+
+    async def run(self, svc: Any) -> None:
+        while self.running:
+            t = time.monotonic()
+            try:
+                await asyncio.wait_for(svc.echo("x" * 32), 10)
+                ok = True
+            except Exception:
+                ok = False
+            self.samples.append([t, time.monotonic() - t, ok])
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> list[list[Any]]:
+        self.running = False
+        if self.task is not None:
+            await asyncio.wait([self.task], timeout=15)
+        return self.samples
+
+
+async def serve_echo() -> None:
+    loop = EchoLoop()
+    async for cmd in commands():
+        if "echo" in cmd:
+            await asyncio.wait_for(loop.start(cmd["echo"]), 60)
+            reply({"echo": "running"})
+        elif cmd.get("samples"):
+            reply({"samples": await loop.stop()})
+    os._exit(0)
+
+
 async def serve(kind: str) -> None:
+    if kind == "echo":
+        await serve_echo()
+        return
     held: Sdk | Hypha = Sdk() if kind == "sdk" else Hypha()
     async for cmd in commands():
         if cmd.get("report"):

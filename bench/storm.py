@@ -6,14 +6,17 @@
 Two replicas (A, B) on one real Valkey. ``--sdk`` Switchboard SDK clients (``switchboard.connect``
 with both URLs) and ``--hypha`` unmodified hypha-rpc clients (through the test balancer, which then
 sends them to B) connect to A, all in one workspace, each registering one service; on B, a provider
-and a caller that calls its echo in a loop (B's existing clients), and a caller that calls the
-moving clients' services throughout and watches ``client_disconnected``. Then A gets SIGTERM.
+and a caller that calls its echo in a loop (B's existing clients, in a process of their own), and a
+caller that calls the moving clients' services throughout and watches ``client_disconnected``.
+Then A gets SIGTERM.
 
 Reported: seconds until every client is owned by B (back); per client, the time from its own
 hand-over (its transit mark, on Redis's clock) to being back, max against ``--grace``; whether
 every service is listed and callable afterwards; ``client_disconnected`` announcements seen
 (must be 0); calls to moving clients lost; B's CPU for the move; the longest gap in B's
-admissions; B's echo p50/p99 before and during the move; A's exit status and time.
+admissions; B's echo p50/p99 before and during the move; A's exit status and time. The same echo
+from a caller in this process (``harness_echo_*``) adds this process's own delays: it runs the
+balancer the hypha-rpc clients reconnect through, the owner watch and the sweep.
 
 The clients run in ``--workers`` child processes (``_storm_clients.py``) so the client side is not
 one saturated event loop. ``--against SRC`` first runs the same storm on another revision's
@@ -105,8 +108,16 @@ class Owners:
         return len(self.back) >= len(self.moved)
 
 
+def echo_figures(samples: list[tuple[float, float, bool]], lo: float, hi: float) -> dict[str, Any]:
+    s = sorted(d for t, d, ok in samples if lo <= t < hi and ok)
+    failed = sum(1 for t, _, ok in samples if lo <= t < hi and not ok)
+    return {"calls": len(s), "failed": failed, "p50_ms": pct(s, 50) * 1e3, "p99_ms": pct(s, 99) * 1e3}
+
+
 class Echo:
-    """B's existing clients: sequential echo calls from a caller to a provider, both on B."""
+    """Sequential echo calls from a caller in the bench's own process to B's provider: what
+    ``b_echo_*`` measures plus the delays of this process's loop (it runs the balancer the
+    hypha-rpc clients reconnect through, and the sweep), reported apart as ``harness_echo_*``."""
 
     def __init__(self, svc: Any) -> None:
         self.svc = svc
@@ -125,9 +136,7 @@ class Echo:
             await asyncio.sleep(0.01)
 
     def between(self, lo: float, hi: float) -> dict[str, Any]:
-        s = sorted(d for t, d, ok in self.samples if lo <= t < hi and ok)
-        failed = sum(1 for t, _, ok in self.samples if lo <= t < hi and not ok)
-        return {"calls": len(s), "failed": failed, "p50_ms": pct(s, 50) * 1e3, "p99_ms": pct(s, 99) * 1e3}
+        return echo_figures(self.samples, lo, hi)
 
 
 class Mover:
@@ -190,6 +199,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
     workspace = user_workspace(USER)
     token = admin_token(USER)
     children: list[Child] = []
+    children_extra: list[Child] = []  # not client workers: the echo process
     with ValkeyServer() as valkey:
         a = ReplicaProcess(replica_id="ra", redis_url=valkey.url, env=env, args=common).start()
         b = ReplicaProcess(replica_id="rb", redis_url=valkey.url, env=env, args=common).start()
@@ -234,9 +244,10 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             with valkey.client() as r:  # a client whose first connect to A timed out took B: it does not move
                 moved = {k.decode() for k, v in r.hgetall("sb:owner").items() if k.decode() in moved and v == b"ra"}
             total = len(moved)
-            provider = await connect([b.url], client_id="b-provider", workspace=workspace, token=token)
-            extra.append(provider)
-            await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": lambda x: x})
+            # B's existing clients: a provider and a caller in a process of their own (b_echo_*)
+            echoes = await Child("storm-echo", [CLIENTS, "echo"], log_dir).start()
+            children_extra.append(echoes)
+            await echoes.request({"echo": {"url": b.url, "workspace": workspace, "token": token}}, 90)
             caller = await connect([b.url], client_id="b-caller", workspace=workspace, token=token, method_timeout=30)
             extra.append(caller)
             gone: list[Any] = []
@@ -292,6 +303,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             await asyncio.sleep(1)
             mover.running = echo.running = False
             await asyncio.wait(loops, timeout=35)
+            b_echo = [tuple(x) for x in (await echoes.request({"samples": True}, 60))["samples"]]
             # listed and callable, from B
             listed_ids: set[str] = set()
             for _ in range(5):  # bounded: a sibling still catching up may time out a listing
@@ -370,8 +382,10 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "client_disconnected_seen": len(gone),
                 "calls_to_moving_clients": mover.calls,
                 "calls_lost": mover.lost,
-                "b_echo_before": echo.between(t0 - 3, t0),
-                "b_echo_during": echo.between(t0, t_back),
+                "b_echo_before": echo_figures(b_echo, t0 - 3, t0),
+                "b_echo_during": echo_figures(b_echo, t0, t_back),
+                "harness_echo_before": echo.between(t0 - 3, t0),
+                "harness_echo_during": echo.between(t0, t_back),
                 "a_exit_code": code,
                 "a_exit_s": exits[0] if exits else None,
             }
@@ -381,7 +395,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             for c in extra:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(c.disconnect(), 2)
-            for child in children:
+            for child in children + children_extra:
                 await child.stop()
             await balancer.stop()
             a.kill()
