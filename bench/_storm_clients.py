@@ -1,7 +1,7 @@
 """Child processes of bench/storm.py: many real clients in one process, so that the bench's clients
 are spread over several processes and none of them is one saturated event loop.
 
-    python bench/_storm_clients.py sdk|hypha
+    python bench/_storm_clients.py sdk|hypha|echo
 
 ``sdk``: Switchboard SDK clients (``switchboard.connect`` with every URL given); ``hypha``:
 unmodified hypha-rpc clients (``connect_to_server`` on one URL, a balancer's). Commands on stdin,
@@ -13,6 +13,15 @@ one JSON object a line, each answered by one line on stdout:
     {"report": true}
         the SDK clients' transport events: {"events": {client_id: [[kind, code, monotonic], ...]}}
         (``time.monotonic`` is the machine's CLOCK_MONOTONIC: comparable between processes)
+
+``echo``: the sibling's existing clients, a provider and a caller on one URL, in a process of their
+own so that their figure is the hub's, not the bench's (whose Redis poller and callers of the moving
+clients share its interpreter):
+
+    {"echo": {"url": u, "workspace": ws, "token": t}}
+        connect both, start the caller's loop (one echo at a time, 10 ms apart); answers {"echo": "started"}
+    {"samples": true}
+        stop the loop; answers {"samples": [[monotonic_start, seconds, ok], ...]}
 
 Closing stdin ends the process (connections aborted, nothing announced).
 """
@@ -81,7 +90,60 @@ class Hypha:
         await server.register_service({"id": "s", "config": {"visibility": "protected"}, "echo": echo})
 
 
+class Echo:
+    """A provider and a caller on the sibling: the caller echoes through it, one call at a time."""
+
+    def __init__(self) -> None:
+        self.samples: list[list[Any]] = []  # [start (monotonic), seconds, ok]
+        self.running = True
+        self.clients: list[Any] = []
+        self.loop: asyncio.Task[None] | None = None
+
+    async def start(self, spec: dict[str, Any]) -> None:
+        from switchboard.client import connect
+
+        url, workspace, token = spec["url"], spec["workspace"], spec["token"]
+        provider = await connect([url], client_id="b-provider", workspace=workspace, token=token)
+        self.clients.append(provider)
+        await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": echo})
+        caller = await connect([url], client_id="b-caller", workspace=workspace, token=token, method_timeout=30)
+        self.clients.append(caller)
+        svc = await caller.get_service(f"{workspace}/b-provider:echo")
+        self.loop = asyncio.ensure_future(self.run(svc))
+
+    async def run(self, svc: Any) -> None:
+        while self.running:
+            t = time.monotonic()
+            try:
+                await asyncio.wait_for(svc.echo("x" * 32), 10)
+                ok = True
+            except Exception:
+                ok = False
+            self.samples.append([t, time.monotonic() - t, ok])
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> list[list[Any]]:
+        self.running = False
+        if self.loop is not None:
+            await asyncio.wait([self.loop], timeout=15)
+        return self.samples
+
+
+async def serve_echo() -> None:
+    echoes = Echo()
+    async for cmd in commands():
+        if "echo" in cmd:
+            await asyncio.wait_for(echoes.start(cmd["echo"]), 60)
+            reply({"echo": "started"})
+        elif cmd.get("samples"):
+            reply({"samples": await echoes.stop()})
+    os._exit(0)
+
+
 async def serve(kind: str) -> None:
+    if kind == "echo":
+        await serve_echo()
+        return
     held: Sdk | Hypha = Sdk() if kind == "sdk" else Hypha()
     async for cmd in commands():
         if cmd.get("report"):
