@@ -1,9 +1,9 @@
 """The garbage collector as ``switchboard serve`` tunes it (server/collector.py): no collection
 holds the loop long while a crowd arrives.
 
-A collection's pause is mostly the cyclic garbage it frees. Measured on a sibling admitting a
-drain's clients (bench/storm.py, issue 26): 3,000 to 18,000 objects freed per young collection held
-its loop 15 to 57 ms of CPU, 40,000 in a middle one 75 to 110 ms, while its existing clients' echo
+A collection's pause grows with the cyclic garbage it frees. Measured on a sibling admitting a
+drain's 1,200 clients (bench/storm.py, issue 26): 3,000 to 5,000 objects freed per young collection
+held its loop 12 to 17 ms of CPU, 40,000 in a middle one 109 ms, while its existing clients' echo
 must stay under 50 ms at the 99th percentile. Each case runs in a child process of its own: tuning
 freezes the process's objects and sets its thresholds, which the test runner's must not inherit.
 """

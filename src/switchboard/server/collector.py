@@ -1,20 +1,21 @@
 """CPython's garbage collector, tuned for a process that holds thousands of connections.
 
-A collection holds the event loop for as long as it runs, and what it costs is
-mostly the cyclic garbage it frees, not the objects it merely looks at: a
-handshake, a registration through the manager's ``hypha_rpc.RPC`` (closures
-that refer to themselves, a class made for each call's promises) and each
-HTTP request's parser leave cycles that only a collection frees. How much of
-it one collection frees is what the generation's threshold lets accumulate.
+A collection holds the event loop for as long as it runs, and what it costs
+grows with what it walks and, most, with the cyclic garbage it frees: a
+registration through the manager's ``hypha_rpc.RPC`` (closures that refer to
+themselves, a class made for each call's promises) and each HTTP request's
+parser leave cycles that only a collection frees. Both are what the
+generation's threshold lets accumulate.
 
 So young collections are small and frequent, and the full one, over every
 tracked object, as rare as before. With a young collection every 20,000 new
 objects (this module's setting until issue 26's storms were measured), a
-sibling admitting 6,000 clients in a drain held its loop 15 to 57 ms of CPU
-per young collection (3,000 to 18,000 objects freed each) and 75 to 110 ms
-per middle one (40,000 freed): the longest holds B's existing clients saw,
-beside waiting for a core. Every :data:`YOUNG_EVERY` (2,000) they are 2 to 4
-ms and 6 to 8 ms, for about the same CPU in all (bench/README.md, storm).
+sibling admitting a drain's clients held its loop 12 to 17 ms of CPU per
+young collection with 1,200 of them (3,000 to 5,000 objects freed each) and
+15 to 57 ms with 6,000, 75 to 110 ms per middle one (up to 40,000 freed): the
+longest holds of its own that its existing clients saw (the rest was waiting
+for a core). Every :data:`YOUNG_EVERY` (2,000) they are at most 4 and 11 ms
+with 6,000, for about the same CPU in all (bench/README.md, storm).
 
 A full collection walks every connection's objects (about 100 each: 100 to
 300 ms at 6,000 clients). CPython runs one once ten middle collections have
@@ -33,8 +34,8 @@ from __future__ import annotations
 
 import gc
 
-# A young collection every this many new container objects (net of those freed): what it frees,
-# and so its pause, is bounded by that count: 2 to 4 ms on a loaded 2-core machine mid-storm.
+# A young collection every this many new container objects (net of those freed): what it walks and
+# frees, and so its pause, is bounded by that count: at most 4 ms on a loaded 2-core machine mid-storm.
 YOUNG_EVERY = 2_000
 
 # Middle collections between two full ones: 10 x as many as CPython's default, as young collections
