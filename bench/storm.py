@@ -1,7 +1,7 @@
 """A drain storm: thousands of clients moved from a draining replica to its sibling.
 
     .venv/bin/python bench/storm.py [--sdk 1000] [--hypha 0] [--grace 5] [--workers 4]
-                                    [--against OTHER_REVISION/src]
+                                    [--against OTHER_REVISION/src] [--holds]
 
 Two replicas (A, B) on one real Valkey. ``--sdk`` Switchboard SDK clients (``switchboard.connect``
 with both URLs) and ``--hypha`` unmodified hypha-rpc clients (through the test balancer, which then
@@ -17,7 +17,8 @@ admissions; B's echo p50/p99 before and during the move; A's exit status and tim
 
 The clients run in ``--workers`` child processes (``_storm_clients.py``) so the client side is not
 one saturated event loop. ``--against SRC`` first runs the same storm on another revision's
-``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios. Writes
+``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios. ``--holds`` records what
+held B's loop (``_holds/sitecustomize.py``: ran or waited for a core, garbage collections). Writes
 ``bench/results/storm.json``. Loopback only; every phase is bounded (:data:`GIVE_UP`).
 """
 
@@ -164,6 +165,28 @@ def _sdk_transit(events: list[list[Any]], t0: float) -> float:
     return float("inf") if gone is None or back is None else back - gone
 
 
+def holds(path: Path, lo: float, hi: float) -> dict[str, Any]:
+    """B's loop held more than 20 ms between ``lo`` and ``hi`` (bench/_holds): how often, how long in
+    all, how much of it B ran and how much it waited for a core; its garbage collections' pauses."""
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    lines = [x for x in lines if lo <= x["t"] < hi]
+    held = [x for x in lines if x["late_ms"] > 20]
+    pauses: dict[int, list[float]] = {}
+    for x in lines:
+        for generation, cpu_ms, _ in x["gc"]:
+            pauses.setdefault(generation, []).append(cpu_ms)
+    return {
+        "over_20ms": len(held),
+        "total_ms": round(sum(x["late_ms"] for x in held)),
+        "ran_ms": round(sum(x["ran_ms"] for x in held)),
+        "waited_for_a_core_ms": round(sum(x["waited_ms"] for x in held)),
+        "longest_ms": round(max((x["late_ms"] for x in held), default=0.0), 1),
+        "gc_pauses_over_2ms": {
+            str(g): {"n": len(p), "max_cpu_ms": round(max(p), 1)} for g, p in sorted(pauses.items())
+        },
+    }
+
+
 def cpu(pid: int) -> float:
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
@@ -181,7 +204,12 @@ async def until(check: Any, what: str, bound: float = GIVE_UP, interval: float =
 async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
     """One storm, on the replica code under ``src`` (another revision's) or this one's."""
     total = args.sdk + args.hypha
-    env = {"PYTHONPATH": src} if src else None
+    env = {"PYTHONPATH": src} if src else {}
+    log_dir = Path(tempfile.mkdtemp(prefix="storm-"))
+    holds_out = log_dir / "holds"
+    if args.holds:  # bench/_holds/sitecustomize.py in both replicas
+        env["PYTHONPATH"] = ":".join(p for p in (src, str(BENCH / "_holds")) if p)
+        env["STORM_HOLDS_OUT"] = str(holds_out)
     limits = ["--max-connections-per-workspace", str(total + 100), "--max-connections-per-user", str(total + 100)]
     common = ["--transit-grace", str(args.grace), "--drain-timeout", str(args.drain_timeout), *limits]
     common += args.replica_arg
@@ -195,7 +223,6 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
         balancer.take_out(b.port)  # the hypha-rpc clients start on A
         extra: list[Any] = []
         echo_child: Child | None = None
-        log_dir = Path(tempfile.mkdtemp(prefix="storm-"))
         try:
             sdk_ids = [f"sdk{i}" for i in range(args.sdk)]
             hypha_ids = [f"hy{i}" for i in range(args.hypha)]
@@ -371,6 +398,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "calls_lost": mover.lost,
                 "b_echo_before": echo.between(t0 - 3, t0),
                 "b_echo_during": echo.between(t0, t_back),
+                "b_holds_during": holds(holds_out.with_suffix(".rb"), t0, t_back) if args.holds else None,
                 "a_exit_code": code,
                 "a_exit_s": exits[0] if exits else None,
             }
@@ -411,6 +439,9 @@ def main() -> None:
     )
     parser.add_argument("--replica-arg", action="append", default=[], help="one more argument for both replicas")
     parser.add_argument("--profile", metavar="PY_SPY", help="record B with this py-spy for 25 s from the SIGTERM")
+    parser.add_argument(
+        "--holds", action="store_true", help="record what holds B's loop (bench/_holds) and summarize it"
+    )
     parser.add_argument("--against", metavar="SRC", help="first run the storm on this src/ (another revision's)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
