@@ -169,6 +169,9 @@ async def serve(kind: str) -> None:
 
 
 def main() -> None:
+    cpus = os.environ.get("STORM_CLIENT_CPUS")
+    if cpus and sys.argv[1] != "echo":  # the moving clients on these cores only (storm.py --client-cpus)
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     import hypha_rpc  # noqa: F401  (it sets its loggers' levels on import: import it first)
 

@@ -30,6 +30,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -443,7 +444,14 @@ def main() -> None:
         "--holds", action="store_true", help="record what holds B's loop (bench/_holds) and summarize it"
     )
     parser.add_argument("--against", metavar="SRC", help="first run the storm on this src/ (another revision's)")
+    parser.add_argument(
+        "--client-cpus",
+        metavar="LIST",
+        help="run the moving clients' processes on these cores only (e.g. 0): the rest for the hub's side",
+    )
     args = parser.parse_args()
+    if args.client_cpus:
+        os.environ["STORM_CLIENT_CPUS"] = args.client_cpus  # read by _storm_clients.py
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("switchboard.client").setLevel(logging.CRITICAL)  # the bench's own callers, during the move
     raise_fd_limit(4 * (args.sdk + args.hypha) + 1000)
