@@ -14,13 +14,14 @@ one JSON object a line, each answered by one line on stdout:
         the SDK clients' transport events: {"events": {client_id: [[kind, code, monotonic], ...]}}
         (``time.monotonic`` is the machine's CLOCK_MONOTONIC: comparable between processes)
 
-``echo``: B's existing clients, in a process of their own (the bench's own process runs the
-balancer, the owner watch and the sweep, and its event loop's delays are not B's):
+``echo``: the sibling's existing clients, a provider and a caller on one URL, in a process of their
+own so that their figure is the hub's, not the bench's (whose Redis poller and callers of the moving
+clients share its interpreter):
 
     {"echo": {"url": u, "workspace": ws, "token": t}}
-        connect a provider and a caller (SDK) to ``u``, start sequential echo calls; answers {"echo": "running"}
+        connect both, start the caller's loop (one echo at a time, 10 ms apart); answers {"echo": "started"}
     {"samples": true}
-        stop, and answer {"samples": [[monotonic start, seconds, ok], ...]}
+        stop the loop; answers {"samples": [[monotonic_start, seconds, ok], ...]}
 
 Closing stdin ends the process (connections aborted, nothing announced).
 """
@@ -89,26 +90,26 @@ class Hypha:
         await server.register_service({"id": "s", "config": {"visibility": "protected"}, "echo": echo})
 
 
-class EchoLoop:
-    """Sequential echo calls from a caller to a provider, both on the replica at ``url``."""
+class Echo:
+    """A provider and a caller on the sibling: the caller echoes through it, one call at a time."""
 
     def __init__(self) -> None:
-        self.samples: list[list[Any]] = []
+        self.samples: list[list[Any]] = []  # [start (monotonic), seconds, ok]
         self.running = True
         self.clients: list[Any] = []
-        self.task: asyncio.Task[None] | None = None
+        self.loop: asyncio.Task[None] | None = None
 
-    async def start(self, cmd: dict[str, Any]) -> None:
+    async def start(self, spec: dict[str, Any]) -> None:
         from switchboard.client import connect
 
-        common = {"workspace": cmd["workspace"], "token": cmd["token"]}
-        provider = await connect([cmd["url"]], client_id="b-provider", **common)
+        url, workspace, token = spec["url"], spec["workspace"], spec["token"]
+        provider = await connect([url], client_id="b-provider", workspace=workspace, token=token)
         self.clients.append(provider)
         await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": echo})
-        caller = await connect([cmd["url"]], client_id="b-echo-caller", method_timeout=30, **common)
+        caller = await connect([url], client_id="b-caller", workspace=workspace, token=token, method_timeout=30)
         self.clients.append(caller)
-        svc = await caller.get_service(f"{cmd['workspace']}/b-provider:echo")
-        self.task = asyncio.ensure_future(self.run(svc))
+        svc = await caller.get_service(f"{workspace}/b-provider:echo")
+        self.loop = asyncio.ensure_future(self.run(svc))
 
     async def run(self, svc: Any) -> None:
         while self.running:
@@ -123,19 +124,19 @@ class EchoLoop:
 
     async def stop(self) -> list[list[Any]]:
         self.running = False
-        if self.task is not None:
-            await asyncio.wait([self.task], timeout=15)
+        if self.loop is not None:
+            await asyncio.wait([self.loop], timeout=15)
         return self.samples
 
 
 async def serve_echo() -> None:
-    loop = EchoLoop()
+    echoes = Echo()
     async for cmd in commands():
         if "echo" in cmd:
-            await asyncio.wait_for(loop.start(cmd["echo"]), 60)
-            reply({"echo": "running"})
+            await asyncio.wait_for(echoes.start(cmd["echo"]), 60)
+            reply({"echo": "started"})
         elif cmd.get("samples"):
-            reply({"samples": await loop.stop()})
+            reply({"samples": await echoes.stop()})
     os._exit(0)
 
 
@@ -168,6 +169,9 @@ async def serve(kind: str) -> None:
 
 
 def main() -> None:
+    cpus = os.environ.get("STORM_CLIENT_CPUS")
+    if cpus and sys.argv[1] != "echo":  # the moving clients on these cores only (storm.py --client-cpus)
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     import hypha_rpc  # noqa: F401  (it sets its loggers' levels on import: import it first)
 

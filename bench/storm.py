@@ -1,26 +1,24 @@
 """A drain storm: thousands of clients moved from a draining replica to its sibling.
 
     .venv/bin/python bench/storm.py [--sdk 1000] [--hypha 0] [--grace 5] [--workers 4]
-                                    [--against OTHER_REVISION/src]
+                                    [--against OTHER_REVISION/src] [--holds]
 
 Two replicas (A, B) on one real Valkey. ``--sdk`` Switchboard SDK clients (``switchboard.connect``
 with both URLs) and ``--hypha`` unmodified hypha-rpc clients (through the test balancer, which then
 sends them to B) connect to A, all in one workspace, each registering one service; on B, a provider
-and a caller that calls its echo in a loop (B's existing clients, in a process of their own), and a
-caller that calls the moving clients' services throughout and watches ``client_disconnected``.
-Then A gets SIGTERM.
+and a caller that calls its echo in a loop (B's existing clients, in a process of their own), and a caller that calls the
+moving clients' services throughout and watches ``client_disconnected``. Then A gets SIGTERM.
 
 Reported: seconds until every client is owned by B (back); per client, the time from its own
 hand-over (its transit mark, on Redis's clock) to being back, max against ``--grace``; whether
 every service is listed and callable afterwards; ``client_disconnected`` announcements seen
 (must be 0); calls to moving clients lost; B's CPU for the move; the longest gap in B's
-admissions; B's echo p50/p99 before and during the move; A's exit status and time. The same echo
-from a caller in this process (``harness_echo_*``) adds this process's own delays: it runs the
-balancer the hypha-rpc clients reconnect through, the owner watch and the sweep.
+admissions; B's echo p50/p99 before and during the move; A's exit status and time.
 
 The clients run in ``--workers`` child processes (``_storm_clients.py``) so the client side is not
 one saturated event loop. ``--against SRC`` first runs the same storm on another revision's
-``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios. Writes
+``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios. ``--holds`` records what
+held B's loop (``_holds/sitecustomize.py``: ran or waited for a core, garbage collections). Writes
 ``bench/results/storm.json``. Loopback only; every phase is bounded (:data:`GIVE_UP`).
 """
 
@@ -32,6 +30,7 @@ import collections
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -108,35 +107,27 @@ class Owners:
         return len(self.back) >= len(self.moved)
 
 
-def echo_figures(samples: list[tuple[float, float, bool]], lo: float, hi: float) -> dict[str, Any]:
-    s = sorted(d for t, d, ok in samples if lo <= t < hi and ok)
-    failed = sum(1 for t, _, ok in samples if lo <= t < hi and not ok)
-    return {"calls": len(s), "failed": failed, "p50_ms": pct(s, 50) * 1e3, "p99_ms": pct(s, 99) * 1e3}
-
-
 class Echo:
-    """Sequential echo calls from a caller in the bench's own process to B's provider: what
-    ``b_echo_*`` measures plus the delays of this process's loop (it runs the balancer the
-    hypha-rpc clients reconnect through, and the sweep), reported apart as ``harness_echo_*``."""
+    """B's existing clients: sequential echo calls from a caller to a provider, both on B, in a child
+    process of their own (``_storm_clients.py echo``). In the bench's process their calls waited behind
+    its own work (reading every owner and transit mark from Redis 20 times a second, the calls to the
+    moving clients): holds of up to 0.22 s of its loop with 6,000 clients, not B's."""
 
-    def __init__(self, svc: Any) -> None:
-        self.svc = svc
-        self.samples: list[tuple[float, float, bool]] = []  # (start, seconds, ok)
-        self.running = True
+    def __init__(self, child: Child) -> None:
+        self.child = child
+        self.samples: list[tuple[float, float, bool]] = []  # (start, seconds, ok), on the machine's monotonic clock
 
-    async def run(self) -> None:
-        while self.running:
-            t = time.monotonic()
-            try:
-                await asyncio.wait_for(self.svc.echo("x" * 32), 10)
-                ok = True
-            except Exception:
-                ok = False
-            self.samples.append((t, time.monotonic() - t, ok))
-            await asyncio.sleep(0.01)
+    async def start(self, url: str, workspace: str, token: str) -> None:
+        await self.child.request({"echo": {"url": url, "workspace": workspace, "token": token}}, 60)
+
+    async def stop(self) -> None:
+        answer = await self.child.request({"samples": True}, 60)
+        self.samples = [(t, d, ok) for t, d, ok in answer["samples"]]
 
     def between(self, lo: float, hi: float) -> dict[str, Any]:
-        return echo_figures(self.samples, lo, hi)
+        s = sorted(d for t, d, ok in self.samples if lo <= t < hi and ok)
+        failed = sum(1 for t, _, ok in self.samples if lo <= t < hi and not ok)
+        return {"calls": len(s), "failed": failed, "p50_ms": pct(s, 50) * 1e3, "p99_ms": pct(s, 99) * 1e3}
 
 
 class Mover:
@@ -175,6 +166,28 @@ def _sdk_transit(events: list[list[Any]], t0: float) -> float:
     return float("inf") if gone is None or back is None else back - gone
 
 
+def holds(path: Path, lo: float, hi: float) -> dict[str, Any]:
+    """B's loop held more than 20 ms between ``lo`` and ``hi`` (bench/_holds): how often, how long in
+    all, how much of it B ran and how much it waited for a core; its garbage collections' pauses."""
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    lines = [x for x in lines if lo <= x["t"] < hi]
+    held = [x for x in lines if x["late_ms"] > 20]
+    pauses: dict[int, list[float]] = {}
+    for x in lines:
+        for generation, cpu_ms, _ in x["gc"]:
+            pauses.setdefault(generation, []).append(cpu_ms)
+    return {
+        "over_20ms": len(held),
+        "total_ms": round(sum(x["late_ms"] for x in held)),
+        "ran_ms": round(sum(x["ran_ms"] for x in held)),
+        "waited_for_a_core_ms": round(sum(x["waited_ms"] for x in held)),
+        "longest_ms": round(max((x["late_ms"] for x in held), default=0.0), 1),
+        "gc_pauses_over_2ms": {
+            str(g): {"n": len(p), "max_cpu_ms": round(max(p), 1)} for g, p in sorted(pauses.items())
+        },
+    }
+
+
 def cpu(pid: int) -> float:
     t = psutil.Process(pid).cpu_times()
     return float(t.user + t.system)
@@ -192,21 +205,25 @@ async def until(check: Any, what: str, bound: float = GIVE_UP, interval: float =
 async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
     """One storm, on the replica code under ``src`` (another revision's) or this one's."""
     total = args.sdk + args.hypha
-    env = {"PYTHONPATH": src} if src else None
+    env = {"PYTHONPATH": src} if src else {}
+    log_dir = Path(tempfile.mkdtemp(prefix="storm-"))
+    holds_out = log_dir / "holds"
+    if args.holds:  # bench/_holds/sitecustomize.py in both replicas
+        env["PYTHONPATH"] = ":".join(p for p in (src, str(BENCH / "_holds")) if p)
+        env["STORM_HOLDS_OUT"] = str(holds_out)
     limits = ["--max-connections-per-workspace", str(total + 100), "--max-connections-per-user", str(total + 100)]
     common = ["--transit-grace", str(args.grace), "--drain-timeout", str(args.drain_timeout), *limits]
     common += args.replica_arg
     workspace = user_workspace(USER)
     token = admin_token(USER)
     children: list[Child] = []
-    children_extra: list[Child] = []  # not client workers: the echo process
     with ValkeyServer() as valkey:
         a = ReplicaProcess(replica_id="ra", redis_url=valkey.url, env=env, args=common).start()
         b = ReplicaProcess(replica_id="rb", redis_url=valkey.url, env=env, args=common).start()
         balancer = await Balancer([a.port, b.port]).start()
         balancer.take_out(b.port)  # the hypha-rpc clients start on A
         extra: list[Any] = []
-        log_dir = Path(tempfile.mkdtemp(prefix="storm-"))
+        echo_child: Child | None = None
         try:
             sdk_ids = [f"sdk{i}" for i in range(args.sdk)]
             hypha_ids = [f"hy{i}" for i in range(args.hypha)]
@@ -244,22 +261,20 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             with valkey.client() as r:  # a client whose first connect to A timed out took B: it does not move
                 moved = {k.decode() for k, v in r.hgetall("sb:owner").items() if k.decode() in moved and v == b"ra"}
             total = len(moved)
-            # B's existing clients: a provider and a caller in a process of their own (b_echo_*)
-            echoes = await Child("storm-echo", [CLIENTS, "echo"], log_dir).start()
-            children_extra.append(echoes)
-            await echoes.request({"echo": {"url": b.url, "workspace": workspace, "token": token}}, 90)
-            caller = await connect([b.url], client_id="b-caller", workspace=workspace, token=token, method_timeout=30)
+            echo_child = await Child("storm-echo", [CLIENTS, "echo"], log_dir).start()
+            echo = Echo(echo_child)
+            await echo.start(b.url, workspace, token)
+            caller = await connect([b.url], client_id="b-watcher", workspace=workspace, token=token, method_timeout=30)
             extra.append(caller)
             gone: list[Any] = []
             caller.on("client_disconnected", gone.append)
             await caller.subscribe(["client_disconnected"])
-            echo = Echo(await caller.get_service(f"{workspace}/b-provider:echo"))
             mover_client = await connect([b.url], client_id="b-mover", workspace=workspace, token=token)
             extra.append(mover_client)
             sample = sorted(moved)[:: max(1, total // 200)]
             mover = Mover(mover_client, sample)
             owners = Owners(valkey, moved, "rb").start()
-            loops = [asyncio.ensure_future(echo.run()), asyncio.ensure_future(mover.run())]
+            loops = [asyncio.ensure_future(mover.run())]
             await asyncio.sleep(3)  # echo's baseline, with every client idle on A
             assert a.proc is not None
             assert b.proc is not None
@@ -301,9 +316,9 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             if args.profile:
                 await asyncio.wait_for(spy.wait(), 60)
             await asyncio.sleep(1)
-            mover.running = echo.running = False
+            mover.running = False
+            await echo.stop()
             await asyncio.wait(loops, timeout=35)
-            b_echo = [tuple(x) for x in (await echoes.request({"samples": True}, 60))["samples"]]
             # listed and callable, from B
             listed_ids: set[str] = set()
             for _ in range(5):  # bounded: a sibling still catching up may time out a listing
@@ -382,10 +397,9 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 "client_disconnected_seen": len(gone),
                 "calls_to_moving_clients": mover.calls,
                 "calls_lost": mover.lost,
-                "b_echo_before": echo_figures(b_echo, t0 - 3, t0),
-                "b_echo_during": echo_figures(b_echo, t0, t_back),
-                "harness_echo_before": echo.between(t0 - 3, t0),
-                "harness_echo_during": echo.between(t0, t_back),
+                "b_echo_before": echo.between(t0 - 3, t0),
+                "b_echo_during": echo.between(t0, t_back),
+                "b_holds_during": holds(holds_out.with_suffix(".rb"), t0, t_back) if args.holds else None,
                 "a_exit_code": code,
                 "a_exit_s": exits[0] if exits else None,
             }
@@ -395,7 +409,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
             for c in extra:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(c.disconnect(), 2)
-            for child in children + children_extra:
+            for child in [*children, *([echo_child] if echo_child else [])]:
                 await child.stop()
             await balancer.stop()
             a.kill()
@@ -426,8 +440,18 @@ def main() -> None:
     )
     parser.add_argument("--replica-arg", action="append", default=[], help="one more argument for both replicas")
     parser.add_argument("--profile", metavar="PY_SPY", help="record B with this py-spy for 25 s from the SIGTERM")
+    parser.add_argument(
+        "--holds", action="store_true", help="record what holds B's loop (bench/_holds) and summarize it"
+    )
     parser.add_argument("--against", metavar="SRC", help="first run the storm on this src/ (another revision's)")
+    parser.add_argument(
+        "--client-cpus",
+        metavar="LIST",
+        help="run the moving clients' processes on these cores only (e.g. 0): the rest for the hub's side",
+    )
     args = parser.parse_args()
+    if args.client_cpus:
+        os.environ["STORM_CLIENT_CPUS"] = args.client_cpus  # read by _storm_clients.py
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("switchboard.client").setLevel(logging.CRITICAL)  # the bench's own callers, during the move
     raise_fd_limit(4 * (args.sdk + args.hypha) + 1000)
