@@ -1,7 +1,7 @@
 """A drain storm: thousands of clients moved from a draining replica to its sibling.
 
     .venv/bin/python bench/storm.py [--sdk 1000] [--hypha 0] [--grace 5] [--workers 4]
-                                    [--against OTHER_REVISION/src] [--holds] [--hub-cpus 1]
+                                    [--against OTHER_REVISION/src] [--holds]
 
 Two replicas (A, B) on one real Valkey. ``--sdk`` Switchboard SDK clients (``switchboard.connect``
 with both URLs) and ``--hypha`` unmodified hypha-rpc clients (through the test balancer, which then
@@ -202,17 +202,6 @@ async def until(check: Any, what: str, bound: float = GIVE_UP, interval: float =
     return time.monotonic() - started
 
 
-def cpu_set(spec: str) -> set[int]:
-    return {int(c) for c in spec.split(",")}
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` on ``cpus`` (threads it starts later inherit it from theirs)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(task.name), cpus)
-
-
 async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
     """One storm, on the replica code under ``src`` (another revision's) or this one's."""
     total = args.sdk + args.hypha
@@ -273,11 +262,6 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                 moved = {k.decode() for k, v in r.hgetall("sb:owner").items() if k.decode() in moved and v == b"ra"}
             total = len(moved)
             echo_child = await Child("storm-echo", [CLIENTS, "echo"], log_dir).start()
-            if args.hub_cpus:  # B, and its existing clients' process, on cores of their own
-                assert b.proc is not None
-                assert echo_child.pid is not None
-                for pid in (b.proc.pid, echo_child.pid):
-                    pin(pid, cpu_set(args.hub_cpus))
             echo = Echo(echo_child)
             await echo.start(b.url, workspace, token)
             caller = await connect([b.url], client_id="b-watcher", workspace=workspace, token=token, method_timeout=30)
@@ -465,18 +449,7 @@ def main() -> None:
         metavar="LIST",
         help="run the moving clients' processes on these cores only (e.g. 0): the rest for the hub's side",
     )
-    parser.add_argument(
-        "--hub-cpus",
-        metavar="LIST",
-        help="B and its existing clients (the echo) on these cores only, everything else (A, Valkey, the moving "
-        "clients, this process) on the others: B as on a machine of its own, its clients' CPU not its own",
-    )
     args = parser.parse_args()
-    if args.hub_cpus:
-        others = os.sched_getaffinity(0) - cpu_set(args.hub_cpus)
-        if not others:
-            raise SystemExit("--hub-cpus leaves no core for the rest")
-        os.sched_setaffinity(0, others)  # inherited by every process started from here
     if args.client_cpus:
         os.environ["STORM_CLIENT_CPUS"] = args.client_cpus  # read by _storm_clients.py
     logging.basicConfig(level=logging.WARNING)
