@@ -89,7 +89,7 @@ class ServiceDirectory:
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
         peer = calling_peer()
-        raw = plain(service)
+        raw = svc_ids.plain_copy(service)
         if not isinstance(raw, dict):
             raise ProtocolError("register_service expects a service info object")
         short = str(raw.get("id", "")).rpartition(":")[2]
@@ -100,7 +100,7 @@ class ServiceDirectory:
         if short.startswith("_rintf_") or (raw.get("config") or {}).get("_local_only"):
             return None
         info = svc_ids.prepare_registration(
-            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
+            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire, copy=False
         )
         if "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
             info["service_schema"] = self._schemas.share(info["service_schema"])
