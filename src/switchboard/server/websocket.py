@@ -220,8 +220,7 @@ async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] 
     (``None``: it left first). A function of its own, so that the first frame, the token in it
     and what was decoded of it are freed once the client is in, not kept for the connection's life."""
     hub = state.hub
-    async with asyncio.timeout(hub.settings.handshake_timeout):  # no task of its own, as wait_for's
-        first = await websocket.receive()
+    first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
     if first["type"] == "websocket.disconnect":
         return None
     hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
