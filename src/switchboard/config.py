@@ -210,8 +210,8 @@ class Settings:
         "Seconds a WebSocket client has to finish a message it started (a frame partly received, or a fragmented "
         "message); then closed with 1008 and the partial message dropped.",
         "20 s: a 16 MiB frame, the largest accepted, completes on a 6.7 Mbit/s uplink and a 256 KiB hypha-rpc chunk "
-        "on 105 kbit/s; a frame slower than 20 s risks uvicorn's keepalive anyway (a ping sent during it times out "
-        "after 20 s: its pong cannot overtake the frame)",
+        "on 105 kbit/s; a client stalled that long within a frame fails the keepalive anyway (pinged after 20 s "
+        "without a byte from it, its pong cannot overtake the frame)",
         minimum=0.1,
     )
     reconnection_token_lifetime: float = setting(

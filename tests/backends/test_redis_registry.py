@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -72,6 +73,20 @@ async def test_register_returns_the_replaced_info(registry: RedisRegistry) -> No
     assert await registry.register(first) is None
     assert await registry.register(second) == first
     assert await registry.find(ServiceQuery("ws1")) == [second]
+
+
+async def test_a_registration_stores_the_json_it_was_given(
+    registry: RedisRegistry, valkey_registry: ValkeyServer
+) -> None:
+    """The service directory encodes an info once, to bound its size, and that text is what is
+    stored: a hypha-rpc connect no longer encodes its built-in service a second time."""
+    info = svc("ws1/cA:echo", v=1)
+    encoded = json.dumps(info, separators=(",", ":"))
+    await registry.register(info, encoded=encoded)
+
+    with valkey_registry.client() as admin:
+        assert admin.hget(f"{registry._p}svc:ws1", "cA:echo") == encoded.encode()
+    assert await registry.find(ServiceQuery("ws1")) == [info]
 
 
 async def test_unregister_returns_the_removed_info_once(registry: RedisRegistry) -> None:

@@ -146,6 +146,7 @@ async def test_a_connect_and_a_leave_cost_the_same_with_500_clients_in_the_works
     finally:
         for writer in writers:
             writer.cancel()
+        await asyncio.gather(*(server.hub.detach(peer) for peer in list(server.hub.peers.values())))
     grew = [
         f"a {what} executed {at_few} lines of hub code with {FEW} clients in the workspace and {at_many} with "
         f"{MANY}: {(at_many - at_few) / (MANY - FEW):.1f} more per client already there (at most {PER_CLIENT_THERE})"

@@ -90,6 +90,11 @@ def test_equal_values_are_shared_and_the_table_stays_bounded() -> None:
     assert shared.share({"f": {"parameters": [1, 2], "type": "function"}}) is first, "equal whatever the key order"
     different = {"f": {"type": "function", "parameters": [2, 1]}}
     assert shared.share(different) is different
+    for alike in (
+        {"f": {"type": "function", "parameters": [True, 2]}},
+        {"f": {"type": "function", "parameters": [1.0, 2]}},
+    ):
+        assert shared.share(alike) is alike, "equal in Python, not the same JSON: kept apart"
     for i in range(10):  # a client sending a new schema every time
         shared.share({"n": i})
     assert len(shared) == 2

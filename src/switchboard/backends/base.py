@@ -95,8 +95,10 @@ class Entrance(Protocol):
 class Registry(Protocol):
     """Service infos by full id ``<ws>/<cid>:<svc>``, visible to every replica."""
 
-    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
-        """Store ``info`` (replacing one with the same id); return the one replaced."""
+    async def register(self, info: ServiceInfo, *, encoded: str | None = None) -> ServiceInfo | None:
+        """Store ``info`` (replacing one with the same id); return the one replaced.
+
+        ``encoded``: ``info`` as JSON already (the size check's), for a store that keeps text."""
         ...
 
     async def unregister(self, service_id: str) -> ServiceInfo | None:

@@ -31,7 +31,7 @@ class MemoryRegistry:
         self._transit: dict[str, tuple[float, float]] = {}  # "<ws>/<cid>" -> (left at, deadline)
         self._holders: dict[str, str] = {}  # "<ws>/<cid>" -> id of the user holding it
 
-    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
+    async def register(self, info: ServiceInfo, *, encoded: str | None = None) -> ServiceInfo | None:
         sid = info["id"]
         ws, cid, name = split_full_id(sid)
         services = self._by_workspace.setdefault(ws, {})

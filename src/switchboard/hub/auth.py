@@ -17,6 +17,7 @@ import shortuuid
 
 from switchboard.clock import Clock
 from switchboard.errors import AuthError
+from switchboard.hub.token_signing import sign_hs256
 from switchboard.protocol import ids
 
 ISSUER = "https://switchboard.invalid/"
@@ -178,7 +179,7 @@ class TokenIssuer:
             origin = user.origin or user.token_id
             if origin:
                 extra[ORIGIN] = origin
-        return jwt.encode(
+        return sign_hs256(
             {
                 **extra,
                 "iss": ISSUER,
@@ -199,8 +200,7 @@ class TokenIssuer:
                 _EMAIL: user.email,
                 _PARENT: user.parent,
             },
-            self.secret,
-            algorithm="HS256",
+            self.secret.encode(),
         )
 
     def verify(self, token: str) -> User:

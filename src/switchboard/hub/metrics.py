@@ -75,27 +75,35 @@ class HubMetrics:
 
         Errors are what went wrong for someone: frames rejected or refused over
         a limit, frames that reached nobody, refused handshakes, failed calls.
+        Each figure is read from its own metric: the presence record asks for
+        them twice a second, and the registry's lookup by name collected every
+        metric once per figure, the count of services too, a walk of every
+        client connected here (``tests/hub/test_metrics.py``).
         """
-        labels = {"replica": self.replica_id}
-
-        def value(name: str) -> float:
-            return self.registry.get_sample_value(name, labels) or 0.0
-
         errors = sum(
-            value(f"switchboard_{name}_total")
-            for name in (
-                "rejected_frames",
-                "refused_over_limit",
-                "undeliverable_messages",
-                "handshake_failures",
-                "call_errors",
+            _value(metric, "_total")
+            for metric in (
+                self.bad_frames,
+                self.rate_limited,
+                self.undeliverable,
+                self.handshake_failures,
+                self.call_errors,
             )
         )
         return {
             "received": float(self.frames.received),
             "errors": errors,
-            "inflight": value("switchboard_calls_in_flight"),
+            "inflight": _value(self.calls_in_flight, ""),
         }
+
+
+def _value(metric: Counter | Gauge, suffix: str) -> float:
+    """The value of one labelled metric (its sample named with ``suffix``), through its public ``collect``."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name == family.name + suffix:
+                return float(sample.value)
+    return 0.0
 
 
 class FrameCounts:

@@ -89,7 +89,7 @@ class ServiceDirectory:
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
         peer = calling_peer()
-        raw = plain(service)
+        raw = svc_ids.plain_copy(service)
         if not isinstance(raw, dict):
             raise ProtocolError("register_service expects a service info object")
         short = str(raw.get("id", "")).rpartition(":")[2]
@@ -100,7 +100,7 @@ class ServiceDirectory:
         if short.startswith("_rintf_") or (raw.get("config") or {}).get("_local_only"):
             return None
         info = svc_ids.prepare_registration(
-            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire
+            raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire, copy=False
         )
         if "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
             info["service_schema"] = self._schemas.share(info["service_schema"])
@@ -109,10 +109,10 @@ class ServiceDirectory:
             raise LimitExceeded(f"Too many services: a client may register at most {limit}")
         if short != "built-in":  # a client's presence is never a singleton, and every client has one
             await self._check_singleton(info)
-        self._check_size(peer, info)
+        encoded = self._check_size(peer, info)
         peer.services[info["id"]] = info
         try:
-            previous = await self.hub.registry.register(info)
+            previous = await self.hub.registry.register(info, encoded=encoded)
         except BackendError as exc:
             # The shared registry is away. The client keeps working with its
             # peers here, and the cluster loop writes the registration back.
@@ -245,10 +245,15 @@ class ServiceDirectory:
                 raise BackendError(REFILLING)
             await clock.sleep(SETTLE_POLL)
 
-    def _check_size(self, peer: Peer, info: ServiceInfo) -> None:
-        """Bound what one client's registrations hold (they live in the registry until it leaves)."""
+    def _check_size(self, peer: Peer, info: ServiceInfo) -> str | None:
+        """Bound what one client's registrations hold (they live in the registry until it leaves);
+        return ``info`` as the JSON measured, for the registry to store (``None``: not JSON)."""
         s = self.hub.settings
-        size = len(json.dumps(info, separators=(",", ":"), default=repr))
+        try:
+            encoded: str | None = json.dumps(info, separators=(",", ":"))
+        except (TypeError, ValueError):
+            encoded = None  # measured as before; the registry refuses it as it always did
+        size = len(encoded) if encoded is not None else len(json.dumps(info, separators=(",", ":"), default=repr))
         if size > s.max_service_bytes:
             raise LimitExceeded(
                 f"Service info too large: {size} bytes, at most {s.max_service_bytes} (--max-service-bytes)"
@@ -260,6 +265,7 @@ class ServiceDirectory:
                 f"at most {s.max_registration_bytes} (--max-registration-bytes)"
             )
         peer.service_bytes[info["id"]] = size
+        return encoded
 
     async def resolve(
         self,

@@ -157,14 +157,24 @@ def check_use(info: ServiceInfo, *, caller_workspace: str, has_read: bool) -> No
         raise PermissionDenied(f"Permission denied for non-public service in workspace {ws}")
 
 
-def prepare_registration(service: Any, *, workspace: str, client_id: str, user_wire: dict[str, Any]) -> ServiceInfo:
-    """Normalise what ``register_service`` received into the stored service info."""
-    if not isinstance(service, dict):
-        raise ProtocolError("register_service expects a service info object")
+def plain_copy(service: Any) -> Any:
+    """A copy of every dict and list (what msgpack decodes), faster than deepcopy."""
     try:
-        info: ServiceInfo = plain(service)  # a copy of every dict and list (what msgpack decodes), faster than deepcopy
+        return plain(service)
     except RecursionError:
         raise ProtocolError("service info is nested too deeply") from None
+
+
+def prepare_registration(
+    service: Any, *, workspace: str, client_id: str, user_wire: dict[str, Any], copy: bool = True
+) -> ServiceInfo:
+    """Normalise what ``register_service`` received into the stored service info.
+
+    ``copy=False``: ``service`` is already a copy of its own (:func:`plain`'s), changed in place.
+    """
+    if not isinstance(service, dict):
+        raise ProtocolError("register_service expects a service info object")
+    info: ServiceInfo = plain_copy(service) if copy else service
     raw_id = info.get("id")
     if not isinstance(raw_id, str) or not raw_id:
         raise ProtocolError("service info has no 'id'")

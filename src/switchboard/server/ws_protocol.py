@@ -67,7 +67,11 @@ log = logging.getLogger(__name__)
 HAND_OVER_READ = 1.0
 # Seconds a client has to answer the hub's close frame (as under uvicorn).
 CLOSE_TIMEOUT = 10.0
-# A ping every KEEPALIVE seconds, failed (1011) when its pong is KEEPALIVE late (uvicorn's defaults).
+# A ping after KEEPALIVE seconds without a word from the client, failed (1011) when its pong is
+# KEEPALIVE late (uvicorn's defaults, but uvicorn pings every 20 s whatever the client sends).
+# A hypha-rpc client pings every 20 s itself, and sends a {"type": "ping"} as often: a client
+# heard from within the interval is there, and 10,000 idle ones cost the replica a tenth of a
+# core less without the hub's pings and their pongs.
 KEEPALIVE = 20.0
 
 MessageHandler = Callable[[bytes | str], None]
@@ -112,6 +116,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         self._text = False
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._ping: bytes | None = None
+        self._heard = 0.0  # when the client's last bytes arrived, by the loop's clock
         self._scanner: FrameScanner | None = None
         self._message_since: float | None = None  # when the message under way began, by the loop's clock
 
@@ -128,6 +133,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         self.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        self._heard = self.loop.time()
         scanner = self._scanner
         if scanner is not None:
             was_busy, ended = scanner.busy, scanner.messages
@@ -390,6 +396,9 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def _send_ping(self) -> None:
         self._timers.pop("ping", None)
         if self.closing or self.conn.state is not State.OPEN:
+            return
+        if (quiet := self.loop.time() - self._heard) < KEEPALIVE:  # heard from: no ping needed yet
+            self._later("ping", KEEPALIVE - quiet, self._send_ping)
             return
         self._ping = os.urandom(4)
         self.conn.send_ping(self._ping)

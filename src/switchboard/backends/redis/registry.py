@@ -241,8 +241,9 @@ class RedisRegistry:
 
     # -- Registry -------------------------------------------------------------
 
-    async def register(self, info: ServiceInfo) -> ServiceInfo | None:
+    async def register(self, info: ServiceInfo, *, encoded: str | None = None) -> ServiceInfo | None:
         ws, cid, svc = split_full_id(info["id"])
+        text = json.dumps(info) if encoded is None else encoded
         wc = f"{ws}/{cid}"
         owner = self.replica_id  # the usual case: our own client, or nobody's yet
         for _ in range(_CAS_TRIES):
@@ -254,7 +255,7 @@ class RedisRegistry:
                 self._clients_key(owner),
                 self._keys.index(ws),
             ]
-            args = [ws, f"{cid}:{svc}", json.dumps(info), wc, self.replica_id, owner, cid]
+            args = [ws, f"{cid}:{svc}", text, wc, self.replica_id, owner, cid]
             prev = await self._call("register", self._register(keys=keys, args=args))
             if (retry := _retry_with(prev)) is None:
                 if _is_singleton(info):
