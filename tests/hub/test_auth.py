@@ -207,32 +207,6 @@ class TestChildUser:
 
 
 class TestRoundTrip:
-    @pytest.mark.parametrize("resumes", [False, True])
-    def test_a_token_is_the_one_pyjwt_would_sign(self, issuer: TokenIssuer, resumes: bool) -> None:
-        """The hub signs its tokens itself (hub/token_signing.py, without PyJWT's key checks on
-        every call): the same header, claims and signature, byte for byte, as ``jwt.encode``."""
-        token = issuer.issue(
-            ALICE,
-            workspace="ws-work",
-            permission=Permission.READ_WRITE,
-            expires_in=3600,
-            client_id="cA",
-            resumes=resumes,
-        )
-        claims = jwt.decode(
-            token,
-            SECRET,
-            algorithms=["HS256"],
-            audience=AUDIENCE,
-            issuer=ISSUER,
-            options={"verify_exp": False, "verify_iat": False},
-        )
-
-        assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}
-        assert token == jwt.encode(claims, SECRET, algorithm="HS256")
-        with pytest.raises(AuthError, match="invalid token"):
-            TokenIssuer(OTHER_SECRET, issuer.clock).verify(token)
-
     def test_keeps_identity_grants_cid_and_wid(self, issuer: TokenIssuer) -> None:
         token = issuer.issue(
             ALICE,

@@ -17,7 +17,6 @@ import shortuuid
 
 from switchboard.clock import Clock
 from switchboard.errors import AuthError
-from switchboard.hub.token_signing import sign_hs256
 from switchboard.protocol import ids
 
 ISSUER = "https://switchboard.invalid/"
@@ -179,7 +178,7 @@ class TokenIssuer:
             origin = user.origin or user.token_id
             if origin:
                 extra[ORIGIN] = origin
-        return sign_hs256(
+        return jwt.encode(
             {
                 **extra,
                 "iss": ISSUER,
@@ -200,7 +199,8 @@ class TokenIssuer:
                 _EMAIL: user.email,
                 _PARENT: user.parent,
             },
-            self.secret.encode(),
+            self.secret,
+            algorithm="HS256",
         )
 
     def verify(self, token: str) -> User:
