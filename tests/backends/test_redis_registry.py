@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
@@ -183,6 +184,22 @@ async def test_workspace_lookup_is_one_round_trip(registry: RedisRegistry, valke
     calls = {k: v["calls"] for k, v in stats.items() if not k.endswith(("info", "config|resetstat"))}
     assert calls == {"cmdstat_hvals": 1}
     assert ids(found) == ["ws1/cA:echo", "ws1/cB:echo"]
+
+
+async def test_a_crowd_of_registrations_shares_a_few_connections(
+    registry: RedisRegistry, valkey_registry: ValkeyServer
+) -> None:
+    """Clients arriving together register together: a crowd neither opens a connection each
+    (a pool of them exhausted under thousands) nor pays a round trip each."""
+    crowd = [svc(f"ws-crowd/c{i}:built-in") for i in range(300)]
+    await registry.register(svc("ws-crowd/warm:built-in"))  # the pool's first connection, the script loaded
+    with valkey_registry.client() as admin:
+        before = admin.info("stats")["total_connections_received"]
+        await asyncio.gather(*(registry.register(info) for info in crowd))
+        opened = admin.info("stats")["total_connections_received"] - before - 1  # the admin's own
+
+    assert opened <= 2, f"{opened} connections opened for 300 registrations arriving together"
+    assert len(await registry.find(ServiceQuery("ws-crowd", "*", "built-in"))) == 301
 
 
 # -- ownership -------------------------------------------------------------------------------

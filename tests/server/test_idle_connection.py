@@ -22,7 +22,6 @@ import pytest
 import switchboard
 from support.tokens import credential
 from switchboard.hub.auth import user_workspace
-from switchboard.hub.shared_values import SharedValues
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually, scaled
 
@@ -81,25 +80,6 @@ async def test_clients_of_one_hypha_rpc_version_keep_one_copy_of_the_built_in_sc
     assert infos[0]["service_schema"] == infos[1]["service_schema"]
     assert infos[0]["service_schema"] is infos[1]["service_schema"], "two copies of one schema"
     assert infos[0]["id"] != infos[1]["id"]
-
-
-def test_equal_values_are_shared_and_the_table_stays_bounded() -> None:
-    shared = SharedValues(limit=2)
-    first = {"f": {"type": "function", "parameters": [1, 2]}}
-    assert shared.share(first) is first
-    assert shared.share({"f": {"parameters": [1, 2], "type": "function"}}) is first, "equal whatever the key order"
-    different = {"f": {"type": "function", "parameters": [2, 1]}}
-    assert shared.share(different) is different
-    for alike in (
-        {"f": {"type": "function", "parameters": [True, 2]}},
-        {"f": {"type": "function", "parameters": [1.0, 2]}},
-    ):
-        assert shared.share(alike) is alike, "equal in Python, not the same JSON: kept apart"
-    for i in range(10):  # a client sending a new schema every time
-        shared.share({"n": i})
-    assert len(shared) == 2
-    odd = {"f": object()}
-    assert shared.share(odd) is odd, "what is not plain data is kept as it is"
 
 
 @contextlib.asynccontextmanager

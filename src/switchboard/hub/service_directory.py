@@ -89,7 +89,13 @@ class ServiceDirectory:
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
         peer = calling_peer()
-        raw = svc_ids.plain_copy(service)
+        # A schema seen before (every hypha-rpc client's built-in one) is neither copied nor encoded again
+        schema = self._schemas.known(service.get("service_schema")) if type(service) is dict else None
+        if schema is not None:
+            raw = svc_ids.plain_copy({k: v for k, v in service.items() if k != "service_schema"})
+            raw["service_schema"] = schema
+        else:
+            raw = svc_ids.plain_copy(service)
         if not isinstance(raw, dict):
             raise ProtocolError("register_service expects a service info object")
         short = str(raw.get("id", "")).rpartition(":")[2]
@@ -102,7 +108,7 @@ class ServiceDirectory:
         info = svc_ids.prepare_registration(
             raw, workspace=peer.workspace, client_id=peer.client_id, user_wire=peer.user_wire, copy=False
         )
-        if "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
+        if schema is None and "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
             info["service_schema"] = self._schemas.share(info["service_schema"])
         limit = self.hub.settings.max_services_per_client
         if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
@@ -250,7 +256,7 @@ class ServiceDirectory:
         return ``info`` as the JSON measured, for the registry to store (``None``: not JSON)."""
         s = self.hub.settings
         try:
-            encoded: str | None = json.dumps(info, separators=(",", ":"))
+            encoded: str | None = registration_json(info, self._schemas)
         except (TypeError, ValueError):
             encoded = None  # measured as before; the registry refuses it as it always did
         size = len(encoded) if encoded is not None else len(json.dumps(info, separators=(",", ":"), default=repr))
@@ -405,8 +411,9 @@ class ServiceDirectory:
         registry = self.hub.registry
         try:  # only a singleton's registration reads its namesakes: a crowd's same-named services cost nothing
             found = await (registry.find(ServiceQuery(ws, "*", name)) if singleton else registry.singletons(ws, name))
-        except BackendError:
-            return  # the registry is away: the registration is deferred anyway (register_service)
+        except BackendError as exc:  # the registry is away or saturated: written or deferred unchecked
+            log.info("singleton check of %s skipped: %s", info["id"], exc)
+            return
         others = [i for i in found if i["id"] != info["id"]]
         if not others:
             return
@@ -428,3 +435,14 @@ class ServiceDirectory:
 def _names_manager(service_id: Any) -> bool:
     """``"~"`` (or ``"<workspace>/~"``, as the HTTP routes put it) is the workspace manager, as in Hypha."""
     return service_id == "~" or (isinstance(service_id, str) and service_id.endswith("/~"))
+
+
+def registration_json(info: ServiceInfo, schemas: SharedValues) -> str:
+    """``info`` as compact JSON, exactly as ``json.dumps`` writes it, with a shared schema's text
+    (encoded once for every client that announces it) spliced in when the schema is the last key,
+    as a registration's is."""
+    schema = info.get("service_schema")
+    if schema is None or next(reversed(info)) != "service_schema":
+        return json.dumps(info, separators=(",", ":"))
+    rest = json.dumps({k: v for k, v in info.items() if k != "service_schema"}, separators=(",", ":"))
+    return f'{rest[:-1]}{"," if len(rest) > 2 else ""}"service_schema":{schemas.json(schema)}}}'

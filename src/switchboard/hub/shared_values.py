@@ -34,6 +34,30 @@ class SharedValues:
         self._limit = limit
         self._seen: OrderedDict[str, Any] = OrderedDict()
         self._canonical: OrderedDict[bytes, str] = OrderedDict()  # marshal encoding -> canonical JSON
+        self._held: dict[int, Any] = {}  # id -> each value held (ids of values held are never reused)
+        self._json: dict[int, str] = {}  # id of a value held -> its compact JSON, once asked for
+
+    def known(self, value: Any) -> Any | None:
+        """The value held that ``value`` was built alike to (the same marshal encoding), else ``None``:
+        found without copying or encoding ``value``, which can then be dropped unread."""
+        try:
+            key = self._canonical.get(marshal.dumps(value, _EXACT))
+        except ValueError:
+            return None
+        if key is None or (held := self._seen.get(key)) is None:
+            return None
+        self._seen.move_to_end(key)
+        return held
+
+    def json(self, held: Any) -> str:
+        """``held``'s compact JSON, encoded once for as long as it is held (``held``: a value
+        :meth:`share` or :meth:`known` returned; anything else is encoded each time)."""
+        text = self._json.get(id(held))
+        if text is None:
+            text = json.dumps(held, separators=(",", ":"))
+            if self._held.get(id(held)) is held:
+                self._json[id(held)] = text
+        return text
 
     def share(self, value: Any) -> Any:
         """An object equal to ``value`` (the first one seen, if any), to keep instead of it."""
@@ -57,8 +81,11 @@ class SharedValues:
             self._seen.move_to_end(key)
             return seen
         self._seen[key] = value
+        self._held[id(value)] = value
         if len(self._seen) > self._limit:
-            self._seen.popitem(last=False)
+            _, evicted = self._seen.popitem(last=False)
+            del self._held[id(evicted)]
+            self._json.pop(id(evicted), None)
         return value
 
     def __len__(self) -> int:

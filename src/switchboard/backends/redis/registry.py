@@ -256,7 +256,7 @@ class RedisRegistry:
                 self._keys.index(ws),
             ]
             args = [ws, f"{cid}:{svc}", text, wc, self.replica_id, owner, cid]
-            prev = await self._call("register", self._register(keys=keys, args=args))
+            prev = await self._call("register", self._batch.run(self._register, keys, args))
             if (retry := _retry_with(prev)) is None:
                 if _is_singleton(info):
                     await self._call("register", self._r.sadd(self._singleton_key(ws), f"{cid}:{svc}"))
