@@ -59,7 +59,7 @@ TRANSIT_CHANNEL = "sb:transit"
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
 
-Deliver = Callable[[str, Undelivered], Awaitable[None]]
+Reroute = Callable[[str, Undelivered], Awaitable[None]]
 GiveUp = Callable[[str, Undelivered], None]
 AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
 
@@ -85,7 +85,7 @@ class Moves:
         transit: Transit[Undelivered],
         retry: RetryWindow,
         give_up: GiveUp,
-        deliver: Deliver,
+        deliver: Reroute,
         announce_gone: AnnounceGone,
         forget: Callable[[str], None] = lambda client: None,
     ) -> None:
