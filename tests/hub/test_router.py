@@ -30,9 +30,10 @@ from switchboard.hub.auth import Permission, User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
+from switchboard.hub.undelivered import Undelivered
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE

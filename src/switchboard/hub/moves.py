@@ -47,9 +47,10 @@ from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import FRESH_GOODBYE, Peer
 from switchboard.hub.remote import Remote
-from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.together import together
 from switchboard.hub.transit import Released, Transit
+from switchboard.hub.undelivered import Undelivered, undelivered_of
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
