@@ -7,9 +7,12 @@ the type checker sees still ties two modules into one.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import switchboard
 
@@ -88,6 +91,166 @@ def test_the_protocol_layer_loads_no_io_even_through_the_libraries_it_uses() -> 
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout.split() == []
+
+
+# -- the pure cores: decisions as values, nothing with I/O loaded -----------------------------------------------
+
+# Modules whose loading is I/O: the event loop, sockets, the servers and clients built on them, metrics.
+IO = frozenset(
+    {
+        "asyncio",
+        "selectors",
+        "socket",
+        "ssl",
+        "subprocess",
+        "http.client",
+        "urllib.request",
+        "redis",
+        "valkey",
+        "starlette",
+        "uvicorn",
+        "websockets",
+        "httpx",
+        "prometheus_client",
+    }
+)
+
+# The cores that decide without I/O and are tested synchronously: the protocol, and the hub's and
+# replicas' decision modules (the asyncio layers around them only carry their values out).
+PURE = (
+    *under("switchboard.protocol"),
+    "switchboard.hub.router",
+    "switchboard.hub.actions",
+    "switchboard.hub.undelivered",
+    "switchboard.hub.inflight",
+    "switchboard.hub.loads",
+    "switchboard.hub.drain_pace",
+    "switchboard.hub.transit",
+    "switchboard.hub.reply_routes",
+    "switchboard.hub.limits",
+    "switchboard.hub.uploads",
+    "switchboard.replicas.replays",
+    "switchboard.replicas.stale",
+    "switchboard.server.frame_scan",
+)
+
+# Libraries a pure core may load although they load I/O, each with the module that imports it and
+# what must move for the exception to go.
+KNOWN_IO_LIBRARIES = {
+    # The router needs hub/auth.py's Permission (and the Peer's User), and auth.py imports PyJWT,
+    # whose PyJWKClient loads urllib.request, http.client, socket and ssl. To go: Permission and
+    # User move out of auth.py into a pure module (e.g. hub/permissions.py) that auth.py imports.
+    "jwt": {"switchboard.hub.auth"},
+}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def loaded_imports(tree: ast.Module, *, lazy: bool) -> set[str]:
+    """Every module ``tree`` imports when it runs, switchboard or not: no ``if TYPE_CHECKING:``
+    import; the imports inside functions only if ``lazy`` (they load once the function runs)."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            nodes: list[ast.AST] = list(node.orelse)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and not lazy:
+            return
+        else:
+            nodes = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        for child in nodes:
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def loads(start: str) -> dict[str, set[str]]:
+    """Each switchboard module that loading ``start`` loads, with what it imports itself. A pure core's
+    imports inside functions count too; another module's only once they run, which a core never
+    makes them do (``SystemClock.sleep``: a core takes a ``Clock`` and never sleeps)."""
+    found: dict[str, set[str]] = {}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        if module in found:
+            continue
+        found[module] = loaded_imports(MODULES[module], lazy=module in PURE)
+        todo.extend(m for m in found[module] if m in MODULES)
+    return found
+
+
+def every_import(tree: ast.Module) -> set[str]:
+    """Every module ``tree`` names in an import, wherever the import stands."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return out
+
+
+def is_io(name: str) -> bool:
+    return any(name == io or name.startswith(io + ".") for io in IO)
+
+
+def test_the_protocol_layer_never_imports_asyncio() -> None:
+    """Not even for a type, not even inside a function: the protocol is the sans-I/O part."""
+    found = {
+        module: sorted(m for m in every_import(MODULES[module]) if is_io(m)) for module in under("switchboard.protocol")
+    }
+    assert {m: io for m, io in found.items() if io} == {}
+
+
+@pytest.mark.parametrize("core", PURE)
+def test_a_pure_core_loads_nothing_with_io(core: str) -> None:
+    """Whatever it imports, at any depth through switchboard's own modules, loads no I/O module."""
+    found = {module: sorted(m for m in imports if is_io(m)) for module, imports in loads(core).items()}
+    assert {m: io for m, io in found.items() if io} == {}, f"{core} loads I/O through these modules"
+
+
+def test_the_libraries_the_pure_cores_use_load_nothing_with_io() -> None:
+    """The third-party libraries the pure cores load, each imported in a fresh interpreter, load no
+    I/O module themselves (``KNOWN_IO_LIBRARIES`` aside, each with what must move)."""
+    libraries: dict[str, set[str]] = {}
+    for core in PURE:
+        for module, imports in loads(core).items():
+            for name in imports:
+                top = name.split(".")[0]
+                if name not in MODULES and top != "switchboard" and top not in sys.stdlib_module_names:
+                    libraries.setdefault(top, set()).add(module)
+    assert libraries, "the walk found no library at all: it is broken"
+    code = (
+        "import importlib, json, sys\n"
+        f"io = {sorted(IO)!r}\n"
+        "out = {}\n"
+        "for lib in sys.argv[1:]:\n"
+        "    before = set(sys.modules)\n"
+        "    importlib.import_module(lib)\n"
+        "    out[lib] = sorted(m for m in set(sys.modules) - before if any(m == i or m.startswith(i + '.') for i in io))\n"
+        "print(json.dumps(out))\n"
+    )
+    loaded = {}
+    for lib in sorted(libraries):  # one interpreter each: a library loaded first hides nothing from the next
+        ran = subprocess.run([sys.executable, "-c", code, lib], capture_output=True, text=True, timeout=60, check=True)
+        loaded.update(json.loads(ran.stdout))
+    with_io = {lib: sorted(libraries[lib]) for lib, io in loaded.items() if io}
+    assert with_io == {lib: sorted(by) for lib, by in KNOWN_IO_LIBRARIES.items()}, (
+        f"libraries that load I/O, by the modules importing them: {with_io}; I/O loaded: "
+        f"{ {lib: io for lib, io in loaded.items() if io} }"
+    )
 
 
 def test_redis_errors_are_translated_inside_the_redis_backend() -> None:

@@ -7,7 +7,6 @@ drive it with :class:`switchboard.testing.FakeClock` and never really wait.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Protocol
 
@@ -38,6 +37,8 @@ class SystemClock:
         return time.time()
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio  # here, not above: the pure cores take a Clock and load no event loop
+
         await asyncio.sleep(seconds)
 
     def __repr__(self) -> str:

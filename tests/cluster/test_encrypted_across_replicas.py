@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from support.sealed import Raw, forged_ctx, pack, sealed
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
-CACHE = "services.built-in.message_cache."
 SETTING = "--allow-encrypted-payloads"
 
 

@@ -21,10 +21,12 @@ from switchboard.hub.actions import Deliver, Forward, Hold, RetryLater, Send
 from switchboard.hub.auth import Permission, User
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
-from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
+from switchboard.hub.undelivered import Undelivered, undelivered_of
 from switchboard.protocol import envelope
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -33,7 +35,6 @@ ME = f"{WS}/me"  # the sender, here
 HERE = f"{WS}/here"  # the receiver, here
 AWAY = f"{WS}/away"  # the receiver, in transit
 ELSEWHERE = f"{WS}/elsewhere"  # a sender on another replica
-CACHE = "services.built-in.message_cache."
 FORGED = {"from": f"{WS}/owner", "ws": WS, "user": {"id": "owner"}, "ctx": {"from": f"{WS}/owner"}}
 
 

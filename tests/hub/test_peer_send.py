@@ -8,48 +8,14 @@ import tracemalloc
 
 import pytest
 
+from support.wire import Wire
 from switchboard.hub.auth import new_anonymous_user
 from switchboard.hub.peer import Peer
 
 pytestmark = pytest.mark.timeout(10)
 
 
-class Connection:
-    """A client's connection as the peer sees it: it takes frames at once unless ``paused``."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes | str] = []
-        self.paused = False
-        self.direct = 0  # frames that went out without the writer task
-        self._resumed = asyncio.Event()
-
-    def try_send(self, frame: bytes | str) -> bool:
-        if self.paused:
-            return False
-        self.written.append(frame)
-        self.direct += 1
-        return True
-
-    async def send_bytes(self, data: bytes) -> None:
-        while self.paused:
-            self._resumed.clear()
-            await self._resumed.wait()
-        self.written.append(data)
-
-    async def send_text(self, text: str) -> None:
-        await self.send_bytes(text)  # type: ignore[arg-type]
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closed_with = (code, reason)
-
-    closed_with: tuple[int, str] | None = None
-
-    def resume(self) -> None:
-        self.paused = False
-        self._resumed.set()
-
-
-def make_peer(conn: Connection) -> Peer:
+def make_peer(conn: Wire) -> Peer:
     return Peer(workspace="ws", client_id="c", user=new_anonymous_user(), transport=conn, max_queue_bytes=1 << 20)
 
 
@@ -59,12 +25,12 @@ async def settle() -> None:
 
 
 async def test_frames_go_out_at_once_while_nothing_waits() -> None:
-    conn = Connection()
+    conn = Wire()
     peer = make_peer(conn)
     writer = asyncio.create_task(peer.run_writer())
     await settle()
     peer.send(b"one")
-    assert conn.written == [b"one"]  # before any task switch
+    assert conn.frames == [b"one"]  # before any task switch
     assert conn.direct == 1
     peer.close()
     await writer
@@ -73,20 +39,20 @@ async def test_frames_go_out_at_once_while_nothing_waits() -> None:
 async def test_nothing_is_written_before_the_writer_runs() -> None:
     """The server writes connection_info itself before it starts the writer: a frame routed to
     the client in between (a call retried to a client that just reconnected) must wait."""
-    conn = Connection()
+    conn = Wire()
     peer = make_peer(conn)
     peer.send(b"routed during the handshake")
-    assert conn.written == []
+    assert conn.frames == []
     await conn.send_text("connection_info")
     writer = asyncio.create_task(peer.run_writer())
     await settle()
-    assert conn.written == ["connection_info", b"routed during the handshake"]
+    assert conn.frames == ["connection_info", b"routed during the handshake"]
     peer.close()
     await writer
 
 
 async def test_a_frame_never_overtakes_one_the_writer_holds() -> None:
-    conn = Connection()
+    conn = Wire()
     peer = make_peer(conn)
     writer = asyncio.create_task(peer.run_writer())
     await settle()
@@ -98,9 +64,9 @@ async def test_a_frame_never_overtakes_one_the_writer_holds() -> None:
     peer.send(b"3")
     conn.resume()
     await settle()
-    assert conn.written == [b"1", b"2", b"3"]
+    assert conn.frames == [b"1", b"2", b"3"]
     peer.send(b"4")
-    assert conn.written[-1] == b"4"
+    assert conn.frames[-1] == b"4"
     assert conn.direct == 1  # nothing waits any more: at once again
     peer.close()
     await writer
@@ -108,14 +74,14 @@ async def test_a_frame_never_overtakes_one_the_writer_holds() -> None:
 
 async def test_a_peer_writing_on_demand_holds_a_writer_task_only_while_frames_wait() -> None:
     """Thousands of idle clients would each keep a writer task waiting for nothing (about a KiB)."""
-    conn = Connection()
+    conn = Wire()
     peer = make_peer(conn)
     peer.send(b"routed during the handshake")
     await conn.send_text("connection_info")
     peer.start_writing()
     assert peer.writer is not None, "the frame that waited is written by a task"
     await settle()
-    assert conn.written == ["connection_info", b"routed during the handshake"]
+    assert conn.frames == ["connection_info", b"routed during the handshake"]
     assert peer.writer is None, "the queue is empty: no task is kept"
     peer.send(b"direct")
     assert peer.writer is None
@@ -125,12 +91,12 @@ async def test_a_peer_writing_on_demand_holds_a_writer_task_only_while_frames_wa
     assert peer.writer is not None
     conn.resume()
     await settle()
-    assert conn.written[-3:] == [b"direct", b"waits", b"behind it"]
+    assert conn.frames[-3:] == [b"direct", b"waits", b"behind it"]
     assert peer.writer is None
 
 
 async def test_a_peer_writing_on_demand_still_sends_its_close() -> None:
-    conn = Connection()
+    conn = Wire()
     peer = make_peer(conn)
     peer.start_writing()
     assert peer.writer is None
@@ -144,7 +110,7 @@ async def test_a_peer_writing_on_demand_still_sends_its_close() -> None:
 async def test_a_peer_whose_queue_was_written_out_keeps_no_queue() -> None:
     """An empty deque is 760 bytes: thousands of idle clients keep none, even those whose frames
     once had to wait."""
-    conns = [Connection() for _ in range(200)]
+    conns = [Wire() for _ in range(200)]
     peers = [make_peer(conn) for conn in conns]
     for peer in peers:
         peer.start_writing()

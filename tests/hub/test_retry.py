@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow
+from switchboard.hub.undelivered import Undelivered
 from switchboard.testing.clock import FakeClock
 
 

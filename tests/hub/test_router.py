@@ -30,11 +30,13 @@ from switchboard.hub.auth import Permission, User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
-from switchboard.hub.retry import RetryWindow, Undelivered
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
+from switchboard.hub.undelivered import Undelivered
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.replicas.replays import worth_replaying
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
@@ -45,7 +47,6 @@ HERE = f"{WS}/here"  # a client of this replica
 AWAY = f"{WS}/away"  # in transit
 ELSEWHERE = f"{WS}/elsewhere"  # not here: another replica's, or nobody's (the bus will tell)
 ALIAS = f"{WS}/http-abc"  # an HTTP caller the manager acts for
-CACHE = "services.built-in.message_cache."
 
 
 def make_peer(client_id: str, *, grants: dict[str, Permission] | None = None) -> Peer:
@@ -554,9 +555,9 @@ def test_a_lost_links_call_is_sent_again_only_while_its_caller_waits() -> None:
     [
         "services.svc.f",
         "services.built-in.get_service",
-        "services.built-in.message_cache.append",
-        "services.built-in.message_cache.process",
-        "services.built-in.message_cache.bogus",
+        CACHE + "append",
+        CACHE + "process",
+        CACHE + "bogus",
         "s1.resolve",
         "s1.reject",
         "callback.x",

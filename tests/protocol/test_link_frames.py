@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link
+from switchboard.protocol import link_wire as link
 
 SECRET = "s3cret"
 

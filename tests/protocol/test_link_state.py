@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link as wire
 from switchboard.protocol import link_seal
+from switchboard.protocol import link_wire as wire
 from switchboard.protocol.link_state import (
     ACK_DELAY,
     DEAD_AFTER,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from switchboard.hub.inflight import InFlight
 from switchboard.protocol import envelope, relay
+from switchboard.protocol.chunks import MESSAGE_CACHE
 from switchboard.replicas.replays import worth_replaying
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
@@ -42,7 +43,7 @@ def test_replies_chunks_and_other_frames_are_always_sent_again() -> None:
     calls = InFlight()  # nothing open: a call in it would not be replayed
     reply = envelope.encode({"type": "method", "from": TARGET, "to": CALLER, "method": "s1.resolve", "session": ""})
     assert worth_replaying(reply, calls)  # a duplicate reply is ignored by its caller
-    assert worth_replaying(call("s3", "services.built-in.message_cache.append"), calls)  # plumbing, not a call
+    assert worth_replaying(call("s3", MESSAGE_CACHE + "append"), calls)  # plumbing, not a call
     assert worth_replaying(b"\xc1 not msgpack", calls)  # not ours to judge
     assert not worth_replaying(call("s3"), calls)
 

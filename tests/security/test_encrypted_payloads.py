@@ -35,12 +35,12 @@ import pytest
 
 from support.sealed import Raw, forged_ctx, pack, sealed
 from switchboard.config import Settings
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.hub import RunningServer, settings_for_tests
 
 pytestmark = pytest.mark.timeout(60)
 
 SETTING = "--allow-encrypted-payloads"
-CACHE = "services.built-in.message_cache."
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess
@@ -43,7 +44,6 @@ from switchboard.testing.wait import eventually
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
 SECRET = "the-secret-of-w"
-CACHE = "services.built-in.message_cache."
 GRACE = 5.0  # seconds a client may take to come back (the default): ample for a test's move
 
 

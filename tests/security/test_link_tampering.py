@@ -1,7 +1,7 @@
 """A host on the path of an open link between two replicas injects, alters or replays a frame.
 
 The handshake proves who opened a link; after it, every frame carries a
-sequence number and a MAC under a key of that link alone (``protocol/link.py``).
+sequence number and a MAC under a key of that link alone (``protocol/link_wire.py``).
 So a frame the host writes into the stream, changes, or sends a second time is
 never delivered: the receiver drops the link, whose unacked frames go through
 Redis, and traffic carries on there. The host here is a loopback relay in
@@ -29,7 +29,7 @@ from support.link_mitm import LinkMitm
 from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
 from switchboard.protocol import envelope
-from switchboard.protocol import link as wire
+from switchboard.protocol import link_wire as wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import ReplicaProcess, free_port
 from switchboard.testing.wait import eventually, scaled

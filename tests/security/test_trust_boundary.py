@@ -74,6 +74,7 @@ from switchboard.clock import SystemClock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
 from switchboard.hub.auth import Permission, TokenIssuer
+from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess
@@ -82,7 +83,6 @@ from switchboard.testing.wait import eventually
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
 SECRET = f"the-crown-jewels-{secrets.token_hex(8)}"
-CACHE = "services.built-in.message_cache."
 PIECE = 256 * 1024  # hypha-rpc's CHUNK_SIZE: how it cuts a message too large for one frame
 
 # Low limits, so "too much" is cheap to reach (each is the smallest the setting allows, or near it).

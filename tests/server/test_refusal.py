@@ -13,12 +13,12 @@ class Bus:
 
 
 @dataclass
-class Hub:
+class HubWithBus:
     bus: Bus
 
 
 def state(phase: Phase, health: tuple[bool, str] = (True, "ok")) -> ServerState:
-    s = ServerState(Hub(Bus(health)))  # type: ignore[arg-type]
+    s = ServerState(HubWithBus(Bus(health)))  # type: ignore[arg-type]
     s.phase = phase
     return s
 

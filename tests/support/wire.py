@@ -1,5 +1,5 @@
 """A client's connection as the hub's ``Peer`` sees it, for hubs driven without sockets: the one
-fake transport of the tests (a test that needs a connection that stalls builds its own)."""
+fake transport of the tests (``paused``, it stalls like a client that stopped reading)."""
 
 from __future__ import annotations
 
@@ -16,23 +16,41 @@ if TYPE_CHECKING:
 
 
 class Wire:
-    """Takes every frame at once and keeps it, in order."""
+    """Takes every frame at once and keeps it, in order; while ``paused`` it takes none, and a
+    writer waits until :meth:`resume`."""
 
     def __init__(self) -> None:
         self.frames: list[bytes | str] = []
+        self.paused = False
+        self.direct = 0  # frames taken by try_send: they went out without the writer task
+        self.closed_with: tuple[int, str] | None = None
+        self._resumed = asyncio.Event()
 
     def try_send(self, frame: bytes | str) -> bool:
+        if self.paused:
+            return False
         self.frames.append(frame)
+        self.direct += 1
         return True
 
     async def send_bytes(self, data: bytes) -> None:
-        self.frames.append(data)
+        await self._send(data)
 
     async def send_text(self, text: str) -> None:
-        self.frames.append(text)
+        await self._send(text)
+
+    async def _send(self, frame: bytes | str) -> None:
+        while self.paused:
+            self._resumed.clear()
+            await self._resumed.wait()
+        self.frames.append(frame)
 
     async def close(self, code: int, reason: str) -> None:
-        pass
+        self.closed_with = (code, reason)
+
+    def resume(self) -> None:
+        self.paused = False
+        self._resumed.set()
 
     def heads(self) -> list[dict[str, Any]]:
         """The routing header (first msgpack object) of every binary frame."""

@@ -7,9 +7,12 @@ what to do instead (:class:`Hold` ``otherwise``), decided at the same time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from switchboard.hub.peer import Peer
-from switchboard.hub.retry import Undelivered
+from switchboard.hub.undelivered import Undelivered
+
+if TYPE_CHECKING:  # a peer is named, never used: the actions stay values without I/O
+    from switchboard.hub.peer import Peer
 
 
 @dataclass(slots=True)

@@ -38,9 +38,10 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
+from switchboard.hub.undelivered import Undelivered, undelivered_of
 from switchboard.protocol import envelope, handshake
 from switchboard.tasks import spawn
 

@@ -61,6 +61,7 @@ class Drainer:
         clock: Clock,
         peers: dict[str, Peer],
         retry: RetryWindow,
+        calls_ended: asyncio.Event,
         window: int = 0,
         alone: bool = False,
     ) -> None:
@@ -69,6 +70,7 @@ class Drainer:
         self._until: float | None = None  # set while draining: see holding_until
         self.router = router
         self.inflight = router.inflight
+        self.calls_ended = calls_ended  # set by the router's InFlight when a call ends
         self.moves = moves
         self.transit = moves.transit
         self.unicast = unicast
@@ -145,7 +147,8 @@ class Drainer:
                     pace.total - flight.sent,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.inflight.changed(), max(0.0, min(wake - now, 0.5)))
+                self.calls_ended.clear()
+                await asyncio.wait_for(self.calls_ended.wait(), max(0.0, min(wake - now, 0.5)))
         left = [peer for peer in self.peers.values() if not peer.closed]
         for peer in left:
             peer.close(code, reason)

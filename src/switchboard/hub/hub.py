@@ -48,10 +48,11 @@ from switchboard.hub.moves import Moves
 from switchboard.hub.oidc import OidcVerifier
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
+from switchboard.hub.undelivered import Undelivered, undelivered_of
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo
@@ -135,7 +136,10 @@ class Hub:
         # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
         self.companions: list[Any] = []
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
-        calls = InFlight()  # the router's: the calls a lost link's unacked frames are judged by
+        calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
+        calls = InFlight(
+            on_change=calls_ended.set
+        )  # the router's: the calls a lost link's unacked frames are judged by
         # calls in flight to each provider, for the min_load service selection
         self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
         self.manager = WorkspaceManager(self)
@@ -213,6 +217,7 @@ class Hub:
             clock=clock,
             peers=self.peers,
             retry=self.retry,
+            calls_ended=calls_ended,
             window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
             alone=not settings.redis_url,
         )

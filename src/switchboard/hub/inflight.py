@@ -9,14 +9,15 @@ peer that leaves takes its entries with it, so nothing accumulates.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from typing import Any
 
 
 class InFlight:
-    """Open calls per local peer; :meth:`wait_idle` wakes when one of them finishes."""
+    """Open calls per local peer; ``on_change`` is called when one of them ends (a drain waits for that)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self._on_change = on_change
         self._calls: dict[tuple[str, str], tuple[str, str]] = {}  # (caller, session) -> (caller, callee)
         self._opened_at: dict[tuple[str, str], int] = {}  # (caller, session) -> opening number
         self.opened_count = 0  # calls ever opened: a drain waits only for those opened before it
@@ -24,7 +25,6 @@ class InFlight:
         self._pending: dict[str, int] = {}  # open calls per caller
         self._to: dict[str, int] = {}  # open calls per local callee: its load (service selection's min_load)
         self._counted: set[tuple[str, str]] = set()  # the calls counted in _to
-        self._changed = asyncio.Event()
 
     def opened(self, caller: str, session: str, callee: str, local: set[str] | Any) -> None:
         key = (caller, session)
@@ -51,7 +51,7 @@ class InFlight:
         self._uncount(caller)
         for peer in pair:
             self._discard(peer, (caller, session))
-        self._changed.set()
+        self._on_change()
 
     def forget_peer(self, peer: str) -> None:
         for key in self._by_peer.pop(peer, set()):
@@ -62,7 +62,7 @@ class InFlight:
                 self._uncount(pair[0])
                 for other in pair:
                     self._discard(other, key)
-        self._changed.set()
+        self._on_change()
 
     def _discard(self, peer: str, key: tuple[str, str]) -> None:
         keys = self._by_peer.get(peer)
@@ -124,7 +124,3 @@ class InFlight:
 
     def __len__(self) -> int:
         return len(self._calls)
-
-    async def changed(self) -> None:
-        self._changed.clear()
-        await self._changed.wait()

@@ -41,7 +41,7 @@ from switchboard.tasks import cancel_and_wait, spawn
 log = logging.getLogger(__name__)
 
 
-class Hub(DirectoryHost, Protocol):
+class ManagerHost(DirectoryHost, Protocol):
     """What the manager needs of the hub that hosts it (the hub is :class:`switchboard.hub.hub.Hub`)."""
 
     clock: Clock
@@ -75,7 +75,7 @@ class _RouterLink:
 
     manager_id = None  # the manager does not register itself with a manager
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: ManagerHost) -> None:
         self._hub = hub
         self.handler: Callable[[bytes | dict[str, Any]], None] | None = None  # hypha-rpc takes both
         self.sent: Callable[[bytes], None] | None = None  # shown each frame the RPC emits
@@ -101,7 +101,7 @@ class _RouterLink:
 class WorkspaceManager:
     """The ``default`` service every client talks to, and the hub's own RPC peer."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: ManagerHost) -> None:
         self.hub = hub
         self.link = _RouterLink(hub)
         self.rpc: RPC | None = None

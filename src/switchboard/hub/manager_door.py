@@ -50,7 +50,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import Uploads
 from switchboard.protocol import envelope
 from switchboard.protocol.chunks import cache_op, parse_cache_call
-from switchboard.protocol.payload import check_promise
+from switchboard.protocol.payload import check_promise, payload_map
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -213,16 +213,3 @@ class ManagerDoor:
             {"type": "method", "to": sender, "method": f"{session}.resolve"},
             msgpack.packb({"args": [value]}, use_bin_type=True),
         )
-
-
-def payload_map(rest: bytes | memoryview) -> dict[str, Any]:
-    """A frame's second object, decoded (for the few frames whose arguments the hub acts on)."""
-    if not rest:
-        return {}
-    try:
-        extra = msgpack.unpackb(rest, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
-    if not isinstance(extra, dict):
-        raise ProtocolError("each part of a message must be a msgpack map")
-    return extra

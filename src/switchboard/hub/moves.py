@@ -47,9 +47,10 @@ from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import FRESH_GOODBYE, Peer
 from switchboard.hub.remote import Remote
-from switchboard.hub.retry import RetryWindow, Undelivered, undelivered_of
+from switchboard.hub.retry import RetryWindow
 from switchboard.hub.together import together
 from switchboard.hub.transit import Released, Transit
+from switchboard.hub.undelivered import Undelivered, undelivered_of
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ TRANSIT_CHANNEL = "sb:transit"
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
 
-Deliver = Callable[[str, Undelivered], Awaitable[None]]
+Reroute = Callable[[str, Undelivered], Awaitable[None]]
 GiveUp = Callable[[str, Undelivered], None]
 AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
 
@@ -85,7 +86,7 @@ class Moves:
         transit: Transit[Undelivered],
         retry: RetryWindow,
         give_up: GiveUp,
-        deliver: Deliver,
+        deliver: Reroute,
         announce_gone: AnnounceGone,
         forget: Callable[[str], None] = lambda client: None,
     ) -> None:

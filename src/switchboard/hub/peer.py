@@ -37,7 +37,7 @@ FRESH_REPLIES = 64
 FRESH_REPLY_BYTES = 64 * 1024  # larger ones are not kept: at most 4 MiB per client, for a second
 
 
-class Transport(Protocol):
+class ClientConnection(Protocol):
     """The I/O a peer needs: the server layer implements it per transport."""
 
     def try_send(self, frame: bytes | str) -> bool:
@@ -78,7 +78,7 @@ class Peer:
         workspace: str,
         client_id: str,
         user: User,
-        transport: Transport,
+        transport: ClientConnection,
         max_queue_bytes: int,
         replica_id: str = "",
     ) -> None:

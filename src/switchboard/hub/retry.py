@@ -16,42 +16,12 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import NamedTuple
 
 from switchboard.clock import Clock
-from switchboard.errors import ProtocolError
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.calls import classify
+from switchboard.hub.undelivered import Undelivered
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
-
-
-class Undelivered(NamedTuple):
-    """A frame on its way to one client, with what failing it needs (a tuple: made for every frame routed)."""
-
-    frame: bytes
-    session: str | None
-    caller: str
-    event: bool = False  # a point-to-point event: keeps to the bus's shared path
-    # a piece of a chunked message not yet walked for its receiver (its message_cache
-    # operation): the replica that hands it to the receiver's connection walks it first
-    op: str | None = None
-
-
-def undelivered_of(data: bytes, *, walked: bool = False) -> Undelivered | None:
-    """A frame (relayed or not) as the hub keeps it while it cannot be delivered; ``None``: malformed.
-
-    ``walked``: it was already handed to a connection of its receiver here (a
-    connection's leftovers), so a piece of a chunked message passed its walk.
-    """
-    try:
-        _, _, frame = relay.unwrap(data)
-        env = envelope.decode(frame)
-    except ProtocolError:
-        return None
-    op = None if walked else classify(env.main.get("method"), env.session, env.rest).op
-    return Undelivered(frame, env.session, str(env.main.get("from", "")), env.type != "method", op)
 
 
 Publish = Callable[[str, bytes, "str | None", str, bool], Awaitable[bool]]

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Container, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from switchboard.clock import Clock
-from switchboard.config import Settings
 from switchboard.errors import EncryptedPayload, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.actions import (
     Action,
@@ -39,16 +37,21 @@ from switchboard.hub.actions import (
 )
 from switchboard.hub.auth import Permission
 from switchboard.hub.inflight import InFlight
-from switchboard.hub.manager_door import payload_map
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import Peer
 from switchboard.hub.reply_routes import ReplyRoutes
-from switchboard.hub.retry import RetryWindow, Undelivered
 from switchboard.hub.transit import Transit
+from switchboard.hub.undelivered import Undelivered
 from switchboard.hub.uploads import Receivers
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
 from switchboard.protocol.chunks import overwriting, parse_cache_call
+from switchboard.protocol.payload import payload_map
+
+if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
+    from switchboard.clock import Clock
+    from switchboard.config import Settings
+    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.peer import Peer
+    from switchboard.hub.retry import RetryWindow
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Every frame of an open link carries a sequence number and a MAC, so nothing on the path can
 inject, alter, drop, reorder or replay one.
 
-The handshake (:mod:`switchboard.protocol.link`) proves who is on each end;
+The handshake (:mod:`switchboard.protocol.link_wire`) proves who is on each end;
 after it, a host on the path of the TCP connection could still write frames
 into it (a ``DELIVER`` stamped with any user's identity, to any client of the
 receiving replica). So each direction of a link has its own key, derived
@@ -36,7 +36,7 @@ from switchboard.errors import ProtocolError
 
 TAG_SIZE = 16
 _NUMBERS = struct.Struct(">QQ")  # sequence, acked: the start of a sealed body
-_HEAD = struct.Struct(">IB")  # as in protocol/link.py: length (kind and body), kind
+_HEAD = struct.Struct(">IB")  # as in protocol/link_wire.py: length (kind and body), kind
 _SEALED_HEAD = struct.Struct(">IBQQ")  # both, and the numbers
 OVERHEAD = _NUMBERS.size + TAG_SIZE  # what sealing adds to a frame's body
 

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link as wire
+from switchboard.protocol import link_wire as wire
 from switchboard.protocol.link_seal import OVERHEAD, Opener, Sealer
 
 # Each side writes something at least every HEARTBEAT s; a link silent for

@@ -384,3 +384,16 @@ def _keys_with_c_unpacker(rest: bytes | memoryview) -> tuple[set[str], Any]:
     if unpacker.tell() != len(rest):
         raise ProtocolError("unexpected data after the message's payload")
     return found, promise
+
+
+def payload_map(rest: bytes | memoryview) -> dict[str, Any]:
+    """A frame's second object, decoded (for the few frames whose arguments the hub acts on)."""
+    if not rest:
+        return {}
+    try:
+        extra = msgpack.unpackb(rest, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"message payload is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if not isinstance(extra, dict):
+        raise ProtocolError("each part of a message must be a msgpack map")
+    return extra

@@ -20,7 +20,7 @@ from collections import deque
 from typing import Protocol, cast
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link as wire
+from switchboard.protocol import link_wire as wire
 from switchboard.protocol.link_state import ACK_DELAY, WRITE_HIGH_WATER, Event, LinkState
 
 logger = logging.getLogger(__name__)

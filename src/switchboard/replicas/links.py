@@ -6,7 +6,7 @@ directory to keep consistent:
 1. The first frame for a client's channel goes through Redis, tagged with the
    sender's ``replica@host:port`` (:mod:`switchboard.replicas.unicast`).
 2. The replica that holds the channel dials the sender, answers its
-   challenge (``protocol/link.py``: a HELLO good for that one connection to
+   challenge (``protocol/link_wire.py``: a HELLO good for that one connection to
    that one replica, a WELCOME back; both prove they hold a key derived from
    the hub's shared secret) and sends ``HINT channel``. Every frame after the
    handshake is sealed, each way (``protocol/link_seal.py``), and a listener
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link as wire
+from switchboard.protocol import link_wire as wire
 from switchboard.protocol.link_gate import HandshakeGate, RefusalLog
 from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
 from switchboard.replicas.link import Link

@@ -11,7 +11,7 @@ The hub asks, and gets answers as values:
   fail like a publish to nobody.
 
 Frames through the bus carry their sender's link address
-(``protocol.link.tag``), so the replica holding the channel can offer a link
+(``protocol.link_wire.tag``), so the replica holding the channel can offer a link
 back (:mod:`switchboard.replicas.links`). The bus itself knows nothing of
 links: it only publishes and subscribes.
 """
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from switchboard.backends.base import BusHandler, EventBus
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
-from switchboard.protocol import link as wire
+from switchboard.protocol import link_wire as wire
 from switchboard.replicas.links import Links, LinkSettings, Returned
 from switchboard.replicas.replays import OpenCalls, worth_replaying
 from switchboard.tasks import cancel_and_wait, spawn

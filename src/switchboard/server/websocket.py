@@ -51,7 +51,7 @@ _DRAIN_POLL = 0.05
 
 
 class WebSocketTransport:
-    """A :class:`~switchboard.hub.peer.Transport` over a Starlette WebSocket."""
+    """A :class:`~switchboard.hub.peer.ClientConnection` over a Starlette WebSocket."""
 
     def __init__(self, websocket: WebSocket) -> None:
         self._ws = websocket
