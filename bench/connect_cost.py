@@ -28,7 +28,7 @@ connected. Each figure is reported with the machine's load average.
 
     .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 120]
                                            [--workers 2] [--concurrency 16] [--memory]
-                                           [--echo-calls 300] [--profile FILE] [--replica-cpu N]
+                                           [--echo-calls 300] [--profile FILE]
                                            [--against OTHER_REVISION/src]
 
 ``--against`` first measures the replica code of another revision's ``src/``
@@ -36,12 +36,6 @@ connected. Each figure is reported with the machine's load average.
 this one's RSS per idle connection, CPU per connect and echo latency as ratios
 to it. ``--profile FILE``: the replica runs under cProfile, written (SIGUSR2)
 before the clients leave.
-
-``--replica-cpu N`` pins the measured replica to core N and everything else the
-bench starts to the other cores. Unpinned on a machine of two cores, the
-clients' processes (each connect costs them several times what it costs the
-replica) share the replica's core, and the replica's CPU time per connect
-rises with the contention (caches, the scheduler), not with its own work.
 
 Prints a table and writes ``bench/results/connect_cost.json``.
 """
@@ -220,8 +214,6 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
     from switchboard.testing.valkey import ValkeyServer
 
     raise_fd_limit()
-    if args.replica_cpu is not None:  # everything this bench starts from here on runs beside the replica's core
-        os.sched_setaffinity(0, os.sched_getaffinity(0) - {args.replica_cpu})
     Profiled = profiled_replica()
     valkey = None if args.memory else ValkeyServer().start()
     limit = str(args.clients * 2 + 100)
@@ -236,8 +228,6 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
         replica.profile = args.profile  # type: ignore[attr-defined]
     replica.start(timeout=60)
     pid = replica.proc.pid if replica.proc else None
-    if args.replica_cpu is not None and pid is not None:
-        os.sched_setaffinity(pid, {args.replica_cpu})
     sibling = echo = None
     if valkey is not None and args.echo_calls:
         sibling = ReplicaProcess(
@@ -256,7 +246,6 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
     out: dict[str, Any] = {
         "backend": "memory" if args.memory else "valkey",
         "calibration_ms": calibrate(),
-        "replica_cpu": args.replica_cpu,
         "step": args.step,
         "steps": steps,
     }
@@ -405,13 +394,6 @@ def main() -> None:
         help="cross-replica echoes measured before the first step and after the last (Valkey only; 0: none)",
     )
     parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
-    parser.add_argument(
-        "--replica-cpu",
-        type=int,
-        default=None,
-        help="the measured replica on this core alone, the bench's clients, Valkey and sibling on the others "
-        "(as a replica runs in production: its clients are elsewhere)",
-    )
     parser.add_argument(
         "--against",
         default="",
