@@ -124,7 +124,8 @@ async def worker() -> None:
 
 def token_for_bench(workspace: str = WORKSPACE) -> str:
     from switchboard.clock import SystemClock
-    from switchboard.hub.auth import Permission, TokenIssuer, User
+    from switchboard.hub.auth import TokenIssuer
+    from switchboard.hub.users import Permission, User
 
     issuer = TokenIssuer(JWT_SECRET, SystemClock())
     user = User(id="bench-connect", roles=("user",))

@@ -128,6 +128,7 @@ PURE = (
     "switchboard.hub.transit",
     "switchboard.hub.reply_routes",
     "switchboard.hub.limits",
+    "switchboard.hub.users",
     "switchboard.hub.uploads",
     "switchboard.replicas.replays",
     "switchboard.replicas.stale",
@@ -135,13 +136,9 @@ PURE = (
 )
 
 # Libraries a pure core may load although they load I/O, each with the module that imports it and
-# what must move for the exception to go.
-KNOWN_IO_LIBRARIES = {
-    # The router needs hub/auth.py's Permission (and the Peer's User), and auth.py imports PyJWT,
-    # whose PyJWKClient loads urllib.request, http.client, socket and ssl. To go: Permission and
-    # User move out of auth.py into a pure module (e.g. hub/permissions.py) that auth.py imports.
-    "jwt": {"switchboard.hub.auth"},
-}
+# what must move for the exception to go. None today: Permission and User live in hub/users.py,
+# apart from the tokens' PyJWT (hub/auth.py), whose key client loads sockets.
+KNOWN_IO_LIBRARIES: dict[str, set[str]] = {}
 
 
 def _is_type_checking(node: ast.If) -> bool:

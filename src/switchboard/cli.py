@@ -145,8 +145,9 @@ def token(
     and handing out access to a shared workspace."""
     from switchboard.clock import SystemClock
     from switchboard.errors import ProtocolError
-    from switchboard.hub.auth import Permission, TokenIssuer, User
+    from switchboard.hub.auth import TokenIssuer
     from switchboard.hub.manager import MAX_TOKEN_LIFETIME
+    from switchboard.hub.users import Permission, User
     from switchboard.protocol import ids
     from switchboard.server.state_dir import token_secret
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.hub.auth import user_workspace
+from switchboard.hub.users import user_workspace
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
 from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.replica import ReplicaProcess

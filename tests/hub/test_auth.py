@@ -16,15 +16,11 @@ from switchboard.hub.auth import (
     CREDENTIAL_EXPIRY,
     ISSUER,
     MAX_EXTRA_SCOPES,
-    ROOT,
-    Permission,
     TokenIssuer,
-    User,
     child_user,
-    new_anonymous_user,
     parse_scope,
-    user_workspace,
 )
+from switchboard.hub.users import ROOT, Permission, User, new_anonymous_user, user_workspace
 from switchboard.testing.clock import FakeClock
 
 SECRET = "test-secret-please-ignore-0123456789"

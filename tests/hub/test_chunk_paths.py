@@ -18,13 +18,13 @@ import msgpack
 
 from support.wire import Wire
 from switchboard.hub.actions import Deliver, Forward, Hold, RetryLater, Send
-from switchboard.hub.auth import Permission, User
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.hub.users import Permission, User
 from switchboard.protocol import envelope
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.clock import FakeClock

@@ -18,9 +18,9 @@ import pytest
 
 from support.wire import Wire, attach_client, settle
 from switchboard.errors import HandshakeError
-from switchboard.hub.auth import User, new_anonymous_user
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import HANDED_OVER, Peer
+from switchboard.hub.users import User, new_anonymous_user
 from switchboard.protocol import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock

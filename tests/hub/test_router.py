@@ -26,7 +26,6 @@ from switchboard.hub.actions import (
     ToManager,
     ToReplica,
 )
-from switchboard.hub.auth import Permission, User
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -34,6 +33,7 @@ from switchboard.hub.retry import RetryWindow
 from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered
+from switchboard.hub.users import Permission, User
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE

@@ -17,7 +17,8 @@ from websockets.exceptions import ConnectionClosed
 
 from support.tokens import credential
 from switchboard.hub.admission import deletion_refusal
-from switchboard.hub.auth import AUDIENCE, ISSUER, User
+from switchboard.hub.auth import AUDIENCE, ISSUER
+from switchboard.hub.users import User
 from switchboard.testing.hub import TEST_SECRET
 
 pytestmark = pytest.mark.timeout(60)

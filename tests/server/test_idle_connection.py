@@ -21,7 +21,7 @@ import pytest
 
 import switchboard
 from support.tokens import credential
-from switchboard.hub.auth import user_workspace
+from switchboard.hub.users import user_workspace
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually, scaled
 

@@ -10,7 +10,8 @@ from hypha_rpc.rpc import RemoteException
 
 from switchboard.clock import SystemClock
 from switchboard.hub import event_log
-from switchboard.hub.auth import ROOT, Permission, TokenIssuer, User
+from switchboard.hub.auth import TokenIssuer
+from switchboard.hub.users import ROOT, Permission, User
 from switchboard.testing.hub import TEST_SECRET
 
 pytestmark = pytest.mark.timeout(60)

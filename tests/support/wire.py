@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 if TYPE_CHECKING:
-    from switchboard.hub.auth import User
     from switchboard.hub.hub import Hub
     from switchboard.hub.peer import Peer
+    from switchboard.hub.users import User
 
 
 class Wire:

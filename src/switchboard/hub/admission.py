@@ -17,10 +17,11 @@ from switchboard.backends.base import Arrival, Claim, ConnectionCounts, Entrance
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
-from switchboard.hub.auth import Permission, TokenIssuer, User, new_anonymous_user, user_workspace
+from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.credentials import REVOKED, Credentials
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission, User, new_anonymous_user, user_workspace
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
 from switchboard.protocol.services import ServiceQuery

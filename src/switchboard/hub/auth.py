@@ -1,4 +1,6 @@
-"""Users, permissions and tokens (protocol §6).
+"""Tokens (protocol §6): the hub's own, signed and verified with PyJWT, and their scopes.
+
+Who a token stands for is a :class:`~switchboard.hub.users.User` (pure, in :mod:`.users`).
 
 Tokens are HS256 JWTs in the reference's claim layout so the HTTP-streaming
 client, which reads the ``wid:`` scope out of the payload, finds its
@@ -7,9 +9,8 @@ workspace. Verification never trusts a claim it did not sign.
 
 from __future__ import annotations
 
-import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jwt
@@ -17,6 +18,7 @@ import shortuuid
 
 from switchboard.clock import Clock
 from switchboard.errors import AuthError
+from switchboard.hub.users import Permission, User
 from switchboard.protocol import ids
 
 ISSUER = "https://switchboard.invalid/"
@@ -30,118 +32,6 @@ CREDENTIAL_EXPIRY = ISSUER + "credential_exp"
 # On a reconnection token: the id (jti) of the credential it descends from, so revoking that
 # credential revokes every reconnection token derived from it, on every replica.
 ORIGIN = ISSUER + "origin"
-
-
-class Permission(enum.IntEnum):
-    """Ordered so that ``have >= need`` answers "is this enough?"."""
-
-    NONE = 0
-    READ = 1
-    READ_WRITE = 2
-    ADMIN = 3
-
-    @classmethod
-    def parse(cls, text: str) -> Permission:
-        try:
-            return _PERM_NAMES[text]
-        except KeyError:
-            raise ValueError(f"unknown permission {text!r}: use read, read_write or admin") from None
-
-    @property
-    def code(self) -> str:
-        return {1: "r", 2: "rw", 3: "a"}.get(self.value, "")
-
-
-_PERM_NAMES = {
-    "r": Permission.READ,
-    "read": Permission.READ,
-    "rw": Permission.READ_WRITE,
-    "read_write": Permission.READ_WRITE,
-    "a": Permission.ADMIN,
-    "admin": Permission.ADMIN,
-}
-
-
-def user_workspace(user_id: str) -> str:
-    """Every user owns one workspace, created on demand."""
-    return f"ws-user-{user_id}"
-
-
-@dataclass(frozen=True)
-class User:
-    """An authenticated principal and its grants, keyed by workspace (``*`` = all)."""
-
-    id: str
-    roles: tuple[str, ...] = ()
-    grants: dict[str, Permission] = field(default_factory=dict)
-    email: str | None = None
-    parent: str | None = None
-    expires_at: float | None = None
-    client_id: str | None = None  # a token bound to one client id
-    current_workspace: str | None = None  # the token's wid
-    # when the credential this identity stands on expires: a reconnection token never
-    # outlives it; None only for an anonymous user, who has no credential
-    credential_expires_at: float | None = None
-    # labels for applications (Hypha's ``extra_scopes``); the hub itself grants nothing by them
-    extra_scopes: tuple[str, ...] = ()
-    token_id: str | None = None  # the id (jti) of the token this identity was read from
-    origin: str | None = None  # on a reconnection token: the id of the credential it descends from
-    issued_at: float | None = (
-        None  # its token's ``iat``: a token older than a workspace's deletion grants nothing there
-    )
-
-    @property
-    def revocation_ids(self) -> tuple[str, ...]:
-        """The ids whose revocation ends this identity: its token's own, and its credential's."""
-        return tuple(i for i in (self.token_id, self.origin) if i)
-
-    @property
-    def is_anonymous(self) -> bool:
-        return "anonymous" in self.roles
-
-    def permission(self, workspace: str) -> Permission:
-        if "admin" in self.roles:
-            return Permission.ADMIN
-        if workspace == user_workspace(self.id):
-            return Permission.ADMIN
-        return max(self.grants.get(workspace, Permission.NONE), self.grants.get("*", Permission.NONE))
-
-    def can(self, workspace: str, need: Permission) -> bool:
-        return self.permission(workspace) >= need
-
-    def named_in(self, owners: object) -> bool:
-        """Whether a workspace record's ``owners`` name this user: by id, or by email for a
-        first-hand credential only (a generated token inherits its maker's email, not its rights)."""
-        if not isinstance(owners, list):
-            return False
-        return self.id in owners or (self.parent is None and bool(self.email) and self.email in owners)
-
-    def to_wire(self, workspace: str | None = None, client_id: str | None = None) -> dict[str, Any]:
-        """The user object stamped on messages and shown in ``connection_info``."""
-        grants = {ws: p.code for ws, p in self.grants.items()}
-        grants.setdefault(user_workspace(self.id), "a")
-        return {
-            "id": self.id,
-            "roles": list(self.roles),
-            "is_anonymous": self.is_anonymous,
-            "scope": {
-                "current_workspace": workspace,
-                "workspaces": grants,
-                "client_id": client_id,
-                "extra_scopes": list(self.extra_scopes) if self.extra_scopes else None,
-            },
-            "email": self.email,
-            "parent": self.parent,
-            "expires_at": self.expires_at,
-            "current_workspace": workspace,
-        }
-
-
-ROOT = User(id="root", roles=("admin",), grants={"*": Permission.ADMIN})
-
-
-def new_anonymous_user() -> User:
-    return User(id=f"anonymouz-{shortuuid.uuid()[:12].lower()}", roles=("anonymous",))
 
 
 @dataclass(frozen=True)

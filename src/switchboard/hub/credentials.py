@@ -17,8 +17,9 @@ import jwt
 
 from switchboard.backends.revocations import Revocations
 from switchboard.errors import AuthError, PermissionDenied
-from switchboard.hub.auth import ISSUER, Permission, TokenIssuer, User, user_workspace
+from switchboard.hub.auth import ISSUER, TokenIssuer
 from switchboard.hub.oidc import LEEWAY, OidcVerifier
+from switchboard.hub.users import Permission, User, user_workspace
 
 REVOKED = "token has been revoked"
 

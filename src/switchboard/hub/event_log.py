@@ -17,9 +17,9 @@ import shortuuid
 from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, ProtocolError
-from switchboard.hub.auth import Permission
 from switchboard.hub.manager_door import calling_peer
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission
 from switchboard.protocol.values import plain
 
 # Entries kept per workspace: a day of a busy application's milestones at one a minute,

@@ -36,7 +36,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.admission import Admitted, Gatekeeper
-from switchboard.hub.auth import ROOT, TokenIssuer
+from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
@@ -53,6 +53,7 @@ from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.hub.users import ROOT
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo

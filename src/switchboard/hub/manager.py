@@ -22,7 +22,7 @@ from hypha_rpc.utils.schema import schema_function
 from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.auth import MAX_EXTRA_SCOPES, Permission, TokenIssuer, check_extra_scope, child_user
+from switchboard.hub.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
 from switchboard.hub.credentials import Credentials
 from switchboard.hub.event_log import EventLog
 from switchboard.hub.manager_door import ManagerDoor, calling_peer, require
@@ -30,6 +30,7 @@ from switchboard.hub.peer import Peer
 from switchboard.hub.service_directory import DirectoryHost, ServiceDirectory
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.hub.users import Permission
 from switchboard.hub.workspace_data import WorkspaceData
 from switchboard.hub.workspace_records import WorkspaceRecords
 from switchboard.protocol import envelope, ids

@@ -44,10 +44,10 @@ from typing import Any
 import msgpack
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission
 from switchboard.hub.manager_service_answer import ManagerServiceAnswer
 from switchboard.hub.peer import Peer
 from switchboard.hub.uploads import Uploads
+from switchboard.hub.users import Permission
 from switchboard.protocol import envelope
 from switchboard.protocol.chunks import cache_op, parse_cache_call
 from switchboard.protocol.payload import check_promise, payload_map

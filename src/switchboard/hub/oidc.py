@@ -23,7 +23,8 @@ import jwt
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
-from switchboard.hub.auth import User, issued_at
+from switchboard.hub.auth import issued_at
+from switchboard.hub.users import User
 from switchboard.protocol import ids
 
 log = logging.getLogger(__name__)

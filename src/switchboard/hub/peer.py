@@ -8,8 +8,8 @@ import logging
 from collections import deque
 from typing import Any, Protocol
 
-from switchboard.hub.auth import User
 from switchboard.hub.limits import TokenBucket
+from switchboard.hub.users import User
 from switchboard.protocol import envelope
 
 log = logging.getLogger(__name__)

@@ -35,12 +35,12 @@ from switchboard.hub.actions import (
     ToManager,
     ToReplica,
 )
-from switchboard.hub.auth import Permission
 from switchboard.hub.inflight import InFlight
 from switchboard.hub.reply_routes import ReplyRoutes
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered
 from switchboard.hub.uploads import Receivers
+from switchboard.hub.users import Permission
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
 from switchboard.protocol.chunks import overwriting, parse_cache_call

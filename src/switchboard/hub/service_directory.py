@@ -25,10 +25,10 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission, User
 from switchboard.hub.manager_door import calling_peer, require
 from switchboard.hub.peer import Peer
 from switchboard.hub.shared_values import SharedValues
+from switchboard.hub.users import Permission, User
 from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query

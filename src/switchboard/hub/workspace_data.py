@@ -10,8 +10,8 @@ from typing import Any
 
 from switchboard.backends.base import WorkspaceStore
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission
 from switchboard.hub.manager_door import calling_peer
+from switchboard.hub.users import Permission
 from switchboard.hub.workspace_records import WorkspaceRecords, json_text
 from switchboard.protocol import ids
 from switchboard.protocol.values import plain

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
-from switchboard.hub.auth import Permission, User, user_workspace
 from switchboard.hub.manager_door import calling_peer
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission, User, user_workspace
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain

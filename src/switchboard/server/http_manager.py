@@ -23,10 +23,10 @@ from typing import Any
 import shortuuid
 
 from switchboard.errors import NotFound, RequestRefused
-from switchboard.hub.auth import Permission, User, new_anonymous_user
 from switchboard.hub.hub import Hub
 from switchboard.hub.manager_door import CALLER
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission, User, new_anonymous_user
 
 # These act on the caller's connection (its subscriptions, its services): an HTTP request has none.
 CONNECTION_ONLY = frozenset({"register_service", "unregister_service", "subscribe", "unsubscribe"})

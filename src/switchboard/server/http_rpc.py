@@ -54,9 +54,9 @@ from starlette.types import Receive, Scope, Send
 
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, BackendError, HandshakeError, ProtocolError, RequestRefused
-from switchboard.hub.auth import Permission
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission
 from switchboard.protocol import envelope, handshake, ids
 from switchboard.server import fetch_origin
 from switchboard.server.connection_reset import reset

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
-from switchboard.hub.auth import Permission, User, user_workspace
+from switchboard.hub.users import Permission, User, user_workspace
 from switchboard.protocol import ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from switchboard.errors import AuthError, BackendError, ProtocolError
-from switchboard.hub.auth import Permission
+from switchboard.hub.users import Permission
 from switchboard.hub.workspace_records import implicit_record, owns
 from switchboard.protocol import ids
 from switchboard.protocol.handshake import HYPHA_VERSION

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from switchboard.errors import AuthError, BackendError, RequestRefused
-from switchboard.hub.auth import Permission, user_workspace
+from switchboard.hub.users import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.replicas.cluster import Cluster
