@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import shortuuid
 
@@ -60,6 +60,9 @@ from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
+
+if TYPE_CHECKING:
+    from switchboard.replicas.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +137,9 @@ class Hub:
         # registry writes that failed while the backend was away, repaired by the cluster loop
         self.unpurged: set[tuple[str, str]] = set()
         self.registry_dirty = False
-        # background work with start()/stop() that lives as long as the hub (e.g. the cluster)
-        self.companions: list[Any] = []
+        # the replica layer on a shared Redis (presence, lease, reaper, recovery), started and
+        # stopped with the hub; None on the embedded backends (set by the app, which builds it)
+        self.cluster: Cluster | None = None
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
         calls = InFlight(
@@ -248,8 +252,8 @@ class Hub:
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
         # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
         self.metrics.services.set_function(lambda: sum(len(p.services) for p in self.peers.values()))
-        for companion in self.companions:
-            await companion.start()
+        if self.cluster is not None:
+            await self.cluster.start()
 
     async def stop(self) -> None:
         for peer in list(self.peers.values()):
@@ -257,8 +261,8 @@ class Hub:
         await self.retry.close()
         await self.replies.close()
         await self.moves.stop()
-        for companion in reversed(self.companions):
-            await companion.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.manager.stop()
         await self.unicast.close()  # ends dispatch.take_lost
         await cancel_and_wait(list(self._background))

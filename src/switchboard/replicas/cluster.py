@@ -85,7 +85,7 @@ def lease_policy(settings: Settings, key: str) -> LeasePolicy:
 
 
 class Cluster:
-    """Presence, leadership, reaping and recovery for one replica (a hub companion: start/stop)."""
+    """Presence, leadership, reaping and recovery for one replica (the hub's `cluster`, started and stopped with it)."""
 
     def __init__(
         self,

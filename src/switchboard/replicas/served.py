@@ -1,4 +1,4 @@
-"""What the cluster companion (:mod:`.cluster`) needs of the hub it serves beside, and of its bus."""
+"""What the cluster (:mod:`.cluster`, the hub's `cluster`) needs of the hub it serves beside, and of its bus."""
 
 from __future__ import annotations
 

@@ -123,12 +123,12 @@ def build_hub(
         entrance=entrance,
     )
     if parts is not None:
-        hub.companions.append(_cluster(hub, parts))
+        hub.cluster = _cluster(hub, parts)
     return hub
 
 
 def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
-    """The replica layer's companion of a hub on Redis: presence, lease, reaper, recovery, metrics."""
+    """The replica layer of a hub on Redis: presence, lease, reaper, recovery, metrics."""
     from switchboard.backends.redis.cluster_bus import ClusterBus
     from switchboard.backends.redis.cluster_status import ShardCollector
     from switchboard.backends.redis.lease import RedisLease

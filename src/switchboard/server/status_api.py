@@ -32,7 +32,6 @@ from switchboard.errors import AuthError, BackendError, RequestRefused
 from switchboard.hub.users import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
-from switchboard.replicas.cluster import Cluster
 from switchboard.server import http_services
 from switchboard.server.http_errors import error_response
 from switchboard.tasks import cancel_and_wait
@@ -137,7 +136,7 @@ class StatusSampler:
             "_errors": here["errors"],
             "_inflight": here["inflight"],
         }
-        cluster = _cluster(hub)
+        cluster = hub.cluster
         if cluster is None:
             return [me]
         try:
@@ -168,13 +167,6 @@ class StatusSampler:
                 }
             )
         return sorted(rows, key=lambda r: str(r["id"]))
-
-
-def _cluster(hub: Hub) -> Cluster | None:
-    for companion in hub.companions:
-        if isinstance(companion, Cluster):
-            return companion
-    return None
 
 
 def _number(text: Any) -> float | None:
