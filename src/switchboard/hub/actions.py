@@ -64,6 +64,23 @@ class RetryLater:
 
 
 @dataclass(slots=True)
+class RetryIfClaimed:
+    """It reached nobody: into the retry window if some replica claims the client (a registry
+    read, which the dispatch makes), else its caller fails (:class:`Fail`)."""
+
+    target: str
+    item: Undelivered
+
+
+@dataclass(slots=True)
+class Fail:
+    """Nobody has the client: a caller that waits is told at once (the router's ``undeliverable``)."""
+
+    target: str
+    item: Undelivered
+
+
+@dataclass(slots=True)
 class ToAlias:
     """To an HTTP caller's address: the manager's RPC answers as that caller."""
 
@@ -96,4 +113,17 @@ class Broadcast:
     frame: bytes
 
 
-Action = Deliver | Send | SendToken | Forward | Hold | RetryLater | ToAlias | ToManager | ToReplica | Broadcast
+Action = (
+    Deliver
+    | Send
+    | SendToken
+    | Forward
+    | Hold
+    | RetryLater
+    | RetryIfClaimed
+    | Fail
+    | ToAlias
+    | ToManager
+    | ToReplica
+    | Broadcast
+)

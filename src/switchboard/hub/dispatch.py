@@ -25,8 +25,10 @@ from switchboard.hub.actions import (
     Action,
     Broadcast,
     Deliver,
+    Fail,
     Forward,
     Hold,
+    RetryIfClaimed,
     RetryLater,
     Send,
     SendToken,
@@ -112,9 +114,9 @@ class Dispatch:
                 peer, item = action.peer, action.item
                 if peer.send(item.frame):
                     self.metrics.frames.routed += 1
-                elif not self.moves.hold(peer.id, item):  # its connection just ended
-                    self.give_up(peer.id, item)
-                return None
+                    return None
+                action = self.router.refused(peer, item)  # its connection just ended
+                continue
             if type(action) is Forward:
                 target, item = action.target, action.item
                 if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
@@ -131,6 +133,10 @@ class Dispatch:
             elif type(action) is RetryLater:
                 self.retry.add(action.target, action.item)
                 return None
+            elif type(action) is Fail:
+                action = self.router.undeliverable(action.target, action.item.session, action.item.caller)
+            elif type(action) is RetryIfClaimed:
+                return self._retry_if_claimed(action.target, action.item)
             elif type(action) is ToManager:
                 self.to_manager(action.frame, action.caller)
                 return None
@@ -162,24 +168,24 @@ class Dispatch:
         if rest is not None:
             await rest
 
-    async def _publish(self, target: str, item: Undelivered) -> bool:
-        """Through the bus; a publish that reached nobody waits for a client in transit or one some
-        replica claims (its subscription may be seconds from repair), else its caller fails."""
+    async def _publish(self, target: str, item: Undelivered) -> None:
+        """Through the bus; what a publish that reached nobody becomes is the router's to say."""
         if await self.remote.publish_to_client(target, item.frame, item.session, item.caller, item.event):
             self.metrics.frames.routed += 1
-            return True
-        if target in self.router.transit and self.moves.hold(target, item):
-            return True  # we heard it left while the publish was on its way
-        if self.retry.window > 0 and await self.remote.worth_retrying(target):
-            self.metrics.publishes_to_nobody.inc()
-            self.retry.add(target, item)
-            return True
-        self.carry(self.router.undeliverable(target, item.session, item.caller))
-        return False
+            return
+        self.metrics.publishes_to_nobody.inc()
+        rest = self.run(self.router.reached_nobody(target, item))
+        if rest is not None:
+            await rest
+
+    async def _retry_if_claimed(self, target: str, item: Undelivered) -> None:
+        """Read whether some replica claims ``target``, and do what the router makes of it."""
+        claimed = await self.remote.worth_retrying(target)
+        self.carry(self.router.claim_read(target, item, claimed=claimed))
 
     def give_up(self, target: str, item: Undelivered) -> None:
         """The retry window (or a holding) could not deliver ``item``: its caller is told."""
-        self.carry(self.router.undeliverable(target, item.session, item.caller))
+        self.carry(Fail(target, item))
 
     def _to_replica(self, origin: str, frame: bytes) -> None:
         """A reply for another replica's manager: over a link at once, else by ``replies`` in its
@@ -290,15 +296,7 @@ class Dispatch:
             return
         self.metrics.publishes_to_nobody.inc()
         retried = Undelivered(item.frame, item.session, item.caller, op=item.op)
-        spawn(self._background, self._retry_or_fail(target, retried))
-
-    async def _retry_or_fail(self, target: str, item: Undelivered) -> None:
-        if self.moves.hold(target, item):
-            return
-        if self.retry.pending(target) or (self.retry.window > 0 and await self.remote.worth_retrying(target)):
-            self.retry.add(target, item)
-        else:
-            self.give_up(target, item)
+        self.carry(self.router.lost(target, retried))
 
     def __repr__(self) -> str:
         return f"<Dispatch replica={self.replica_id} tasks={len(self._background)}>"

@@ -38,7 +38,7 @@ class HubMetrics:
         )
         self.publishes_to_nobody = counter(
             "switchboard_publishes_to_nobody",
-            "Frames for a registered client that no replica received (then retried).",
+            "Frames for a client not here that no replica received (then held, retried or failed).",
         )
         self.rate_limited = counter(
             "switchboard_refused_over_limit", "Frames refused by the rate or pending-call limit."

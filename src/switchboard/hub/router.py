@@ -26,8 +26,10 @@ from switchboard.hub.actions import (
     Action,
     Broadcast,
     Deliver,
+    Fail,
     Forward,
     Hold,
+    RetryIfClaimed,
     RetryLater,
     Send,
     SendToken,
@@ -291,6 +293,34 @@ class Router:
         if self.retry.pending(target):  # keep order
             return RetryLater(target, item)
         return Forward(target, item)
+
+    # -- after the I/O: what a publish, a delivery or a registry read found ----------
+
+    def reached_nobody(self, target: str, item: Undelivered) -> Action:
+        """A publish no replica received: the frame waits for a client in transit, else is
+        retried while some replica claims the client (its subscription may be seconds from
+        repair), else its caller fails."""
+        otherwise: Action = RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
+        return Hold(target, item, otherwise) if target in self.transit else otherwise
+
+    def lost(self, target: str, item: Undelivered) -> Action:
+        """A frame the bus had counted as delivered reached nobody after all (its connection
+        ended first): held if the client is moving, else behind what already waits for it, else
+        as a publish to nobody."""
+        if self.retry.pending(target):
+            otherwise: Action = RetryLater(target, item)
+        else:
+            otherwise = RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
+        return Hold(target, item, otherwise)
+
+    def refused(self, peer: Peer, item: Undelivered) -> Action:
+        """A client's connection here refused a frame (it just ended): held for its return, else failed."""
+        return Hold(peer.id, item, Fail(peer.id, item))
+
+    def claim_read(self, target: str, item: Undelivered, *, claimed: bool) -> Action:
+        """The registry's answer to :class:`RetryIfClaimed`: a client some replica claims (or
+        one the registry cannot vouch for now) is retried; one nobody claims fails its caller."""
+        return RetryLater(target, item) if claimed else Fail(target, item)
 
     def from_manager(self, data: bytes, *, sender: str, workspace: str | None, user: dict[str, Any]) -> Action | None:
         """A frame the manager's RPC emitted, stamped as the trusted ``sender`` (the manager, or the
