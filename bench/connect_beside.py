@@ -16,7 +16,7 @@ does). Prints a table and writes ``bench/results/connect_beside.json``.
 
     .venv/bin/python bench/connect_beside.py --against OTHER_REVISION/src
                                              [--clients 4000] [--step 1000] [--rounds 1]
-                                             [--workers 1] [--concurrency 16] [--idle 2]
+                                             [--workers 1] [--concurrency 16] [--idle 20]
 
 ``--rounds N`` repeats the whole climb N times (fresh replicas each time).
 """

@@ -10,7 +10,7 @@ The CPU of a step is the replica's CPU from the step's start until
 ``SETTLE`` seconds after its last connect (hypha-rpc asks for a fresh
 reconnection token two seconds after connecting), less what the replica
 spends anyway with that many idle clients (their keepalives), which is
-measured right after, over ``IDLE`` seconds, and charged at the mean of the
+measured right after, over ``--idle`` seconds (one keepalive round, 20 s), and charged at the mean of the
 rates before and after the step. RSS per idle connection is the slope of the
 settled RSS against the number connected, per step and over the whole run.
 
@@ -26,9 +26,9 @@ the cross-replica echo's p50 and p99 (``--echo-calls`` calls one after the
 other) before the first step and after the last, with every idle client
 connected. Each figure is reported with the machine's load average.
 
-    .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 120]
+    .venv/bin/python bench/connect_cost.py [--clients 10000] [--step 1000] [--budget 600]
                                            [--workers 2] [--concurrency 16] [--memory]
-                                           [--echo-calls 300] [--profile FILE]
+                                           [--echo-calls 300] [--profile FILE] [--idle 20]
                                            [--against OTHER_REVISION/src]
 
 ``--against`` first measures the replica code of another revision's ``src/``
@@ -70,7 +70,11 @@ from _common import (
 WORKSPACE = "bench-connect"
 ECHO_WORKSPACE = "bench-echo"  # the echo's provider and caller: not among the idle clients' events
 SETTLE = 3.0  # seconds after a step's last connect that still count as its work (the token refresh at 2 s)
-IDLE = 2.0  # seconds over which the idle cost at a level is measured
+# Seconds over which the idle cost at a level is measured: one round of the keepalive (a hypha-rpc
+# client pings every 20 s). Over 2 s the measure caught whatever share of a round's pings fell in it
+# (0.5 to 12.5 % of a core at 10,000 clients, run to run), and charged over a step of 20 s that
+# moved a connect's net cost by up to half a millisecond.
+IDLE = 20.0
 
 
 # --------------------------------------------------------------------------- the client worker
@@ -187,10 +191,10 @@ class Echo:
                 await asyncio.wait_for(client.disconnect(), 5)
 
 
-async def idle_rate(pid: int | None) -> float:
-    """The replica's CPU seconds per second over :data:`IDLE` seconds."""
+async def idle_rate(pid: int | None, seconds: float = IDLE) -> float:
+    """The replica's CPU seconds per second over ``seconds``."""
     c0, t0 = pid_cpu(pid) or 0.0, time.perf_counter()
-    await asyncio.sleep(IDLE)
+    await asyncio.sleep(seconds)
     return ((pid_cpu(pid) or 0.0) - c0) / (time.perf_counter() - t0)
 
 
@@ -259,7 +263,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
         connected = 0
         started = time.perf_counter()
         base_rss = pid_rss(pid)
-        rate_before = await idle_rate(pid)
+        rate_before = await idle_rate(pid, args.idle)
         out["empty"] = {"rss_bytes": base_rss, "idle_cpu_per_s": rate_before}
         while connected < args.clients and time.perf_counter() - started < args.budget:
             n = min(args.step, args.clients - connected)
@@ -282,7 +286,7 @@ async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any
                     errors[k] = errors.get(k, 0) + v
             rss = pid_rss(pid)
             load_now = load()
-            rate_after = await idle_rate(pid)
+            rate_after = await idle_rate(pid, args.idle)
             idle_share = (rate_before + rate_after) / 2 * (t1 - t0)
             step = {
                 "before": connected,
@@ -384,7 +388,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=10_000, help="connect up to this many (default 10000)")
     parser.add_argument("--step", type=int, default=1000, help="clients per step (default 1000)")
-    parser.add_argument("--budget", type=float, default=120.0, help="no new step after this many seconds")
+    parser.add_argument("--budget", type=float, default=600.0, help="no new step after this many seconds (default 600)")
     parser.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per worker")
     parser.add_argument("--memory", action="store_true", help="the embedded backends instead of a Valkey")
@@ -395,6 +399,12 @@ def main() -> None:
         help="cross-replica echoes measured before the first step and after the last (Valkey only; 0: none)",
     )
     parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=IDLE,
+        help=f"seconds over which the idle cost is measured after each step (default {IDLE:g}: one keepalive round)",
+    )
     parser.add_argument(
         "--against",
         default="",
