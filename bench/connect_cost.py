@@ -73,7 +73,7 @@ SETTLE = 3.0  # seconds after a step's last connect that still count as its work
 # Seconds over which the idle cost at a level is measured: one round of the keepalive (a hypha-rpc
 # client pings every 20 s). Over 2 s the measure caught whatever share of a round's pings fell in it
 # (0.5 to 12.5 % of a core at 10,000 clients, run to run), and charged over a step of 20 s that
-# moved a connect's net cost by up to half a millisecond.
+# moved a connect's net cost by as much as a millisecond.
 IDLE = 20.0
 
 
