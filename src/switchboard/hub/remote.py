@@ -1,7 +1,10 @@
 """The other replicas, as this one reaches them: the event bus, the direct links, the registry's claims.
 
-Only I/O and no decisions (those are :class:`~switchboard.hub.router.Router`'s):
-publishing to a client's, a workspace's or a replica's channel (a bus failure
+I/O and the encoding of what travels between replicas, no decisions (those are
+:class:`~switchboard.hub.router.Router`'s): a call the manager makes is wrapped
+with its origin whenever it leaves this replica, whichever way and however many
+times it is sent (:meth:`Remote._for_client`), and never when it is delivered
+here; publishing to a client's, a workspace's or a replica's channel (a bus failure
 counts as "nobody received it", never as a crash), sending over a direct link,
 asking the registry whether some replica still claims a client. A client's
 frames go through :class:`~switchboard.replicas.unicast.Unicast` (a link if one
