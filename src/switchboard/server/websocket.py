@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Awaitable
@@ -31,6 +32,7 @@ from switchboard.server import ws_asgi
 from switchboard.server.connection_reset import current_transport, reset
 from switchboard.server.inbox import Inbox
 from switchboard.server.server_state import ServerState
+from switchboard.server.session import ClientSession
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger(__name__)
@@ -167,74 +169,73 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     # The upgrade request's headers served the handshake; the scope lasts as long as the
     # connection's task, and nothing reads them from here on (1.2 KiB per idle connection).
     websocket.scope["headers"] = []
+    session: ClientSession | None = None
     try:
-        attached = await _attach(websocket, state)
-        if attached is None:
-            return
-        peer, info = attached
-        del attached
-    except TimeoutError:
-        hub.metrics.handshake_failures.inc()
-        log.info("handshake timed out", extra={"replica": hub.replica_id})
-        await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
-        return
-    except HandshakeError as exc:
-        hub.metrics.handshake_failures.inc()
+        hello = await _hello(websocket, hub.settings.handshake_timeout)
+        if hello is None:
+            return  # it left first
+        session = ClientSession(state, hello, WebSocketTransport(websocket))
+        del hello  # the token in it is freed once the client is in, not kept for the connection's life
+        await _live(websocket, session, state)
+    except (TimeoutError, HandshakeError, BackendError) as exc:
+        if session is not None and session.attached:
+            raise  # not a refusal: the connection's own failure
+        await _refused(websocket, state, exc)
+    except WebSocketDisconnect:
+        pass  # it left before it was in
+
+
+async def _hello(websocket: WebSocket, timeout: float) -> handshake.Hello | None:
+    """The client's first frame, parsed (``None``: it left first). A function of its own, so that
+    the frame and what was decoded of it are freed once read, not kept for the connection's life."""
+    first = await asyncio.wait_for(websocket.receive(), timeout)
+    if first["type"] == "websocket.disconnect":
+        return None
+    return handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
+
+
+async def _refused(websocket: WebSocket, state: ServerState, exc: Exception) -> None:
+    """Tell a client the hub did not let in why, as a WebSocket can: an error frame and a close code."""
+    hub = state.hub
+    hub.metrics.handshake_failures.inc()
+    if isinstance(exc, HandshakeError):
         log.info("handshake refused: %s", exc, extra={"replica": hub.replica_id})
         await _refuse(websocket, str(exc), exc.close_code)
-        return
-    except BackendError as exc:
+    elif isinstance(exc, BackendError):
         # The shared registry did not answer in time: a retryable refusal (bare
         # close, no error frame, so the client tries again) rather than a crash.
-        hub.metrics.handshake_failures.inc()
         log.warning("handshake deferred, backend unavailable: %s", exc, extra={"replica": hub.replica_id})
         with contextlib.suppress(Exception):
             await websocket.close(handshake.CLOSE_TRY_AGAIN, "Hub backend unavailable, please retry")
-        return
-    except WebSocketDisconnect:
-        return
+    else:
+        log.info("handshake timed out", extra={"replica": hub.replica_id})
+        await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
+
+
+async def _live(websocket: WebSocket, session: ClientSession, state: ServerState) -> None:
+    """The admitted client's connection: ``connection_info`` first, then its frames until either
+    side closes. The session detaches it however that ends (a client that vanishes before it
+    reads ``connection_info`` included); then its writer and the socket get a bounded flush."""
+    peer: Peer | None = None
     writing = False
-    inbox = _inbox(websocket, peer, state)
-    state.track(peer)
     try:
-        # The peer is attached from here on: a client that vanishes before
-        # reading connection_info must still be detached, not leaked.
-        await websocket.send_text(info)
-        del info  # this frame lives as long as the connection: it keeps only what it needs
-        peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
-        writing = True
-        await _serve(websocket, peer, state, inbox)
-    except WebSocketDisconnect:
-        pass  # the client left before connection_info reached it: clean up below
+        async with session:
+            peer = session.peer
+            inbox = _inbox(websocket, peer, state)
+            if inbox is not None:  # what the client sent before it left is routed before the detach
+                session.settle = functools.partial(inbox.close, FINISH_GRACE)
+            try:
+                info, session.info = session.info, None  # this frame lives as long as the connection
+                await websocket.send_text(json.dumps(info))
+                del info
+                peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
+                writing = True
+                await _serve(websocket, peer, state, inbox)
+            except WebSocketDisconnect:
+                pass  # the client left before connection_info reached it: the session detaches it
     finally:
-        state.untrack(peer)
-        if inbox is not None:
-            await inbox.close(FINISH_GRACE)
-        await hub.detach(peer)
-        if writing and (writer := peer.writer) is not None:  # the one sending the close, at least
+        if writing and peer is not None and (writer := peer.writer) is not None:  # the one sending the close
             await _finish(peer, writer)
-
-
-async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] | None:
-    """The client's first frame, admitted and attached: its peer and its ``connection_info``
-    (``None``: it left first). A function of its own, so that the first frame, the token in it
-    and what was decoded of it are freed once the client is in, not kept for the connection's life."""
-    hub = state.hub
-    first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
-    if first["type"] == "websocket.disconnect":
-        return None
-    hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
-    admitted = await hub.admit(hello)
-    peer = Peer(
-        workspace=admitted.workspace,
-        client_id=hello.client_id,
-        user=admitted.user,
-        transport=WebSocketTransport(websocket),
-        max_queue_bytes=hub.settings.send_queue_bytes,
-        replica_id=hub.replica_id,
-    )
-    info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
-    return peer, json.dumps(info)
 
 
 def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
