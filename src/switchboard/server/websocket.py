@@ -55,12 +55,12 @@ _DRAIN_POLL = 0.05
 class WebSocketTransport:
     """A :class:`~switchboard.hub.peer.ClientConnection` over a Starlette WebSocket."""
 
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, websocket: WebSocket, proto: HubWebSocketProtocol) -> None:
         self._ws = websocket
-        self._proto = hub_protocol(websocket)
+        self._proto = proto
 
     def try_send(self, frame: bytes | str) -> bool:
-        return self._proto is not None and self._proto.send_now(frame)
+        return self._proto.send_now(frame)
 
     async def send_bytes(self, data: bytes) -> None:
         await self._ws.send_bytes(data)
@@ -70,19 +70,15 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         proto = self._proto
-        if proto is not None and proto.disconnected:
+        if proto.disconnected:
             return  # the client is gone: no close frame to send (a crowd leaving skips an exception each)
-        if (
-            code == handshake.CLOSE_RESTARTING
-            and proto is not None
-            and proto.hand_over(handshake.restarting_text(reason))
-        ):
+        if code == handshake.CLOSE_RESTARTING and proto.hand_over(handshake.restarting_text(reason)):
             return  # a drain: the stream ends without a close frame (see ws_protocol)
         await self._ws.close(code, close_reason(reason))
 
 
 def hub_protocol(websocket: WebSocket) -> HubWebSocketProtocol | None:
-    """The connection itself, if it runs on the hub's protocol (with the synchronous paths)."""
+    """The connection itself, if it runs on the hub's protocol (``None``: another server's)."""
     extension = websocket.scope.get("extensions", {}).get(ws_asgi.EXTENSION)
     proto = extension.get("connection") if extension else None
     return proto if isinstance(proto, HubWebSocketProtocol) else None
@@ -130,7 +126,8 @@ async def _refuse_upgrade(websocket: WebSocket, why: str) -> None:
         await websocket.close(handshake.CLOSE_TRY_AGAIN, close_reason(why))
 
 
-#: The endpoint's path; the app keeps a Starlette route to it too, for other ASGI servers.
+#: The endpoint's path. The app keeps a Starlette route to it too; served by anything but the
+#: hub's own protocol (:func:`served_directly`), it refuses the upgrade (:func:`_not_served`).
 PATH = "/ws"
 
 
@@ -158,6 +155,10 @@ def served_directly(app: ASGIApp) -> ASGIApp:
 async def websocket_endpoint(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state.switchboard
     hub = state.hub
+    proto = hub_protocol(websocket)
+    if proto is None:
+        await _not_served(websocket)
+        return
     if any(p in websocket.query_params for p in _LEGACY_PARAMS):
         await websocket.accept()
         await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
@@ -170,19 +171,53 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     # connection's task, and nothing reads them from here on (1.2 KiB per idle connection).
     websocket.scope["headers"] = []
     session: ClientSession | None = None
+    peer: Peer | None = None
+    writing = False
     try:
         hello = await _hello(websocket, hub.settings.handshake_timeout)
         if hello is None:
             return  # it left first
-        session = ClientSession(state, hello, WebSocketTransport(websocket))
+        session = ClientSession(state, hello, WebSocketTransport(websocket, proto))
         del hello  # the token in it is freed once the client is in, not kept for the connection's life
-        await _live(websocket, session, state)
+        # In the endpoint's own frame, not a function of its own: a coroutine's frame more for
+        # every idle connection (half a KiB, tests/server/test_idle_connection.py).
+        async with session:  # detaches the client however this ends, one that vanishes first included
+            peer = session.peer
+            inbox = _inbox(proto, peer, state)
+            # what the client sent before it left is routed before the detach
+            session.settle = functools.partial(inbox.close, FINISH_GRACE)
+            try:
+                info, session.info = session.info, None  # this frame lives as long as the connection
+                await websocket.send_text(json.dumps(info))
+                del info
+                peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
+                writing = True
+                await _serve(websocket, proto, peer, inbox)
+            except WebSocketDisconnect:
+                pass  # the client left before connection_info reached it: the session detaches it
     except (TimeoutError, HandshakeError, BackendError) as exc:
         if session is not None and session.attached:
             raise  # not a refusal: the connection's own failure
         await _refused(websocket, state, exc)
     except WebSocketDisconnect:
         pass  # it left before it was in
+    finally:
+        if writing and peer is not None and (writer := peer.writer) is not None:  # the one sending the close
+            await _finish(peer, writer)
+
+
+async def _not_served(websocket: WebSocket) -> None:
+    """Refuse the upgrade: the hub reads a client's frames only on its own protocol.
+
+    Its messages go straight from the callback that parsed them to the hub
+    (:class:`~switchboard.server.inbox.Inbox`), never through ASGI's queue: the one
+    read path. ``switchboard serve`` and the test runner always use that protocol
+    (:func:`switchboard.server.runner.uvicorn_config`); an app served some other
+    way says so instead of serving clients by another path.
+    """
+    log.error("refused a WebSocket: /ws is served only on the hub's own protocol (switchboard serve)")
+    with contextlib.suppress(Exception):
+        await websocket.close(1011, "This server cannot serve /ws: run it with switchboard serve")
 
 
 async def _hello(websocket: WebSocket, timeout: float) -> handshake.Hello | None:
@@ -212,37 +247,8 @@ async def _refused(websocket: WebSocket, state: ServerState, exc: Exception) -> 
         await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
 
 
-async def _live(websocket: WebSocket, session: ClientSession, state: ServerState) -> None:
-    """The admitted client's connection: ``connection_info`` first, then its frames until either
-    side closes. The session detaches it however that ends (a client that vanishes before it
-    reads ``connection_info`` included); then its writer and the socket get a bounded flush."""
-    peer: Peer | None = None
-    writing = False
-    try:
-        async with session:
-            peer = session.peer
-            inbox = _inbox(websocket, peer, state)
-            if inbox is not None:  # what the client sent before it left is routed before the detach
-                session.settle = functools.partial(inbox.close, FINISH_GRACE)
-            try:
-                info, session.info = session.info, None  # this frame lives as long as the connection
-                await websocket.send_text(json.dumps(info))
-                del info
-                peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
-                writing = True
-                await _serve(websocket, peer, state, inbox)
-            except WebSocketDisconnect:
-                pass  # the client left before connection_info reached it: the session detaches it
-    finally:
-        if writing and peer is not None and (writer := peer.writer) is not None:  # the one sending the close
-            await _finish(peer, writer)
-
-
-def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
-    """Where the client's messages go once read, on the hub's protocol (else: ASGI's queue)."""
-    proto = hub_protocol(websocket)
-    if proto is None:
-        return None
+def _inbox(proto: HubWebSocketProtocol, peer: Peer, state: ServerState) -> Inbox:
+    """Where the client's messages go, in the callback that parsed each."""
     hub = state.hub
 
     def handle(message: bytes | str) -> Awaitable[None] | None:
@@ -258,7 +264,7 @@ def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None
     return Inbox(handle, pause=proto.pause_reading, resume=proto.resume_reading, on_error=failed)
 
 
-async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
+async def _serve(websocket: WebSocket, proto: HubWebSocketProtocol, peer: Peer, inbox: Inbox) -> None:
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
@@ -300,7 +306,7 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: In
     closed = peer.closing()
     closed.add_done_callback(on_close)
     try:
-        await _read_loop(websocket, peer, state, inbox)
+        await _read_loop(websocket, proto, peer, inbox)
     except asyncio.CancelledError:
         if not dropped or me.uncancel() > 0:  # a cancel of the endpoint's own (a shutdown) goes on
             raise
@@ -311,34 +317,23 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: In
             timer.cancel()
 
 
-async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
-    """Feed frames to the hub in order until either side closes.
+async def _read_loop(websocket: WebSocket, proto: HubWebSocketProtocol, peer: Peer, inbox: Inbox) -> None:
+    """Hand the client's messages to ``inbox`` and wait for either side to close.
 
-    With an ``inbox``, messages go to it as soon as the ones already queued
-    for ASGI are handled, and only the disconnect comes through here. When the
-    hub closes a peer (slow consumer, superseded), its writer closes the
-    socket, and ``receive`` then returns the disconnect: one loop, no extra
-    future per frame on the hot path.
+    Every message goes to the inbox, those the client sent behind its first
+    frame (waiting for ASGI's ``receive``) first (``hand_messages_to``); only the
+    disconnect comes through here. When the hub closes a peer (slow consumer,
+    superseded), its writer closes the socket, and ``receive`` then returns the
+    disconnect. What a client sends while it is sent away still counts.
     """
-    hub = state.hub
-    receive = websocket.receive
-    proto = hub_protocol(websocket) if inbox is not None else None
+    proto.hand_messages_to(inbox)
     try:
-        while not peer.closed or proto is not None:  # what a client sends while it is sent away still counts
-            if proto is not None and inbox is not None and proto.on_message is None:
-                proto.hand_messages_to(inbox)
-            message = await receive()
-            data = message.get("bytes")
-            if data is not None:
-                await hub.handle_binary(peer, data)
-            elif message["type"] == "websocket.disconnect":
-                peer.client_closed(message.get("code", 1000))
-                return
-            elif message.get("text") is not None:
-                hub.handle_text(peer, message["text"])
+        message = await websocket.receive()
+        while message["type"] != "websocket.disconnect":  # no other comes once the inbox takes them
+            message = await websocket.receive()
+        peer.client_closed(message.get("code", 1000))
     finally:
-        if proto is not None:
-            proto.on_message = None
+        proto.on_message = None
 
 
 async def _finish(peer: Peer, writer: asyncio.Task[None]) -> None:
