@@ -8,9 +8,10 @@ and ``websockets``' public sans-I/O API does the framing: bytes in with
 that ``/ws`` is an ordinary Starlette route, and finds the connection itself in
 the scope's ``switchboard.websocket`` extension for the hot path:
 
-* once the app has set :attr:`on_message`, each message is handed to it in
-  the event-loop callback that parsed it: no ASGI queue, no task switch, no
-  pause and resume of reading per message (bench/ab.py);
+* once the app calls :meth:`hand_messages_to`, each message is handed to its
+  handler in the event-loop callback that parsed it (those that waited for
+  ASGI's ``receive`` first): no ASGI queue, no task switch, no pause and
+  resume of reading per message (bench/ab.py);
 * :meth:`send_now` writes a frame without awaiting when nothing holds it back;
 * :meth:`hand_over` sends a draining replica's client away: a text frame that
   says so, then the end of the stream (TCP FIN) without a close frame, reading
