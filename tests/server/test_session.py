@@ -11,7 +11,6 @@ test_http_rpc.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -169,16 +168,17 @@ async def test_what_the_client_sent_before_it_left_is_settled_after_the_untrack_
 
     hub.detach = detach  # type: ignore[method-assign]
 
-    def settler(peer: Peer) -> Callable[[], Awaitable[None]]:
-        async def settle() -> None:
-            assert peer not in state.peers, "a drain waiting for the peers does not wait for its frames"
-            assert hub.peers.get(peer.id) is peer, "its frames are routed while it is attached"
+    class Inbox:
+        def __init__(self, peer: Peer) -> None:
+            self.peer = peer
+
+        async def settle(self) -> None:
+            assert self.peer not in state.peers, "a drain waiting for the peers does not wait for its frames"
+            assert hub.peers.get(self.peer.id) is self.peer, "its frames are routed while it is attached"
             seen.append("settle")
 
-        return settle
-
     async with ClientSession(state, hello("leaving"), Wire()) as session:
-        session.settle = settler(session.peer)
+        session.settle = Inbox(session.peer)
     assert seen == ["settle", "detach"]
     untouched(state)
 
@@ -186,15 +186,16 @@ async def test_what_the_client_sent_before_it_left_is_settled_after_the_untrack_
 async def test_a_settle_that_fails_still_lets_the_client_go(state: ServerState) -> None:
     detached = detaches_counted(state.hub)
 
-    async def settle() -> None:
-        raise Boom
+    class Inbox:
+        async def settle(self) -> None:
+            raise Boom
 
     peers: list[Peer] = []
 
     async def connection() -> None:
         async with ClientSession(state, hello("unsettled"), Wire()) as session:
             peers.append(session.peer)
-            session.settle = settle
+            session.settle = Inbox()
 
     with pytest.raises(Boom):
         await connection()

@@ -18,13 +18,18 @@ connection; the frames that follow never pass through it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from switchboard.hub.peer import ClientConnection, Peer
 from switchboard.protocol.handshake import Hello
 from switchboard.server.server_state import ServerState
+
+
+class Settling(Protocol):
+    """What a door finishes before its client is detached (the connection's inbox)."""
+
+    async def settle(self) -> None: ...
 
 
 class ClientSession:
@@ -48,7 +53,7 @@ class ClientSession:
         self.info: dict[str, Any] | None = None
         #: awaited on the way out, after the untrack and before the detach: what the client
         #: sent before it left is routed while its peer is still attached
-        self.settle: Callable[[], Awaitable[None]] | None = None
+        self.settle: Settling | None = None
 
     @property
     def peer(self) -> Peer:
@@ -89,6 +94,6 @@ class ClientSession:
         try:
             if (settle := self.settle) is not None:
                 self.settle = None
-                await settle()
+                await settle.settle()
         finally:
             await self._state.hub.detach(peer)

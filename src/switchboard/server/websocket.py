@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import Awaitable
@@ -45,10 +44,6 @@ CLOSE_GRACE = 2.0
 # Seconds a closed peer's writer and the connection's write buffer have to
 # finish once the peer is detached, before the connection is reset.
 WRITER_GRACE = 5.0
-# Seconds the frames a client sent before it left have to be routed (a publish
-# through Redis takes milliseconds; one stuck on an outage is abandoned, as
-# the frames of any lost connection are).
-FINISH_GRACE = 2.0
 _DRAIN_POLL = 0.05
 
 
@@ -184,8 +179,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         async with session:  # detaches the client however this ends, one that vanishes first included
             peer = session.peer
             inbox = _inbox(proto, peer, state)
-            # what the client sent before it left is routed before the detach
-            session.settle = functools.partial(inbox.close, FINISH_GRACE)
+            session.settle = inbox  # what the client sent before it left is routed before the detach
             try:
                 info, session.info = session.info, None  # this frame lives as long as the connection
                 await websocket.send_text(json.dumps(info))
