@@ -44,7 +44,6 @@ import json
 import logging
 import secrets
 import struct
-from typing import Any
 
 import msgpack
 from starlette.requests import Request
@@ -62,6 +61,7 @@ from switchboard.server import fetch_origin
 from switchboard.server.connection_reset import reset
 from switchboard.server.http_errors import refusal, status_of
 from switchboard.server.server_state import ServerState
+from switchboard.server.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -198,15 +198,19 @@ async def open_stream(request: Request, *, keepalive: float) -> Response:
         )
         log.info("stream refused (403): cross-origin without a token", extra={"replica": hub.replica_id})
         return refusal(403, detail)
+    fields = {k: _query(request, k) for k in ("client_id", "workspace", "reconnection_token")}
     try:
-        peer, info = await _admit(request, hub)
-    except (RequestRefused, BackendError) as exc:
-        hub.metrics.handshake_failures.inc()
-        status, detail = status_of(exc)
-        log.info("stream refused (%d): %s", status, detail, extra={"replica": hub.replica_id})
-        return refusal(status, detail)
-    state.track(peer)
-    return DownstreamResponse(request, state, peer, info, keepalive=keepalive)
+        hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
+    except HandshakeError as exc:
+        return _refused(hub, RequestRefused(400, str(exc)))
+    return DownstreamResponse(request, state, hello, keepalive=keepalive)
+
+
+def _refused(hub: Hub, exc: RequestRefused | BackendError) -> Response:
+    hub.metrics.handshake_failures.inc()
+    status, detail = status_of(exc)
+    log.info("stream refused (%d): %s", status, detail, extra={"replica": hub.replica_id})
+    return refusal(status, detail)
 
 
 def _cross_origin(request: Request, public_base_url: str) -> bool:
@@ -223,49 +227,33 @@ def _cross_origin(request: Request, public_base_url: str) -> bool:
     return origin.rstrip("/") not in own
 
 
-async def _admit(request: Request, hub: Hub) -> tuple[Peer, dict[str, Any]]:
-    """Admit and attach the caller as a peer, or raise what ``http_errors`` answers with its status."""
-    fields = {k: _query(request, k) for k in ("client_id", "workspace", "reconnection_token")}
-    try:
-        hello = handshake.parse_hello(json.dumps({**fields, "token": _bearer(request)}))
-    except HandshakeError as exc:
-        raise RequestRefused(400, str(exc)) from None
-    try:
-        admitted = await hub.admit(hello)
-    except HandshakeError as exc:
-        raise RequestRefused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc)) from None
-    transport = StreamTransport(hub.clock)
-    peer = Peer(
-        workspace=admitted.workspace,
-        client_id=hello.client_id,
-        user=admitted.user,
-        transport=transport,
-        max_queue_bytes=hub.settings.send_queue_bytes,
-        replica_id=hub.replica_id,
-    )
-    try:
-        info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
-    except HandshakeError as exc:
-        raise RequestRefused(409, str(exc)) from None
-    # a BackendError goes on: a 503, which the client retries with backoff
-    return peer, info
+def _refusal_of(exc: HandshakeError | BackendError, *, admitted: bool) -> RequestRefused | BackendError:
+    """What ``http_errors`` answers a refused stream with: 401 or 403 from the admission, 409
+    from the attach (the id is live elsewhere), 503 for a backend out of reach (retried)."""
+    if isinstance(exc, BackendError):
+        return exc
+    if admitted:
+        return RequestRefused(409, str(exc))
+    return RequestRefused(401 if exc.close_code == handshake.CLOSE_POLICY else 403, str(exc))
 
 
 class DownstreamResponse(Response):
-    """Streams one attached peer until either side closes, then detaches it."""
+    """Admits and attaches the caller as one peer, streams to it until either side closes, then
+    detaches it (:class:`~switchboard.server.session.ClientSession`); a refusal is an HTTP status."""
 
-    def __init__(
-        self, request: Request, state: ServerState, peer: Peer, info: dict[str, Any], *, keepalive: float
-    ) -> None:
-        self.state, self.peer, self.info, self.keepalive = state, peer, info, keepalive
+    def __init__(self, request: Request, state: ServerState, hello: handshake.Hello, *, keepalive: float) -> None:
+        self.state, self.hello, self.keepalive = state, hello, keepalive
         self.status_code = 200
-        self.transport = _stream_of(peer)
-        cookie = f"{cookie_name(peer.id)}={self.transport.session}; HttpOnly; SameSite=Strict"
-        if "workspace" in request.path_params:  # /{workspace}/rpc: the POSTs go to another "directory"
+        self.secure = request.url.scheme == "https"
+        self.root_cookie = "workspace" in request.path_params  # /{workspace}/rpc: the POSTs go to another "directory"
+
+    def _stream_headers(self, peer: Peer, transport: StreamTransport) -> list[tuple[bytes, bytes]]:
+        cookie = f"{cookie_name(peer.id)}={transport.session}; HttpOnly; SameSite=Strict"
+        if self.root_cookie:
             cookie += "; Path=/"
-        if request.url.scheme == "https":
+        if self.secure:
             cookie += "; Secure"
-        self.raw_headers = [
+        return [
             (b"content-type", STREAM_TYPE.encode()),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),  # nginx: pass frames on as they come
@@ -274,16 +262,26 @@ class DownstreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hub = self.state.hub
+        transport = StreamTransport(hub.clock)
+        session = ClientSession(self.state, self.hello, transport)
+        del self.hello  # the token in it is not kept for the stream's life
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            self.transport.bind(send)
-            await self.transport.send_frame(msgpack.packb(self.info))
-            await _pump(self.peer, receive, hub.clock, self.keepalive)
-        finally:
-            self.state.untrack(self.peer)
-            await hub.detach(self.peer)
-        if not await self.transport.end():
-            await _drop_connection(self.peer, receive)
+            async with session:
+                peer = session.peer
+                await send(
+                    {"type": "http.response.start", "status": 200, "headers": self._stream_headers(peer, transport)}
+                )
+                transport.bind(send)
+                await transport.send_frame(msgpack.packb(session.info))
+                session.info = None
+                await _pump(peer, receive, hub.clock, self.keepalive)
+        except (HandshakeError, BackendError) as exc:
+            if session.attached:
+                raise  # not a refusal: the stream's own failure
+            await _refused(hub, _refusal_of(exc, admitted=session.admitted))(scope, receive, send)
+            return
+        if not await transport.end():
+            await _drop_connection(peer, receive)
 
 
 async def _drop_connection(peer: Peer, receive: Receive) -> None:

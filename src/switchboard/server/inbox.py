@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 
 Handle = Callable[[bytes | str], Awaitable[None] | None]
 
+# Seconds the frames a client sent before it left have to be routed (a publish
+# through Redis takes milliseconds; one stuck on an outage is abandoned, as
+# the frames of any lost connection are).
+FINISH_GRACE = 2.0
+
 
 class Inbox:
     """Messages of one client: handled now while nothing waits, else queued behind what does."""
@@ -96,6 +101,11 @@ class Inbox:
                 if asyncio.iscoroutine(item):
                     item.close()  # never to be awaited: no "never awaited" warning either
             backlog.clear()
+
+    async def settle(self) -> None:
+        """The client is gone: :meth:`close` within :data:`FINISH_GRACE` (its session awaits this
+        before it detaches the client)."""
+        await self.close(FINISH_GRACE)
 
     async def close(self, grace: float) -> None:
         """The client is gone: finish routing what it sent before it left, for up to ``grace``

@@ -31,6 +31,7 @@ from switchboard.server import ws_asgi
 from switchboard.server.connection_reset import current_transport, reset
 from switchboard.server.inbox import Inbox
 from switchboard.server.server_state import ServerState
+from switchboard.server.session import ClientSession
 from switchboard.server.ws_protocol import HubWebSocketProtocol
 
 log = logging.getLogger(__name__)
@@ -43,22 +44,18 @@ CLOSE_GRACE = 2.0
 # Seconds a closed peer's writer and the connection's write buffer have to
 # finish once the peer is detached, before the connection is reset.
 WRITER_GRACE = 5.0
-# Seconds the frames a client sent before it left have to be routed (a publish
-# through Redis takes milliseconds; one stuck on an outage is abandoned, as
-# the frames of any lost connection are).
-FINISH_GRACE = 2.0
 _DRAIN_POLL = 0.05
 
 
 class WebSocketTransport:
     """A :class:`~switchboard.hub.peer.ClientConnection` over a Starlette WebSocket."""
 
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, websocket: WebSocket, proto: HubWebSocketProtocol) -> None:
         self._ws = websocket
-        self._proto = hub_protocol(websocket)
+        self._proto = proto
 
     def try_send(self, frame: bytes | str) -> bool:
-        return self._proto is not None and self._proto.send_now(frame)
+        return self._proto.send_now(frame)
 
     async def send_bytes(self, data: bytes) -> None:
         await self._ws.send_bytes(data)
@@ -68,19 +65,15 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         proto = self._proto
-        if proto is not None and proto.disconnected:
+        if proto.disconnected:
             return  # the client is gone: no close frame to send (a crowd leaving skips an exception each)
-        if (
-            code == handshake.CLOSE_RESTARTING
-            and proto is not None
-            and proto.hand_over(handshake.restarting_text(reason))
-        ):
+        if code == handshake.CLOSE_RESTARTING and proto.hand_over(handshake.restarting_text(reason)):
             return  # a drain: the stream ends without a close frame (see ws_protocol)
         await self._ws.close(code, close_reason(reason))
 
 
 def hub_protocol(websocket: WebSocket) -> HubWebSocketProtocol | None:
-    """The connection itself, if it runs on the hub's protocol (with the synchronous paths)."""
+    """The connection itself, if it runs on the hub's protocol (``None``: another server's)."""
     extension = websocket.scope.get("extensions", {}).get(ws_asgi.EXTENSION)
     proto = extension.get("connection") if extension else None
     return proto if isinstance(proto, HubWebSocketProtocol) else None
@@ -128,7 +121,8 @@ async def _refuse_upgrade(websocket: WebSocket, why: str) -> None:
         await websocket.close(handshake.CLOSE_TRY_AGAIN, close_reason(why))
 
 
-#: The endpoint's path; the app keeps a Starlette route to it too, for other ASGI servers.
+#: The endpoint's path. The app keeps a Starlette route to it too; served by anything but the
+#: hub's own protocol (:func:`served_directly`), it refuses the upgrade (:func:`_not_served`).
 PATH = "/ws"
 
 
@@ -156,6 +150,10 @@ def served_directly(app: ASGIApp) -> ASGIApp:
 async def websocket_endpoint(websocket: WebSocket) -> None:
     state: ServerState = websocket.app.state.switchboard
     hub = state.hub
+    proto = hub_protocol(websocket)
+    if proto is None:
+        await _not_served(websocket)
+        return
     if any(p in websocket.query_params for p in _LEGACY_PARAMS):
         await websocket.accept()
         await websocket.close(1008, "Connection rejected, please upgrade to hypha-rpc")
@@ -167,81 +165,84 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     # The upgrade request's headers served the handshake; the scope lasts as long as the
     # connection's task, and nothing reads them from here on (1.2 KiB per idle connection).
     websocket.scope["headers"] = []
-    try:
-        attached = await _attach(websocket, state)
-        if attached is None:
-            return
-        peer, info = attached
-        del attached
-    except TimeoutError:
-        hub.metrics.handshake_failures.inc()
-        log.info("handshake timed out", extra={"replica": hub.replica_id})
-        await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
-        return
-    except HandshakeError as exc:
-        hub.metrics.handshake_failures.inc()
-        log.info("handshake refused: %s", exc, extra={"replica": hub.replica_id})
-        await _refuse(websocket, str(exc), exc.close_code)
-        return
-    except BackendError as exc:
-        # The shared registry did not answer in time: a retryable refusal (bare
-        # close, no error frame, so the client tries again) rather than a crash.
-        hub.metrics.handshake_failures.inc()
-        log.warning("handshake deferred, backend unavailable: %s", exc, extra={"replica": hub.replica_id})
-        with contextlib.suppress(Exception):
-            await websocket.close(handshake.CLOSE_TRY_AGAIN, "Hub backend unavailable, please retry")
-        return
-    except WebSocketDisconnect:
-        return
+    session: ClientSession | None = None
+    peer: Peer | None = None
     writing = False
-    inbox = _inbox(websocket, peer, state)
-    state.track(peer)
     try:
-        # The peer is attached from here on: a client that vanishes before
-        # reading connection_info must still be detached, not leaked.
-        await websocket.send_text(info)
-        del info  # this frame lives as long as the connection: it keeps only what it needs
-        peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
-        writing = True
-        await _serve(websocket, peer, state, inbox)
+        hello = await _hello(websocket, hub.settings.handshake_timeout)
+        if hello is None:
+            return  # it left first
+        session = ClientSession(state, hello, WebSocketTransport(websocket, proto))
+        del hello  # the token in it is freed once the client is in, not kept for the connection's life
+        # In the endpoint's own frame, not a function of its own: a coroutine's frame more for
+        # every idle connection (half a KiB, tests/server/test_idle_connection.py).
+        async with session:  # detaches the client however this ends, one that vanishes first included
+            peer = session.peer
+            inbox = _inbox(proto, peer, state)
+            session.settle = inbox  # what the client sent before it left is routed before the detach
+            try:
+                info, session.info = session.info, None  # this frame lives as long as the connection
+                await websocket.send_text(json.dumps(info))
+                del info
+                peer.start_writing()  # a writer task only while frames wait (see Peer.start_writing)
+                writing = True
+                await _serve(websocket, proto, peer, inbox)
+            except WebSocketDisconnect:
+                pass  # the client left before connection_info reached it: the session detaches it
+    except (TimeoutError, HandshakeError, BackendError) as exc:
+        if session is not None and session.attached:
+            raise  # not a refusal: the connection's own failure
+        await _refused(websocket, state, exc)
     except WebSocketDisconnect:
-        pass  # the client left before connection_info reached it: clean up below
+        pass  # it left before it was in
     finally:
-        state.untrack(peer)
-        if inbox is not None:
-            await inbox.close(FINISH_GRACE)
-        await hub.detach(peer)
-        if writing and (writer := peer.writer) is not None:  # the one sending the close, at least
+        if writing and peer is not None and (writer := peer.writer) is not None:  # the one sending the close
             await _finish(peer, writer)
 
 
-async def _attach(websocket: WebSocket, state: ServerState) -> tuple[Peer, str] | None:
-    """The client's first frame, admitted and attached: its peer and its ``connection_info``
-    (``None``: it left first). A function of its own, so that the first frame, the token in it
-    and what was decoded of it are freed once the client is in, not kept for the connection's life."""
-    hub = state.hub
-    first = await asyncio.wait_for(websocket.receive(), hub.settings.handshake_timeout)
+async def _not_served(websocket: WebSocket) -> None:
+    """Refuse the upgrade: the hub reads a client's frames only on its own protocol.
+
+    Its messages go straight from the callback that parsed them to the hub
+    (:class:`~switchboard.server.inbox.Inbox`), never through ASGI's queue: the one
+    read path. ``switchboard serve`` and the test runner always use that protocol
+    (:func:`switchboard.server.runner.uvicorn_config`); an app served some other
+    way says so instead of serving clients by another path.
+    """
+    log.error("refused a WebSocket: /ws is served only on the hub's own protocol (switchboard serve)")
+    with contextlib.suppress(Exception):
+        await websocket.close(1011, "This server cannot serve /ws: run it with switchboard serve")
+
+
+async def _hello(websocket: WebSocket, timeout: float) -> handshake.Hello | None:
+    """The client's first frame, parsed (``None``: it left first). A function of its own, so that
+    the frame and what was decoded of it are freed once read, not kept for the connection's life."""
+    first = await asyncio.wait_for(websocket.receive(), timeout)
     if first["type"] == "websocket.disconnect":
         return None
-    hello = handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
-    admitted = await hub.admit(hello)
-    peer = Peer(
-        workspace=admitted.workspace,
-        client_id=hello.client_id,
-        user=admitted.user,
-        transport=WebSocketTransport(websocket),
-        max_queue_bytes=hub.settings.send_queue_bytes,
-        replica_id=hub.replica_id,
-    )
-    info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
-    return peer, json.dumps(info)
+    return handshake.parse_hello(first.get("text") or first.get("bytes") or b"")
 
 
-def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None:
-    """Where the client's messages go once read, on the hub's protocol (else: ASGI's queue)."""
-    proto = hub_protocol(websocket)
-    if proto is None:
-        return None
+async def _refused(websocket: WebSocket, state: ServerState, exc: Exception) -> None:
+    """Tell a client the hub did not let in why, as a WebSocket can: an error frame and a close code."""
+    hub = state.hub
+    hub.metrics.handshake_failures.inc()
+    if isinstance(exc, HandshakeError):
+        log.info("handshake refused: %s", exc, extra={"replica": hub.replica_id})
+        await _refuse(websocket, str(exc), exc.close_code)
+    elif isinstance(exc, BackendError):
+        # The shared registry did not answer in time: a retryable refusal (bare
+        # close, no error frame, so the client tries again) rather than a crash.
+        log.warning("handshake deferred, backend unavailable: %s", exc, extra={"replica": hub.replica_id})
+        with contextlib.suppress(Exception):
+            await websocket.close(handshake.CLOSE_TRY_AGAIN, "Hub backend unavailable, please retry")
+    else:
+        log.info("handshake timed out", extra={"replica": hub.replica_id})
+        await _refuse(websocket, "Authentication payload timeout", handshake.CLOSE_POLICY)
+
+
+def _inbox(proto: HubWebSocketProtocol, peer: Peer, state: ServerState) -> Inbox:
+    """Where the client's messages go, in the callback that parsed each."""
     hub = state.hub
 
     def handle(message: bytes | str) -> Awaitable[None] | None:
@@ -257,7 +258,7 @@ def _inbox(websocket: WebSocket, peer: Peer, state: ServerState) -> Inbox | None
     return Inbox(handle, pause=proto.pause_reading, resume=proto.resume_reading, on_error=failed)
 
 
-async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
+async def _serve(websocket: WebSocket, proto: HubWebSocketProtocol, peer: Peer, inbox: Inbox) -> None:
     """Read until either side closes, and never wait for ever on a client that stopped reading.
 
     When the hub closes a peer (slow consumer, superseded, drain), the writer
@@ -299,7 +300,7 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: In
     closed = peer.closing()
     closed.add_done_callback(on_close)
     try:
-        await _read_loop(websocket, peer, state, inbox)
+        await _read_loop(websocket, proto, peer, inbox)
     except asyncio.CancelledError:
         if not dropped or me.uncancel() > 0:  # a cancel of the endpoint's own (a shutdown) goes on
             raise
@@ -310,34 +311,23 @@ async def _serve(websocket: WebSocket, peer: Peer, state: ServerState, inbox: In
             timer.cancel()
 
 
-async def _read_loop(websocket: WebSocket, peer: Peer, state: ServerState, inbox: Inbox | None) -> None:
-    """Feed frames to the hub in order until either side closes.
+async def _read_loop(websocket: WebSocket, proto: HubWebSocketProtocol, peer: Peer, inbox: Inbox) -> None:
+    """Hand the client's messages to ``inbox`` and wait for either side to close.
 
-    With an ``inbox``, messages go to it as soon as the ones already queued
-    for ASGI are handled, and only the disconnect comes through here. When the
-    hub closes a peer (slow consumer, superseded), its writer closes the
-    socket, and ``receive`` then returns the disconnect: one loop, no extra
-    future per frame on the hot path.
+    Every message goes to the inbox, those the client sent behind its first
+    frame (waiting for ASGI's ``receive``) first (``hand_messages_to``); only the
+    disconnect comes through here. When the hub closes a peer (slow consumer,
+    superseded), its writer closes the socket, and ``receive`` then returns the
+    disconnect. What a client sends while it is sent away still counts.
     """
-    hub = state.hub
-    receive = websocket.receive
-    proto = hub_protocol(websocket) if inbox is not None else None
+    proto.hand_messages_to(inbox)
     try:
-        while not peer.closed or proto is not None:  # what a client sends while it is sent away still counts
-            if proto is not None and inbox is not None and proto.on_message is None:
-                proto.hand_messages_to(inbox)
-            message = await receive()
-            data = message.get("bytes")
-            if data is not None:
-                await hub.handle_binary(peer, data)
-            elif message["type"] == "websocket.disconnect":
-                peer.client_closed(message.get("code", 1000))
-                return
-            elif message.get("text") is not None:
-                hub.handle_text(peer, message["text"])
+        message = await websocket.receive()
+        while message["type"] != "websocket.disconnect":  # no other comes once the inbox takes them
+            message = await websocket.receive()
+        peer.client_closed(message.get("code", 1000))
     finally:
-        if proto is not None:
-            proto.on_message = None
+        proto.on_message = None
 
 
 async def _finish(peer: Peer, writer: asyncio.Task[None]) -> None:

@@ -5,7 +5,8 @@ upgrade request with ``websockets``; :class:`AsgiWebSocket` then runs the app
 on the ASGI WebSocket interface (scope 2.4, with the ``websocket.http.response``
 extension that lets the app deny an upgrade with a full HTTP response), so
 that ``/ws`` is an ordinary Starlette route. Once the hub has taken over the
-messages (``on_message``), only the disconnect still comes through here. The
+messages (``hand_messages_to``: those waiting here first), only the disconnect
+still comes through here. The
 scope and the responses are built by pure functions.
 """
 
@@ -128,10 +129,14 @@ class AsgiWebSocket:
         self._body = b""
         self.task: asyncio.Task[None] | None = None
 
-    @property
-    def waiting(self) -> bool:
-        """Whether events wait for ``receive`` (messages behind them must not overtake them)."""
-        return bool(self._events)
+    def take_messages(self) -> list[bytes | str]:
+        """The messages waiting for ``receive``, in order, taken out of its queue (what else waits,
+        the disconnect, stays there)."""
+        events = self._events
+        taken = [e["text"] if "text" in e else e["bytes"] for e in events if e["type"] == "websocket.receive"]
+        if taken:
+            events[:] = [e for e in events if e["type"] != "websocket.receive"]
+        return taken
 
     def run(self, app: ASGIApp, scope: dict[str, Any]) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(app, scope), name=f"websocket {scope['client']}")

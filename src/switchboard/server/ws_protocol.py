@@ -8,9 +8,10 @@ and ``websockets``' public sans-I/O API does the framing: bytes in with
 that ``/ws`` is an ordinary Starlette route, and finds the connection itself in
 the scope's ``switchboard.websocket`` extension for the hot path:
 
-* once the app has set :attr:`on_message`, each message is handed to it in
-  the event-loop callback that parsed it: no ASGI queue, no task switch, no
-  pause and resume of reading per message (bench/ab.py);
+* once the app calls :meth:`hand_messages_to`, each message is handed to its
+  handler in the event-loop callback that parsed it (those that waited for
+  ASGI's ``receive`` first): no ASGI queue, no task switch, no pause and
+  resume of reading per message (bench/ab.py);
 * :meth:`send_now` writes a frame without awaiting when nothing holds it back;
 * :meth:`hand_over` sends a draining replica's client away: a text frame that
   says so, then the end of the stream (TCP FIN) without a close frame, reading
@@ -289,13 +290,19 @@ class HubWebSocketProtocol(asyncio.Protocol):
         if not self.closing:
             self.transport.close()
 
-    def hand_messages_to(self, handler: MessageHandler) -> bool:
-        """Give messages to ``handler`` from now on, unless some wait for ASGI's ``receive``:
-        they would be overtaken, so ``False`` says to ``receive`` those first."""
-        if self.asgi is not None and self.asgi.waiting:
-            return False
+    def hand_messages_to(self, handler: MessageHandler) -> None:
+        """Give every message to ``handler`` from now on, those already waiting for ASGI's
+        ``receive`` first, in order: from here on only the disconnect goes through ASGI.
+
+        Messages wait there when the client sent them behind its first frame, before the hub
+        let it in; reading paused while they waited, and resumes before they are handed on
+        (no read can come between: this runs in one go), so that the handler may pause it again.
+        """
         self.on_message = handler
-        return True
+        waiting = self.asgi.take_messages() if self.asgi is not None else []
+        self.resume_reading()
+        for message in waiting:
+            handler(message)
 
     def send_now(self, message: bytes | str) -> bool:
         """Frame and write ``message`` if that need not wait; ``False`` while the client is not
