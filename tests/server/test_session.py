@@ -16,9 +16,9 @@ import pytest
 
 from support.wire import Wire
 from switchboard.errors import HandshakeError
-from switchboard.hub.auth import Permission, User
 from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
+from switchboard.hub.users import Permission, User
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import Hello
 from switchboard.server.app import build_hub
@@ -115,6 +115,25 @@ async def test_a_refused_attach_leaves_the_live_client_alone(state: ServerState)
         assert not holder.peer.closed
         assert detached == []
     untouched(state)
+
+
+async def test_an_attach_that_fails_once_the_client_is_live_lets_it_go(state: ServerState) -> None:
+    """A failure (or a cancel) after the hub made the peer its live connection for the id, before
+    the attach returned: the half-attached client is detached, its slot and id freed."""
+    hub = state.hub
+    detached = detaches_counted(hub)
+
+    async def broken(channel: str, handler: object) -> None:
+        raise Boom
+
+    hub.unicast.subscribe = broken  # type: ignore[method-assign]
+    session = ClientSession(state, hello("half"), Wire())
+    with pytest.raises(Boom):
+        async with session:
+            pytest.fail("a failed attach never enters the block")
+    assert not session.attached
+    untouched(state)
+    assert [p.client_id for p in detached] == ["half"]
 
 
 async def test_a_failure_inside_the_block_still_detaches_the_client_once(state: ServerState) -> None:
