@@ -127,6 +127,7 @@ PURE = (
     "switchboard.hub.drain_pace",
     "switchboard.hub.transit",
     "switchboard.hub.reply_routes",
+    "switchboard.hub.life",
     "switchboard.hub.limits",
     "switchboard.hub.users",
     "switchboard.hub.uploads",

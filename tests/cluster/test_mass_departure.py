@@ -23,7 +23,7 @@ import pytest
 
 from switchboard.hub.users import user_workspace
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
-from switchboard.testing.crowd import admin_token, open_raw
+from switchboard.testing.crowd import RawClient, admin_token, let_go, open_raw
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually, scaled
 
@@ -53,7 +53,7 @@ def leftovers(redis: ValkeyServer, workspace: str, user: str, replica: str, ids:
     return {k: v for k, v in left.items() if v}
 
 
-async def open_crowd(url: str, token: str, count: int) -> list[Any]:
+async def open_crowd(url: str, token: str, count: int) -> list[RawClient]:
     """``count`` raw clients ``c0``, ``c1``, ... on ``url``, at most ``CONNECTING`` connecting at once."""
     gate = asyncio.Semaphore(CONNECTING)
 
@@ -73,6 +73,7 @@ async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_o
         redis_url=proxy.url_for_redis(),
         args=["--transit-grace", str(GRACE), "--redis-max-connections", str(POOL), "--no-links"],
     ).start()
+    clients: list[RawClient] = []
     try:
         clients = await open_crowd(replica.url, admin_token(user), CLIENTS)  # on a fast Redis
         everyone = {client.address for client in clients}
@@ -106,6 +107,7 @@ async def test_hundreds_leaving_at_once_are_cleaned_from_redis_without_running_o
             )
         assert took < scaled(GRACE + BACK_WITHIN), f"Redis back to baseline {took:.1f} s after the crowd left"
     finally:
+        await let_go(clients)
         replica.kill()
         proxy.stop()
 
@@ -144,6 +146,7 @@ async def test_a_crowd_leaving_at_once_costs_a_few_unsubscribes_and_garbage_coll
     user = "leavers"
     workspace = user_workspace(user)
     replica = ReplicaProcess(replica_id="ra", redis_url=redis_server.url, args=["--no-links"]).start()
+    clients: list[RawClient] = []
     try:
         clients = await open_crowd(replica.url, admin_token(user), CROWD)
         everyone = {client.address for client in clients}
@@ -175,4 +178,5 @@ async def test_a_crowd_leaving_at_once_costs_a_few_unsubscribes_and_garbage_coll
         assert young <= YOUNG_COLLECTIONS_AT_MOST, cost
         assert full == 0, cost
     finally:
+        await let_go(clients)
         replica.kill()

@@ -19,7 +19,8 @@ import pytest
 from support.wire import Wire, attach_client, settle
 from switchboard.errors import HandshakeError
 from switchboard.hub.hub import Hub
-from switchboard.hub.peer import HANDED_OVER, Peer
+from switchboard.hub.life import HANDED_OVER
+from switchboard.hub.peer import Peer
 from switchboard.hub.users import User, new_anonymous_user
 from switchboard.protocol import envelope
 from switchboard.server.app import build_hub

@@ -22,7 +22,7 @@ from support.wire import attach_client, settle
 from switchboard.backends.redis import RedisRegistry
 from switchboard.backends.redis.bus import RedisBus
 from switchboard.clock import SystemClock
-from switchboard.hub.peer import HANDED_OVER
+from switchboard.hub.life import HANDED_OVER
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.users import new_anonymous_user
 from switchboard.protocol import envelope

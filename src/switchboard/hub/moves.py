@@ -24,7 +24,7 @@ with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
 held fails, on every replica, ``abandoned``). A client id is live in one place:
 a replica that takes a client over from another says ``taken``, and the
 other closes the copy it still has (:meth:`Moves.taken`), unless that copy
-resumed less than :data:`~switchboard.hub.peer.FRESH_GOODBYE` ago (hypha-rpc
+resumed less than :data:`~switchboard.hub.life.FRESH_GOODBYE` ago (hypha-rpc
 may reconnect twice at once, and closes one connection itself).
 
 Notices are an optimisation over pub/sub (fire and forget): a replica holding
@@ -45,7 +45,7 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import FRESH_GOODBYE, Peer
+from switchboard.hub.peer import Peer
 from switchboard.hub.remote import Remote
 from switchboard.hub.retry import RetryWindow
 from switchboard.hub.together import together
@@ -125,12 +125,8 @@ class Moves:
     # -- holding frames ------------------------------------------------------
 
     def may_return(self, peer: Peer) -> bool:
-        """Whether this ended connection's client is expected back (handed over or dropped, a grace)."""
-        if self.transit.grace <= 0 or not peer.closed:
-            return False
-        if peer.may_return:
-            return True
-        return peer.fresh(self.clock.monotonic())  # a goodbye not believed (FRESH_GOODBYE)
+        """Whether this ended connection's client is expected back (:meth:`Life.expected_back`)."""
+        return peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace)
 
     def hold(self, target: str, item: Undelivered) -> bool:
         """Keep a frame for a client in transit; ``False``: it is not (route or fail it as usual).
@@ -202,7 +198,7 @@ class Moves:
         replica owns it already (it is back). Then the caller cleans up as for
         any departure.
         """
-        if peer.moving:
+        if peer.life.moving:
             return True
         if not self.may_return(peer):
             return False
@@ -221,14 +217,14 @@ class Moves:
             self.salvage(peer)
             self._send_on(self.transit.cancel(peer.id))
             return False
-        peer.moving = True
+        peer.life.moving = True
         await self._notice("left", peer.id, grace=grace)
         peer.log.info("in transit (back within %gs, or announced gone)", grace)
         return True
 
     async def arrived(self, peer: Peer) -> None:
         """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
-        peer.returned_at = self.clock.monotonic()  # also for a resume that finds no transit (:meth:`_on_notice`)
+        peer.life.arrived(self.clock.monotonic())  # also for a resume that finds no transit (:meth:`_on_notice`)
         try:
             away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -241,7 +237,7 @@ class Moves:
             away = released.away
         if away is None:
             return
-        peer.returned = True
+        peer.life.back()
         self.metrics.transit_seconds.observe(away)
         peer.log.info(
             "back after %.3f s in transit%s",
@@ -373,7 +369,7 @@ class Moves:
             peer = self.peers.get(client)
             if peer is None or peer.closed:
                 return
-            if peer.returned_at > 0 and self.clock.monotonic() - peer.returned_at < FRESH_GOODBYE:
+            if peer.life.just_arrived(self.clock.monotonic()):
                 # hypha-rpc reconnecting may open two connections at once (through a balancer, to
                 # two replicas) and closes one itself within the second: the client chooses
                 return

@@ -8,27 +8,15 @@ import logging
 from collections import deque
 from typing import Any, Protocol
 
+from switchboard.hub.life import Life
 from switchboard.hub.limits import TokenBucket
 from switchboard.hub.users import User
 from switchboard.protocol import envelope
 
 log = logging.getLogger(__name__)
 
-# Close codes with which a client says goodbye (1000 normal closure, 1001 going
-# away: a page closed): it has left. A connection that ends otherwise on the
-# client's side (a drop, another code), or that a draining replica closes to
-# send the client to a sibling (HANDED_OVER), has a reconnection on its way
-# (switchboard.hub.transit). One the hub closes for cause (a slow consumer, an
-# internal error) has left: the hub dropped it.
-GOODBYE_CODES = frozenset({1000, 1001})
-HANDED_OVER = 1012
-# A goodbye (close 1000) within this many seconds of coming back from transit is not
-# believed: hypha-rpc 0.21.47 sometimes reconnects twice at once (a call sent while
-# its listener has not yet seen the drop opens a connection, then the listener opens
-# another and closes the first with 1000). Measured 16 ms between the two; a client
-# that really leaves that soon after coming back is announced after its grace instead.
-FRESH_GOODBYE = 1.0
-# Replies sent to such a fresh connection that are kept to be sent again on the next
+# Replies sent to a fresh connection (back from transit less than FRESH_GOODBYE ago, hub/life.py)
+# that are kept to be sent again on the next
 # (:meth:`Peer.note_reply`): hypha-rpc's listener stops reading the connection it
 # closes as soon as the close handshake is done, dropping what it had not read yet,
 # typically the reply to the very call whose sending opened that connection. A
@@ -67,8 +55,7 @@ class Peer:
     __slots__ = (
         "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
         "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "max_queue_bytes",
-        "_queue", "_queued_bytes", "_wakeup", "_closed", "_writer_running", "_writing", "_writer", "close_code",
-        "close_reason", "by_client", "goodbye", "moving", "returned", "returned_at", "unsent",
+        "_queue", "_queued_bytes", "_wakeup", "life", "_writer_running", "_writing", "_writer", "unsent",
         "fresh_replies", "_on_close", "last_heard", "log",
     )  # fmt: skip
 
@@ -110,20 +97,13 @@ class Peer:
         # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
         # per connection apiece): the writer's wake-up, and the close (closing())
         self._wakeup: asyncio.Future[None] | None = None
-        self._closed = False
+        self.life = Life()  # how it ended and whether its client comes back (hub/life.py)
         # Frames queue until the writer runs: the server writes connection_info
         # first, and a frame routed here before that must not overtake it.
         self._writer_running = False
         self._writing = False  # the writer holds a frame it took from the queue
         # the writer task started on demand (start_writing), while frames wait or the close is sent
         self._writer: asyncio.Task[None] | None = None
-        self.close_code: int | None = None
-        self.close_reason = ""
-        self.by_client = False  # the client ended the connection, not the hub
-        self.goodbye = False  # ... and said goodbye doing so (GOODBYE_CODES)
-        self.moving = False  # the hub put this client in transit when the connection ended
-        self.returned = False  # this connection ended the client's transit ...
-        self.returned_at = 0.0  # ... at this time (the hub's clock)
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
         # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)
         self.fresh_replies: deque[bytes] | None = None
@@ -133,7 +113,15 @@ class Peer:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.life.ended
+
+    @property
+    def close_code(self) -> int | None:
+        return self.life.code
+
+    @property
+    def close_reason(self) -> str:
+        return self.life.reason
 
     @property
     def queued_bytes(self) -> int:
@@ -141,7 +129,7 @@ class Peer:
 
     def send(self, frame: bytes | str) -> bool:
         """Queue a frame; ``False`` when the peer is closed or was just dropped as too slow."""
-        if self._closed:
+        if self.life.ended:
             return False
         size = len(frame)
         queue = self._queue
@@ -169,13 +157,9 @@ class Peer:
         """The task :meth:`start_writing` runs while frames wait or the close is under way."""
         return self._writer
 
-    def fresh(self, now: float) -> bool:
-        """Whether this connection came back from transit less than :data:`FRESH_GOODBYE` ago."""
-        return self.returned and now - self.returned_at < FRESH_GOODBYE
-
     def note_reply(self, frame: bytes, now: float) -> None:
         """A reply is on its way to this client: kept while the connection is fresh (:data:`FRESH_REPLIES`)."""
-        if len(frame) <= FRESH_REPLY_BYTES and self.fresh(now):
+        if len(frame) <= FRESH_REPLY_BYTES and self.life.fresh(now):
             if self.fresh_replies is None:
                 self.fresh_replies = deque(maxlen=FRESH_REPLIES)
             self.fresh_replies.append(frame)
@@ -184,7 +168,7 @@ class Peer:
         """What this ended connection's client may still need, oldest first, handed out once: the
         replies it may not have read (only while fresh, :data:`FRESH_REPLIES`), then the frames
         never written (:attr:`unsent`)."""
-        replies = list(self.fresh_replies or ()) if self.fresh(now) else []
+        replies = list(self.fresh_replies or ()) if self.life.fresh(now) else []
         frames = [*replies, *self.unsent]
         self.fresh_replies = None
         self.unsent = []
@@ -194,22 +178,15 @@ class Peer:
 
     def client_closed(self, code: int) -> None:
         """The client ended the connection (a close frame with ``code``, or the stream ended)."""
-        if not self._closed:
-            self.by_client = True
-            self.goodbye = code in GOODBYE_CODES
-        self.close(code, "client closed")
-
-    @property
-    def may_return(self) -> bool:
-        """Whether the connection ended in a way its client comes back from (see :data:`GOODBYE_CODES`)."""
-        return (self.by_client and not self.goodbye) or self.close_code == HANDED_OVER
+        if self.life.end_by_client(code):
+            self._ended()
 
     def close(self, code: int = 1000, reason: str = "") -> None:
         """Ask the writer to flush nothing more and close the transport."""
-        if self._closed:
-            return
-        self.close_code, self.close_reason = code, reason
-        self._closed = True
+        if self.life.end(code, reason):
+            self._ended()
+
+    def _ended(self) -> None:
         self._wake()
         if self._on_close is not None and not self._on_close.done():
             self._on_close.set_result(None)
@@ -228,14 +205,14 @@ class Peer:
         when a writer task dies.
         """
         self._writer_running = True
-        if self._queue or self._closed:
+        if self._queue or self.life.ended:
             self._wake()
 
     async def _write_on_demand(self) -> None:
         idle = False
         try:
             await self._write_queued()
-            idle = not self._closed
+            idle = not self.life.ended
         finally:
             if idle:
                 self._queue = self._writer = None  # see __init__
@@ -248,7 +225,7 @@ class Peer:
         self._writer = asyncio.current_task()
         try:
             while True:
-                if not self._queue and not self._closed:
+                if not self._queue and not self.life.ended:
                     self._queue = None  # see __init__
                     self._wakeup = asyncio.get_running_loop().create_future()
                     try:
@@ -256,13 +233,13 @@ class Peer:
                     finally:
                         self._wakeup = None
                 await self._write_queued()
-                if self._closed:
+                if self.life.ended:
                     break
         finally:
             await self._end_writing()
 
     async def _write_queued(self) -> None:
-        while self._queue and not self._closed:
+        while self._queue and not self.life.ended:
             frame = self._queue.popleft()
             self._queued_bytes -= len(frame)
             self._writing = True

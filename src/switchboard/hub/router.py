@@ -407,9 +407,9 @@ class Router:
 
     def _noted(self, action: Action | None) -> Action | None:
         """A reply about to be written to a client here is noted by its connection (:meth:`Peer.note_reply`)."""
-        if isinstance(action, Deliver) and action.peer.returned:  # else not fresh: no clock read
+        if isinstance(action, Deliver) and action.peer.life.returned:  # else not fresh: no clock read
             action.peer.note_reply(action.item.frame, self.clock.monotonic())
-        elif isinstance(action, Send) and action.peer.returned and isinstance(action.message, bytes):
+        elif isinstance(action, Send) and action.peer.life.returned and isinstance(action.message, bytes):
             action.peer.note_reply(action.message, self.clock.monotonic())
         return action
 

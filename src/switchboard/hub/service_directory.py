@@ -129,7 +129,7 @@ class ServiceDirectory:
             await self.hub.registry.unregister(info["id"])  # lost a race with disconnect
             return None
         ws = peer.workspace
-        if peer.returned and previous == info:
+        if peer.life.returned and previous == info:
             return None  # re-registered, unchanged, after a transit: nothing changed for the workspace
         if info["id"].endswith(":built-in"):
             event = "client_updated" if previous else "client_connected"

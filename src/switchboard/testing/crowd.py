@@ -62,6 +62,15 @@ class RawClient:
             transport.abort()
 
 
+async def let_go(clients: list[RawClient], *, timeout: float = 10.0) -> None:
+    """Close every client's socket now (whatever it still had to write) and wait until each is
+    closed: a socket left to the garbage collector, its transport still flushing to a server that
+    stopped reading, is an unclosed-socket warning in whichever test runs next."""
+    for client in clients:
+        client.ws.transport.abort()
+    await asyncio.wait_for(asyncio.gather(*(client.ws.wait_closed() for client in clients)), timeout)
+
+
 async def open_raw(url: str, client_id: str, token: str, *, timeout: float = 30.0) -> RawClient:
     """A raw client on ``url`` (``http://...``) past the handshake, that announced its
     ``built-in`` service (the answer is not awaited)."""
