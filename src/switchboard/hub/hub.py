@@ -142,9 +142,8 @@ class Hub:
         self.cluster: Cluster | None = None
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
-        calls = InFlight(
-            on_change=calls_ended.set
-        )  # the router's: the calls a lost link's unacked frames are judged by
+        # the router's: the calls a lost link's unacked frames are judged by
+        calls = InFlight(on_change=calls_ended.set)
         # calls in flight to each provider, for the min_load service selection
         self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
         self.manager = WorkspaceManager(self)
@@ -323,17 +322,21 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
-        await self.unicast.subscribe(
-            CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data)
-        )
-        if first_in_workspace:
-            await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
-        self.metrics.clients.set(len(self.peers))
-        peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
-        if claim.previous_owner is not None:  # a copy on another replica is stale now
-            await self.moves.taken(peer.id)
-        if plan.resume:
-            await self.moves.arrived(peer)
+        try:
+            await self.unicast.subscribe(
+                CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data)
+            )
+            if first_in_workspace:
+                await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
+            self.metrics.clients.set(len(self.peers))
+            peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
+            if claim.previous_owner is not None:  # a copy on another replica is stale now
+                await self.moves.taken(peer.id)
+            if plan.resume:
+                await self.moves.arrived(peer)
+        except BaseException:  # failed or cancelled once live: attached whole or not at all
+            await self.detach(peer)
+            raise
         return {
             "type": "connection_info",
             "hypha_version": HYPHA_VERSION,

@@ -78,14 +78,7 @@ class ClientSession:
             max_queue_bytes=hub.settings.send_queue_bytes,
             replica_id=hub.replica_id,
         )
-        try:
-            self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
-        except BaseException:
-            # failed (or cancelled) after the hub made it the live connection for its id: let it
-            # go, or its slot and id stay taken by nobody; a refusal never got that far
-            if hub.peers.get(peer.id) is peer:
-                await hub.detach(peer)
-            raise
+        self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
         self._peer = peer
         self.attached = True
         self._state.track(peer)
