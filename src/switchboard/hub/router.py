@@ -300,18 +300,19 @@ class Router:
         """A publish no replica received: the frame waits for a client in transit, else is
         retried while some replica claims the client (its subscription may be seconds from
         repair), else its caller fails."""
-        otherwise: Action = RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
+        otherwise = self._if_claimed(target, item)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
 
     def lost(self, target: str, item: Undelivered) -> Action:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
-        if self.retry.pending(target):
-            otherwise: Action = RetryLater(target, item)
-        else:
-            otherwise = RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
+        otherwise = RetryLater(target, item) if self.retry.pending(target) else self._if_claimed(target, item)
         return Hold(target, item, otherwise)
+
+    def _if_claimed(self, target: str, item: Undelivered) -> Action:
+        """Retried while some replica claims the client, if there is a retry window; else failed."""
+        return RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
 
     def refused(self, peer: Peer, item: Undelivered) -> Action:
         """A client's connection here refused a frame (it just ended): held for its return, else failed."""
