@@ -67,6 +67,10 @@ class Life:
         goodbye too fresh to believe (:data:`FRESH_GOODBYE`), and there is a grace to come back in."""
         return grace > 0 and self.ended and (self.may_return or self.fresh(now))
 
+    def left_in_transit(self) -> None:
+        """Its client was put in transit when it ended (the registry marked it)."""
+        self.moving = True
+
     def arrived(self, now: float) -> None:
         """It is a client's reconnection, come in at ``now`` (whether or not it was in transit)."""
         self.arrived_at = now

@@ -217,7 +217,7 @@ class Moves:
             self.salvage(peer)
             self._send_on(self.transit.cancel(peer.id))
             return False
-        peer.life.moving = True
+        peer.life.left_in_transit()
         await self._notice("left", peer.id, grace=grace)
         peer.log.info("in transit (back within %gs, or announced gone)", grace)
         return True
