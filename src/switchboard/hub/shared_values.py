@@ -34,8 +34,8 @@ class SharedValues:
         self._limit = limit
         self._seen: OrderedDict[str, Any] = OrderedDict()
         self._canonical: OrderedDict[bytes, str] = OrderedDict()  # marshal encoding -> canonical JSON
-        self._held: dict[int, Any] = {}  # id -> each value held (ids of values held are never reused)
-        self._json: dict[int, str] = {}  # id of a value held -> its compact JSON, once asked for
+        # id of each value held -> the value (its id is not reused while it is held) and its compact JSON
+        self._json: dict[int, tuple[Any, str]] = {}
 
     def known(self, value: Any) -> Any | None:
         """The value held that ``value`` was built alike to (the same marshal encoding), else ``None``:
@@ -50,14 +50,12 @@ class SharedValues:
         return held
 
     def json(self, held: Any) -> str:
-        """``held``'s compact JSON, encoded once for as long as it is held (``held``: a value
+        """``held``'s compact JSON, encoded once when it was first shared (``held``: a value
         :meth:`share` or :meth:`known` returned; anything else is encoded each time)."""
-        text = self._json.get(id(held))
-        if text is None:
-            text = json.dumps(held, separators=(",", ":"))
-            if self._held.get(id(held)) is held:
-                self._json[id(held)] = text
-        return text
+        entry = self._json.get(id(held))
+        if entry is not None and entry[0] is held:
+            return entry[1]
+        return json.dumps(held, separators=(",", ":"))
 
     def share(self, value: Any) -> Any:
         """An object equal to ``value`` (the first one seen, if any), to keep instead of it."""
@@ -81,11 +79,10 @@ class SharedValues:
             self._seen.move_to_end(key)
             return seen
         self._seen[key] = value
-        self._held[id(value)] = value
+        self._json[id(value)] = (value, json.dumps(value, separators=(",", ":")))
         if len(self._seen) > self._limit:
             _, evicted = self._seen.popitem(last=False)
-            del self._held[id(evicted)]
-            self._json.pop(id(evicted), None)
+            del self._json[id(evicted)]
         return value
 
     def __len__(self) -> int:
