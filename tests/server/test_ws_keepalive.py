@@ -19,6 +19,7 @@ from websockets.client import ClientProtocol
 from websockets.frames import Close, Opcode
 from websockets.uri import parse_uri
 
+from support.raw_ws import read_handshake
 from switchboard.server import ws_protocol
 from switchboard.server.runner import RunningServer
 from switchboard.testing.hub import running, settings_for_tests
@@ -51,8 +52,7 @@ class Client:
         self.reader, self.writer = await asyncio.open_connection(self.uri.host, self.uri.port)
         self.proto.send_request(self.proto.connect())
         self._flush()
-        while not self.proto.events_received():  # the handshake response
-            self.proto.receive_data(await asyncio.wait_for(self.reader.read(65536), 5))
+        await read_handshake(self.proto, self.reader)
         self.proto.send_text(json.dumps({"client_id": "kept"}).encode())
         self._flush()
         return self

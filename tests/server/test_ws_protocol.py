@@ -25,6 +25,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
+from support.raw_ws import read_handshake
 from switchboard.server.runner import RunningServer
 from switchboard.server.ws_frames import BINARY, TEXT, data_frame
 from switchboard.server.ws_protocol import HubWebSocketProtocol
@@ -141,8 +142,7 @@ class RawClient:
         self.reader, self.writer = await asyncio.open_connection(self.uri.host, self.uri.port)
         self.proto.send_request(self.proto.connect())
         self._flush()
-        while not self.proto.events_received():  # the handshake response
-            self.proto.receive_data(await asyncio.wait_for(self.reader.read(65536), 5))
+        await read_handshake(self.proto, self.reader)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
