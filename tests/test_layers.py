@@ -130,6 +130,7 @@ PURE = (
     "switchboard.hub.life",
     "switchboard.hub.limits",
     "switchboard.hub.users",
+    "switchboard.hub.verified_tokens",
     "switchboard.hub.uploads",
     "switchboard.replicas.replays",
     "switchboard.replicas.stale",

@@ -10,6 +10,7 @@ from typing import Any
 import jwt
 import pytest
 
+from switchboard.backends.revocations import MemoryRevocations
 from switchboard.errors import AuthError, ProtocolError
 from switchboard.hub.auth import (
     AUDIENCE,
@@ -20,7 +21,9 @@ from switchboard.hub.auth import (
     child_user,
     parse_scope,
 )
+from switchboard.hub.credentials import Credentials
 from switchboard.hub.users import ROOT, Permission, User, new_anonymous_user, user_workspace
+from switchboard.hub.verified_tokens import VerifiedTokens
 from switchboard.testing.clock import FakeClock
 
 SECRET = "test-secret-please-ignore-0123456789"
@@ -471,3 +474,78 @@ def test_only_an_anonymous_user_resumes_without_a_credential(issuer: TokenIssuer
     body = {**claims_of(resume), CREDENTIAL_EXPIRY: None}
     with pytest.raises(AuthError, match="bad credential expiry"):
         issuer.verify(jwt.encode(body, SECRET, algorithm="HS256"))
+
+
+class TestVerifiedTokens:
+    """Clients sharing one token cost one check of it; what can change is still checked on every use."""
+
+    @pytest.fixture
+    def decodes(self, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        """Every token PyJWT is asked to verify (the real decode runs)."""
+        seen: list[str] = []
+        real = jwt.decode
+
+        def counting(token: str, *args: Any, **kwargs: Any) -> Any:
+            seen.append(token)
+            return real(token, *args, **kwargs)
+
+        monkeypatch.setattr(jwt, "decode", counting)
+        return seen
+
+    def test_a_token_checked_once_is_not_decoded_again(self, issuer: TokenIssuer, decodes: list[str]) -> None:
+        token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60)
+
+        users = [issuer.verify(token) for _ in range(50)]
+
+        assert decodes == [token]
+        assert {u.id for u in users} == {"alice"}
+
+    def test_a_remembered_token_still_expires(self, issuer: TokenIssuer, clock: FakeClock) -> None:
+        token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60)
+        issuer.verify(token)
+        clock.advance(60)
+
+        with pytest.raises(AuthError, match="expired"):
+            issuer.verify(token)
+
+    def test_a_token_one_byte_off_is_checked_afresh(self, issuer: TokenIssuer) -> None:
+        token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60)
+        issuer.verify(token)
+        head, payload, signature = token.split(".")
+        forged = ".".join([head, payload, ("A" if signature[0] != "A" else "B") + signature[1:]])
+
+        with pytest.raises(AuthError, match="invalid token"):
+            issuer.verify(forged)
+
+    def test_only_tokens_that_passed_are_kept(self, issuer: TokenIssuer, clock: FakeClock) -> None:
+        expired = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=0)
+        foreign = TokenIssuer(OTHER_SECRET, clock).issue(
+            ALICE, workspace="w", permission=Permission.READ, expires_in=60
+        )
+        for token in (expired, foreign, "a.b.c"):
+            with pytest.raises(AuthError):
+                issuer.verify(token)
+
+        assert len(issuer.verified) == 0
+
+    def test_the_memory_is_bounded_and_keeps_the_tokens_in_use(self, clock: FakeClock) -> None:
+        issuer = TokenIssuer(SECRET, clock, VerifiedTokens(size=3))
+        tokens = [issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=60 + i) for i in range(4)]
+        for token in tokens[:3]:
+            issuer.verify(token)
+        issuer.verify(tokens[0])  # in use again: the oldest now is tokens[1]
+        issuer.verify(tokens[3])
+
+        assert len(issuer.verified) == 3
+        assert tokens[0] in issuer.verified
+        assert tokens[1] not in issuer.verified
+
+    async def test_a_remembered_token_is_refused_once_revoked(self, issuer: TokenIssuer, clock: FakeClock) -> None:
+        credentials = Credentials(issuer, MemoryRevocations(clock))
+        token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=600)
+        assert (await credentials.verify(token)).id == "alice"
+
+        await credentials.revoke(token, by=ALICE)
+
+        with pytest.raises(AuthError, match="revoked"):
+            await credentials.verify(token)

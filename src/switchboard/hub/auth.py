@@ -10,7 +10,7 @@ workspace. Verification never trusts a claim it did not sign.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
@@ -19,6 +19,7 @@ import shortuuid
 from switchboard.clock import Clock
 from switchboard.errors import AuthError
 from switchboard.hub.users import Permission, User
+from switchboard.hub.verified_tokens import VerifiedTokens
 from switchboard.protocol import ids
 
 ISSUER = "https://switchboard.invalid/"
@@ -44,6 +45,8 @@ class TokenIssuer:
 
     secret: str
     clock: Clock
+    # tokens already checked, so that clients sharing one token cost one check (:mod:`.verified_tokens`)
+    verified: VerifiedTokens = field(default_factory=VerifiedTokens, compare=False, repr=False)
 
     def issue(
         self,
@@ -97,6 +100,11 @@ class TokenIssuer:
         """Decode a token into the user it stands for, or raise :class:`AuthError`."""
         if not isinstance(token, str) or token.count(".") != 2:
             raise AuthError("token is not a JWT")
+        known = self.verified.get(token)
+        if known is not None:
+            if known.expires_at is None or known.expires_at <= self.clock.time():
+                raise AuthError("token has expired")
+            return known
         try:
             claims = jwt.decode(
                 token,
@@ -114,7 +122,9 @@ class TokenIssuer:
             raise AuthError(f"invalid token: {exc}") from None
         if claims["exp"] <= self.clock.time():
             raise AuthError("token has expired")
-        return _user_from_claims(claims)
+        user = _user_from_claims(claims)
+        self.verified.put(token, user)
+        return user
 
 
 def format_scope(
