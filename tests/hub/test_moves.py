@@ -203,7 +203,7 @@ async def test_frames_still_queued_for_a_handed_over_client_wait_for_it(net: Net
     frame = envelope.encode(
         {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
     )
-    prov._queue = deque([frame])  # written by nobody yet when the drain closes it
+    prov.queue._frames = deque([frame])  # written by nobody yet when the drain closes it
     await net.leave(prov, code=HANDED_OVER, by_client=False)
     assert calls(prov_wire) == []
     _, back_wire = await net.connect("prov", reconnecting=True)
@@ -268,7 +268,7 @@ async def test_frames_still_queued_when_a_connection_drops_wait_for_its_client(n
     frame = envelope.encode(
         {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
     )
-    prov._queue = deque([frame])  # accepted, not yet written, when the connection drops
+    prov.queue._frames = deque([frame])  # accepted, not yet written, when the connection drops
     await net.leave(prov, code=1006)
     _, back_wire = await net.connect("prov", reconnecting=True)
     assert calls(back_wire) == ["q1"]
@@ -279,7 +279,7 @@ async def test_frames_queued_on_a_superseded_connection_go_to_the_one_that_repla
     frame = envelope.encode(
         {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": "q1"}
     )
-    prov._queue = deque([frame])  # not yet written when the client's new connection arrives
+    prov.queue._frames = deque([frame])  # not yet written when the client's new connection arrives
     _, new_wire = await net.connect("prov", reconnecting=True)
     assert prov.closed
     assert calls(new_wire) == ["q1"]

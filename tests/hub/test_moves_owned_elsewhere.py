@@ -77,7 +77,7 @@ async def test_frames_never_written_to_an_ended_connection_follow_the_client_bac
                     "session": "q1",
                 }
             )
-            prov._queue = deque([call])  # accepted for the connection, not written yet when it ends
+            prov.queue._frames = deque([call])  # accepted for the connection, not written yet when it ends
 
             claim = await other.claim(WS, "prov", user=USER.id, owner="rb")  # it resumed on B first
             assert claim.previous_owner == "ra"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from typing import Any, Protocol
 
 from switchboard.hub.life import Life
 from switchboard.hub.limits import TokenBucket
+from switchboard.hub.send_queue import SendQueue
 from switchboard.hub.users import User
 from switchboard.protocol import envelope
 
@@ -40,23 +40,20 @@ class ClientConnection(Protocol):
 
 
 class Peer:
-    """A client of the hub: identity, event subscriptions and a bounded send queue.
+    """A client of the hub: identity, event subscriptions, its connection's life and send queue.
 
-    Routing never awaits the client's socket. A frame goes straight to the
-    connection when nothing waits before it and the connection takes it at
-    once (no task switch on the hot path); otherwise it goes into the queue,
-    which one writer task drains in order. A client that stops reading makes
-    its connection refuse, fills its queue, and when the queued bytes pass
-    ``max_queue_bytes`` it is disconnected so that it cannot grow the server's
-    memory or slow anyone else.
+    Routing never awaits the client's socket: frames go through a bounded
+    :class:`~switchboard.hub.send_queue.SendQueue`. A client that stops
+    reading fills it, and when the queued bytes pass ``max_queue_bytes`` it is
+    disconnected so that it cannot grow the server's memory or slow anyone else.
+    Each field that the hub's parts keep here has one writer, named beside it.
     """
 
     # slots, not a __dict__ (1.5 KiB with this many attributes): thousands of idle clients have one each
     __slots__ = (
         "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
-        "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "max_queue_bytes",
-        "_queue", "_queued_bytes", "_wakeup", "life", "_writer_running", "_writing", "_writer", "unsent",
-        "fresh_replies", "_on_close", "last_heard", "log",
+        "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "queue", "life",
+        "unsent", "fresh_replies", "_on_close", "last_heard", "log",
     )  # fmt: skip
 
     def __init__(
@@ -76,39 +73,27 @@ class Peer:
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
         self.identity = envelope.identity(self.id, workspace, self.user_wire)  # what its frames are stamped with
         self.transport = transport
-        # the event types it asked for; changed only through the hub's index (hub/subscribers.py),
+        # the event types it asked for; written only by the hub's index (hub/subscribers.py),
         # which frees them when the connection is detached
         self.subscriptions: set[str] = set()
-        # what this client announced, kept here so a replica can re-assert it
-        # when the shared registry comes back empty
+        # what this client announced (written by the service directory), kept here so a replica
+        # can re-assert it when the shared registry comes back empty
         self.services: dict[str, dict[str, Any]] = {}
         self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
-        self.rate: TokenBucket | None = None  # set by the hub when it admits the peer
-        self.counted = False  # whether the hub-wide connection counts include this peer
+        self.rate: TokenBucket | None = None  # set by the gatekeeper when it admits the peer
+        self.counted = False  # whether the hub-wide connection counts include this peer (the gatekeeper's)
         # the last reconnection token signed for this connection, reused for a while
-        # (Hub.reconnection_token), and when it was signed (the hub's clock)
+        # (Hub.reconnection_token, its only writer), and when it was signed (the hub's clock)
         self.token: str | None = None
         self.token_signed_at = 0.0
-        self.max_queue_bytes = max_queue_bytes
-        # made when a frame has to wait, dropped once the writer has emptied it: an empty deque is
-        # 760 bytes, for each of thousands of idle clients
-        self._queue: deque[bytes | str] | None = None
-        self._queued_bytes = 0
-        # Futures made when something waits, not asyncio.Events (a deque of waiters each, 760 bytes
-        # per connection apiece): the writer's wake-up, and the close (closing())
-        self._wakeup: asyncio.Future[None] | None = None
         self.life = Life()  # how it ended and whether its client comes back (hub/life.py)
-        # Frames queue until the writer runs: the server writes connection_info
-        # first, and a frame routed here before that must not overtake it.
-        self._writer_running = False
-        self._writing = False  # the writer holds a frame it took from the queue
-        # the writer task started on demand (start_writing), while frames wait or the close is sent
-        self._writer: asyncio.Task[None] | None = None
+        self.queue = SendQueue(transport, max_bytes=max_queue_bytes, life=self.life, name=f"writer {self.id}")
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
         # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)
         self.fresh_replies: deque[bytes] | None = None
+        # a future made when something waits for the close (closing()), not an asyncio.Event
         self._on_close: asyncio.Future[None] | None = None
-        self.last_heard = 0.0  # when its last binary frame came in (the hub's clock)
+        self.last_heard = 0.0  # when its last binary frame came in (the hub's clock; written by Hub.route_binary)
         self.log = logging.LoggerAdapter(log, {"client": self.id, "replica": replica_id})
 
     @property
@@ -125,37 +110,30 @@ class Peer:
 
     @property
     def queued_bytes(self) -> int:
-        return self._queued_bytes
+        return self.queue.queued_bytes
+
+    @property
+    def writer(self) -> asyncio.Task[None] | None:
+        """The task writing its waiting frames or its close, if one runs (:meth:`start_writing`)."""
+        return self.queue.writer
 
     def send(self, frame: bytes | str) -> bool:
         """Queue a frame; ``False`` when the peer is closed or was just dropped as too slow."""
         if self.life.ended:
             return False
-        size = len(frame)
-        queue = self._queue
-        if self._queued_bytes + size > self.max_queue_bytes and queue:
-            self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self._queued_bytes)
-            self.close(1008, "Send queue full: client is not reading fast enough")
-            return False
-        if self._writer_running and not queue and not self._writing and self.transport.try_send(frame):
+        if self.queue.push(frame):
             return True
-        if queue is None:
-            queue = self._queue = deque()
-        queue.append(frame)
-        self._queued_bytes += size
-        self._wake()
-        return True
+        self.log.warning("send queue full (%d bytes queued): disconnecting slow client", self.queue.queued_bytes)
+        self.close(1008, "Send queue full: client is not reading fast enough")
+        return False
 
-    def _wake(self) -> None:
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
-        elif self._writer is None and self._writer_running:  # started by start_writing(), and none running
-            self._writer = asyncio.get_running_loop().create_task(self._write_on_demand(), name=f"writer {self.id}")
+    def start_writing(self) -> None:
+        """Frames go to the transport from now on (:meth:`SendQueue.start`: a writer task only while some wait)."""
+        self.queue.start()
 
-    @property
-    def writer(self) -> asyncio.Task[None] | None:
-        """The task :meth:`start_writing` runs while frames wait or the close is under way."""
-        return self._writer
+    async def run_writer(self) -> None:
+        """Drain the queue into the transport until the peer is closed (:meth:`SendQueue.run`)."""
+        await self.queue.run()
 
     def note_reply(self, frame: bytes, now: float) -> None:
         """A reply is on its way to this client: kept while the connection is fresh (:data:`FRESH_REPLIES`)."""
@@ -187,77 +165,11 @@ class Peer:
             self._ended()
 
     def _ended(self) -> None:
-        self._wake()
+        self.queue.wake()
         if self._on_close is not None and not self._on_close.done():
             self._on_close.set_result(None)
         # never handed to the transport: sent on if the client is in transit and comes back
-        self.unsent = [frame for frame in self._queue or () if isinstance(frame, bytes)]
-        self._queue = None
-        self._queued_bytes = 0
-
-    def start_writing(self) -> None:
-        """Frames go to the transport from now on, with a writer task only while some must wait.
-
-        :meth:`run_writer` in a task of its own would do the same, with a task for every idle
-        connection (about a KiB each, for thousands of idle clients). The task started here ends
-        once the queue is empty (the next frame that has to wait starts another), and after
-        sending the close; one whose send failed is kept, ended: nothing more is written, as
-        when a writer task dies.
-        """
-        self._writer_running = True
-        if self._queue or self.life.ended:
-            self._wake()
-
-    async def _write_on_demand(self) -> None:
-        idle = False
-        try:
-            await self._write_queued()
-            idle = not self.life.ended
-        finally:
-            if idle:
-                self._queue = self._writer = None  # see __init__
-            else:
-                await self._end_writing()
-
-    async def run_writer(self) -> None:
-        """Drain the queue into the transport until the peer is closed."""
-        self._writer_running = True
-        self._writer = asyncio.current_task()
-        try:
-            while True:
-                if not self._queue and not self.life.ended:
-                    self._queue = None  # see __init__
-                    self._wakeup = asyncio.get_running_loop().create_future()
-                    try:
-                        await self._wakeup
-                    finally:
-                        self._wakeup = None
-                await self._write_queued()
-                if self.life.ended:
-                    break
-        finally:
-            await self._end_writing()
-
-    async def _write_queued(self) -> None:
-        while self._queue and not self.life.ended:
-            frame = self._queue.popleft()
-            self._queued_bytes -= len(frame)
-            self._writing = True
-            if isinstance(frame, str):
-                await self.transport.send_text(frame)
-            else:
-                await self.transport.send_bytes(frame)
-            self._writing = False
-
-    async def _end_writing(self) -> None:
-        self._queue = None
-        self._queued_bytes = 0
-        if self.close_code is not None:
-            # bounded: a client that stopped reading must not hold the writer (a timeout, not
-            # wait_for: no task to start for each of a crowd's connections closing)
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await self.transport.close(self.close_code, self.close_reason)
+        self.unsent = self.queue.take_unsent()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self.closing())  # a waiter cancelled is not the close cancelled
@@ -272,4 +184,4 @@ class Peer:
         return self._on_close
 
     def __repr__(self) -> str:
-        return f"<Peer {self.id} queued={self._queued_bytes}B closed={self.closed}>"
+        return f"<Peer {self.id} queued={self.queue.queued_bytes}B closed={self.closed}>"
