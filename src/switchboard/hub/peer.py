@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from switchboard.hub.life import Life
 from switchboard.hub.limits import TokenBucket
-from switchboard.hub.send_queue import SendQueue
+from switchboard.hub.send_queue import ClientConnection, SendQueue
 from switchboard.hub.users import User
 from switchboard.protocol import envelope
 
@@ -23,20 +23,6 @@ log = logging.getLogger(__name__)
 # reply is safe to send twice (hypha-rpc ignores one for a session it has closed).
 FRESH_REPLIES = 64
 FRESH_REPLY_BYTES = 64 * 1024  # larger ones are not kept: at most 4 MiB per client, for a second
-
-
-class ClientConnection(Protocol):
-    """The I/O a peer needs: the server layer implements it per transport."""
-
-    def try_send(self, frame: bytes | str) -> bool:
-        """Write ``frame`` now if the connection takes it without waiting; ``False``: it did not."""
-        ...
-
-    async def send_bytes(self, data: bytes) -> None: ...
-
-    async def send_text(self, text: str) -> None: ...
-
-    async def close(self, code: int, reason: str) -> None: ...
 
 
 class Peer:

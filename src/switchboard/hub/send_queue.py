@@ -18,15 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from switchboard.hub.life import Life
 
-if TYPE_CHECKING:
-    from switchboard.hub.peer import ClientConnection
-
 # Seconds the close of a connection may take: a client that stopped reading must not hold its writer.
 CLOSE_TIMEOUT = 5.0
+
+
+class ClientConnection(Protocol):
+    """The I/O a peer needs: the server layer implements it per transport."""
+
+    def try_send(self, frame: bytes | str) -> bool:
+        """Write ``frame`` now if the connection takes it without waiting; ``False``: it did not."""
+        ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def close(self, code: int, reason: str) -> None: ...
 
 
 class SendQueue:

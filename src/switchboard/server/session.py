@@ -21,7 +21,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from switchboard.hub.peer import ClientConnection, Peer
+from switchboard.hub.peer import Peer
+from switchboard.hub.send_queue import ClientConnection
 from switchboard.protocol.handshake import Hello
 from switchboard.server.server_state import ServerState
 
