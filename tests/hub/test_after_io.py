@@ -4,8 +4,10 @@ A publish that reached nobody, a frame the bus delivered to a connection that
 had just ended, a connection here that refused a frame, and the registry's
 answer to "does some replica claim this client?" each come back to the router
 as a fact; it answers with the next action, which the dispatch only carries
-out. Synchronous but for the rows where frames already wait for the target
-(the retry window's queue runs on the event loop).
+out. Whether a frame is held, and whether holding it begins its client's
+transit on the spot, is the router's too (:meth:`Router.hold`): the moves only
+keep what they are given. Synchronous but for the rows where frames already
+wait for the target (the retry window's queue runs on the event loop).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import pytest
 
 from support.wire import Wire
-from switchboard.hub.actions import Fail, Hold, RetryIfClaimed, RetryLater
+from switchboard.hub.actions import Deliver, Fail, Hold, RetryIfClaimed, RetryLater
+from switchboard.hub.life import HANDED_OVER
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
 from switchboard.hub.retry import RetryWindow
@@ -23,6 +26,7 @@ from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered
 from switchboard.hub.users import Permission, User
+from switchboard.protocol import envelope
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -31,24 +35,51 @@ MOVING = f"{WS}/moving"  # in transit between connections
 AWAY = f"{WS}/away"  # not here, not moving: another replica's, or nobody's
 CALLER = f"{WS}/caller"
 ITEM = Undelivered(b"frame", "s1", CALLER)
+# clients of this replica, by how their connection is (see connection())
+LIVE, DROPPED, HANDED, GOODBYE, FRESH_GOODBYE = (f"{WS}/{n}" for n in ("live", "dropped", "handed", "bye", "fresh"))
+BEGINS = "Hold, its transit beginning now"
 
 
 async def _unreached(*_: Any) -> bool:
     return False
 
 
-def router(*, window: float) -> tuple[Router, RetryWindow]:
+def connection(client: str, clock: FakeClock) -> Peer:
+    """A client's connection here: open (``LIVE``), or ended by a drop, a drain's hand-over, a
+    goodbye, or a goodbye within a second of coming back from transit."""
+    peer = Peer(
+        workspace=WS,
+        client_id=client.partition("/")[2],
+        user=User(id="u", grants={WS: Permission.READ_WRITE}),
+        transport=Wire(),
+        max_queue_bytes=1 << 20,
+    )
+    if client == DROPPED:
+        peer.client_closed(1006)
+    elif client == HANDED:
+        peer.close(HANDED_OVER, "handed over")
+    elif client == GOODBYE:
+        peer.client_closed(1000)
+    elif client == FRESH_GOODBYE:
+        peer.life.arrived(clock.monotonic())
+        peer.life.back()
+        peer.client_closed(1000)
+    return peer
+
+
+def router(*, window: float, grace: float = 5.0) -> tuple[Router, RetryWindow]:
     clock = FakeClock()
     settings = settings_for_tests()
-    transit: Transit[Undelivered] = Transit(clock=clock, grace=5.0)
+    transit: Transit[Undelivered] = Transit(clock=clock, grace=grace)
     transit.left(MOVING)
     retry = RetryWindow(clock=clock, window=window, interval=0.1, publish=_unreached, give_up=lambda *_: None)
+    peers = {c: connection(c, clock) for c in (LIVE, DROPPED, HANDED, GOODBYE, FRESH_GOODBYE)}
     return (
         Router(
             settings=settings,
             clock=clock,
             metrics=HubMetrics(settings.replica_id),
-            peers={},
+            peers=peers,
             aliases=set(),
             transit=transit,
             retry=retry,
@@ -60,8 +91,31 @@ def router(*, window: float) -> tuple[Router, RetryWindow]:
 def shape(action: Any) -> Any:
     """An action as the types it is made of: ``Hold`` with what it falls back to."""
     if type(action) is Hold:
-        return (Hold, shape(action.otherwise))
+        return (BEGINS if action.begins else Hold, shape(action.otherwise))
     return type(action)
+
+
+# the client's state × grace → whether a frame for it is held (and its transit begun on the spot)
+HOLD = [
+    (MOVING, 5.0, (Hold, Fail)),
+    (DROPPED, 5.0, (BEGINS, Fail)),
+    (HANDED, 5.0, (BEGINS, Fail)),
+    (FRESH_GOODBYE, 5.0, (BEGINS, Fail)),  # a goodbye too fresh to believe (life.FRESH_GOODBYE)
+    (GOODBYE, 5.0, Fail),
+    (LIVE, 5.0, Fail),
+    (AWAY, 5.0, Fail),
+    (DROPPED, 0.0, Fail),  # no grace: nobody is expected back
+]
+
+
+@pytest.mark.parametrize(("target", "grace", "expected"), HOLD)
+def test_a_frame_is_held_for_a_moving_client_and_for_one_whose_connection_just_ended_without_goodbye(
+    target: str, grace: float, expected: Any
+) -> None:
+    r, _ = router(window=6.0, grace=grace)
+    done = r.hold(target, ITEM, Fail(target, ITEM))
+    assert shape(done) == expected
+    assert getattr(done, "target", None) == target
 
 
 # target × retry window × frames already waiting for it → what a publish that reached nobody becomes
@@ -81,41 +135,49 @@ def test_a_publish_that_reached_nobody_waits_for_a_moving_client_else_for_a_clai
     assert shape(r.reached_nobody(target, ITEM)) == expected
 
 
-# retry window × frames already waiting → what a frame lost after delivery becomes (always held
-# first: its client's connection ended, so it may be moving; the hold says whether it is)
+# the client's state × retry window × frames already waiting → what a frame lost after delivery
+# becomes (its client's connection ended, so it may be moving: the router's hold says)
 LOST = [
-    (6.0, False, (Hold, RetryIfClaimed)),
-    (0.0, False, (Hold, Fail)),
-    (6.0, True, (Hold, RetryLater)),
-    (0.0, True, (Hold, RetryLater)),
+    (MOVING, 6.0, False, (Hold, RetryIfClaimed)),
+    (DROPPED, 0.0, False, (BEGINS, Fail)),
+    (AWAY, 6.0, False, RetryIfClaimed),
+    (AWAY, 0.0, False, Fail),
+    (AWAY, 6.0, True, RetryLater),
+    (AWAY, 0.0, True, RetryLater),
+    (MOVING, 6.0, True, (Hold, RetryLater)),
 ]
 
 
-@pytest.mark.parametrize(("window", "waiting", "expected"), LOST)
+@pytest.mark.parametrize(("target", "window", "waiting", "expected"), LOST)
 async def test_a_frame_lost_after_delivery_is_held_else_queued_behind_others_else_claimed_else_failed(
-    window: float, waiting: bool, expected: Any
+    target: str, window: float, waiting: bool, expected: Any
 ) -> None:
     r, retry = router(window=window)
     if waiting:
-        retry.add(AWAY, Undelivered(b"earlier", None, CALLER))
+        retry.add(target, Undelivered(b"earlier", None, CALLER))
     try:
-        assert shape(r.lost(AWAY, ITEM)) == expected
+        assert shape(r.lost(target, ITEM)) == expected
     finally:
         await retry.close()
 
 
-def test_a_frame_a_connection_here_refused_waits_for_its_client_else_fails() -> None:
+@pytest.mark.parametrize(("target", "expected"), [(DROPPED, (BEGINS, Fail)), (MOVING, (Hold, Fail)), (GOODBYE, Fail)])
+def test_a_frame_a_connection_here_refused_waits_for_its_client_else_fails(target: str, expected: Any) -> None:
     r, _ = router(window=6.0)
-    peer = Peer(
-        workspace=WS,
-        client_id="gone",
-        user=User(id="u", grants={WS: Permission.READ_WRITE}),
-        transport=Wire(),
-        max_queue_bytes=1 << 20,
-    )
+    peer = r.peers.get(target) or connection(target, FakeClock())
     done = r.refused(peer, ITEM)
-    assert shape(done) == (Hold, Fail)
-    assert done.target == peer.id
+    assert shape(done) == expected
+    assert getattr(done, "target", None) == peer.id
+
+
+@pytest.mark.parametrize(("target", "expected"), [(DROPPED, (BEGINS, Deliver)), (GOODBYE, Deliver)])
+def test_a_call_relayed_to_a_connection_that_just_ended_waits_for_its_client_else_bounces(
+    target: str, expected: Any
+) -> None:
+    r, _ = router(window=6.0)
+    r.peers[CALLER] = connection(CALLER, FakeClock())  # the caller is here: it is told at once
+    call = envelope.encode({"type": "method", "to": target, "from": CALLER, "method": "services.s.f", "session": "s9"})
+    assert shape(r.relayed(r.peers[target], call)) == expected
 
 
 @pytest.mark.parametrize(("claimed", "expected"), [(True, RetryLater), (False, Fail)])

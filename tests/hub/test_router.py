@@ -465,7 +465,7 @@ def test_a_relayed_call_reaches_its_client_and_is_in_flight() -> None:
 
 def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -> None:
     t = Table()
-    t.here.close(1006, "dropped")
+    t.here.client_closed(1006)  # dropped: its client comes back
     done = t.router.relayed(t.here, relayed_call())
     assert type(done) is Hold
     assert done.target == HERE
@@ -477,7 +477,7 @@ def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -
 
 def test_a_relayed_manager_call_is_held_with_its_origin() -> None:
     t = Table()
-    t.here.close(1006, "dropped")
+    t.here.client_closed(1006)  # dropped: its client comes back
     data = relay.wrap_manager_call("replica-b", "m1", relayed_call("m1", "*/manager-x"))
     done = t.router.relayed(t.here, data)
     assert type(done) is Hold

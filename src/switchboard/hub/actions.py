@@ -48,11 +48,16 @@ class Forward:
 
 @dataclass(slots=True)
 class Hold:
-    """Keep for a client in transit until it is back; ``otherwise`` if its holding is full."""
+    """Keep for a client in transit until it is back; ``otherwise`` if its holding is full.
+
+    ``begins``: its connection here has just ended in a way it comes back from,
+    and its transit begins now, before the hub's clean-up tells the registry.
+    """
 
     target: str
     item: Undelivered
     otherwise: Action | None
+    begins: bool = False
 
 
 @dataclass(slots=True)

@@ -127,7 +127,7 @@ class Dispatch:
                 action.peer.send(action.message)
                 return None
             if type(action) is Hold:
-                if self.moves.hold(action.target, action.item):
+                if self.moves.hold(action.target, action.item, begins=action.begins):
                     return None
                 action = action.otherwise
             elif type(action) is RetryLater:

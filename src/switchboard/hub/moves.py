@@ -128,19 +128,18 @@ class Moves:
         """Whether this ended connection's client is expected back (:meth:`Life.expected_back`)."""
         return peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace)
 
-    def hold(self, target: str, item: Undelivered) -> bool:
-        """Keep a frame for a client in transit; ``False``: it is not (route or fail it as usual).
+    def hold(self, target: str, item: Undelivered, *, begins: bool = False) -> bool:
+        """Keep a frame for a client in transit (the router's :class:`~switchboard.hub.actions.Hold`);
+        ``False``: its holding is full (the router's ``otherwise`` follows).
 
-        A client whose connection here has ended, without a goodbye, counts as
-        in transit at once, before :meth:`depart` has told the registry.
+        ``begins``: the router found that the client's connection here has just
+        ended in a way it comes back from; its transit begins now, before
+        :meth:`depart` has told the registry.
         """
-        if not self.transit.hold(target, item, size=len(item.frame)):
-            peer = self.peers.get(target)
-            if peer is None or target in self.transit or not self.may_return(peer):
-                return False
+        if begins:
             self._begin(target)
-            if not self.transit.hold(target, item, size=len(item.frame)):
-                return False
+        if not self.transit.hold(target, item, size=len(item.frame)):
+            return False
         if self.transit.holding == 1:
             self._wake()  # the keeper now rechecks every RECHECK seconds
         return True

@@ -303,20 +303,32 @@ class Router:
         otherwise = self._if_claimed(target, item)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
 
-    def lost(self, target: str, item: Undelivered) -> Action:
+    def lost(self, target: str, item: Undelivered) -> Action | None:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
         otherwise = RetryLater(target, item) if self.retry.pending(target) else self._if_claimed(target, item)
-        return Hold(target, item, otherwise)
+        return self.hold(target, item, otherwise)
 
     def _if_claimed(self, target: str, item: Undelivered) -> Action:
         """Retried while some replica claims the client, if there is a retry window; else failed."""
         return RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
 
-    def refused(self, peer: Peer, item: Undelivered) -> Action:
+    def refused(self, peer: Peer, item: Undelivered) -> Action | None:
         """A client's connection here refused a frame (it just ended): held for its return, else failed."""
-        return Hold(peer.id, item, Fail(peer.id, item))
+        return self.hold(peer.id, item, Fail(peer.id, item))
+
+    def hold(self, target: str, item: Undelivered, otherwise: Action | None) -> Action | None:
+        """A frame for a client whose connection may just have ended: held if the client is in
+        transit, or if its connection here ended in a way it comes back from (:meth:`Life.expected_back`:
+        its transit begins now, :attr:`Hold.begins`, before the hub's clean-up tells the registry);
+        else ``otherwise``."""
+        if target in self.transit:
+            return Hold(target, item, otherwise)
+        peer = self.peers.get(target)
+        if peer is not None and peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace):
+            return Hold(target, item, otherwise, begins=True)
+        return otherwise
 
     def claim_read(self, target: str, item: Undelivered, *, claimed: bool) -> Action:
         """The registry's answer to :class:`RetryIfClaimed`: a client some replica claims (or
@@ -394,7 +406,7 @@ class Router:
                 if origin is not None
                 else Undelivered(frame, session, str(caller or ""), env.type != "method", op)
             )
-            return Hold(peer.id, item, self._bounce(peer.id, session, caller))
+            return self.hold(peer.id, item, self._bounce(peer.id, session, caller))
         if op is not None:
             refused = self.upload_refusal(peer, str(caller or ""), op, env.rest)
             if refused is not None:
