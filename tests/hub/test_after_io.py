@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from support.wire import Wire
-from switchboard.hub.actions import Deliver, Fail, Hold, RetryIfClaimed, RetryLater
+from switchboard.hub.actions import Deliver, Fail, Forward, Hold, RetryIfClaimed, RetryLater
 from switchboard.hub.life import HANDED_OVER
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -26,7 +26,7 @@ from switchboard.hub.router import Router
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered
 from switchboard.hub.users import Permission, User
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -34,6 +34,7 @@ WS = "ws-1"
 MOVING = f"{WS}/moving"  # in transit between connections
 AWAY = f"{WS}/away"  # not here, not moving: another replica's, or nobody's
 CALLER = f"{WS}/caller"
+ALIAS = f"{WS}/http-caller"  # an HTTP caller's address: the manager acts for it
 ITEM = Undelivered(b"frame", "s1", CALLER)
 # clients of this replica, by how their connection is (see connection())
 LIVE, DROPPED, HANDED, GOODBYE, FRESH_GOODBYE = (f"{WS}/{n}" for n in ("live", "dropped", "handed", "bye", "fresh"))
@@ -80,7 +81,7 @@ def router(*, window: float, grace: float = 5.0) -> tuple[Router, RetryWindow]:
             clock=clock,
             metrics=HubMetrics(settings.replica_id),
             peers=peers,
-            aliases=set(),
+            aliases={ALIAS},
             transit=transit,
             retry=retry,
         ),
@@ -132,7 +133,36 @@ def test_a_publish_that_reached_nobody_waits_for_a_moving_client_else_for_a_clai
     target: str, window: float, expected: Any
 ) -> None:
     r, _ = router(window=window)
-    assert shape(r.reached_nobody(target, ITEM)) == expected
+    assert shape(r.reached_nobody(Forward(target, ITEM, ITEM.frame))) == expected
+
+
+# who makes a call to a client of another replica → the frame as it travels between replicas
+TRAVELLING = [
+    ("manager", True),  # wrapped with its origin, so that the reply finds its way back here
+    ("alias", True),  # an HTTP caller the manager acts for
+    (CALLER, False),
+]
+
+
+@pytest.mark.parametrize(("caller", "wrapped"), TRAVELLING)
+def test_a_managers_call_to_another_replica_travels_wrapped_with_its_origin_once(caller: str, wrapped: bool) -> None:
+    r, _ = router(window=6.0)
+    caller = {"manager": r.manager_address, "alias": ALIAS}.get(caller, caller)
+    item = Undelivered(b"call", "m1.x", caller)
+    forward = r.toward(AWAY, item)
+    assert type(forward) is Forward
+    assert forward.item == item, "as a client here would get it (held, it may be delivered here)"
+    assert forward.wire == (relay.wrap_manager_call(r.replica_id, "m1", b"call") if wrapped else b"call")
+    # it reached nobody: retried, or held for a moving client, without being wrapped again
+    retried = r.reached_nobody(forward)
+    assert type(retried) is RetryIfClaimed
+    assert retried.item.frame is forward.wire
+    assert type(done := r.claim_read(AWAY, retried.item, claimed=True)) is RetryLater
+    assert done.item.frame is forward.wire
+    held = r.reached_nobody(Forward(MOVING, item, forward.wire))
+    assert type(held) is Hold
+    assert held.item is item
+    assert getattr(held.otherwise, "item", None) == retried.item
 
 
 # the client's state × retry window × frames already waiting → what a frame lost after delivery

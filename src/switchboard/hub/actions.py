@@ -40,10 +40,17 @@ class SendToken:
 
 @dataclass(slots=True)
 class Forward:
-    """To a client on another replica: over a direct link if one takes it now, else published."""
+    """To a client on another replica: over a direct link if one takes it now, else published.
+
+    ``wire`` is the frame as it travels between replicas: a call the manager
+    makes wrapped with its origin (:func:`~switchboard.protocol.relay.wrap_manager_call`),
+    once, by the router; any other frame as it is. The link is tried once
+    (never for an event), the bus after it.
+    """
 
     target: str
     item: Undelivered
+    wire: bytes
 
 
 @dataclass(slots=True)
@@ -62,7 +69,8 @@ class Hold:
 
 @dataclass(slots=True)
 class RetryLater:
-    """Into the retry window, behind what already waits for the target."""
+    """Into the retry window, behind what already waits for the target. The window only
+    publishes it: its frame is the one that travels between replicas (:class:`Forward` ``wire``)."""
 
     target: str
     item: Undelivered
@@ -71,7 +79,8 @@ class RetryLater:
 @dataclass(slots=True)
 class RetryIfClaimed:
     """It reached nobody: into the retry window if some replica claims the client (a registry
-    read, which the dispatch makes), else its caller fails (:class:`Fail`)."""
+    read, which the dispatch makes), else its caller fails (:class:`Fail`). Its frame travels as
+    :class:`RetryLater`'s does."""
 
     target: str
     item: Undelivered

@@ -118,11 +118,10 @@ class Dispatch:
                 action = self.router.refused(peer, item)  # its connection just ended
                 continue
             if type(action) is Forward:
-                target, item = action.target, action.item
-                if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
+                if not action.item.event and self.remote.send_direct(action.target, action.wire):
                     self.metrics.frames.routed += 1
                     return None
-                return self._publish(target, item)
+                return self._publish(action)
             if type(action) is Send:
                 action.peer.send(action.message)
                 return None
@@ -168,13 +167,14 @@ class Dispatch:
         if rest is not None:
             await rest
 
-    async def _publish(self, target: str, item: Undelivered) -> None:
-        """Through the bus; what a publish that reached nobody becomes is the router's to say."""
-        if await self.remote.publish_to_client(target, item.frame, item.session, item.caller, item.event):
+    async def _publish(self, forward: Forward) -> None:
+        """Through the bus (the link was tried, or it is an event); what a publish that reached
+        nobody becomes is the router's to say."""
+        if await self.remote.publish_to_client(forward.target, forward.wire, link=False):
             self.metrics.frames.routed += 1
             return
         self.metrics.publishes_to_nobody.inc()
-        rest = self.run(self.router.reached_nobody(target, item))
+        rest = self.run(self.router.reached_nobody(forward))
         if rest is not None:
             await rest
 

@@ -160,8 +160,6 @@ class Hub:
             unicast=self.unicast,
             registry=registry,
             replica_id=self.replica_id,
-            manager_address=self.manager_address,
-            aliases=self._acting,
         )
         self.retry = RetryWindow(
             clock=clock,

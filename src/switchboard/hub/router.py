@@ -280,7 +280,7 @@ class Router:
                 # this replica is going away: the call waits for the client to reappear
                 # elsewhere, and is no longer in flight here (the drain must not wait for it)
                 self.inflight.closed(item.caller, item.session or "")
-                return RetryLater(target, item)
+                return RetryLater(target, self._travelling(item))
             if item.op is not None:
                 return self._walked(peer, item)
             return Deliver(peer, item)
@@ -290,24 +290,40 @@ class Router:
 
     def elsewhere(self, target: str, item: Undelivered) -> Action:
         """A client that is not here: behind frames already waiting for it, else to its replica."""
+        travelling = self._travelling(item)
         if self.retry.pending(target):  # keep order
-            return RetryLater(target, item)
-        return Forward(target, item)
+            return RetryLater(target, travelling)
+        return Forward(target, item, travelling.frame)
+
+    def _travelling(self, item: Undelivered) -> Undelivered:
+        """``item`` as it travels to another replica: a call the manager makes (itself, or for an
+        HTTP caller) carries its origin, so that the reply finds its way back here
+        (:mod:`switchboard.protocol.relay`). Wrapped here, once per trip; never for a client here."""
+        if item.session and (item.caller == self.manager_address or item.caller in self.aliases):
+            return item._replace(
+                frame=relay.wrap_manager_call(self.replica_id, item.session.partition(".")[0], item.frame)
+            )
+        return item
 
     # -- after the I/O: what a publish, a delivery or a registry read found ----------
 
-    def reached_nobody(self, target: str, item: Undelivered) -> Action:
-        """A publish no replica received: the frame waits for a client in transit, else is
-        retried while some replica claims the client (its subscription may be seconds from
-        repair), else its caller fails."""
-        otherwise = self._if_claimed(target, item)
+    def reached_nobody(self, forward: Forward) -> Action:
+        """A :class:`Forward` whose publish no replica received: the frame waits for a client in
+        transit, else is retried while some replica claims the client (its subscription may be
+        seconds from repair), as it was wrapped for the trip, else its caller fails."""
+        target, item = forward.target, forward.item
+        travelling = item if forward.wire is item.frame else item._replace(frame=forward.wire)
+        otherwise = self._if_claimed(target, travelling)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
 
     def lost(self, target: str, item: Undelivered) -> Action | None:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
-        otherwise = RetryLater(target, item) if self.retry.pending(target) else self._if_claimed(target, item)
+        travelling = self._travelling(item)
+        otherwise = (
+            RetryLater(target, travelling) if self.retry.pending(target) else self._if_claimed(target, travelling)
+        )
         return self.hold(target, item, otherwise)
 
     def _if_claimed(self, target: str, item: Undelivered) -> Action:
