@@ -342,6 +342,20 @@ def test_a_reply_to_another_replicas_manager_goes_back_to_that_replica() -> None
     assert type(t.route(reply(t.manager, "m2"))) is ToManager, "a call our own manager made"
 
 
+async def test_a_reply_for_another_replicas_manager_keeps_its_place_behind_replies_waiting_for_it() -> None:
+    t = Table()
+    replies = RetryWindow(clock=t.clock, window=1.0, interval=0.1, publish=_published, give_up=lambda *_: None)
+    t.router.replies = replies
+    t.router.reply_routes.remember("m1", "replica-b")
+    t.router.reply_routes.remember("m2", "replica-c")
+    replies.add("replica-b", Undelivered(b"earlier reply", None, ""))
+    try:
+        assert t.route(reply(t.manager, "m1")).behind, "behind the earlier one, not over a link before it"
+        assert not t.route(reply(t.manager, "m2")).behind, "nothing waits for replica-c"
+    finally:
+        await replies.close()
+
+
 def test_the_manager_call_a_reply_answers_is_closed() -> None:
     t = Table()
     t.router.inflight.opened(t.manager, "m1", ME, t.peers)

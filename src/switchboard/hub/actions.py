@@ -112,10 +112,13 @@ class ToManager:
 
 @dataclass(slots=True)
 class ToReplica:
-    """To another replica's manager: it made the call this frame answers."""
+    """To another replica's manager: it made the call this frame answers. Over a direct link if
+    one takes it now, else into the replies' retry window; ``behind``: replies already wait there
+    for that replica, and it keeps its place behind them."""
 
     replica: str
     frame: bytes
+    behind: bool = False
 
 
 @dataclass(slots=True)

@@ -144,7 +144,7 @@ class Dispatch:
                     self.receive_as(acting, action.frame)
                 return None
             elif type(action) is ToReplica:
-                self._to_replica(action.replica, action.frame)
+                self._to_replica(action)
                 return None
             elif type(action) is Broadcast:
                 return self.broadcast(action.workspace, action.event_type, action.frame)
@@ -187,9 +187,9 @@ class Dispatch:
         """The retry window (or a holding) could not deliver ``item``: its caller is told."""
         self.carry(Fail(target, item))
 
-    def _to_replica(self, origin: str, frame: bytes) -> None:
+    def _to_replica(self, action: ToReplica) -> None:
         """A reply for another replica's manager: over a link at once, else by ``replies`` in its
-        own task, in order behind those already waiting there.
+        own task (at once behind those already waiting there: the router's ``behind``).
 
         Never awaited on the provider's path: a publish Redis does not answer
         (a replica cut off from it) would hold up the provider's every later
@@ -198,8 +198,8 @@ class Dispatch:
         retried as a client's frame is, instead of leaving its caller to its
         whole timeout.
         """
-        if self.replies.pending(origin) or not self.remote.send_to_replica(origin, frame):
-            self.replies.add(origin, Undelivered(frame, None, ""))
+        if action.behind or not self.remote.send_to_replica(action.replica, action.frame):
+            self.replies.add(action.replica, Undelivered(action.frame, None, ""))
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

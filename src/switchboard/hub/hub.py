@@ -186,6 +186,7 @@ class Hub:
             aliases=self._acting,
             transit=self.transit,
             retry=self.retry,
+            replies=self.replies,
         )
         self.moves = Moves(
             registry=registry,

@@ -64,7 +64,7 @@ class Router:
     """The routing decisions of one replica (see the module docstring).
 
     ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
-    ``transit`` and ``retry`` are the hub's, read only. ``draining`` is set
+    ``transit``, ``retry`` and ``replies`` are the hub's, read only. ``draining`` is set
     by the drain: new calls to clients here then wait for them to reappear
     elsewhere.
     """
@@ -79,6 +79,7 @@ class Router:
         aliases: Container[str],
         transit: Transit[Undelivered],
         retry: RetryWindow,
+        replies: RetryWindow | None = None,
         inflight: InFlight | None = None,
     ) -> None:
         self.settings = settings
@@ -91,6 +92,7 @@ class Router:
         self.aliases = aliases
         self.transit = transit
         self.retry = retry
+        self.replies = replies  # manager replies waiting for another replica (ToReplica)
         self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
         # chunked messages on their way to each client here or in transit from here
@@ -208,7 +210,7 @@ class Router:
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
             return ToManager(frame, peer)
-        return ToReplica(origin, frame)
+        return ToReplica(origin, frame, self.replies is not None and self.replies.pending(origin))
 
     # -- chunked messages: walked for their receiver, whatever path they took ----------
 
