@@ -6,8 +6,11 @@ over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
 the holding of a client in transit (:class:`~switchboard.hub.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
-as a task where nothing can wait (a bus callback, a timer). It also takes in
-what other replicas route here, through the router like everything else.
+as a task where nothing can wait (a bus callback, a timer). It decides
+nothing: what a step turns up (a connection that refused, a publish that
+reached nobody, a registry's answer) goes back to the router as a fact, and
+the next action is the router's. It also takes in what other replicas route
+here, through the router like everything else.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
 
 A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves;
-the decisions are :class:`~switchboard.hub.transit.Transit`'s.
+the decisions are :class:`~switchboard.hub.transit.Transit`'s, the connection's
+:class:`~switchboard.hub.life.Life`'s and, for a frame, the router's
+(:class:`~switchboard.hub.actions.Hold`: whether it is held, and whether that
+begins its client's transit).
 
 * A connection that ends without a goodbye (a drain's 1012, a drop) puts its
   client in transit (:meth:`Moves.depart`): the registry marks it (its

@@ -5,6 +5,10 @@ action: deliver it to a client here, forward it to another replica, hold it
 for a client in transit, retry it later, hand it to the manager (here or on
 the replica whose manager made the call), broadcast it, or answer the sender
 (an error, a reject, a pong): the values of :mod:`switchboard.hub.actions`.
+What the I/O turns up (a connection that refused, a publish that reached
+nobody, a frame lost after delivery, the registry's claim) comes back here as
+a fact and gets the next action; so do whether a frame is held for a client
+that may be moving and the frame as it travels to another replica.
 The hub carries the action out (:mod:`switchboard.hub.dispatch`). The router owns what its decisions depend
 on that is not I/O: the calls in flight, the limits, which replica's manager
 a reply belongs to, and the one classification of frames (:func:`classify`);
@@ -12,7 +16,7 @@ it reads, and never changes, the hub's tables (clients here, HTTP callers,
 clients in transit, targets waiting in the retry window).
 
 Nothing here awaits, so every rule is tested synchronously
-(``tests/hub/test_router.py``).
+(``tests/hub/test_router.py``; after the I/O, ``tests/hub/test_after_io.py``).
 """
 
 from __future__ import annotations
