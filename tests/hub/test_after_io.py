@@ -119,7 +119,7 @@ def test_a_frame_is_held_for_a_moving_client_and_for_one_whose_connection_just_e
     assert getattr(done, "target", None) == target
 
 
-# target × retry window × frames already waiting for it → what a publish that reached nobody becomes
+# target × retry window → what a publish that reached nobody becomes
 REACHED_NOBODY = [
     (MOVING, 6.0, (Hold, RetryIfClaimed)),
     (MOVING, 0.0, (Hold, Fail)),
