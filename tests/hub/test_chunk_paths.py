@@ -161,7 +161,7 @@ def test_a_piece_held_after_it_was_walked_is_not_walked_twice() -> None:
 
 def test_a_relayed_piece_for_a_connection_that_just_ended_is_walked_when_it_is_delivered() -> None:
     t = Table()
-    t.here.close(1006, "dropped")
+    t.here.client_closed(1006)  # dropped: its client comes back
     message = whole(HERE, FORGED)
     held = [
         t.router.relayed(t.here, relayed_piece(HERE, "create", "k1")),

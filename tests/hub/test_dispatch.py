@@ -20,7 +20,7 @@ from switchboard.hub.hub import Hub
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.users import Permission, User
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, relay
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
@@ -88,6 +88,65 @@ async def test_a_call_to_another_replicas_client_is_published_and_counted_in_fli
     await pair.send(pair.b, prov, {"type": "method", "to": caller.id, "method": "s1.resolve"})
     assert caller_wire.methods() == ["s1.resolve"]
     assert len(pair.a.inflight) == len(pair.b.inflight) == 0
+
+
+class LinkTries:
+    """What replica ``hub``'s unicast is asked, counted on the real one: every frame offered to a
+    direct link (``send``, or a ``publish`` that may take one first), every publish, and every
+    wrapping of a manager's call with its origin."""
+
+    def __init__(self, hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.offered: list[bytes] = []
+        self.published: list[bytes] = []
+        self.wrapped = 0
+        send, publish, wrap = hub.unicast.send, hub.unicast.publish, relay.wrap_manager_call
+
+        def counting_send(channel: str, data: bytes) -> bool:
+            self.offered.append(data)
+            return send(channel, data)
+
+        async def counting_publish(channel: str, data: bytes, *, direct: bool = True) -> int:
+            if direct:
+                self.offered.append(data)
+            self.published.append(data)
+            return await publish(channel, data, direct=direct)
+
+        def counting_wrap(origin: str, session: str, frame: bytes) -> bytes:
+            self.wrapped += 1
+            return wrap(origin, session, frame)
+
+        monkeypatch.setattr(hub.unicast, "send", counting_send)
+        monkeypatch.setattr(hub.unicast, "publish", counting_publish)
+        monkeypatch.setattr(relay, "wrap_manager_call", counting_wrap)
+
+
+async def test_a_managers_call_to_another_replicas_client_is_wrapped_once_and_tries_the_link_once(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prov, prov_wire = await pair.connect(pair.b, "prov")
+    tries = LinkTries(pair.a, monkeypatch)
+    await pair.a.route_from_manager(envelope.encode(call(prov.id, "m1")))
+    await settle()
+    assert prov_wire.methods() == ["services.s.f"], "unwrapped for its client"
+    assert pair.b.router.reply_routes.origin_of("m1") == "a", "its reply finds the way back to a's manager"
+    assert tries.wrapped == 1, "wrapped with its origin once, by the router"
+    assert len(tries.offered) == 1, "offered to a direct link once, then only published"
+    assert tries.published == tries.offered, "the frame as it was wrapped for the trip"
+
+
+async def test_a_managers_call_that_reached_nobody_is_retried_as_it_was_wrapped(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prov, _ = await pair.connect(pair.b, "prov")
+    await pair.b.bus.unsubscribe(CLIENT_CHANNEL + prov.id)  # its replica's subscription is being re-wired
+    tries = LinkTries(pair.a, monkeypatch)
+    await pair.a.route_from_manager(envelope.encode(call(prov.id, "m1")))
+    await settle()
+    assert pair.a.retry.pending(prov.id), "claimed by a replica: it waits in the retry window"
+    assert len(tries.published) >= 2, "published, then retried"
+    assert set(tries.published) == {tries.published[0]}, "the same frame each time"
+    assert tries.wrapped == 1, "the retry window sends the frame as the router wrapped it for the trip"
+    await pair.a.retry.close()
 
 
 async def test_a_call_to_nobody_is_rejected_at_once_and_an_event_to_nobody_is_dropped(pair: Pair) -> None:

@@ -18,7 +18,7 @@ class FlakyRoute:
         self.delivered: list[bytes] = []
         self.attempts = 0
 
-    async def publish(self, target: str, frame: bytes, session: str | None, caller: str, event: bool) -> bool:
+    async def publish(self, target: str, frame: bytes, event: bool) -> bool:
         self.attempts += 1
         if self.clock.monotonic() >= self.heals_at:
             self.delivered.append(frame)
@@ -123,7 +123,7 @@ async def test_the_window_counts_from_the_last_frame_that_got_through_not_from_t
     delivered: list[bytes] = []
     failed: list[Undelivered] = []
 
-    async def publish(target: str, frame: bytes, session: str | None, caller: str, event: bool) -> bool:
+    async def publish(target: str, frame: bytes, event: bool) -> bool:
         if next(outcomes):
             delivered.append(frame)
             return True

@@ -342,6 +342,20 @@ def test_a_reply_to_another_replicas_manager_goes_back_to_that_replica() -> None
     assert type(t.route(reply(t.manager, "m2"))) is ToManager, "a call our own manager made"
 
 
+async def test_a_reply_for_another_replicas_manager_keeps_its_place_behind_replies_waiting_for_it() -> None:
+    t = Table()
+    replies = RetryWindow(clock=t.clock, window=1.0, interval=0.1, publish=_published, give_up=lambda *_: None)
+    t.router.replies = replies
+    t.router.reply_routes.remember("m1", "replica-b")
+    t.router.reply_routes.remember("m2", "replica-c")
+    replies.add("replica-b", Undelivered(b"earlier reply", None, ""))
+    try:
+        assert t.route(reply(t.manager, "m1")).behind, "behind the earlier one, not over a link before it"
+        assert not t.route(reply(t.manager, "m2")).behind, "nothing waits for replica-c"
+    finally:
+        await replies.close()
+
+
 def test_the_manager_call_a_reply_answers_is_closed() -> None:
     t = Table()
     t.router.inflight.opened(t.manager, "m1", ME, t.peers)
@@ -465,7 +479,7 @@ def test_a_relayed_call_reaches_its_client_and_is_in_flight() -> None:
 
 def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -> None:
     t = Table()
-    t.here.close(1006, "dropped")
+    t.here.client_closed(1006)  # dropped: its client comes back
     done = t.router.relayed(t.here, relayed_call())
     assert type(done) is Hold
     assert done.target == HERE
@@ -477,7 +491,7 @@ def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -
 
 def test_a_relayed_manager_call_is_held_with_its_origin() -> None:
     t = Table()
-    t.here.close(1006, "dropped")
+    t.here.client_closed(1006)  # dropped: its client comes back
     data = relay.wrap_manager_call("replica-b", "m1", relayed_call("m1", "*/manager-x"))
     done = t.router.relayed(t.here, data)
     assert type(done) is Hold

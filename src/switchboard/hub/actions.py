@@ -40,24 +40,37 @@ class SendToken:
 
 @dataclass(slots=True)
 class Forward:
-    """To a client on another replica: over a direct link if one takes it now, else published."""
+    """To a client on another replica: over a direct link if one takes it now, else published.
+
+    ``wire`` is the frame as it travels between replicas: a call the manager
+    makes wrapped with its origin (:func:`~switchboard.protocol.relay.wrap_manager_call`),
+    once, by the router; any other frame as it is. The link is tried once
+    (never for an event), the bus after it.
+    """
 
     target: str
     item: Undelivered
+    wire: bytes
 
 
 @dataclass(slots=True)
 class Hold:
-    """Keep for a client in transit until it is back; ``otherwise`` if its holding is full."""
+    """Keep for a client in transit until it is back; ``otherwise`` if its holding is full.
+
+    ``begins``: its connection here has just ended in a way it comes back from,
+    and its transit begins now, before the hub's clean-up tells the registry.
+    """
 
     target: str
     item: Undelivered
     otherwise: Action | None
+    begins: bool = False
 
 
 @dataclass(slots=True)
 class RetryLater:
-    """Into the retry window, behind what already waits for the target."""
+    """Into the retry window, behind what already waits for the target. The window only
+    publishes it: its frame is the one that travels between replicas (:class:`Forward` ``wire``)."""
 
     target: str
     item: Undelivered
@@ -66,7 +79,8 @@ class RetryLater:
 @dataclass(slots=True)
 class RetryIfClaimed:
     """It reached nobody: into the retry window if some replica claims the client (a registry
-    read, which the dispatch makes), else its caller fails (:class:`Fail`)."""
+    read, which the dispatch makes), else its caller fails (:class:`Fail`). Its frame travels as
+    :class:`RetryLater`'s does."""
 
     target: str
     item: Undelivered
@@ -98,10 +112,13 @@ class ToManager:
 
 @dataclass(slots=True)
 class ToReplica:
-    """To another replica's manager: it made the call this frame answers."""
+    """To another replica's manager: it made the call this frame answers. Over a direct link if
+    one takes it now, else into the replies' retry window; ``behind``: replies already wait there
+    for that replica, and it keeps its place behind them."""
 
     replica: str
     frame: bytes
+    behind: bool = False
 
 
 @dataclass(slots=True)

@@ -6,8 +6,11 @@ over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
 the holding of a client in transit (:class:`~switchboard.hub.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
-as a task where nothing can wait (a bus callback, a timer). It also takes in
-what other replicas route here, through the router like everything else.
+as a task where nothing can wait (a bus callback, a timer). It decides
+nothing: what a step turns up (a connection that refused, a publish that
+reached nobody, a registry's answer) goes back to the router as a fact, and
+the next action is the router's. It also takes in what other replicas route
+here, through the router like everything else.
 """
 
 from __future__ import annotations
@@ -118,16 +121,15 @@ class Dispatch:
                 action = self.router.refused(peer, item)  # its connection just ended
                 continue
             if type(action) is Forward:
-                target, item = action.target, action.item
-                if not item.event and self.remote.send_direct(target, item.frame, item.session, item.caller):
+                if not action.item.event and self.remote.send_direct(action.target, action.wire):
                     self.metrics.frames.routed += 1
                     return None
-                return self._publish(target, item)
+                return self._publish(action)
             if type(action) is Send:
                 action.peer.send(action.message)
                 return None
             if type(action) is Hold:
-                if self.moves.hold(action.target, action.item):
+                if self.moves.hold(action.target, action.item, begins=action.begins):
                     return None
                 action = action.otherwise
             elif type(action) is RetryLater:
@@ -145,7 +147,7 @@ class Dispatch:
                     self.receive_as(acting, action.frame)
                 return None
             elif type(action) is ToReplica:
-                self._to_replica(action.replica, action.frame)
+                self._to_replica(action)
                 return None
             elif type(action) is Broadcast:
                 return self.broadcast(action.workspace, action.event_type, action.frame)
@@ -168,13 +170,14 @@ class Dispatch:
         if rest is not None:
             await rest
 
-    async def _publish(self, target: str, item: Undelivered) -> None:
-        """Through the bus; what a publish that reached nobody becomes is the router's to say."""
-        if await self.remote.publish_to_client(target, item.frame, item.session, item.caller, item.event):
+    async def _publish(self, forward: Forward) -> None:
+        """Through the bus (the link was tried, or it is an event); what a publish that reached
+        nobody becomes is the router's to say."""
+        if await self.remote.publish_to_client(forward.target, forward.wire, link=False):
             self.metrics.frames.routed += 1
             return
         self.metrics.publishes_to_nobody.inc()
-        rest = self.run(self.router.reached_nobody(target, item))
+        rest = self.run(self.router.reached_nobody(forward))
         if rest is not None:
             await rest
 
@@ -187,9 +190,9 @@ class Dispatch:
         """The retry window (or a holding) could not deliver ``item``: its caller is told."""
         self.carry(Fail(target, item))
 
-    def _to_replica(self, origin: str, frame: bytes) -> None:
+    def _to_replica(self, action: ToReplica) -> None:
         """A reply for another replica's manager: over a link at once, else by ``replies`` in its
-        own task, in order behind those already waiting there.
+        own task (at once behind those already waiting there: the router's ``behind``).
 
         Never awaited on the provider's path: a publish Redis does not answer
         (a replica cut off from it) would hold up the provider's every later
@@ -198,8 +201,8 @@ class Dispatch:
         retried as a client's frame is, instead of leaving its caller to its
         whole timeout.
         """
-        if self.replies.pending(origin) or not self.remote.send_to_replica(origin, frame):
-            self.replies.add(origin, Undelivered(frame, None, ""))
+        if action.behind or not self.remote.send_to_replica(action.replica, action.frame):
+            self.replies.add(action.replica, Undelivered(action.frame, None, ""))
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

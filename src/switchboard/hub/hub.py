@@ -160,8 +160,6 @@ class Hub:
             unicast=self.unicast,
             registry=registry,
             replica_id=self.replica_id,
-            manager_address=self.manager_address,
-            aliases=self._acting,
         )
         self.retry = RetryWindow(
             clock=clock,
@@ -188,6 +186,7 @@ class Hub:
             aliases=self._acting,
             transit=self.transit,
             retry=self.retry,
+            replies=self.replies,
         )
         self.moves = Moves(
             registry=registry,

@@ -1,7 +1,10 @@
 """Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
 
 A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves;
-the decisions are :class:`~switchboard.hub.transit.Transit`'s.
+the decisions are :class:`~switchboard.hub.transit.Transit`'s, the connection's
+:class:`~switchboard.hub.life.Life`'s and, for a frame, the router's
+(:class:`~switchboard.hub.actions.Hold`: whether it is held, and whether that
+begins its client's transit).
 
 * A connection that ends without a goodbye (a drain's 1012, a drop) puts its
   client in transit (:meth:`Moves.depart`): the registry marks it (its
@@ -128,19 +131,18 @@ class Moves:
         """Whether this ended connection's client is expected back (:meth:`Life.expected_back`)."""
         return peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace)
 
-    def hold(self, target: str, item: Undelivered) -> bool:
-        """Keep a frame for a client in transit; ``False``: it is not (route or fail it as usual).
+    def hold(self, target: str, item: Undelivered, *, begins: bool = False) -> bool:
+        """Keep a frame for a client in transit (the router's :class:`~switchboard.hub.actions.Hold`);
+        ``False``: its holding is full (the router's ``otherwise`` follows).
 
-        A client whose connection here has ended, without a goodbye, counts as
-        in transit at once, before :meth:`depart` has told the registry.
+        ``begins``: the router found that the client's connection here has just
+        ended in a way it comes back from; its transit begins now, before
+        :meth:`depart` has told the registry.
         """
-        if not self.transit.hold(target, item, size=len(item.frame)):
-            peer = self.peers.get(target)
-            if peer is None or target in self.transit or not self.may_return(peer):
-                return False
+        if begins:
             self._begin(target)
-            if not self.transit.hold(target, item, size=len(item.frame)):
-                return False
+        if not self.transit.hold(target, item, size=len(item.frame)):
+            return False
         if self.transit.holding == 1:
             self._wake()  # the keeper now rechecks every RECHECK seconds
         return True

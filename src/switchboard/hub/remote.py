@@ -1,12 +1,11 @@
 """The other replicas, as this one reaches them: the event bus, the direct links, the registry's claims.
 
-I/O and the encoding of what travels between replicas, no decisions (those are
-:class:`~switchboard.hub.router.Router`'s): a call the manager makes is wrapped
-with its origin whenever it leaves this replica, whichever way and however many
-times it is sent (:meth:`Remote._for_client`), and never when it is delivered
-here; publishing to a client's, a workspace's or a replica's channel (a bus failure
-counts as "nobody received it", never as a crash), sending over a direct link,
-asking the registry whether some replica still claims a client. A client's
+I/O only, no decisions (those are :class:`~switchboard.hub.router.Router`'s, and
+so is the frame as it travels: a call the manager makes comes here wrapped with
+its origin, :class:`~switchboard.hub.actions.Forward`): publishing to a client's,
+a workspace's or a replica's channel (a bus failure counts as "nobody received
+it", never as a crash), sending over a direct link, asking the registry whether
+some replica still claims a client. A client's
 frames go through :class:`~switchboard.replicas.unicast.Unicast` (a link if one
 takes them, else the bus); what it says back about frames it had counted as
 delivered reaches the hub in one place, :meth:`Remote.lost`.
@@ -15,11 +14,11 @@ delivered reaches the hub in one place, :meth:`Remote.lost`.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Container
+from collections.abc import AsyncIterator
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
-from switchboard.protocol import ids, relay
+from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.replicas.unicast import Unicast
 
@@ -31,24 +30,13 @@ REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager ma
 
 
 class Remote:
-    """This replica's side of the bus. ``aliases``: the HTTP callers the manager acts for."""
+    """This replica's side of the bus."""
 
-    def __init__(
-        self,
-        *,
-        bus: EventBus,
-        unicast: Unicast,
-        registry: Registry,
-        replica_id: str,
-        manager_address: str,
-        aliases: Container[str],
-    ) -> None:
+    def __init__(self, *, bus: EventBus, unicast: Unicast, registry: Registry, replica_id: str) -> None:
         self.bus = bus
         self.unicast = unicast
         self.registry = registry
         self.replica_id = replica_id
-        self.manager_address = manager_address
-        self.aliases = aliases
         self.log = logging.LoggerAdapter(log, {"replica": replica_id})
 
     async def lost(self) -> AsyncIterator[tuple[str, bytes]]:
@@ -66,36 +54,27 @@ class Remote:
             self.log.warning("publish failed: %s", exc)
             return 0
 
-    async def publish_to_replica(
-        self, replica: str, frame: bytes, session: str | None = None, caller: str = "", event: bool = False
-    ) -> bool:
+    async def publish_to_replica(self, replica: str, frame: bytes, event: bool = False) -> bool:
         """A reply to a call ``replica``'s manager made, to its replica channel (over a link to it
         if one is open: a replica cut off from Redis still answers those it is linked to);
-        ``False``: nobody heard it."""
+        ``False``: nobody heard it. (``event`` is never set: replies are RPC frames.)"""
         return self.send_to_replica(replica, frame) or await self.publish(REPLICA_CHANNEL + replica, frame) > 0
 
     def send_to_replica(self, replica: str, frame: bytes) -> bool:
         """Over a direct link to ``replica``, if one is open and takes it now."""
         return self.unicast.send(REPLICA_CHANNEL + replica, frame)
 
-    def _for_client(self, frame: bytes, session: str | None, caller: str) -> bytes:
-        """A call the manager makes travels with its origin, for the reply to find the way back."""
-        if session and (caller == self.manager_address or caller in self.aliases):
-            return relay.wrap_manager_call(self.replica_id, session.partition(".")[0], frame)
-        return frame
-
-    def send_direct(self, target: str, frame: bytes, session: str | None, caller: str) -> bool:
+    def send_direct(self, target: str, frame: bytes) -> bool:
         """Over a direct link to the client's replica, if one is known and takes it now."""
-        return self.unicast.send(CLIENT_CHANNEL + target, self._for_client(frame, session, caller))
+        return self.unicast.send(CLIENT_CHANNEL + target, frame)
 
-    async def publish_to_client(
-        self, target: str, frame: bytes, session: str | None, caller: str, event: bool = False
-    ) -> bool:
-        """Through the bus to the replica holding ``target``; ``False``: none did. An event keeps
-        to the bus's shared path, behind the broadcasts its sender emitted before it."""
-        frame = self._for_client(frame, session, caller)
+    async def publish_to_client(self, target: str, frame: bytes, event: bool = False, *, link: bool = True) -> bool:
+        """To the replica holding ``target``, over a direct link if one takes it now, else through the
+        bus; ``False``: none received it. An event keeps to the bus's shared path, behind the
+        broadcasts its sender emitted before it; so does a frame whose link was tried already
+        (``link=False``)."""
         try:
-            return await self.unicast.publish(CLIENT_CHANNEL + target, frame, direct=not event) > 0
+            return await self.unicast.publish(CLIENT_CHANNEL + target, frame, direct=link and not event) > 0
         except BackendError as exc:
             self.log.warning("publish failed: %s", exc)
             return False

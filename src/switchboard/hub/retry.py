@@ -24,7 +24,8 @@ from switchboard.tasks import cancel_and_wait, spawn
 log = logging.getLogger(__name__)
 
 
-Publish = Callable[[str, bytes, "str | None", str, bool], Awaitable[bool]]
+# (target, frame as it travels between replicas, a point-to-point event?) -> did anyone receive it
+Publish = Callable[[str, bytes, bool], Awaitable[bool]]
 GiveUp = Callable[[str, Undelivered], None]
 
 
@@ -90,7 +91,7 @@ class RetryWindow:
         try:
             while queue:
                 head = queue[0]
-                if await self._publish(target, head.frame, head.session, head.caller, head.event):
+                if await self._publish(target, head.frame, head.event):
                     if queue and queue[0] is head:  # fail() may have emptied it meanwhile
                         queue.popleft()
                     self.recovered += 1

@@ -5,6 +5,10 @@ action: deliver it to a client here, forward it to another replica, hold it
 for a client in transit, retry it later, hand it to the manager (here or on
 the replica whose manager made the call), broadcast it, or answer the sender
 (an error, a reject, a pong): the values of :mod:`switchboard.hub.actions`.
+What the I/O turns up (a connection that refused, a publish that reached
+nobody, a frame lost after delivery, the registry's claim) comes back here as
+a fact and gets the next action; so do whether a frame is held for a client
+that may be moving and the frame as it travels to another replica.
 The hub carries the action out (:mod:`switchboard.hub.dispatch`). The router owns what its decisions depend
 on that is not I/O: the calls in flight, the limits, which replica's manager
 a reply belongs to, and the one classification of frames (:func:`classify`);
@@ -12,7 +16,7 @@ it reads, and never changes, the hub's tables (clients here, HTTP callers,
 clients in transit, targets waiting in the retry window).
 
 Nothing here awaits, so every rule is tested synchronously
-(``tests/hub/test_router.py``).
+(``tests/hub/test_router.py``; after the I/O, ``tests/hub/test_after_io.py``).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class Router:
     """The routing decisions of one replica (see the module docstring).
 
     ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
-    ``transit`` and ``retry`` are the hub's, read only. ``draining`` is set
+    ``transit``, ``retry`` and ``replies`` are the hub's, read only. ``draining`` is set
     by the drain: new calls to clients here then wait for them to reappear
     elsewhere.
     """
@@ -79,6 +83,7 @@ class Router:
         aliases: Container[str],
         transit: Transit[Undelivered],
         retry: RetryWindow,
+        replies: RetryWindow | None = None,
         inflight: InFlight | None = None,
     ) -> None:
         self.settings = settings
@@ -91,6 +96,7 @@ class Router:
         self.aliases = aliases
         self.transit = transit
         self.retry = retry
+        self.replies = replies  # manager replies waiting for another replica (ToReplica)
         self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
         # chunked messages on their way to each client here or in transit from here
@@ -208,7 +214,7 @@ class Router:
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
             return ToManager(frame, peer)
-        return ToReplica(origin, frame)
+        return ToReplica(origin, frame, self.replies is not None and self.replies.pending(origin))
 
     # -- chunked messages: walked for their receiver, whatever path they took ----------
 
@@ -280,7 +286,7 @@ class Router:
                 # this replica is going away: the call waits for the client to reappear
                 # elsewhere, and is no longer in flight here (the drain must not wait for it)
                 self.inflight.closed(item.caller, item.session or "")
-                return RetryLater(target, item)
+                return RetryLater(target, self._travelling(item))
             if item.op is not None:
                 return self._walked(peer, item)
             return Deliver(peer, item)
@@ -290,33 +296,61 @@ class Router:
 
     def elsewhere(self, target: str, item: Undelivered) -> Action:
         """A client that is not here: behind frames already waiting for it, else to its replica."""
+        travelling = self._travelling(item)
         if self.retry.pending(target):  # keep order
-            return RetryLater(target, item)
-        return Forward(target, item)
+            return RetryLater(target, travelling)
+        return Forward(target, item, travelling.frame)
+
+    def _travelling(self, item: Undelivered) -> Undelivered:
+        """``item`` as it travels to another replica: a call the manager makes (itself, or for an
+        HTTP caller) carries its origin, so that the reply finds its way back here
+        (:mod:`switchboard.protocol.relay`). Wrapped here, once per trip; never for a client here."""
+        if item.session and (item.caller == self.manager_address or item.caller in self.aliases):
+            return item._replace(
+                frame=relay.wrap_manager_call(self.replica_id, item.session.partition(".")[0], item.frame)
+            )
+        return item
 
     # -- after the I/O: what a publish, a delivery or a registry read found ----------
 
-    def reached_nobody(self, target: str, item: Undelivered) -> Action:
-        """A publish no replica received: the frame waits for a client in transit, else is
-        retried while some replica claims the client (its subscription may be seconds from
-        repair), else its caller fails."""
-        otherwise = self._if_claimed(target, item)
+    def reached_nobody(self, forward: Forward) -> Action:
+        """A :class:`Forward` whose publish no replica received: the frame waits for a client in
+        transit, else is retried while some replica claims the client (its subscription may be
+        seconds from repair), as it was wrapped for the trip, else its caller fails."""
+        target, item = forward.target, forward.item
+        travelling = item if forward.wire is item.frame else item._replace(frame=forward.wire)
+        otherwise = self._if_claimed(target, travelling)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
 
-    def lost(self, target: str, item: Undelivered) -> Action:
+    def lost(self, target: str, item: Undelivered) -> Action | None:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
-        otherwise = RetryLater(target, item) if self.retry.pending(target) else self._if_claimed(target, item)
-        return Hold(target, item, otherwise)
+        travelling = self._travelling(item)
+        otherwise = (
+            RetryLater(target, travelling) if self.retry.pending(target) else self._if_claimed(target, travelling)
+        )
+        return self.hold(target, item, otherwise)
 
     def _if_claimed(self, target: str, item: Undelivered) -> Action:
         """Retried while some replica claims the client, if there is a retry window; else failed."""
         return RetryIfClaimed(target, item) if self.retry.window > 0 else Fail(target, item)
 
-    def refused(self, peer: Peer, item: Undelivered) -> Action:
+    def refused(self, peer: Peer, item: Undelivered) -> Action | None:
         """A client's connection here refused a frame (it just ended): held for its return, else failed."""
-        return Hold(peer.id, item, Fail(peer.id, item))
+        return self.hold(peer.id, item, Fail(peer.id, item))
+
+    def hold(self, target: str, item: Undelivered, otherwise: Action | None) -> Action | None:
+        """A frame for a client whose connection may just have ended: held if the client is in
+        transit, or if its connection here ended in a way it comes back from (:meth:`Life.expected_back`:
+        its transit begins now, :attr:`Hold.begins`, before the hub's clean-up tells the registry);
+        else ``otherwise``."""
+        if target in self.transit:
+            return Hold(target, item, otherwise)
+        peer = self.peers.get(target)
+        if peer is not None and peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace):
+            return Hold(target, item, otherwise, begins=True)
+        return otherwise
 
     def claim_read(self, target: str, item: Undelivered, *, claimed: bool) -> Action:
         """The registry's answer to :class:`RetryIfClaimed`: a client some replica claims (or
@@ -394,7 +428,7 @@ class Router:
                 if origin is not None
                 else Undelivered(frame, session, str(caller or ""), env.type != "method", op)
             )
-            return Hold(peer.id, item, self._bounce(peer.id, session, caller))
+            return self.hold(peer.id, item, self._bounce(peer.id, session, caller))
         if op is not None:
             refused = self.upload_refusal(peer, str(caller or ""), op, env.rest)
             if refused is not None:
