@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from support.wire import Wire
-from switchboard.hub.actions import Deliver, Fail, Forward, Hold, RetryIfClaimed, RetryLater
+from switchboard.hub.actions import Deliver, Fail, Forward, Hold, RetryIfClaimed, RetryLater, Send
 from switchboard.hub.life import HANDED_OVER
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.peer import Peer
@@ -216,3 +216,24 @@ def test_a_client_some_replica_claims_is_retried_and_one_nobody_claims_fails(cla
     done = r.claim_read(AWAY, ITEM, claimed=claimed)
     assert type(done) is expected
     assert (done.target, done.item) == (AWAY, ITEM)
+
+
+def test_a_managers_call_held_for_a_client_that_comes_back_here_reaches_it_unwrapped() -> None:
+    """Another replica's manager called a client whose connection here had just dropped: the call is
+    held wrapped with its origin (sent on, it still finds its way back). If the client comes back
+    here, it gets the call as hypha-rpc reads it, and its reply finds the manager that called."""
+    r, _ = router(window=6.0)
+    call = envelope.encode({"type": "method", "to": DROPPED, "from": "*/manager-b", "method": "s.f", "session": "m1"})
+    wrapped = relay.wrap_manager_call("replica-b", "m1", call)
+    held = r.relayed(r.peers[DROPPED], wrapped)
+    assert type(held) is Hold
+    assert held.begins
+
+    r.peers[DROPPED] = back = connection(LIVE, FakeClock())  # the client's new connection, here
+    delivered = r.toward(DROPPED, held.item)
+
+    assert type(delivered) in (Deliver, Send)
+    assert delivered.peer is back
+    frame = delivered.item.frame if type(delivered) is Deliver else delivered.message
+    assert frame == call, "the client gets the call itself, not the replicas' wrapping around it"
+    assert r.reply_routes.origin_of("m1") == "replica-b"

@@ -29,6 +29,11 @@ def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
     return b"".join((_MANAGER_CALL, origin.encode(), b"\n", session.encode(), b"\n", frame))
 
 
+def is_manager_call(data: bytes) -> bool:
+    """Whether ``data`` is a manager's call wrapped with its origin (:func:`wrap_manager_call`)."""
+    return data.startswith(_MANAGER_CALL)
+
+
 def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
     """``(origin, session, frame)``; origin and session are ``None`` for a plain frame."""
     if not data.startswith(_MANAGER_CALL):
