@@ -54,6 +54,7 @@ from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.hub.uploads import Receivers
 from switchboard.hub.users import ROOT
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
@@ -177,9 +178,17 @@ class Hub:
             publish=self.remote.publish_to_replica,
             give_up=lambda origin, _: self.log.warning("manager reply for replica %s dropped: unreachable", origin),
         )
+        # chunked messages on their way to each client here or in transit from here (the router walks them)
+        self.uploads = Receivers(
+            clock=clock,
+            max_bytes=settings.max_upload_bytes,
+            alive=lambda client: client in self.peers or client in self.transit,
+            allow_encrypted=settings.allow_encrypted_payloads,
+        )
         self.router = Router(
             settings=settings,
             inflight=calls,
+            uploads=self.uploads,
             clock=clock,
             metrics=metrics,
             peers=self.peers,
@@ -198,7 +207,7 @@ class Hub:
             deliver=lambda target, item: self.dispatch.deliver(target, item),
             give_up=lambda target, item: self.dispatch.give_up(target, item),
             announce_gone=self.announce_gone,
-            forget=self.router.uploads.forget,
+            forget=self.uploads.forget,
         )
         self.dispatch = Dispatch(
             router=self.router,
@@ -372,7 +381,7 @@ class Hub:
         peer.close(1000, "")
         self.subscribers.drop(peer)
         self.inflight.forget_peer(peer.id)
-        self.manager.door.forget(peer.id)
+        self.manager.forget(peer.id)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
@@ -407,7 +416,7 @@ class Hub:
             self.moves.salvage(peer)
             peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
             return
-        self.router.uploads.forget(peer.id)
+        self.uploads.forget(peer.id)
         try:
             await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
