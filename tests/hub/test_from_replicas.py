@@ -167,3 +167,20 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
         ("workspace_deleted", WS),
         ("transit_notice", b"{}"),
     ]
+
+
+async def test_an_http_caller_whose_channel_cannot_be_subscribed_leaves_nothing_behind(hub: Hub) -> None:
+    """A subscribe that fails (a closed bus) or is cancelled: the caller's address is in no table."""
+
+    class Boom(Exception):
+        pass
+
+    async def broken(channel: str) -> None:
+        raise Boom
+
+    hub.unicast.subscribe = broken  # type: ignore[method-assign]
+    with pytest.raises(Boom):
+        async with hub.acting_as(USER.to_wire(WS, "m"), WS):
+            pytest.fail("never entered")
+    assert len(hub.from_replicas) == 0
+    assert hub.router.aliases == {}, "nor is it an alias the router sends replies to"

@@ -490,12 +490,14 @@ class Hub:
         channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
         self.from_replicas.listen(acting.address, acting)
-        await self.unicast.subscribe(channel)
-        token = ACTING_AS.set(acting)
-        try:
-            yield acting
+        try:  # a subscribe that fails or is cancelled leaves the address in no table either
+            await self.unicast.subscribe(channel)
+            token = ACTING_AS.set(acting)
+            try:
+                yield acting
+            finally:
+                ACTING_AS.reset(token)
         finally:
-            ACTING_AS.reset(token)
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
             try:
