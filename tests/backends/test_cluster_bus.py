@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
+from support.listen import on
 from switchboard.backends.redis.assemble import RedisBackends, redis_backends
 from switchboard.backends.redis.cluster_bus import ClusterBus
 from switchboard.clock import SystemClock
@@ -52,7 +53,7 @@ async def test_each_master_holds_only_its_channels_and_counts_receivers_exactly(
     got: list[bytes] = []
     channels = [f"sb:client:ws/c{n}" for n in range(12)]
     for channel in channels:
-        await bus.subscribe(channel, got.append)
+        await on(bus).subscribe(channel, got.append)
     for channel in channels:
         assert await bus.publish(channel, channel.encode()) == 1
     assert await bus.publish("sb:client:ws/nobody", b"x") == 0
@@ -85,7 +86,7 @@ async def test_a_moved_slot_takes_its_channel_to_the_new_master(parts, valkey_cl
 async def moved_slot_follows(bus: ClusterBus, valkey_cluster: ValkeyCluster) -> None:
     got: list[bytes] = []
     channel = "sb:client:ws/mover"
-    await bus.subscribe(channel, got.append)
+    await on(bus).subscribe(channel, got.append)
     slot = key_slot(channel.encode())
     target = next(p for p in valkey_cluster.masters_ports() if p != valkey_cluster.master_of(slot))
     await asyncio.to_thread(valkey_cluster.move_slot, slot, target)
@@ -160,7 +161,7 @@ async def test_a_sigkilled_masters_channels_follow_its_promoted_replica(parts, v
     bus: ClusterBus = parts.bus  # type: ignore[assignment]
     got: list[bytes] = []
     channel = "sb:client:ws/survivor"
-    await bus.subscribe(channel, got.append)
+    await on(bus).subscribe(channel, got.append)
     victim = valkey_cluster.master_of(key_slot(channel.encode()))
     valkey_cluster.kill_master(victim)
     try:
@@ -188,7 +189,7 @@ async def test_a_crowd_of_channels_unsubscribed_at_once_leaves_no_master_holding
     bus: ClusterBus = parts.bus  # type: ignore[assignment]
     channels = [f"sb:client:ws/leaver{n}" for n in range(60)]  # on every master, in many slots
     for channel in channels:
-        await bus.subscribe(channel, lambda data: None)
+        await on(bus).subscribe(channel, lambda data: None)
     assert len({key_slot(c.encode()) for c in channels}) > 30
     started = time.monotonic()
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from support.listen import on
 from switchboard.backends.base import EventBus, Registry
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.redis import RedisBus, RedisRegistry
@@ -107,7 +108,7 @@ async def settle(bus: EventBus) -> None:
     """Until everything published before has been delivered, wanted or not: a marker published
     after it, on a channel of its own, has come (a bus delivers to a subscriber in publish order)."""
     seen: list[bytes] = []
-    await bus.subscribe("settle:marker", seen.append)
+    await on(bus).subscribe("settle:marker", seen.append)
     assert await bus.publish("settle:marker", b"marker") == 1
     await eventually(lambda: seen, "the marker published after the rest")
     await bus.unsubscribe("settle:marker")
@@ -409,7 +410,7 @@ class TestBus:
 
     async def test_publish_with_one_subscriber(self, bus: EventBus) -> None:
         received: list[bytes] = []
-        await bus.subscribe("chan", received.append)
+        await on(bus).subscribe("chan", received.append)
 
         assert await bus.publish("chan", b"hello") == 1
         await eventually(lambda: len(received) == 1, "delivery")
@@ -417,7 +418,7 @@ class TestBus:
 
     async def test_handler_receives_exact_bytes(self, bus: EventBus) -> None:
         received: list[bytes] = []
-        await bus.subscribe("chan", received.append)
+        await on(bus).subscribe("chan", received.append)
         payloads = [b"", b"\x00", bytes(range(256)), b"\x93\x01\x02\x03" * 10_000]
 
         for data in payloads:
@@ -429,7 +430,7 @@ class TestBus:
 
     async def test_subscriptions_count_what_is_wanted_and_what_is_confirmed(self, bus: EventBus) -> None:
         before = bus.subscriptions
-        await bus.subscribe("chan", lambda _: None)
+        await on(bus).subscribe("chan", lambda _: None)
         if before is None:  # one process: nothing to confirm, nothing counted
             assert bus.subscriptions is None
             return
@@ -441,8 +442,8 @@ class TestBus:
     async def test_channels_are_separate(self, bus: EventBus) -> None:
         a: list[bytes] = []
         b: list[bytes] = []
-        await bus.subscribe("client:ws1/a", a.append)
-        await bus.subscribe("client:ws1/ab", b.append)
+        await on(bus).subscribe("client:ws1/a", a.append)
+        await on(bus).subscribe("client:ws1/ab", b.append)
 
         assert await bus.publish("client:ws1/a", b"for a") == 1
         assert await bus.publish("client:ws1/ab", b"for ab") == 1
@@ -455,7 +456,7 @@ class TestBus:
 
     async def test_unsubscribe_stops_delivery(self, bus: EventBus) -> None:
         received: list[bytes] = []
-        await bus.subscribe("chan", received.append)
+        await on(bus).subscribe("chan", received.append)
         assert await bus.publish("chan", b"before") == 1
         await eventually(lambda: received == [b"before"], "delivery")
 
@@ -467,8 +468,8 @@ class TestBus:
 
     async def test_unsubscribe_leaves_other_channels(self, bus: EventBus) -> None:
         kept: list[bytes] = []
-        await bus.subscribe("gone", lambda data: None)
-        await bus.subscribe("kept", kept.append)
+        await on(bus).subscribe("gone", lambda data: None)
+        await on(bus).subscribe("kept", kept.append)
 
         await bus.unsubscribe("gone")
 
@@ -482,9 +483,9 @@ class TestBus:
 
     async def test_subscribe_again_after_unsubscribe(self, bus: EventBus) -> None:
         received: list[bytes] = []
-        await bus.subscribe("chan", received.append)
+        await on(bus).subscribe("chan", received.append)
         await bus.unsubscribe("chan")
-        await bus.subscribe("chan", received.append)
+        await on(bus).subscribe("chan", received.append)
 
         assert await bus.publish("chan", b"back") == 1
         await eventually(lambda: received == [b"back"], "delivery")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from support.listen import on
 from switchboard.backends.redis import (
     CircuitBreaker,
     RedisBus,
@@ -100,7 +101,7 @@ async def test_publish_to_nobody_returns_zero_and_is_counted(make_bus, valkey_bu
     assert bus.stats.publishes_to_nobody == 1
 
     got: list[bytes] = []
-    await bus.subscribe("somebody", got.append)
+    await on(bus).subscribe("somebody", got.append)
     assert await bus.publish("somebody", b"y") == 1
     assert bus.stats.publishes_to_nobody == 1
 
@@ -115,7 +116,7 @@ async def test_health_lifecycle(make_bus, valkey_bus) -> None:
     await bus.close()
     assert bus.health == (False, "closed")
     with pytest.raises(BackendError):
-        await bus.subscribe("after-close", lambda data: None)
+        await on(bus).subscribe("after-close", lambda data: None)
 
 
 async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, publisher, caplog):
@@ -128,7 +129,7 @@ async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, pu
             raise ValueError("handler bug")
         got.append(data)
 
-    await bus.subscribe("fragile", handler)
+    await on(bus).subscribe("fragile", handler)
     with caplog.at_level(logging.ERROR, logger="switchboard.backends.redis"):
         assert await publisher.publish("fragile", b"boom") == 1
         assert await delivered(bus, publisher, "fragile", got)
@@ -142,7 +143,7 @@ async def test_close_cancels_every_task_and_cancellation_propagates(make_bus, pr
     await bus.start()
     tasks = list(bus._tasks)
     proxy.blackhole()
-    waiter = asyncio.create_task(bus.subscribe("never-acked", lambda data: None))
+    waiter = asyncio.create_task(on(bus).subscribe("never-acked", lambda data: None))
     await eventually(lambda: bus.acks.pending(b"subscribe", "never-acked"), "waiting for the ack")
 
     waiter.cancel()
@@ -168,11 +169,11 @@ async def test_repeated_subscribe_retries_an_unconfirmed_channel(make_bus, proxy
     assert await bus.start()
     got: list[bytes] = []
     proxy.blackhole()
-    await bus.subscribe("retry-me", got.append)  # SUBSCRIBE lost in the blackhole
+    await on(bus).subscribe("retry-me", got.append)  # SUBSCRIBE lost in the blackhole
     assert not bus.is_confirmed("retry-me")
     proxy.pass_through()
 
-    await bus.subscribe("retry-me", got.append)  # the guard tests CONFIRMED, so this resends
+    await on(bus).subscribe("retry-me", got.append)  # the guard tests CONFIRMED, so this resends
 
     assert bus.is_confirmed("retry-me")
     assert await delivered(bus, publisher, "retry-me", got)
@@ -192,7 +193,7 @@ async def test_dropped_subscribe_is_reconciled_without_a_second_call(make_bus, p
     assert await bus.start()
     got: list[bytes] = []
     proxy.blackhole()
-    await bus.subscribe("dropped", got.append)  # called exactly once in this test
+    await on(bus).subscribe("dropped", got.append)  # called exactly once in this test
     assert not bus.is_confirmed("dropped")
     assert await publisher.publish("dropped", b"lost") == 0  # Redis never saw it
     proxy.pass_through()
@@ -213,7 +214,7 @@ async def test_reconnect_rewires_every_desired_channel(make_bus, valkey_bus, pub
     got: dict[str, list[bytes]] = {}
     names = [f"rewire-{i}" for i in range(50)]
     for name in names:
-        await bus.subscribe(name, got.setdefault(name, []).append)
+        await on(bus).subscribe(name, got.setdefault(name, []).append)
     desired = set(bus.subs.desired)
 
     assert valkey_bus.kill_clients(type_="pubsub") >= 1
@@ -256,7 +257,7 @@ async def test_failed_rewire_discards_nothing(make_bus, valkey_bus, publisher):
     assert await bus.start()
     got: dict[str, list[bytes]] = {}
     for i in range(20):
-        await bus.subscribe(f"keep-{i}", got.setdefault(f"keep-{i}", []).append)
+        await on(bus).subscribe(f"keep-{i}", got.setdefault(f"keep-{i}", []).append)
     desired = set(bus.subs.desired)
 
     flaky.fail = 1  # the first re-wire after the kill fails
@@ -274,9 +275,9 @@ async def test_stale_open_breaker_does_not_block_rewiring(make_bus, valkey_bus, 
     bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None, breaker=breaker)
     assert await bus.start()
     got: list[bytes] = []
-    await bus.subscribe("before-trip", got.append)
+    await on(bus).subscribe("before-trip", got.append)
     breaker.trip()  # opened against the old connection, an hour of cooldown left
-    await bus.subscribe("while-open", got.append)
+    await on(bus).subscribe("while-open", got.append)
     assert not bus.is_confirmed("while-open")  # refused by the open breaker
 
     valkey_bus.kill_clients(type_="pubsub")
@@ -302,7 +303,7 @@ async def test_half_open_pubsub_is_detected_by_the_probe_and_healed(make_bus, pr
     )
     assert await bus.start()
     got: list[bytes] = []
-    await bus.subscribe("half-open", got.append)
+    await on(bus).subscribe("half-open", got.append)
     assert await delivered(bus, publisher, "half-open", got)
 
     proxy.blackhole()  # no error, no EOF: the socket just goes quiet
@@ -333,7 +334,7 @@ async def test_a_late_probe_keeps_a_connection_that_delivers_meanwhile(make_bus,
     try:
         assert await bus.start()
         got: list[bytes] = []
-        await bus.subscribe("busy", got.append)
+        await on(bus).subscribe("busy", got.append)
         assert await delivered(bus, publisher, "busy", got)
         proxy.blackhole()
 
@@ -394,7 +395,7 @@ async def test_a_dropped_connection_is_replaced_though_its_reader_lost_the_cance
     bus = make_bus(stubborn, publisher=publisher, reconcile_interval=None, probe_idle=0.2, probe_timeout=0.3)
     assert await bus.start()
     got: list[bytes] = []
-    await bus.subscribe("stubborn", got.append)
+    await on(bus).subscribe("stubborn", got.append)
     assert await delivered(bus, publisher, "stubborn", got)
 
     proxy.blackhole()
@@ -416,7 +417,7 @@ async def test_redis_restarted_empty_delivery_resumes_without_manual_step(make_b
         try:
             assert await bus.start()
             got: list[bytes] = []
-            await bus.subscribe("survivor", got.append)
+            await on(bus).subscribe("survivor", got.append)
             assert await delivered(bus, publisher, "survivor", got)
 
             await asyncio.to_thread(own.restart)
@@ -583,7 +584,7 @@ async def test_reconciler_repairs_a_dropped_subscribe_on_the_clock() -> None:
     try:
         assert await bus.start(wait=2.0)
         server.drop_subscribes = 1
-        await bus.subscribe("a", lambda data: None)  # the only call
+        await on(bus).subscribe("a", lambda data: None)  # the only call
         assert not bus.is_confirmed("a")
 
         await eventually(lambda: bus.is_confirmed("a"), "reconciled subscription")
@@ -602,7 +603,7 @@ async def test_probe_replaces_a_silent_connection_on_the_clock() -> None:
     bus = fake_bus(server, clock, probe_idle=3.0, probe_timeout=0.05)
     try:
         assert await bus.start(wait=2.0)
-        await bus.subscribe("a", lambda data: None)
+        await on(bus).subscribe("a", lambda data: None)
         server.connections[0].half_open = True  # no error, no messages
 
         await eventually(lambda: bus.stats.probe_failures == 1, "probe failure")
@@ -619,7 +620,7 @@ async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired
     bus = make_bus(valkey_bus.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
 
-    await bus.subscribe("in-flight", lambda data: None)  # sent, ack not awaited
+    await on(bus).subscribe("in-flight", lambda data: None)  # sent, ack not awaited
     await bus.unsubscribe("in-flight")
 
     assert await publisher.publish("in-flight", b"x") == 0
@@ -634,12 +635,12 @@ async def test_a_subscribe_right_after_an_unsubscribe_of_the_same_channel_leaves
     bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
     got: list[bytes] = []
-    await bus.subscribe("again", got.append)
+    await on(bus).subscribe("again", got.append)
 
     leaving = asyncio.create_task(bus.unsubscribe("again"))
     await asyncio.sleep(0)  # one turn: the unsubscribe is queued, not yet written
     assert len(bus.unsubscribes) == 1
-    await bus.subscribe("again", got.append)
+    await on(bus).subscribe("again", got.append)
     await leaving
 
     assert bus.is_confirmed("again")
@@ -651,7 +652,7 @@ async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valke
     assert await bus.start()
     channels = [f"crowd-{n}" for n in range(250)]  # more than one SUBSCRIBE batch
     for channel in channels:
-        await bus.subscribe(channel, lambda data: None)
+        await on(bus).subscribe(channel, lambda data: None)
     writes = bus.unsubscribes.writes
 
     await asyncio.gather(*(bus.unsubscribe(channel) for channel in channels))
@@ -670,7 +671,7 @@ async def test_the_readiness_check_counts_the_unconfirmed_channels_without_listi
     bus = make_bus(valkey_bus.url)
     assert await bus.start()
     for n in range(300):
-        await bus.subscribe(f"client:{n}", lambda _data: None)
+        await on(bus).subscribe(f"client:{n}", lambda _data: None)
     listed: list[int] = []
     real = subscriptions.missing
 

@@ -32,13 +32,15 @@ USER = User(id="alice", grants={WS: Permission.READ_WRITE})
 
 
 class Pair:
-    """Replicas ``a`` and ``b`` sharing one bus and one registry."""
+    """Replicas ``a`` and ``b`` sharing one bus's channels and one registry."""
 
     def __init__(self) -> None:
         self.clock = FakeClock()
         bus, registry = MemoryBus(), MemoryRegistry(clock=self.clock)
         self.a: Hub = build_hub(settings_for_tests(replica_id="a"), clock=self.clock, bus=bus, registry=registry)
-        self.b: Hub = build_hub(settings_for_tests(replica_id="b"), clock=self.clock, bus=bus, registry=registry)
+        self.b: Hub = build_hub(
+            settings_for_tests(replica_id="b"), clock=self.clock, bus=bus.sibling(), registry=registry
+        )
         self.tasks: list[asyncio.Task[None]] = []
 
     async def connect(self, hub: Hub, client_id: str) -> tuple[Peer, Wire]:

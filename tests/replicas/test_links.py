@@ -110,7 +110,7 @@ async def test_workspace_channels_always_go_through_redis(bus_with_links) -> Non
     """The hub sends broadcasts on the bus itself, beside the client channels: no tag, no link."""
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []
-    await b.bus.subscribe("sb:ws:shared", got.append)
+    await b.subscribe_bus("sb:ws:shared", got.append)
     for _ in range(3):
         assert await a.bus.publish("sb:ws:shared", b"event") == 1
     await eventually(lambda: len(got) == 3, "broadcasts")

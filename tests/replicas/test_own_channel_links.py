@@ -35,7 +35,7 @@ async def make(valkey_own: ValkeyServer) -> AsyncIterator[Callable[..., Any]]:
 async def test_a_replicas_own_channel_is_offered_on_every_link_it_opens(make) -> None:
     a, b = await make("a"), await make("b")
     own, got = f"sb:replica:{b.replica_id}", []
-    await b.unicast.subscribe_own(own, got.append)
+    await b.subscribe_own(own, got.append)
     assert not a.unicast.send(own, b"too early")  # no link yet: the hub publishes it
 
     assert await a.bus.publish(own, b"plain") == 1  # through Redis, untagged, as older replicas send it
@@ -59,7 +59,7 @@ async def test_a_channel_subscribed_after_the_link_opened_is_offered_on_it_too(m
     await eventually(lambda: a.links.route_of(client) == b.replica_id, "a link from a to b")
 
     own, got = f"sb:replica:{b.replica_id}", []
-    await b.unicast.subscribe_own(own, got.append)
+    await b.subscribe_own(own, got.append)
     await eventually(lambda: a.links.route_of(own) == b.replica_id, "b's own channel offered on the open link")
     assert a.unicast.send(own, b"reply")
     await eventually(lambda: got == [b"reply"], "the reply over the link")

@@ -123,7 +123,7 @@ async def test_an_attach_that_fails_once_the_client_is_live_lets_it_go(state: Se
     hub = state.hub
     detached = detaches_counted(hub)
 
-    async def broken(channel: str, handler: object) -> None:
+    async def broken(channel: str) -> None:
         raise Boom
 
     hub.unicast.subscribe = broken  # type: ignore[method-assign]
@@ -134,6 +134,7 @@ async def test_an_attach_that_fails_once_the_client_is_live_lets_it_go(state: Se
     assert not session.attached
     untouched(state)
     assert [p.client_id for p in detached] == ["half"]
+    assert len(hub.from_replicas) == 0, "its channel's entry in the inbound port is gone with it"
 
 
 async def test_a_failure_inside_the_block_still_detaches_the_client_once(state: ServerState) -> None:

@@ -10,12 +10,17 @@ from typing import Any
 from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.inflight import InFlight
+from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.links import Links, LinkSettings
 from switchboard.replicas.unicast import Unicast
 
 
 class LinkedReplica:
-    """A :class:`Unicast` over a real bus with links on loopback; ``calls`` are its open calls."""
+    """A :class:`Unicast` over a real bus with links on loopback; ``calls`` are its open calls.
+
+    It is its unicast's inbound port (``replicas/inbound.py``), handing each frame to the
+    test's callable for that channel.
+    """
 
     def __init__(self, url: str, name: str, *, secret: str, **link_options: Any) -> None:
         self.replica_id = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -37,8 +42,51 @@ class LinkedReplica:
             untagged_prefix="sb:replica:",  # as the hub has it: replicas' own channels go untagged
         )
         self.publish = self.unicast.publish
-        self.subscribe = self.unicast.subscribe
         self.unsubscribe = self.unicast.unsubscribe
+        self._handlers: dict[str, Callable[[bytes], Any]] = {}
+        self.unicast.listen(self)
+
+    async def subscribe(self, channel: str, handler: Callable[[bytes], Any]) -> None:
+        """A client's channel, as the hub subscribes it."""
+        self._handlers[channel] = handler
+        await self.unicast.subscribe(channel)
+
+    async def subscribe_own(self, channel: str, handler: Callable[[bytes], Any]) -> None:
+        """This replica's own channel, as the hub subscribes it."""
+        self._handlers[channel] = handler
+        await self.unicast.subscribe_own(channel)
+
+    async def subscribe_bus(self, channel: str, handler: Callable[[bytes], Any]) -> None:
+        """A channel on the bus alone (a workspace's broadcasts)."""
+        self._handlers[channel] = handler
+        await self.bus.subscribe(channel)
+
+    def _first(self, prefix: str, data: bytes) -> None:
+        for channel, handler in self._handlers.items():
+            if channel.startswith(prefix):
+                handler(data)
+                return
+
+    # -- Inbound -------------------------------------------------------------------
+
+    def to_client(self, address: str, frame: bytes) -> bool:
+        handler = self._handlers.get(CLIENT_CHANNEL + address)
+        if handler is None:
+            return False
+        handler(frame)
+        return True
+
+    def to_manager(self, frame: bytes) -> None:
+        self._first(REPLICA_CHANNEL, frame)
+
+    def broadcast(self, data: bytes) -> None:
+        self._first(WORKSPACE_CHANNEL, data)
+
+    def workspace_deleted(self, workspace: str) -> None:
+        raise AssertionError(f"not subscribed: {workspace}")
+
+    def transit_notice(self, data: bytes) -> None:
+        raise AssertionError(f"not subscribed: {data!r}")
 
     @property
     def links(self) -> Links:

@@ -8,7 +8,8 @@ from typing import Any, Literal, Protocol
 
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
-BusHandler = Callable[[bytes], None]
+# ``handler(channel, data)``: a bus has one, for every channel it subscribed (:meth:`EventBus.listen`)
+BusHandler = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +193,17 @@ class EventBus(Protocol):
         """Send ``data``; return how many subscribers received it (0 = nobody)."""
         ...
 
-    async def subscribe(self, channel: str, handler: BusHandler) -> None:
-        """Call ``handler(data)`` for every message on ``channel``."""
+    def listen(self, handler: BusHandler) -> None:
+        """Hand every message, whichever channel it came on, to ``handler(channel, data)``.
+
+        Set once, by whoever takes the messages in (the replica layer's
+        :class:`~switchboard.replicas.unicast.Unicast`): a subscription then names
+        only its channel, never a callable of its own.
+        """
+        ...
+
+    async def subscribe(self, channel: str) -> None:
+        """Have the messages on ``channel`` handed to the listener."""
         ...
 
     async def unsubscribe(self, channel: str) -> None: ...

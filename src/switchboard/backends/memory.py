@@ -151,10 +151,20 @@ def _discard(table: dict[K, set[str]], key: K, service_id: str) -> None:
 
 
 class MemoryBus:
-    """Channels in a dict; ``publish`` calls the handlers before it returns."""
+    """Channels in a table; ``publish`` calls the listener before it returns.
 
-    def __init__(self) -> None:
-        self._handlers: dict[str, BusHandler] = {}
+    :meth:`sibling` is another replica's bus on the same table (several hubs in
+    one process, in tests): a channel's messages go to the bus that subscribed
+    it last.
+    """
+
+    def __init__(self, _table: dict[str, MemoryBus] | None = None) -> None:
+        self._table: dict[str, MemoryBus] = {} if _table is None else _table
+        self._handler: BusHandler | None = None
+
+    def sibling(self) -> MemoryBus:
+        """A bus of its own (its own listener) on this one's channels."""
+        return MemoryBus(self._table)
 
     async def start(self) -> bool:
         return True
@@ -163,28 +173,34 @@ class MemoryBus:
     def health(self) -> tuple[bool, str]:
         return True, "in-process"
 
+    def listen(self, handler: BusHandler) -> None:
+        self._handler = handler
+
     async def publish(self, channel: str, data: bytes) -> int:
-        handler = self._handlers.get(channel)
-        if handler is None:
+        bus = self._table.get(channel)
+        if bus is None:
             return 0
-        handler(data)
+        if bus._handler is not None:
+            bus._handler(channel, data)
         return 1
 
-    async def subscribe(self, channel: str, handler: BusHandler) -> None:
-        self._handlers[channel] = handler
+    async def subscribe(self, channel: str) -> None:
+        self._table[channel] = self
 
     async def unsubscribe(self, channel: str) -> None:
-        self._handlers.pop(channel, None)
+        if self._table.get(channel) is self:
+            del self._table[channel]
 
     @property
     def subscriptions(self) -> None:
-        return None  # a subscription is a dict entry: there is nothing to confirm
+        return None  # a subscription is a table entry: there is nothing to confirm
 
     async def close(self) -> None:
-        self._handlers.clear()
+        for channel in [c for c, bus in self._table.items() if bus is self]:
+            del self._table[channel]
 
     def __repr__(self) -> str:
-        return f"MemoryBus(channels={len(self._handlers)})"
+        return f"MemoryBus(channels={sum(1 for bus in self._table.values() if bus is self)})"
 
 
 class MemoryConnectionCounts:

@@ -40,6 +40,7 @@ from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.drain import Drainer
+from switchboard.hub.from_replicas import FromReplicas
 from switchboard.hub.inflight import InFlight
 from switchboard.hub.loads import Loads
 from switchboard.hub.manager import WorkspaceManager
@@ -53,10 +54,12 @@ from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
 from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.hub.uploads import Receivers
 from switchboard.hub.users import ROOT
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
+from switchboard.protocol import envelope
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo
+from switchboard.replicas.inbound import DELETED_CHANNEL
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
@@ -70,10 +73,6 @@ log = logging.getLogger(__name__)
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
 # of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
 TOKEN_REUSE = 60.0
-
-
-# every replica hears here which workspace was deleted, and ends its clients' sessions there
-DELETED_CHANNEL = "sb:deleted"
 
 
 class Hub:
@@ -177,9 +176,17 @@ class Hub:
             publish=self.remote.publish_to_replica,
             give_up=lambda origin, _: self.log.warning("manager reply for replica %s dropped: unreachable", origin),
         )
+        # chunked messages on their way to each client here or in transit from here (the router walks them)
+        self.uploads = Receivers(
+            clock=clock,
+            max_bytes=settings.max_upload_bytes,
+            alive=lambda client: client in self.peers or client in self.transit,
+            allow_encrypted=settings.allow_encrypted_payloads,
+        )
         self.router = Router(
             settings=settings,
             inflight=calls,
+            uploads=self.uploads,
             clock=clock,
             metrics=metrics,
             peers=self.peers,
@@ -199,7 +206,7 @@ class Hub:
             deliver=lambda target, item: self.dispatch.deliver(target, item),
             give_up=lambda target, item: self.dispatch.give_up(target, item),
             announce_gone=self.announce_gone,
-            forget=self.router.uploads.forget,
+            forget=self.uploads.forget,
         )
         self.dispatch = Dispatch(
             router=self.router,
@@ -213,6 +220,11 @@ class Hub:
             metrics=metrics,
             token=self.reconnection_token,
         )
+        # what other replicas send here, whichever way it comes: the one port the unicast is handed
+        self.from_replicas = FromReplicas(
+            dispatch=self.dispatch, moves=self.moves, members=self._by_workspace, replica_id=self.replica_id
+        )
+        self.unicast.listen(self.from_replicas)
         self.drainer = Drainer(
             router=self.router,
             moves=self.moves,
@@ -243,8 +255,8 @@ class Hub:
         await self.unicast.start()
         spawn(self._background, self.dispatch.take_lost(), f"{self.replica_id} lost frames")
         await self.manager.start()
-        await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id, self.dispatch.from_replica_to_manager)
-        await self.bus.subscribe(DELETED_CHANNEL, self._workspace_deleted)
+        await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id)
+        await self.bus.subscribe(DELETED_CHANNEL)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
@@ -322,11 +334,10 @@ class Hub:
         if old is not None:
             members.discard(old)
         try:
-            await self.unicast.subscribe(
-                CLIENT_CHANNEL + peer.id, lambda data: self.dispatch.from_replica_to_client(peer, data)
-            )
+            self.from_replicas.listen(peer.id, peer)
+            await self.unicast.subscribe(CLIENT_CHANNEL + peer.id)
             if first_in_workspace:
-                await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace, self.dispatch.from_replica_broadcast)
+                await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace)
             self.metrics.clients.set(len(self.peers))
             peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
             if claim.previous_owner is not None:  # a copy on another replica is stale now
@@ -369,7 +380,7 @@ class Hub:
         peer.close(1000, "")
         self.subscribers.drop(peer)
         self.inflight.forget_peer(peer.id)
-        self.manager.door.forget(peer.id)
+        self.manager.forget(peer.id)
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
@@ -391,17 +402,20 @@ class Hub:
             self.moves.taken_up(newer)
             peer.log.info("disconnected (%s), its client already back here", peer.close_reason or "closed")
             return
-        await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
+        try:
+            await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
+        finally:
+            self.from_replicas.forget(peer.id, peer)
         if workspace_empty:
             channel = WORKSPACE_CHANNEL + peer.workspace
             await self.bus.unsubscribe(channel)
             if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
-                await self.bus.subscribe(channel, self.dispatch.from_replica_broadcast)
+                await self.bus.subscribe(channel)
         if await self.moves.depart(peer):  # no goodbye: expected back, nothing is announced yet
             self.moves.salvage(peer)
             peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
             return
-        self.router.uploads.forget(peer.id)
+        self.uploads.forget(peer.id)
         try:
             await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -474,25 +488,26 @@ class Hub:
         acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
         channel = CLIENT_CHANNEL + acting.address
         self._acting[acting.address] = acting
-        await self.unicast.subscribe(channel, lambda data: self.dispatch.receive_as(acting, relay.unwrap(data)[2]))
-        token = ACTING_AS.set(acting)
-        try:
-            yield acting
+        self.from_replicas.listen(acting.address, acting)
+        try:  # a subscribe that fails or is cancelled leaves the address in no table either
+            await self.unicast.subscribe(channel)
+            token = ACTING_AS.set(acting)
+            try:
+                yield acting
+            finally:
+                ACTING_AS.reset(token)
         finally:
-            ACTING_AS.reset(token)
             self._acting.pop(acting.address, None)
             self.inflight.forget_peer(acting.address)
-            await self.unicast.unsubscribe(channel)
+            try:
+                await self.unicast.unsubscribe(channel)
+            finally:
+                self.from_replicas.forget(acting.address, acting)
 
     async def end_workspace(self, workspace: str) -> None:
         """A workspace was deleted: every replica ends the sessions of its clients there."""
-        self._workspace_deleted(workspace.encode())
+        self.from_replicas.workspace_deleted(workspace)
         await self.remote.publish(DELETED_CHANNEL, workspace.encode())
-
-    def _workspace_deleted(self, data: bytes) -> None:
-        workspace = data.decode(errors="replace")
-        for peer in list(self._by_workspace.get(workspace, ())):
-            peer.close(CLOSE_POLICY, f"Workspace {workspace} was deleted")
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""

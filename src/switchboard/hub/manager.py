@@ -167,6 +167,10 @@ class WorkspaceManager:
         """
         self.door.receive(frame, caller)
 
+    def forget(self, client: str) -> None:
+        """``client``'s connection ended: what the door kept for it (its pieces of a chunked message) goes."""
+        self.door.forget(client)
+
     def methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         """The ``default`` service's functions by name, with their parameters' schema."""
         methods: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {

@@ -54,12 +54,12 @@ from switchboard.hub.retry import RetryWindow
 from switchboard.hub.together import together
 from switchboard.hub.transit import Released, Transit
 from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.replicas.inbound import TRANSIT_CHANNEL
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
-# notices: {"left"|"back"|"gone"|"abandoned"|"taken": "<ws>/<cid>", "from": replica, ...}
-TRANSIT_CHANNEL = "sb:transit"
+# notices on TRANSIT_CHANNEL: {"left"|"back"|"gone"|"abandoned"|"taken": "<ws>/<cid>", "from": replica, ...}
 # Seconds between asking the registry whether a client we hold frames for is still away.
 RECHECK = 0.5
 
@@ -115,7 +115,7 @@ class Moves:
 
     async def start(self) -> None:
         self.metrics.watch_transit(self.transit)
-        await self.remote.bus.subscribe(TRANSIT_CHANNEL, self._on_notice)
+        await self.remote.bus.subscribe(TRANSIT_CHANNEL)  # its notices come to on_notice
         self._keeper = asyncio.create_task(self._keep_time(), name=f"{self.replica_id} transit")
 
     async def stop(self) -> None:
@@ -226,7 +226,7 @@ class Moves:
 
     async def arrived(self, peer: Peer) -> None:
         """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
-        peer.life.arrived(self.clock.monotonic())  # also for a resume that finds no transit (:meth:`_on_notice`)
+        peer.life.arrived(self.clock.monotonic())  # also for a resume that finds no transit (:meth:`on_notice`)
         try:
             away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
@@ -349,7 +349,7 @@ class Moves:
         body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
         await self.remote.publish(TRANSIT_CHANNEL, body)
 
-    def _on_notice(self, data: bytes) -> None:
+    def on_notice(self, data: bytes) -> None:
         try:
             notice = json.loads(data)
             origin = notice["from"]

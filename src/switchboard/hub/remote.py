@@ -18,15 +18,14 @@ from collections.abc import AsyncIterator
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
-from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
+from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)
 
-CLIENT_CHANNEL = ids.CLIENT_CHANNEL
-WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
-REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
+# the channels' names are replicas/inbound.py's
+__all__ = ["CLIENT_CHANNEL", "REPLICA_CHANNEL", "WORKSPACE_CHANNEL", "Remote"]
 
 
 class Remote:

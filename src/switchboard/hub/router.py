@@ -85,6 +85,7 @@ class Router:
         retry: RetryWindow,
         replies: RetryWindow | None = None,
         inflight: InFlight | None = None,
+        uploads: Receivers | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -100,7 +101,7 @@ class Router:
         self.inflight = inflight if inflight is not None else InFlight()
         self.reply_routes = ReplyRoutes(clock)  # session -> the replica whose manager made the call
         # chunked messages on their way to each client here or in transit from here
-        self.uploads = Receivers(
+        self.uploads = uploads or Receivers(
             clock=clock,
             max_bytes=settings.max_upload_bytes,
             alive=lambda c: c in self.peers or c in self.transit,

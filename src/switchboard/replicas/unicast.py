@@ -14,19 +14,24 @@ Frames through the bus carry their sender's link address
 (``protocol.link_wire.tag``), so the replica holding the channel can offer a link
 back (:mod:`switchboard.replicas.links`). The bus itself knows nothing of
 links: it only publishes and subscribes.
+
+What arrives, off the bus or a link, climbs through one port, an
+:class:`~switchboard.replicas.inbound.Inbound` handed to :meth:`Unicast.listen`,
+by the name of its channel (:func:`~switchboard.replicas.inbound.hand`): the bus
+is given one listener, and a subscription is a channel name.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator
 
-from switchboard.backends.base import BusHandler, EventBus
+from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol import link_wire as wire
+from switchboard.replicas.inbound import CLIENT_CHANNEL, Inbound, hand
 from switchboard.replicas.links import Links, LinkSettings, Returned
 from switchboard.replicas.replays import OpenCalls, worth_replaying
 from switchboard.tasks import cancel_and_wait, spawn
@@ -52,13 +57,15 @@ class Unicast:
         # a plain subscriber): a frame for one that a link gave back is published untagged
         self._untagged_prefix = untagged_prefix
         self._calls = calls
-        self._here: dict[str, BusHandler] = {}  # channels wanted here: a link's frame for one is delivered
+        self._here: set[str] = set()  # channels wanted here: a link's frame for one is delivered
+        self._inbound: Inbound | None = None  # where every frame for us goes, from start on
         self._lost: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._extra = {"replica": replica_id}
         self.replayed = 0  # unacked frames of a lost link published again
         self.not_replayed = 0  # unacked frames of a lost link known to have arrived (answered calls)
+        self.dropped = 0  # frames for a channel or a client this replica has no use for
         self.links: Links | None = None
         if links is not None:
             self.links = Links(replica_id=replica_id, settings=links, clock=clock, deliver=self._deliver_here)
@@ -67,6 +74,14 @@ class Unicast:
     def origin(self) -> str:
         """``replica@host:port`` other replicas dial to reach us ('' without links)."""
         return self.links.origin if self.links is not None else ""
+
+    def listen(self, inbound: Inbound) -> None:
+        """Everything for this replica, off the bus or a link, goes to ``inbound`` (given once, by the
+        composition root, before the first subscription): the bus's one listener is this unicast."""
+        if self._inbound is not None:
+            raise RuntimeError("the unicast's inbound port is given once")
+        self._inbound = inbound
+        self._bus.listen(self._from_bus)
 
     async def start(self) -> None:
         if self.links is not None:
@@ -107,46 +122,53 @@ class Unicast:
 
     # -- receiving ---------------------------------------------------------------
 
-    async def subscribe(self, channel: str, handler: BusHandler) -> None:
-        """``handler(frame)`` for every frame for ``channel``, whichever way it comes."""
-        self._here[channel] = handler
-        await self._bus.subscribe(channel, functools.partial(self._from_bus, channel, handler))
+    async def subscribe(self, channel: str) -> None:
+        """A client's channel: its frames, whichever way they come, go to the port's ``to_client``."""
+        self._here.add(channel)
+        await self._bus.subscribe(channel)
 
-    async def subscribe_own(self, channel: str, handler: BusHandler) -> None:
+    async def subscribe_own(self, channel: str) -> None:
         """This replica's own channel: on the bus as its senders publish it (untagged), and offered
         on every link, so a replica linked to this one reaches it even while Redis does not."""
-        self._here[channel] = handler
+        self._here.add(channel)
         if self.links is not None:
             self.links.hint_everywhere(channel)
-        await self._bus.subscribe(channel, handler)
+        await self._bus.subscribe(channel)
 
     async def unsubscribe(self, channel: str) -> None:
         """Links' frames for ``channel`` go back at once; the bus's until Redis confirms."""
-        self._here.pop(channel, None)
+        self._here.discard(channel)
         if self.links is not None:
             self.links.forget(channel)
         await self._bus.unsubscribe(channel)
 
-    def _from_bus(self, channel: str, handler: BusHandler, data: bytes) -> None:
-        try:
-            origin, frame = wire.untag(data)
-        except ProtocolError as exc:
-            logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
-            return
-        if origin and self.links is not None:
-            self.links.heard(origin, channel)
-        handler(frame)
+    def _from_bus(self, channel: str, data: bytes) -> None:
+        """The bus's one listener: a client's frame carries its sender's link address (offered a link)."""
+        if channel.startswith(CLIENT_CHANNEL):
+            try:
+                origin, data = wire.untag(data)
+            except ProtocolError as exc:
+                logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
+                self.dropped += 1
+                return
+            if origin and self.links is not None:
+                self.links.heard(origin, channel)
+        self._hand(channel, data)
 
     def _deliver_here(self, channel: str, data: bytes) -> bool:
         """A frame that came over a link: ours only while we still want the channel."""
-        handler = self._here.get(channel)
-        if handler is None:
+        if channel not in self._here:
             return False
         try:
-            handler(data)
-        except Exception:  # the subscriber's bug, never the link's
-            logger.exception("handler for %s failed", channel, extra=self._extra)
+            self._hand(channel, data)
+        except Exception:  # the port's bug, never the link's
+            logger.exception("frame for %s failed", channel, extra=self._extra)
         return True
+
+    def _hand(self, channel: str, data: bytes) -> None:
+        if self._inbound is None or not hand(self._inbound, channel, data):
+            self.dropped += 1
+            logger.debug("dropped a frame for %s: nobody here", channel, extra=self._extra)
 
     # -- frames links gave back --------------------------------------------------
 

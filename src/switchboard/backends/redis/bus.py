@@ -112,7 +112,10 @@ class RedisBus:
         self.breaker = breaker or CircuitBreaker(clock)
         self.probe_channel = probe_channel or f"{key_prefix}probe:{replica_id}"
         self.subs = SubscriptionSet()
-        self._handlers: dict[str, BusHandler] = {}
+        # channels whose messages reach the listener: the desired ones, and one being unsubscribed
+        # until Redis acks (a message Redis counted as received before that must still arrive)
+        self._heard: set[str] = set()
+        self._handler: BusHandler | None = None
         self.acks = Acks()
         self._conn: AbstractConnection | None = None
         self._drop_event = asyncio.Event()
@@ -152,7 +155,11 @@ class RedisBus:
             self._counts.publishes_to_nobody += 1
         return receivers
 
-    async def subscribe(self, channel: str, handler: BusHandler) -> None:
+    def listen(self, handler: BusHandler) -> None:
+        """``handler(channel, data)`` for every message on a subscribed channel (the probe's aside)."""
+        self._handler = handler
+
+    async def subscribe(self, channel: str) -> None:
         """Desire ``channel`` and try to wire it now, waiting (bounded) for Redis's confirmation.
 
         Never raises for an unconfirmed subscribe: it stays desired and the
@@ -161,7 +168,7 @@ class RedisBus:
         if self._closed:
             raise BackendError("bus is closed")
         retry = channel in self.subs.desired
-        self._handlers[channel] = handler
+        self._heard.add(channel)
         if not self.subs.want(channel):
             return  # the guard tests CONFIRMED, never DESIRED
         conn = self._conn
@@ -188,11 +195,10 @@ class RedisBus:
         handles the two in order on the one connection. Sent with the others
         asked in the same turn of the loop, as one command (:class:`Outbox`).
         """
-        handler = self._handlers.get(channel)
         self.subs.drop(channel)
         conn = self._conn
         if conn is None or not conn.is_connected:
-            self._forget_handler(channel, handler)
+            self._unheard(channel)
             return  # a reconnect wires only what is desired
         ack = self.acks.expect(b"unsubscribe", channel)
         self.unsubscribes.add(channel)
@@ -200,8 +206,8 @@ class RedisBus:
             await self.acks.wait(b"unsubscribe", channel, ack, self._subscribe_timeout)
         finally:
             # Only now: a message Redis counted as received before the ack must
-            # still reach its handler, or its sender would think it delivered.
-            self._forget_handler(channel, handler)
+            # still reach the listener, or its sender would think it delivered.
+            self._unheard(channel)
 
     async def _unsubscribe_now(self, channels: list[str]) -> None:
         """One write of ``UNSUBSCRIBE`` naming ``channels`` (a command per group the dialect needs,
@@ -225,13 +231,13 @@ class RedisBus:
     def forget(self, channel: str) -> None:
         """Stop wanting ``channel`` without telling Redis: the server already dropped it (its slot
         moved to another master) or the connection is gone."""
-        handler = self._handlers.get(channel)
         self.subs.drop(channel)
-        self._forget_handler(channel, handler)
+        self._unheard(channel)
 
-    def _forget_handler(self, channel: str, handler: BusHandler | None) -> None:
-        if self._handlers.get(channel) is handler and channel not in self.subs.desired:
-            self._handlers.pop(channel, None)
+    def _unheard(self, channel: str) -> None:
+        """Stop handing ``channel``'s messages on, unless it was subscribed again meanwhile."""
+        if channel not in self.subs.desired:
+            self._heard.discard(channel)
 
     async def close(self) -> None:
         """Cancel every owned task and close what this bus created."""
@@ -316,12 +322,11 @@ class RedisBus:
             if channel == self.probe_channel:
                 self.acks.resolve(b"probe", reply[2].decode("ascii", "replace"))
                 return
-            handler = self._handlers.get(channel)
-            if handler is None:
+            if channel not in self._heard or self._handler is None:
                 return
             try:
-                handler(reply[2])
-            except Exception:  # the subscriber's bug is logged, never raised into the reader
+                self._handler(channel, reply[2])
+            except Exception:  # the listener's bug is logged, never raised into the reader
                 logger.exception("handler for %s failed", channel, extra=self._extra)
         elif kind == b"subscribe":
             if self.subs.on_confirmed(channel):

@@ -81,7 +81,8 @@ class ClusterBus:
         self._shard_options = shard_options
         self.slot_map: SlotMap | None = None
         self.shards: dict[Address, RedisBus] = {}
-        self._wanted: dict[str, BusHandler] = {}
+        self._wanted: set[str] = set()
+        self._handler: BusHandler | None = None  # handed to every shard's bus
         self._placement: dict[str, Address | None] = {}
         self._retired = BusStats()  # counters of shards gone (a failed master), kept for metrics
         self._hint = asyncio.Event()
@@ -126,21 +127,27 @@ class ClusterBus:
             self._retired.publishes_to_nobody += 1
         return receivers
 
-    async def subscribe(self, channel: str, handler: BusHandler) -> None:
+    def listen(self, handler: BusHandler) -> None:
+        """``handler(channel, data)``, whichever master's bus the channel is on."""
+        self._handler = handler
+        for shard in self.shards.values():
+            shard.listen(handler)
+
+    async def subscribe(self, channel: str) -> None:
         if self._closed:
             raise BackendError("bus is closed")
-        self._wanted[channel] = handler
+        self._wanted.add(channel)
         target = self.slot_map.master_of(channel) if self.slot_map else None
         shard = self.shards.get(target) if target else None
         # Unplaced (None) until its master has a bus: the next refresh's moves() places it.
         self._placement[channel] = target if shard is not None else None
         if shard is not None:
-            await shard.subscribe(channel, handler)  # never raises for an unconfirmed subscribe
+            await shard.subscribe(channel)  # never raises for an unconfirmed subscribe
         else:
             self.hint(f"{channel!r} has no master's bus yet")
 
     async def unsubscribe(self, channel: str) -> None:
-        self._wanted.pop(channel, None)
+        self._wanted.discard(channel)
         where = self._placement.pop(channel, None)
         shard = self.shards.get(where) if where else None
         if shard is not None:
@@ -322,7 +329,7 @@ class ClusterBus:
             await bus.start(wait=0)
 
     def _shard_bus(self, addr: Address, probe: str) -> RedisBus:
-        return RedisBus(
+        bus = RedisBus(
             self._node_url(addr),
             clock=self._clock,
             replica_id=self.replica_id,
@@ -332,13 +339,15 @@ class ClusterBus:
             on_hint=self.hint,
             **self._shard_options,
         )
+        if self._handler is not None:
+            bus.listen(self._handler)
+        return bus
 
     async def _move(self, channel: str, source: Address | None, target: Address) -> None:
         old = self.shards.get(source) if source else None
-        handler = self._wanted.get(channel)
         new = self.shards.get(target)
-        if handler is not None and new is not None and self._placement.get(channel) == target:
-            await new.subscribe(channel, handler)  # first: the old master serves the slot no more
+        if channel in self._wanted and new is not None and self._placement.get(channel) == target:
+            await new.subscribe(channel)  # first: the old master serves the slot no more
         if old is not None and old.is_confirmed(channel):
             with contextlib.suppress(BackendError):
                 await old.unsubscribe(channel)

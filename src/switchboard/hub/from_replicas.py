@@ -1,0 +1,88 @@
+"""The hub's one inbound port: what other replicas send here, each kind to what carries it out.
+
+The replica layer hands every message, off the bus or a direct link, to this
+one :class:`~switchboard.replicas.inbound.Inbound` by the name of its channel.
+A client channel's frame finds its client here, in :class:`FromReplicas`'s table
+of the channels this replica listens on: no callable is registered per channel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+
+from switchboard.errors import ProtocolError
+from switchboard.hub.dispatch import Acting, Dispatch
+from switchboard.hub.moves import Moves
+from switchboard.hub.peer import Peer
+from switchboard.protocol import relay
+from switchboard.protocol.handshake import CLOSE_POLICY
+
+log = logging.getLogger(__name__)
+
+
+class FromReplicas:
+    """:class:`~switchboard.replicas.inbound.Inbound`, implemented once for the hub.
+
+    ``members`` is the hub's table of its clients by workspace (read only).
+    Which connection or HTTP caller a client channel is for is kept here from
+    its subscription until its unsubscription is done (:meth:`listen`,
+    :meth:`forget`): a frame Redis counted as delivered before then still
+    reaches that connection, even once the hub let go of it (it is held for
+    the client if it is in transit).
+    """
+
+    def __init__(
+        self, *, dispatch: Dispatch, moves: Moves, members: Mapping[str, Collection[Peer]], replica_id: str
+    ) -> None:
+        self._dispatch = dispatch
+        self._moves = moves
+        self._members = members
+        self._listening: dict[str, Peer | Acting] = {}  # address -> whose channel this replica listens on
+        self.log = logging.LoggerAdapter(log, {"replica": replica_id})
+
+    def listen(self, address: str, target: Peer | Acting) -> None:
+        """Frames on ``address``'s channel are ``target``'s from now on (set before subscribing)."""
+        self._listening[address] = target
+
+    def forget(self, address: str, target: Peer | Acting) -> None:
+        """``target``'s channel is unsubscribed (unless a newer connection of the client took it)."""
+        if self._listening.get(address) is target:
+            del self._listening[address]
+
+    def __len__(self) -> int:
+        return len(self._listening)
+
+    # -- Inbound -------------------------------------------------------------------
+
+    def to_client(self, address: str, frame: bytes) -> bool:
+        target = self._listening.get(address)
+        if target is None:
+            return False
+        if isinstance(target, Acting):
+            try:
+                _, _, inner = relay.unwrap(frame)
+            except ProtocolError as exc:
+                self.log.info("dropped a frame for %s: %s", address, exc)
+                return True
+            self._dispatch.receive_as(target, inner)
+        else:
+            self._dispatch.from_replica_to_client(target, frame)
+        return True
+
+    def to_manager(self, frame: bytes) -> None:
+        self._dispatch.from_replica_to_manager(frame)
+
+    def broadcast(self, data: bytes) -> None:
+        self._dispatch.from_replica_broadcast(data)
+
+    def workspace_deleted(self, workspace: str) -> None:
+        """Every client of ``workspace`` here is closed (its deletion was published, or done here)."""
+        for peer in list(self._members.get(workspace, ())):
+            peer.close(CLOSE_POLICY, f"Workspace {workspace} was deleted")
+
+    def transit_notice(self, data: bytes) -> None:
+        self._moves.on_notice(data)
+
+    def __repr__(self) -> str:
+        return f"<FromReplicas channels={len(self._listening)}>"
