@@ -23,6 +23,7 @@ from switchboard.hub.moves import Moves
 from switchboard.hub.peer import Peer
 from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.retry import RetryWindow
+from switchboard.hub.retry_bound import DrainEnd
 from switchboard.hub.router import Router
 from switchboard.hub.together import together
 from switchboard.replicas.unicast import Unicast
@@ -64,10 +65,13 @@ class Drainer:
         calls_ended: asyncio.Event,
         window: int = 0,
         alone: bool = False,
+        end: DrainEnd | None = None,
     ) -> None:
         self.window = window  # clients in flight at once (drain_pace.DrainPace); 0: all at once
         self.alone = alone  # no sibling can take a client in: nothing held here can follow it
-        self._until: float | None = None  # set while draining: see holding_until
+        # until when frames for clients waiting for their wave may wait (set while draining; read by
+        # the retry window's bound, hub/retry_bound.py)
+        self.end = end or DrainEnd()
         self.router = router
         self.inflight = router.inflight
         self.calls_ended = calls_ended  # set by the router's InFlight when a call ends
@@ -91,7 +95,7 @@ class Drainer:
         away in their order here, at the pace the sibling admits them
         (:mod:`~switchboard.hub.drain_pace`), and whoever is left at
         ``timeout`` at once; a client waiting for its turn keeps its channel,
-        and a new call to it waits here for it (:meth:`holding_until`). The
+        and a new call to it waits here for it (:class:`~switchboard.hub.retry_bound.RetryBound`). The
         drain ends once what this replica holds for the clients it sent away
         has followed them, bounded by the transit grace.
 
@@ -103,7 +107,7 @@ class Drainer:
         cutoff = self.inflight.opened_count  # only calls already under way are waited for
         started = self.clock.monotonic()
         deadline = started + timeout
-        self._until = deadline + self.transit.grace
+        self.end.until = deadline + self.transit.grace
         queue = _Queue(self.peers)
         patience = self.transit.grace or PATIENCE
         pace = DrainPace(window=self.window, patience=patience, started=started, deadline=deadline, total=len(queue))
@@ -197,14 +201,6 @@ class Drainer:
         else:
             flight.skip()  # it left instead: it takes no place in the window
         return None
-
-    def holding_until(self, client: str) -> float | None:
-        """Until when a frame for ``client``, here and waiting for its wave, may wait (the retry
-        window's bound): the drain's end and the client's grace; ``None`` if it is not waiting."""
-        if self._until is None:
-            return None
-        peer = self.peers.get(client)
-        return None if peer is None or peer.closed else self._until
 
     async def _hand_over(self) -> None:
         """Until every client sent away is detached (what it sent before it saw the end is routed,

@@ -48,8 +48,10 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.moves import Moves
 from switchboard.hub.oidc import OidcVerifier
 from switchboard.hub.peer import Peer
+from switchboard.hub.released import Released
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.retry import RetryWindow
+from switchboard.hub.retry_bound import DrainEnd, RetryBound
 from switchboard.hub.router import Router
 from switchboard.hub.subscribers import Subscribers
 from switchboard.hub.transit import Transit
@@ -160,13 +162,16 @@ class Hub:
             registry=registry,
             replica_id=self.replica_id,
         )
+        # what the retry window and the moves hand back goes to the dispatch, built after them (connected below)
+        released = Released()
+        drain_end = DrainEnd()  # the drainer's, read by the retry window's bound
         self.retry = RetryWindow(
             clock=clock,
             window=settings.undeliverable_retry_window,
             interval=0.1,
             publish=self.remote.publish_to_client,
-            give_up=lambda target, item: self.dispatch.give_up(target, item),
-            hold_until=self._hold_until,
+            give_up=released.give_up,
+            hold_until=RetryBound(self.transit, drain_end, self.peers),
         )
         # replies to calls another replica's manager made, waiting for its channel like a client's frames
         self.replies = RetryWindow(
@@ -203,8 +208,8 @@ class Hub:
             peers=self.peers,
             transit=self.transit,
             retry=self.retry,
-            deliver=lambda target, item: self.dispatch.deliver(target, item),
-            give_up=lambda target, item: self.dispatch.give_up(target, item),
+            deliver=released.deliver,
+            give_up=released.give_up,
             announce_gone=self.announce_gone,
             forget=self.uploads.forget,
         )
@@ -220,6 +225,7 @@ class Hub:
             metrics=metrics,
             token=self.reconnection_token,
         )
+        released.connect(self.dispatch)
         # what other replicas send here, whichever way it comes: the one port the unicast is handed
         self.from_replicas = FromReplicas(
             dispatch=self.dispatch, moves=self.moves, members=self._by_workspace, replica_id=self.replica_id
@@ -235,12 +241,8 @@ class Hub:
             calls_ended=calls_ended,
             window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
             alone=not settings.redis_url,
+            end=drain_end,
         )
-
-    def _hold_until(self, client: str) -> float | None:
-        """How long the retry window may keep frames for ``client``: its grace in transit, or
-        while it waits here for its wave of a drain."""
-        return self.transit.deadline(client) or self.drainer.holding_until(client)
 
     @property
     def inflight(self) -> InFlight:
