@@ -364,3 +364,28 @@ async def test_what_was_held_fails_at_the_grace_s_end_and_never_reaches_whoever_
     await settle()
     assert calls(newcomer_wire) == [], "a call held for the client that left reached the next holder of its id"
     assert rejects(caller_wire) == ["s1.reject"]
+
+
+async def test_frames_left_on_a_dropped_connection_that_its_holding_cannot_take_fail_their_callers_at_once() -> None:
+    """The frames a dropped connection never wrote are held for its client, newest kept first; those
+    past the holding's bound (the send queue's) are not dropped silently: their callers are told."""
+    net = Net()
+    net.hub = build_hub(settings_for_tests(transit_grace=GRACE, send_queue_bytes=3000), clock=net.clock)
+    try:
+        prov, _ = await net.connect("prov", services=("s",))
+        caller, caller_wire = await net.connect("caller")
+        pad = b"x" * 1200
+        frames = [
+            envelope.encode(
+                {"type": "method", "from": f"{WS}/caller", "to": f"{WS}/prov", "method": "services.s.f", "session": s},
+                msgpack.packb({"args": [pad]}),
+            )
+            for s in ("q1", "q2", "q3")
+        ]
+        prov.queue._frames = deque(frames)  # accepted for the connection, none written yet when it drops
+        await net.leave(prov, code=1006)
+
+        assert rejects(caller_wire) == ["q1.reject"], "the oldest did not fit: its caller is told now"
+        assert net.hub.transit.holding == 2, "the two newest are held for it"
+    finally:
+        await net.close()

@@ -261,11 +261,16 @@ class Moves:
 
     def salvage(self, peer: Peer) -> None:
         """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
-        ahead of what was held for it since."""
+        ahead of what was held for it since, the newest kept first: those past the holding's bound
+        fail now (their callers are told), not at their timeout."""
+        full = False
         for frame in reversed(peer.leftovers(self.clock.monotonic())):
             item = undelivered_of(frame, walked=True)
-            if item is not None and not self.transit.hold(peer.id, item, size=len(frame), first=True):
-                break
+            if item is None:
+                continue
+            if full or not self.transit.hold(peer.id, item, size=len(frame), first=True):
+                full = True
+                self.give_up(peer.id, item)
 
     # -- the grace's end -----------------------------------------------------
 
