@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchboard.hub.undelivered import Undelivered
+from switchboard.protocol.envelope import Envelope
 
 if TYPE_CHECKING:  # a peer is named, never used: the actions stay values without I/O
     from switchboard.hub.peer import Peer
@@ -104,10 +105,12 @@ class ToAlias:
 
 @dataclass(slots=True)
 class ToManager:
-    """To this replica's manager, on behalf of ``caller`` (``None``: a reply, or its own traffic)."""
+    """To this replica's manager, on behalf of ``caller`` (``None``: a reply, or its own traffic).
+    ``env``: the frame as the router decoded and stamped it, so the manager's door does not decode it again."""
 
     frame: bytes
     caller: Peer | None = None
+    env: Envelope | None = None
 
 
 @dataclass(slots=True)

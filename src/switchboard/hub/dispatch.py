@@ -88,7 +88,7 @@ class Dispatch:
         moves: Moves,
         retry: RetryWindow,
         replies: RetryWindow,
-        to_manager: Callable[[bytes, Peer | None], None],
+        to_manager: Callable[[bytes, Peer | None, envelope.Envelope | None], None],
         subscribers: Subscribers,
         aliases: Mapping[str, Acting],
         metrics: HubMetrics,
@@ -140,7 +140,7 @@ class Dispatch:
             elif type(action) is RetryIfClaimed:
                 return self._retry_if_claimed(action.target, action.item)
             elif type(action) is ToManager:
-                self.to_manager(action.frame, action.caller)
+                self.to_manager(action.frame, action.caller, action.env)
                 return None
             elif type(action) is ToAlias:
                 if (acting := self.aliases.get(action.address)) is not None:
@@ -222,7 +222,7 @@ class Dispatch:
         env.main["to"] = self.router.manager_address
         token = ACTING_AS.set(acting)  # inherited by the tasks the RPC starts to answer
         try:
-            self.to_manager(envelope.encode(env.main, env.rest), None)
+            self.to_manager(envelope.encode(env.main, env.rest), None, None)
         finally:
             ACTING_AS.reset(token)
 

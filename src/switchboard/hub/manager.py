@@ -159,13 +159,14 @@ class WorkspaceManager:
             self.rpc.close()
             self.rpc = None
 
-    def receive(self, frame: bytes, caller: Peer | None = None) -> None:
+    def receive(self, frame: bytes, caller: Peer | None = None, env: envelope.Envelope | None = None) -> None:
         """Hand a frame addressed to the manager to its RPC, through the door's checks.
 
         ``caller`` is the local client that sent it; the manager's services
         act for that client alone (``None``: a provider's reply, or our own).
+        ``env``: the frame already decoded, as the router stamped it.
         """
-        self.door.receive(frame, caller)
+        self.door.receive(frame, caller, env)
 
     def forget(self, client: str) -> None:
         """``client``'s connection ended: what the door kept for it (its pieces of a chunked message) goes."""

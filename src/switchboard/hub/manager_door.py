@@ -94,13 +94,15 @@ class ManagerDoor:
         self.calls: set[asyncio.Task[Any]] = set()  # plain calls running
         self.service_answer = ManagerServiceAnswer()  # get_service("default"), encoded once
 
-    def receive(self, frame: bytes, caller: Peer | None = None) -> None:
-        """Hand a frame addressed to the manager to its RPC, if it may go there."""
+    def receive(self, frame: bytes, caller: Peer | None = None, env: envelope.Envelope | None = None) -> None:
+        """Hand a frame addressed to the manager to its RPC, if it may go there. ``env``: ``frame``
+        decoded already (the router's, as it stamped it), so that it is not decoded twice."""
         handler = self._handler()
         if handler is None:
             return
         try:
-            env = envelope.decode(frame)
+            if env is None:
+                env = envelope.decode(frame)
             extra = payload_map(env.rest)
         except ProtocolError as exc:
             log.info("manager dropped a frame: %s", exc)

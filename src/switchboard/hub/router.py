@@ -169,7 +169,7 @@ class Router:
         if route.kind == "manager":
             if traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
-            return self._to_manager(peer, method, env.rest, frame)
+            return self._to_manager(peer, method, env, frame)
         if route.kind == "client":
             if traits.op == "create":
                 frame = self._overwriting(env, peer, target, frame)
@@ -205,16 +205,16 @@ class Router:
             return envelope.reject_frame(session=session, target=target, caller=peer.id, message=message)
         return handshake.error_text(f"Invalid message: {message}")
 
-    def _to_manager(self, peer: Peer, method: Any, rest: bytes | memoryview, frame: bytes) -> Action:
+    def _to_manager(self, peer: Peer, method: Any, env: envelope.Envelope, frame: bytes) -> Action:
         """A reply to a call another replica's manager made goes back to that replica.
 
         So do the ``message_cache`` calls that carry a reply too large for one
         frame: only the manager that made the call can put the chunks together.
         """
-        session = relay.manager_session(method, rest)
+        session = relay.manager_session(method, env.rest)
         origin = self.reply_routes.origin_of(session) if session else None
         if origin is None or origin == self.replica_id:
-            return ToManager(frame, peer)
+            return ToManager(frame, peer, env)
         return ToReplica(origin, frame, self.replies is not None and self.replies.pending(origin))
 
     # -- chunked messages: walked for their receiver, whatever path they took ----------
