@@ -64,6 +64,8 @@ class LinkMitm:
         ends = [writer]  # this connection's two sockets, closed however it ends
         try:
             await self._pump(reader, writer, ends)
+        except asyncio.CancelledError:
+            pass  # the relay closed: the connection ends here (asyncio's streams would log a cancelled handler)
         finally:
             for end in ends:
                 end.transport.abort()
