@@ -1,16 +1,26 @@
 #!/usr/bin/env python
 """Two revisions of Switchboard side by side: is a change to the hot path faster?
 
-    python bench/ab.py [--base GIT_REF] [--blocks N] [--block-size N]
+    .venv/bin/python bench/ab.py [--base GIT_REF] [--blocks N] [--block-size N]
+                                 [--callers N] [--tp-seconds S]
 
 A quick ``compare.py`` run per revision is too noisy on a shared machine to show a
 10 % change: runs minutes apart see different foreign load. Here both revisions run
 at once, each as two replicas sharing their own Valkey, with a provider on replica A
-and a caller on replica B, and the caller's sequential 32 B echo calls alternate
-between the two in blocks, so that a burst of foreign load hits both alike. Prints
-p50/p90 of each and the ratio new / base (below 1: the working tree is faster),
-overall and as the median of the per-block ratios, and the CPU time both replicas
-of each revision used per call (Linux).
+and callers on replica B, and the measurements alternate between the two in blocks,
+so that a burst of foreign load hits both alike. Two phases, each reported as the
+figures of both revisions, the ratio new / base overall and as the median of the
+per-block ratios, and the CPU time both replicas of each revision used per call (Linux):
+
+1. latency: one caller's sequential 32 B echo calls, ``--block-size`` per block;
+   p50/p90 (below 1: the working tree is faster);
+2. throughput: ``--callers`` concurrent callers (default 32, over four client
+   connections on B, as ``compare.py``'s workload 3), each calling echo in a loop for
+   ``--tp-seconds`` per block after half a second unmeasured; calls/s (above 1: the
+   working tree is faster). ``--callers 0`` skips it.
+
+``--base HEAD`` with a clean working tree runs the same code on both sides: the ratios
+then come out near 1.00, which is the bench's own check of its noise.
 """
 
 from __future__ import annotations
@@ -28,8 +38,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import pct, raise_fd_limit, say  # noqa: E402
-from _workloads import CALL_TIMEOUT, SMALL, RpcSide, make_servers  # noqa: E402
+from _workloads import CALL_TIMEOUT, DEFAULT, SMALL, Endpoint, RpcSide, concurrent, make_servers  # noqa: E402
 from compare import checkout_src  # noqa: E402
+
+TP_WARMUP = 0.5  # seconds of each throughput block not counted: the callers' first calls, the loops' ramp
 
 
 class Pair:
@@ -44,6 +56,7 @@ class Pair:
         self.servers: list[Any] = []
         self.side: RpcSide | None = None
         self.echo: Any = None
+        self.callers: list[Endpoint] = []
 
     async def start(self) -> None:
         from switchboard.testing import ValkeyServer
@@ -66,6 +79,11 @@ class Pair:
         self.side = RpcSide(self.servers, self.work)
         await self.side.setup()
         self.echo = (await self.side.endpoint(1, f"ab-{self.name}")).echo
+        for i in range(DEFAULT.tp_connections):
+            self.callers.append(await self.side.endpoint(1, f"ab-{self.name}-tp{i}"))
+
+    def pids(self) -> dict[str, int | None]:
+        return {s.name: s.pid for s in self.servers}
 
     def cpu_seconds(self) -> float:
         """CPU time the two replicas have used so far (user + system, from Linux's /proc; 0 elsewhere)."""
@@ -99,17 +117,44 @@ async def block(echo: Any, n: int) -> list[float]:
     return out
 
 
-async def burst(echo: Any, n: int, callers: int) -> float:
-    """Calls per second of ``callers`` concurrent callers making ``n`` calls in all."""
+async def burst(pair: Pair, callers: int, seconds: float) -> tuple[float, int, float]:
+    """(calls/s, calls, CPU seconds of both replicas) of ``callers`` concurrent callers on B
+    calling for ``seconds`` after :data:`TP_WARMUP` unmeasured."""
+    r = await concurrent(pair.callers, callers, seconds, TP_WARMUP, pair.pids())
+    if r["errors"] or not r["calls"]:
+        raise RuntimeError(f"{pair.name}: calls failed under {callers} callers: {r['errors']}")
+    cpu = sum(us * r["calls"] / 1e6 for us in r["cpu_us_per_call"].values())
+    return r["calls_per_s"], r["calls"], cpu
 
-    async def one(k: int) -> None:
-        for _ in range(k):
-            if await asyncio.wait_for(echo(SMALL), CALL_TIMEOUT) != SMALL:
-                raise RuntimeError("wrong echo result")
 
-    t = time.perf_counter()
-    await asyncio.gather(*(one(n // callers) for _ in range(callers)))
-    return (n // callers) * callers / (time.perf_counter() - t)
+async def throughput(pairs: list[Pair], args: argparse.Namespace) -> None:
+    rates: dict[str, list[float]] = {p.name: [] for p in pairs}
+    calls = {p.name: 0 for p in pairs}
+    cpu = {p.name: 0.0 for p in pairs}
+    ratios = []
+    for i in range(args.blocks):
+        for p in pairs if i % 2 == 0 else pairs[::-1]:
+            rate, n, seconds = await burst(p, args.callers, args.tp_seconds)
+            rates[p.name].append(rate)
+            calls[p.name] += n
+            cpu[p.name] += seconds
+        ratios.append(rates["new"][-1] / rates["base"][-1])
+    for name, values in rates.items():
+        say(
+            f"{name:>4}: {args.callers} concurrent callers, median {statistics.median(values):,.0f} calls/s"
+            f"  ({calls[name]} calls in {len(values)} blocks of {args.tp_seconds:g} s)"
+        )
+    say(
+        f"new/base throughput x{statistics.median(rates['new']) / statistics.median(rates['base']):.3f}; "
+        f"median of {len(ratios)} block ratios x{statistics.median(ratios):.3f}"
+        f" (range {min(ratios):.3f}-{max(ratios):.3f})"
+    )
+    per_call = {name: cpu[name] / calls[name] * 1e6 for name in cpu}
+    if per_call["base"] > 0:
+        say(
+            f"replicas' CPU per call under {args.callers} callers: new {per_call['new']:.0f} us, "
+            f"base {per_call['base']:.0f} us, x{per_call['new'] / per_call['base']:.3f}"
+        )
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -152,17 +197,7 @@ async def run(args: argparse.Namespace) -> None:
                 f"x{per_call['new'] / per_call['base']:.3f} (10 ms ticks: rough below a few thousand calls)"
             )
         if args.callers:
-            rates: dict[str, list[float]] = {p.name: [] for p in pairs}
-            for i in range(args.blocks):
-                for p in pairs if i % 2 == 0 else pairs[::-1]:
-                    rates[p.name].append(await burst(p.echo, args.block_size * 4, args.callers))
-            for name, values in rates.items():
-                say(f"{name:>4}: {args.callers} concurrent callers, median {statistics.median(values):,.0f} calls/s")
-            per_block = [n / b for n, b in zip(rates["new"], rates["base"], strict=True)]
-            say(
-                f"new/base throughput x{statistics.median(rates['new']) / statistics.median(rates['base']):.3f}; "
-                f"median of block ratios x{statistics.median(per_block):.3f}"
-            )
+            await throughput(pairs, args)
     finally:
         for p in pairs:
             await p.stop()
@@ -176,12 +211,17 @@ def main() -> None:
     parser.add_argument(
         "--callers",
         type=int,
-        default=0,
-        help="then also N concurrent callers on replica B, throughput per block (0: skip)",
+        default=DEFAULT.tp_callers,
+        help=f"then N concurrent callers on replica B, calls/s per block (default {DEFAULT.tp_callers}; 0: skip)",
+    )
+    parser.add_argument(
+        "--tp-seconds", type=float, default=2.0, help="measured seconds of each throughput block (default 2)"
     )
     args = parser.parse_args()
     if args.blocks < 1 or args.block_size < 10:
         parser.error("--blocks must be at least 1 and --block-size at least 10")
+    if args.callers < 0 or args.tp_seconds <= 0:
+        parser.error("--callers must be at least 0 and --tp-seconds above 0")
     raise_fd_limit()
     asyncio.run(run(args))
 

@@ -14,6 +14,9 @@ from switchboard.config import Settings
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.valkey_cluster import ValkeyCluster
 
+# asyncio's debug mode for the async tests, its exceptions, the slow callbacks' summary
+pytest_plugins = ("support.debug_loop",)
+
 
 @pytest.fixture(scope="module")
 def valkey_cluster() -> Iterator[ValkeyCluster]:

@@ -309,14 +309,37 @@ async def test_half_open_pubsub_is_detected_by_the_probe_and_healed(make_bus, pr
     proxy.blackhole()  # no error, no EOF: the socket just goes quiet
 
     await eventually(lambda: bus.stats.probe_failures >= 1, "probe failure")
-    ok, reason = bus.health
+    ok, reason = bus.health  # read at once: the reconnect through the black hole soon fails for its own reason
     assert not ok
-    assert "probe" in reason
+    assert "probe" in reason, "the readiness check says the probe failed while the old socket is taken down"
     proxy.pass_through()
 
     await eventually(lambda: bus.health[0] and bus.is_confirmed("half-open"), "healed bus")
     assert bus.stats.reconnects >= 1
     assert await delivered(bus, publisher, "half-open", got)
+
+
+async def test_the_readiness_reason_names_the_failed_probe_while_the_dropped_socket_is_taken_down(
+    make_bus, proxy, publisher
+):
+    """Every loop turn from the probe's failure until the reconnect's own failure, the readiness check
+    says the probe failed: it said a bare "pub/sub connection lost" while the old reader was cancelled
+    (the reason the test above read once came out so under asyncio's debug mode on a loaded machine)."""
+    bus = make_bus(**via_proxy(proxy, publisher), reconcile_interval=None, probe_idle=0.2, probe_timeout=0.3)
+    assert await bus.start()
+    proxy.blackhole()
+    await eventually(lambda: not bus.health[0], "the probe failing")
+    lost: list[str] = []
+    for _ in range(100_000):  # a loop turn each, until the reconnect through the black hole fails
+        reason = bus.health[1]
+        if reason.startswith("pub/sub connect failed"):
+            break
+        if reason.startswith("pub/sub connection lost"):
+            lost.append(reason)
+        await asyncio.sleep(0)
+    assert lost, "the dropped connection was seen down before the reconnect"
+    assert all("probe" in reason for reason in lost), sorted(set(lost))
+    proxy.pass_through()
 
 
 async def test_a_late_probe_keeps_a_connection_that_delivers_meanwhile(make_bus, valkey_bus, proxy, publisher):

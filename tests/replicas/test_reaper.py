@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 import pytest
 
+from support.debug_loop import BOUNDS_TIME
 from switchboard.errors import ConfigError
 from switchboard.replicas.reaper import (
     FailureLedger,
@@ -243,6 +244,7 @@ async def test_probes_run_concurrently_up_to_the_cap() -> None:
     assert max_in_flight == cap
 
 
+@pytest.mark.no_asyncio_debug(BOUNDS_TIME)
 async def test_hanging_probes_time_out_as_failures_in_about_one_timeout() -> None:
     """1,000 probes that never answer all hang at once (the cap is 1,000) and are all cut
     by one timeout: the pass ends after about one timeout, not 1,000 of them (50 s)."""

@@ -41,7 +41,14 @@ from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.timeout(120),
+    pytest.mark.no_asyncio_debug(
+        "the provider, an unmodified hypha-rpc client in this process, is moved between replicas: on debug mode's"
+        " slower loop its reconnection once ran twice at once and its answer went out on the replaced socket"
+    ),
+]
 
 SECRET = "the-secret-of-w"
 GRACE = 5.0  # seconds a client may take to come back (the default): ample for a test's move

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 import switchboard
+from support.debug_loop import WEIGHS_MEMORY
 from support.tokens import credential
 from switchboard.hub.users import user_workspace
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually, scaled
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.no_asyncio_debug(WEIGHS_MEMORY)]
 
 SOURCE = str(Path(switchboard.__file__).parent)
 # the ASGI app's task (the connection's endpoint, reading); a writer runs only while frames wait

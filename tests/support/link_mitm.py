@@ -29,7 +29,6 @@ class LinkMitm:
         self.down_frames: list[tuple[int, bytes]] = []  # every frame relayed down, as it was
         self._alter: Alter | None = None
         self._down: asyncio.StreamWriter | None = None  # the current connection's dialler side
-        self._writers: list[asyncio.StreamWriter] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.altered = asyncio.Event()
 
@@ -40,8 +39,10 @@ class LinkMitm:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._server.close()
-        for writer in self._writers:
-            writer.transport.abort()  # each pump then reads EOF and ends
+        # cancelled, not left to read EOF: a connection still dialling the upstream has no socket to
+        # close yet, and once it had one its pumps would wait on replicas that close after the relay
+        for task in self._tasks:
+            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def delivered(self) -> list[bytes]:
@@ -60,8 +61,20 @@ class LinkMitm:
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
         self.connections += 1
+        ends = [writer]  # this connection's two sockets, closed however it ends
+        try:
+            await self._pump(reader, writer, ends)
+        except asyncio.CancelledError:
+            pass  # the relay closed: the connection ends here (asyncio's streams would log a cancelled handler)
+        finally:
+            for end in ends:
+                end.transport.abort()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ends: list[asyncio.StreamWriter]
+    ) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
-        self._writers += [writer, up_writer]
+        ends.append(up_writer)
         self._down = writer
 
         async def up() -> None:

@@ -403,7 +403,9 @@ class RedisBus:
                 logger.info("re-wiring %d channel(s)", len(desired), extra=self._extra)
             await asyncio.wait({reader, dropped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._conn, self._down_reason = None, "pub/sub connection lost"
+            # why it was dropped stays in the readiness reason while the old socket is taken down
+            lost = f"pub/sub connection lost: {self._drop_reason}" if self._drop_reason else "pub/sub connection lost"
+            self._conn, self._down_reason = None, lost
             self.subs.on_connection_lost()
             try:
                 # not cancel-then-gather: a cancel redis-py swallows would leave the reader
