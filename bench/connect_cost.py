@@ -128,8 +128,8 @@ async def worker() -> None:
 
 def token_for_bench(workspace: str = WORKSPACE) -> str:
     from switchboard.clock import SystemClock
-    from switchboard.hub.auth import TokenIssuer
-    from switchboard.hub.users import Permission, User
+    from switchboard.hub.identity.auth import TokenIssuer
+    from switchboard.hub.identity.users import Permission, User
 
     issuer = TokenIssuer(JWT_SECRET, SystemClock())
     user = User(id="bench-connect", roles=("user",))

@@ -41,7 +41,7 @@ from redis.exceptions import RedisError
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import raise_fd_limit  # noqa: E402
 
-from switchboard.hub.users import user_workspace
+from switchboard.hub.identity.users import user_workspace
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer  # noqa: E402
 from switchboard.testing.crowd import RawClient, admin_token, open_raw  # noqa: E402
 from switchboard.testing.replica import ReplicaProcess  # noqa: E402

@@ -37,8 +37,8 @@ from compare import checkout_src  # noqa: E402
 WORKER = r"""
 import asyncio, json, sys, time
 import msgpack
-from switchboard.hub.auth import new_anonymous_user
-from switchboard.hub.peer import Peer
+from switchboard.hub.identity.auth import new_anonymous_user
+from switchboard.hub.sessions.peer import Peer
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
 

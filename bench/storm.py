@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Child, pct, raise_fd_limit  # noqa: E402
 
 from switchboard.client import connect  # noqa: E402
-from switchboard.hub.users import user_workspace
+from switchboard.hub.identity.users import user_workspace
 from switchboard.testing import ValkeyServer  # noqa: E402
 from switchboard.testing.balancer import Balancer  # noqa: E402
 from switchboard.testing.crowd import admin_token  # noqa: E402

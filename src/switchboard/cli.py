@@ -44,9 +44,9 @@ def main() -> None:
 @_settings_options
 def serve(**values: Any) -> None:
     """Run a hub (embedded backends: one process, no external service)."""
-    from switchboard.server import collector
     from switchboard.server.app import create_app
-    from switchboard.server.runner import HubServer, uvicorn_config
+    from switchboard.server.process import collector
+    from switchboard.server.process.runner import HubServer, uvicorn_config
 
     try:
         settings = Settings.load(values)
@@ -63,11 +63,11 @@ def serve(**values: Any) -> None:
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
     try:
         app = create_app(settings)
-    except ConfigError as exc:  # the state directory's secret (server/state_dir.py): unusable as it is
+    except ConfigError as exc:  # the state directory's secret (server/process/state_dir.py): unusable as it is
         raise click.ClickException(str(exc)) from None
     try:
         server = HubServer(uvicorn_config(app, settings), app.state.switchboard)
-    except UnsupportedServer as exc:  # the start-up check (server/versions.py)
+    except UnsupportedServer as exc:  # the start-up check (server/process/versions.py)
         raise click.ClickException(str(exc)) from None
     collector.tune()
     server.run()
@@ -99,7 +99,7 @@ def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> 
     import asyncio
     import json
 
-    from switchboard.hub.status import read_status, render_table
+    from switchboard.replicas.status import read_status, render_table
 
     redis_url = config.read("redis_url", redis_url)
     if not redis_url:
@@ -145,11 +145,11 @@ def token(
     and handing out access to a shared workspace."""
     from switchboard.clock import SystemClock
     from switchboard.errors import ProtocolError
-    from switchboard.hub.auth import TokenIssuer
-    from switchboard.hub.manager import MAX_TOKEN_LIFETIME
-    from switchboard.hub.users import Permission, User
+    from switchboard.hub.identity.auth import TokenIssuer
+    from switchboard.hub.identity.users import Permission, User
+    from switchboard.hub.manager.manager import MAX_TOKEN_LIFETIME
     from switchboard.protocol import ids
-    from switchboard.server.state_dir import token_secret
+    from switchboard.server.process.state_dir import token_secret
 
     try:
         ids.check_id(user_id, "user id")

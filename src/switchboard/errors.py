@@ -22,7 +22,7 @@
 
 Where a caller expects a stdlib type the class subclasses it too, so
 ``except PermissionError`` keeps working. The HTTP endpoints answer each of
-these with the status ``server/http_errors.py`` maps it to. A backend
+these with the status ``server/http/http_errors.py`` maps it to. A backend
 translates its store's own errors (Redis's ``RedisError``) into
 :class:`BackendError` inside ``backends/``; nothing above it names them.
 """
@@ -97,7 +97,7 @@ class RequestRefused(SwitchboardError):
 
     Raised where the status depends on the step that failed (the same
     ``HandshakeError`` is a 400 when parsed, a 409 when attaching); every other
-    error is given its status by ``server/http_errors.py``.
+    error is given its status by ``server/http/http_errors.py``.
     """
 
     def __init__(self, status: int, detail: str) -> None:

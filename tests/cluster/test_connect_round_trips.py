@@ -27,8 +27,8 @@ import pytest
 from hypha_rpc import connect_to_server
 
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User
 from switchboard.testing import ValkeyServer
 from switchboard.testing.proxy import ThreadedFaultProxy
 from switchboard.testing.replica import ReplicaProcess

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from switchboard.client import connect
-from switchboard.hub.users import user_workspace
+from switchboard.hub.identity.users import user_workspace
 from switchboard.testing.crowd import admin_token
 from switchboard.testing.wait import eventually, scaled
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.hub.users import user_workspace
+from switchboard.hub.identity.users import user_workspace
 from switchboard.testing import ThreadedFaultProxy, ValkeyServer
 from switchboard.testing.crowd import RawClient, admin_token, let_go, open_raw
 from switchboard.testing.replica import ReplicaProcess
@@ -140,7 +140,7 @@ async def test_a_crowd_leaving_at_once_costs_a_few_unsubscribes_and_garbage_coll
     """A crowd leaving at once is a burst of work, and its cost is bounded in two places found by
     profiling 10,000 clients leaving. Each client's channel is unsubscribed: a crowd's go out
     together (one UNSUBSCRIBE naming many channels), not a command each. And each departure's
-    short-lived objects die young (server/collector.py): with CPython's defaults they were promoted
+    short-lived objects die young (server/process/collector.py): with CPython's defaults they were promoted
     and set off full collections, half the replica's CPU while the crowd left. Read from Valkey's
     own command statistics and from the replica's metrics."""
     user = "leavers"

@@ -2,7 +2,7 @@
 
 Once a replica draining 6,000 clients on a starved loop exited 277 s after
 SIGTERM with a 10 s drain timeout: the watch that ends a hung stop
-(:class:`~switchboard.server.stop_deadline.StopDeadline`) started only after
+(:class:`~switchboard.server.process.stop_deadline.StopDeadline`) started only after
 the drain, and the drain itself did not keep its bound. Here the stop hangs
 for real: the replica's Valkey is paused (SIGSTOP: no error, no answer) when
 SIGTERM comes, and every Redis command of the drain and of the stop waits out
@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from switchboard.server import runner
-from switchboard.server.stop_deadline import REPORT_WAIT
+from switchboard.server.process import runner
+from switchboard.server.process.stop_deadline import REPORT_WAIT
 from switchboard.testing.replica import ReplicaProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]

@@ -12,7 +12,7 @@ from hypha_rpc.rpc import RemoteException
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from switchboard.hub.auth import AUDIENCE, ISSUER
+from switchboard.hub.identity.auth import AUDIENCE, ISSUER
 from switchboard.testing.hub import TEST_SECRET
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]

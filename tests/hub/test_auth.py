@@ -12,7 +12,7 @@ import pytest
 
 from switchboard.backends.revocations import MemoryRevocations
 from switchboard.errors import AuthError, ProtocolError
-from switchboard.hub.auth import (
+from switchboard.hub.identity.auth import (
     AUDIENCE,
     CREDENTIAL_EXPIRY,
     ISSUER,
@@ -21,9 +21,9 @@ from switchboard.hub.auth import (
     child_user,
     parse_scope,
 )
-from switchboard.hub.credentials import Credentials
-from switchboard.hub.users import ROOT, Permission, User, new_anonymous_user, user_workspace
-from switchboard.hub.verified_tokens import VerifiedTokens
+from switchboard.hub.identity.credentials import Credentials
+from switchboard.hub.identity.users import ROOT, Permission, User, new_anonymous_user, user_workspace
+from switchboard.hub.identity.verified_tokens import VerifiedTokens
 from switchboard.testing.clock import FakeClock
 
 SECRET = "test-secret-please-ignore-0123456789"

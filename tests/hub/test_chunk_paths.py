@@ -2,7 +2,7 @@
 
 hypha-rpc joins the pieces of a ``message_cache`` upload on the receiving side
 and reads their payload over the header the hub stamped, so the hub walks
-them for the receiver (:mod:`switchboard.hub.uploads`). These tables drive
+them for the receiver (:mod:`switchboard.hub.routing.uploads`). These tables drive
 the :class:`Router` synchronously through every way a piece reaches a client:
 straight to it, held while it is in transit, relayed by another replica (to a
 connection that just ended, or after the retry window), and to the client's
@@ -17,14 +17,14 @@ from typing import Any
 import msgpack
 
 from support.wire import Wire
-from switchboard.hub.actions import Deliver, Forward, Hold, RetryLater, Send
+from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import Peer
-from switchboard.hub.retry import RetryWindow
-from switchboard.hub.router import Router
-from switchboard.hub.transit import Transit
-from switchboard.hub.undelivered import Undelivered, undelivered_of
-from switchboard.hub.users import Permission, User
+from switchboard.hub.routing.actions import Deliver, Forward, Hold, RetryLater, Send
+from switchboard.hub.routing.router import Router
+from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.transit.retry import RetryWindow
+from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.clock import FakeClock

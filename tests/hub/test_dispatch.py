@@ -17,9 +17,9 @@ from support.wire import Wire, attach_client, settle
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.dispatch import BROADCAST_TURN
 from switchboard.hub.hub import Hub
-from switchboard.hub.peer import Peer
+from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.remote import CLIENT_CHANNEL
-from switchboard.hub.users import Permission, User
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope, relay
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.hub.drain import IDLE, PAUSE, QUIET, QUIET_WAIT, _moment
+from switchboard.hub.transit.drain import IDLE, PAUSE, QUIET, QUIET_WAIT, _moment
 
 
 def test_a_client_early_in_a_pause_goes_now() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.hub.drain_pace import FLOOR, RATE_SPAN, TARGET_SHARE, DrainPace, InFlight
+from switchboard.hub.transit.drain_pace import FLOOR, RATE_SPAN, TARGET_SHARE, DrainPace, InFlight
 
 
 def pace(window: int = 100, total: int = 1000, timeout: float = 10.0, patience: float = 5.0) -> DrainPace:

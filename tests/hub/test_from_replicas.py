@@ -19,8 +19,8 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.redis.bus import RedisBus
 from switchboard.backends.redis.cluster_bus import ClusterBus
 from switchboard.hub.hub import Hub
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope
 from switchboard.protocol import link_wire as wire
 from switchboard.replicas.inbound import CLIENT_CHANNEL, hand

@@ -1,8 +1,8 @@
-"""The calls in flight tell whoever waits for one to end: the drain (hub/drain.py)."""
+"""The calls in flight tell whoever waits for one to end: the drain (hub/transit/drain.py)."""
 
 from __future__ import annotations
 
-from switchboard.hub.inflight import InFlight
+from switchboard.hub.routing.inflight import InFlight
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests

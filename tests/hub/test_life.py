@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.hub.life import FRESH_GOODBYE, GOODBYE_CODES, HANDED_OVER, Life
+from switchboard.hub.sessions.life import FRESH_GOODBYE, GOODBYE_CODES, HANDED_OVER, Life
 
 GRACE = 5.0
 

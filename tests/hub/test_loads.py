@@ -1,10 +1,10 @@
-"""Calls in flight to each provider (hub/inflight.py, hub/loads.py): what min_load decides by."""
+"""Calls in flight to each provider (hub/routing/inflight.py, hub/routing/loads.py): what min_load decides by."""
 
 from __future__ import annotations
 
 from switchboard.errors import BackendError
-from switchboard.hub.inflight import InFlight
-from switchboard.hub.loads import REFRESH, Loads
+from switchboard.hub.routing.inflight import InFlight
+from switchboard.hub.routing.loads import REFRESH, Loads
 from switchboard.testing import FakeClock
 
 HERE = {"ws/p", "ws/q", "ws/caller"}

@@ -11,10 +11,10 @@ import pytest
 from support.wire import Wire
 from switchboard.backends.memory import MemoryRegistry
 from switchboard.errors import BackendError, NotFound
-from switchboard.hub.manager_door import CALLER
-from switchboard.hub.peer import Peer
-from switchboard.hub.service_directory import SETTLE_WAIT, ServiceDirectory
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.manager.manager_door import CALLER
+from switchboard.hub.manager.service_directory import SETTLE_WAIT, ServiceDirectory
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.services import ServiceInfo
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests

@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 from support.wire import attach_client, settle
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.users import Permission, User
 from switchboard.protocol import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock

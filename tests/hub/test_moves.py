@@ -19,9 +19,9 @@ import pytest
 from support.wire import Wire, attach_client, settle
 from switchboard.errors import HandshakeError
 from switchboard.hub.hub import Hub
-from switchboard.hub.life import HANDED_OVER
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import User, new_anonymous_user
+from switchboard.hub.identity.users import User, new_anonymous_user
+from switchboard.hub.sessions.life import HANDED_OVER
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
@@ -288,7 +288,7 @@ async def test_frames_queued_on_a_superseded_connection_go_to_the_one_that_repla
 async def test_a_client_cannot_make_the_hub_keep_more_than_the_bound_of_fresh_replies(net: Net) -> None:
     """Played by a caller flooding a fresh connection with replies, some huge: the hub keeps the
     last FRESH_REPLIES of at most FRESH_REPLY_BYTES each, and frees them when they are handed on."""
-    from switchboard.hub.peer import FRESH_REPLIES, FRESH_REPLY_BYTES
+    from switchboard.hub.sessions.peer import FRESH_REPLIES, FRESH_REPLY_BYTES
 
     await net.connect("prov", services=("s",))
     caller, _ = await net.connect("caller")

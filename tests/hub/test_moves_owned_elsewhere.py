@@ -22,9 +22,9 @@ from support.wire import attach_client, settle
 from switchboard.backends.redis import RedisRegistry
 from switchboard.backends.redis.bus import RedisBus
 from switchboard.clock import SystemClock
-from switchboard.hub.life import HANDED_OVER
+from switchboard.hub.identity.users import new_anonymous_user
 from switchboard.hub.remote import CLIENT_CHANNEL
-from switchboard.hub.users import new_anonymous_user
+from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.protocol import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock, ValkeyServer

@@ -21,8 +21,8 @@ import redis.asyncio as aredis
 from support.wire import Wire, attach_client, settle
 from switchboard.backends.redis.counts import RedisConnectionCounts
 from switchboard.hub.hub import Hub
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import new_anonymous_user
+from switchboard.hub.identity.users import new_anonymous_user
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope, link_wire
 from switchboard.protocol.ids import CLIENT_CHANNEL
 from switchboard.server.app import build_hub

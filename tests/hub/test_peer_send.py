@@ -9,8 +9,8 @@ import tracemalloc
 import pytest
 
 from support.wire import Wire
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import new_anonymous_user
+from switchboard.hub.identity.users import new_anonymous_user
+from switchboard.hub.sessions.peer import Peer
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from switchboard.hub.retry import RetryWindow
-from switchboard.hub.undelivered import Undelivered
+from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.transit.retry import RetryWindow
 from switchboard.testing.clock import FakeClock
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from switchboard.hub.released import Released
-from switchboard.hub.retry_bound import DrainEnd, RetryBound
-from switchboard.hub.undelivered import Undelivered
+from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.transit.released import Released
+from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 
 ITEM = Undelivered(b"frame", "s1", "ws/caller")
 

@@ -14,7 +14,9 @@ import pytest
 
 from support.wire import Wire
 from switchboard.config import Settings
-from switchboard.hub.actions import (
+from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.routing.actions import (
     Broadcast,
     Deliver,
     Forward,
@@ -26,14 +28,12 @@ from switchboard.hub.actions import (
     ToManager,
     ToReplica,
 )
-from switchboard.hub.limits import TokenBucket
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.peer import Peer
-from switchboard.hub.retry import RetryWindow
-from switchboard.hub.router import Router
-from switchboard.hub.transit import Transit
-from switchboard.hub.undelivered import Undelivered
-from switchboard.hub.users import Permission, User
+from switchboard.hub.routing.limits import TokenBucket
+from switchboard.hub.routing.router import Router
+from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.transit.retry import RetryWindow
+from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE

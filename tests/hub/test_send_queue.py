@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from support.wire import Wire
-from switchboard.hub.life import Life
-from switchboard.hub.send_queue import SendQueue
+from switchboard.hub.sessions.life import Life
+from switchboard.hub.sessions.send_queue import SendQueue
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-from switchboard.hub.service_directory import registration_json
-from switchboard.hub.shared_values import SharedValues
+from switchboard.hub.manager.service_directory import registration_json
+from switchboard.hub.manager.shared_values import SharedValues
 
 SCHEMA = {"ping": {"type": "function", "parameters": {"msg": {"type": "string"}}}, "n": [1, 2.5, True, None]}
 

@@ -17,7 +17,7 @@ import pytest
 
 from switchboard.hub.hub import Hub
 from switchboard.server.app import build_hub
-from switchboard.server.status_api import StatusSampler
+from switchboard.server.http.status_api import StatusSampler
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

@@ -13,9 +13,9 @@ import pytest
 
 from support.wire import Wire
 from switchboard.hub import hub as hub_module
-from switchboard.hub.limits import TokenBucket
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import new_anonymous_user
+from switchboard.hub.identity.users import new_anonymous_user
+from switchboard.hub.routing.limits import TokenBucket
+from switchboard.hub.sessions.peer import Peer
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from switchboard.hub.together import together
+from switchboard.hub.transit.together import together
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.hub.limits import TokenBucket
+from switchboard.hub.routing.limits import TokenBucket
 from switchboard.testing.clock import FakeClock
 
 

@@ -11,7 +11,7 @@ import msgpack
 import pytest
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.hub.uploads import Receivers, Uploads
+from switchboard.hub.routing.uploads import Receivers, Uploads
 from switchboard.protocol.chunks import parse_cache_call
 from switchboard.protocol.payload import foreign_targets
 from switchboard.testing import FakeClock

@@ -40,7 +40,7 @@ async def _start_visitor(page, hub_url: str, witness: str) -> str:
 
 
 async def test_a_sibling_origin_cannot_post_into_a_visitors_stream(chromium, static_server, server, connect, caplog):
-    caplog.set_level(logging.INFO, logger="switchboard.server.http_rpc")
+    caplog.set_level(logging.INFO, logger="switchboard.server.http.http_rpc")
     seen: list[tuple[str, str]] = []
 
     def who(tag, context=None):

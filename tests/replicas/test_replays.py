@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.hub.inflight import InFlight
+from switchboard.hub.routing.inflight import InFlight
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.chunks import MESSAGE_CACHE
 from switchboard.replicas.replays import worth_replaying

@@ -39,8 +39,8 @@ from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess

@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed
 
 from support.oidc_provider import AUDIENCE, OidcProvider
 from support.tokens import claims, first_reply
-from switchboard.hub.oidc import subject_user_id
+from switchboard.hub.identity.oidc import subject_user_id
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually, scaled
 

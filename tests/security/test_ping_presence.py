@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.hub import manager
+from switchboard.hub.manager import manager
 
 pytestmark = pytest.mark.timeout(60)
 

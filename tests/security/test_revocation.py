@@ -13,8 +13,8 @@ from hypha_rpc import connect_to_server
 from support.oidc_provider import OidcProvider
 from support.tokens import credential, first_reply
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User
 from switchboard.testing.hub import TEST_SECRET, RunningServer, running, settings_for_tests
 
 

@@ -36,7 +36,7 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame
 from websockets.uri import parse_uri
 
-from switchboard.server import http_protocol
+from switchboard.server.http import http_protocol
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 

@@ -73,8 +73,8 @@ from websockets.exceptions import ConnectionClosed
 from switchboard.clock import SystemClock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests

@@ -24,9 +24,9 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from switchboard.config import Settings
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User
-from switchboard.server.runner import RunningServer, running
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User
+from switchboard.server.process.runner import RunningServer, running
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import TEST_SECRET as SECRET
 from switchboard.testing.hub import settings_for_tests as make_settings

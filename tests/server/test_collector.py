@@ -1,4 +1,4 @@
-"""The garbage collector as ``switchboard serve`` tunes it (server/collector.py): no collection
+"""The garbage collector as ``switchboard serve`` tunes it (server/process/collector.py): no collection
 holds the loop long while a crowd arrives.
 
 A collection's pause grows with the cyclic garbage it frees. Measured on a sibling admitting a
@@ -21,7 +21,7 @@ import pytest
 # message the manager decodes) and keeps a few objects for as long as it stays (its connection).
 BURST = """
 import gc, json
-from switchboard.server import collector
+from switchboard.server.process import collector
 collector.tune()
 freed = {0: [], 1: [], 2: []}
 gc.callbacks.append(lambda phase, info: phase == "stop" and freed[info["generation"]].append(info["collected"]))

@@ -33,8 +33,8 @@ from hypha_rpc import connect_to_server
 import switchboard
 from support.wire import Wire, attach_client
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User
 from switchboard.protocol import envelope
 from switchboard.protocol.services import ServiceQuery
 from switchboard.testing.crowd import admin_token, open_raw

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import websockets
 
-from switchboard.hub.peer import Peer
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.handshake import CLOSE_RESTARTING
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually, scaled

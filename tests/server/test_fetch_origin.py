@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.server.fetch_origin import foreign_page, own_origins
+from switchboard.server.http.fetch_origin import foreign_page, own_origins
 
 OWN = own_origins("http", "127.0.0.1:8000", "https://hub.example.org/prefix")
 

@@ -13,7 +13,7 @@ from websockets.client import ClientProtocol
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from switchboard.server.frame_scan import FrameScanner
+from switchboard.server.ws.frame_scan import FrameScanner
 
 # one of each header length: 7-bit, 16-bit and 64-bit
 SIZES = [0, 1, 125, 126, 65535, 65536, 70000]

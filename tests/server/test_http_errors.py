@@ -17,7 +17,7 @@ from switchboard.errors import (
     PermissionDenied,
     RequestRefused,
 )
-from switchboard.server.http_errors import remote_error_type, status_of
+from switchboard.server.http.http_errors import remote_error_type, status_of
 
 
 @pytest.mark.parametrize(

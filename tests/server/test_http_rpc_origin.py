@@ -23,7 +23,7 @@ import httpx
 import msgpack
 import pytest
 
-from switchboard.server import http_rpc
+from switchboard.server.http import http_rpc
 from switchboard.testing.hub import RunningServer
 
 pytestmark = pytest.mark.timeout(30)

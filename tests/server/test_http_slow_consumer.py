@@ -49,7 +49,7 @@ from support.stalled import (
     flood_call,
     read_until_closed,
 )
-from switchboard.server import http_rpc
+from switchboard.server.http import http_rpc
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 

@@ -22,7 +22,7 @@ import pytest
 import switchboard
 from support.debug_loop import WEIGHS_MEMORY
 from support.tokens import credential
-from switchboard.hub.users import user_workspace
+from switchboard.hub.identity.users import user_workspace
 from switchboard.testing.hub import RunningServer
 from switchboard.testing.wait import eventually, scaled
 

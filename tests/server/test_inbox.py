@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.server.inbox import Inbox
+from switchboard.server.ws.inbox import Inbox
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -1,7 +1,7 @@
 """A client's frames are routed as they are read, in the order sent, whichever path each takes.
 
 There is one read path: every message goes from the callback that parsed it to
-the connection's inbox (``server/inbox.py``), those a client sent behind its
+the connection's inbox (``server/ws/inbox.py``), those a client sent behind its
 first frame, before it was let in, first. A point-to-point event to a client
 of this replica is routed in that callback; a broadcast has to wait for the
 bus. The event sent after a broadcast must still arrive after it. An app
@@ -23,10 +23,10 @@ from hypha_rpc import connect_to_server
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect as ws_connect
 
-import switchboard.server.runner as runner
+import switchboard.server.process.runner as runner
 from switchboard.server.app import create_app
-from switchboard.server.websocket import websocket_endpoint
-from switchboard.server.ws_protocol import HubWebSocketProtocol
+from switchboard.server.ws.websocket import websocket_endpoint
+from switchboard.server.ws.ws_protocol import HubWebSocketProtocol
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 

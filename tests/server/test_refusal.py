@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from switchboard.server.server_state import Phase, ServerState
+from switchboard.server.process.server_state import Phase, ServerState
 
 
 @dataclass

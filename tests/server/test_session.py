@@ -17,12 +17,12 @@ import pytest
 from support.wire import Wire
 from switchboard.errors import HandshakeError
 from switchboard.hub.hub import Hub
-from switchboard.hub.peer import Peer
-from switchboard.hub.users import Permission, User
+from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import Hello
 from switchboard.server.app import build_hub
-from switchboard.server.server_state import ServerState
+from switchboard.server.process.server_state import ServerState
 from switchboard.server.session import ClientSession
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests

@@ -13,7 +13,7 @@ import pytest
 
 from switchboard.config import Settings
 from switchboard.errors import ConfigError
-from switchboard.server.state_dir import SECRET_FILE, kept_secret, state_path, token_secret, too_open
+from switchboard.server.process.state_dir import SECRET_FILE, kept_secret, state_path, token_secret, too_open
 
 
 def test_the_default_is_the_users_data_directory() -> None:

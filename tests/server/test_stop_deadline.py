@@ -9,9 +9,9 @@ import threading
 import time
 
 from switchboard.config import Settings
-from switchboard.hub.drain import PATIENCE
-from switchboard.server import runner
-from switchboard.server.stop_deadline import REPORT_WAIT, StopDeadline
+from switchboard.hub.transit.drain import PATIENCE
+from switchboard.server.process import runner
+from switchboard.server.process.stop_deadline import REPORT_WAIT, StopDeadline
 
 BUDGET = 0.2
 
@@ -27,7 +27,7 @@ class Exits:
 
 
 async def test_a_stop_still_running_at_the_deadline_exits_1_and_logs_every_task(caplog) -> None:
-    caplog.set_level(logging.ERROR, logger="switchboard.server.stop_deadline")
+    caplog.set_level(logging.ERROR, logger="switchboard.server.process.stop_deadline")
     exits = Exits()
     stuck = asyncio.create_task(asyncio.Event().wait(), name="the step that hangs")
     deadline = StopDeadline(BUDGET, exit=exits)
@@ -45,7 +45,7 @@ async def test_a_stop_still_running_at_the_deadline_exits_1_and_logs_every_task(
 
 
 def test_a_blocked_event_loop_does_not_keep_the_process_up(caplog) -> None:
-    caplog.set_level(logging.ERROR, logger="switchboard.server.stop_deadline")
+    caplog.set_level(logging.ERROR, logger="switchboard.server.process.stop_deadline")
     exits = Exits()
     loop = asyncio.new_event_loop()  # never run: as blocked as a loop can be
     try:
@@ -69,7 +69,7 @@ def test_a_stop_that_ends_in_time_cancels_the_watch() -> None:
 async def test_a_signal_arms_the_watch_at_once_not_after_the_drain() -> None:
     """The watch counts from the signal: a drain that overstays its bound is cut by it too
     (tests/cluster/test_stop_bound.py plays that with a real replica)."""
-    from switchboard.server.runner import running
+    from switchboard.server.process.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:
@@ -82,7 +82,7 @@ async def test_a_signal_arms_the_watch_at_once_not_after_the_drain() -> None:
 
 async def test_a_stop_from_inside_the_process_never_arms_the_watch() -> None:
     """A server stopped inside a test's own process (``running()``) must never take it down."""
-    from switchboard.server.runner import running
+    from switchboard.server.process.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:
@@ -104,7 +104,7 @@ async def test_after_a_signal_the_leave_and_the_leftovers_get_what_is_left_of_th
     """Their ceilings (5 s, 8 s) are for a stop with time to spare; past the drain's bound they get
     what is left, minus what uvicorn's shutdown and the hub's stop keep, so a slow stop still
     ends by itself (status 0) rather than by the watch."""
-    from switchboard.server.runner import running
+    from switchboard.server.process.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:

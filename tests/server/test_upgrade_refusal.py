@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import websockets
 
-from switchboard.server.server_state import Phase
+from switchboard.server.process.server_state import Phase
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,9 +9,9 @@ import pytest
 from hypha_rpc.rpc import RemoteException
 
 from switchboard.clock import SystemClock
-from switchboard.hub import event_log
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import ROOT, Permission, User
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import ROOT, Permission, User
+from switchboard.hub.manager import event_log
 from switchboard.testing.hub import TEST_SECRET
 
 pytestmark = pytest.mark.timeout(60)

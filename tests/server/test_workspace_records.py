@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from support.tokens import credential
-from switchboard.hub.auth import AUDIENCE, ISSUER
+from switchboard.hub.identity.auth import AUDIENCE, ISSUER
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests
 
 pytestmark = pytest.mark.timeout(60)

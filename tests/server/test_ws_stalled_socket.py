@@ -59,7 +59,7 @@ from support.stalled import (
     flood_call,
     read_until_closed,
 )
-from switchboard.server import websocket
+from switchboard.server.ws import websocket
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
-from switchboard.hub.inflight import InFlight
+from switchboard.hub.routing.inflight import InFlight
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.links import Links, LinkSettings
 from switchboard.replicas.unicast import Unicast

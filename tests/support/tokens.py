@@ -11,8 +11,8 @@ import jwt
 from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User, user_workspace
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.testing.hub import TEST_SECRET
 from switchboard.testing.wait import eventually
 

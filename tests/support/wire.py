@@ -11,8 +11,8 @@ import msgpack
 
 if TYPE_CHECKING:
     from switchboard.hub.hub import Hub
-    from switchboard.hub.peer import Peer
-    from switchboard.hub.users import User
+    from switchboard.hub.identity.users import User
+    from switchboard.hub.sessions.peer import Peer
 
 
 class Wire:
@@ -89,7 +89,7 @@ async def attach_client(
 ) -> tuple[Peer, Wire, asyncio.Task[None]]:
     """A client of ``hub`` on a :class:`Wire`, as the server attaches one: its ``built-in`` and
     ``services`` registered, ``events`` subscribed, its writer running (the caller cancels it)."""
-    from switchboard.hub.peer import Peer
+    from switchboard.hub.sessions.peer import Peer
 
     wire = Wire()
     peer = Peer(

@@ -1,7 +1,7 @@
 """The test balancer passes a half-close on, as a TCP proxy or a Kubernetes Service does.
 
 A draining replica ends its side of a client's stream and reads on until the
-client closes its own (server/websocket.py): what the client sends before it
+client closes its own (server/ws/websocket.py): what the client sends before it
 has taken in that end is still routed. A balancer that closed the whole
 connection at the replica's end would lose exactly those frames, a loss of
 the test rig that the hub never sees.

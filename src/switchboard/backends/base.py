@@ -145,7 +145,7 @@ class Registry(Protocol):
         ...
 
     # A client in transit (its connection ended, it is expected back, see
-    # switchboard.hub.transit) keeps its registrations; the store's own clock
+    # switchboard.hub.transit.transit) keeps its registrations; the store's own clock
     # decides when its grace is over, so every replica agrees.
 
     async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:

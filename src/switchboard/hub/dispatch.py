@@ -1,9 +1,9 @@
 """Carrying out the router's actions: the hub's hands.
 
-:class:`~switchboard.hub.router.Router` decides where a frame goes;
-:class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.peer.Peer`,
+:class:`~switchboard.hub.routing.router.Router` decides where a frame goes;
+:class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.sessions.peer.Peer`,
 over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
-the holding of a client in transit (:class:`~switchboard.hub.moves.Moves`),
+the holding of a client in transit (:class:`~switchboard.hub.transit.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
 as a task where nothing can wait (a bus callback, a timer). It decides
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import ProtocolError
-from switchboard.hub.actions import (
+from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
+from switchboard.hub.routing.actions import (
     Action,
     Broadcast,
     Deliver,
@@ -39,14 +41,12 @@ from switchboard.hub.actions import (
     ToManager,
     ToReplica,
 )
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.moves import Moves
-from switchboard.hub.peer import Peer
-from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow
-from switchboard.hub.router import Router
-from switchboard.hub.subscribers import Subscribers
-from switchboard.hub.undelivered import Undelivered, undelivered_of
+from switchboard.hub.routing.router import Router
+from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.sessions.subscribers import Subscribers
+from switchboard.hub.transit.moves import Moves
+from switchboard.hub.transit.retry import RetryWindow
 from switchboard.protocol import envelope, handshake
 from switchboard.tasks import spawn
 
@@ -73,7 +73,7 @@ Later = Coroutine[Any, Any, Any]
 
 
 class Dispatch:
-    """Executes :class:`~switchboard.hub.router.Action` values (see the module docstring).
+    """Executes :class:`~switchboard.hub.routing.router.Action` values (see the module docstring).
 
     ``subscribers`` (who here listens to which workspace event) and ``aliases``
     (HTTP callers by address) are the hub's tables, read only; ``to_manager`` hands a frame to

@@ -13,8 +13,8 @@ from collections.abc import Collection, Mapping
 
 from switchboard.errors import ProtocolError
 from switchboard.hub.dispatch import Acting, Dispatch
-from switchboard.hub.moves import Moves
-from switchboard.hub.peer import Peer
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.transit.moves import Moves
 from switchboard.protocol import relay
 from switchboard.protocol.handshake import CLOSE_POLICY
 

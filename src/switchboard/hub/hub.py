@@ -1,12 +1,12 @@
 """The hub: admits clients, keeps their connections, and carries out the routing of their frames.
 
 It knows connections; the routing decisions are the
-:class:`~switchboard.hub.router.Router`'s (values, no I/O), carried out by
+:class:`~switchboard.hub.routing.router.Router`'s (values, no I/O), carried out by
 :class:`~switchboard.hub.dispatch.Dispatch`. It does not know sockets (the
 server layer owns those) nor where shared state lives (the backends do).
 Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remote`
-(the other replicas, through the bus), :class:`~switchboard.hub.moves.Moves`
-(clients in transit), :class:`~switchboard.hub.drain.Drainer` (SIGTERM).
+(the other replicas, through the bus), :class:`~switchboard.hub.transit.moves.Moves`
+(clients in transit), :class:`~switchboard.hub.transit.drain.Drainer` (SIGTERM).
 """
 
 from __future__ import annotations
@@ -35,29 +35,29 @@ from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.admission import Admitted, Gatekeeper
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.credentials import Credentials
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
-from switchboard.hub.drain import Drainer
 from switchboard.hub.from_replicas import FromReplicas
-from switchboard.hub.inflight import InFlight
-from switchboard.hub.loads import Loads
-from switchboard.hub.manager import WorkspaceManager
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.credentials import Credentials
+from switchboard.hub.identity.oidc import OidcVerifier
+from switchboard.hub.identity.users import ROOT
+from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.moves import Moves
-from switchboard.hub.oidc import OidcVerifier
-from switchboard.hub.peer import Peer
-from switchboard.hub.released import Released
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.retry import RetryWindow
-from switchboard.hub.retry_bound import DrainEnd, RetryBound
-from switchboard.hub.router import Router
-from switchboard.hub.subscribers import Subscribers
-from switchboard.hub.transit import Transit
-from switchboard.hub.undelivered import Undelivered, undelivered_of
-from switchboard.hub.uploads import Receivers
-from switchboard.hub.users import ROOT
+from switchboard.hub.routing.inflight import InFlight
+from switchboard.hub.routing.loads import Loads
+from switchboard.hub.routing.router import Router
+from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.routing.uploads import Receivers
+from switchboard.hub.sessions.admission import Admitted, Gatekeeper
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.sessions.subscribers import Subscribers
+from switchboard.hub.transit.drain import Drainer
+from switchboard.hub.transit.moves import Moves
+from switchboard.hub.transit.released import Released
+from switchboard.hub.transit.retry import RetryWindow
+from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
+from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo
@@ -148,7 +148,7 @@ class Hub:
         # calls in flight to each provider, for the min_load service selection
         self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
         self.manager = WorkspaceManager(self)
-        # clients whose connection ended and that are expected back (switchboard.hub.moves)
+        # clients whose connection ended and that are expected back (switchboard.hub.transit.moves)
         self.transit: Transit[Undelivered] = Transit(
             clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
         )
@@ -282,7 +282,7 @@ class Hub:
         await self.registry.close()
 
     async def drain(self, timeout: float, *, code: int, reason: str) -> None:
-        """Finish what is under way, then send every client elsewhere (:class:`~switchboard.hub.drain.Drainer`)."""
+        """Finish what is under way, then send every client elsewhere (:class:`~switchboard.hub.transit.drain.Drainer`)."""
         await self.drainer.drain(timeout, code=code, reason=reason)
 
     # -- admission -----------------------------------------------------------
@@ -295,9 +295,9 @@ class Hub:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
-        stores knew when it was admitted (:class:`~switchboard.hub.admission.Admitted`; read
+        stores knew when it was admitted (:class:`~switchboard.hub.sessions.admission.Admitted`; read
         again if not given). Whether
-        it may have the id is :func:`~switchboard.hub.admission.take_over`'s
+        it may have the id is :func:`~switchboard.hub.sessions.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """

@@ -1,8 +1,8 @@
 """The other replicas, as this one reaches them: the event bus, the direct links, the registry's claims.
 
-I/O only, no decisions (those are :class:`~switchboard.hub.router.Router`'s, and
+I/O only, no decisions (those are :class:`~switchboard.hub.routing.router.Router`'s, and
 so is the frame as it travels: a call the manager makes comes here wrapped with
-its origin, :class:`~switchboard.hub.actions.Forward`): publishing to a client's,
+its origin, :class:`~switchboard.hub.routing.actions.Forward`): publishing to a client's,
 a workspace's or a replica's channel (a bus failure counts as "nobody received
 it", never as a crash), sending over a direct link, asking the registry whether
 some replica still claims a client. A client's

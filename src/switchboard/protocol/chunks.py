@@ -5,7 +5,7 @@
 ``set(key, index, data, heartbeat)``, ``process(key, heartbeat)`` and
 ``remove(key)`` (keyword arguments are accepted as well). Pure functions.
 
-The hub walks the pieces for their receiver (:mod:`switchboard.hub.uploads`),
+The hub walks the pieces for their receiver (:mod:`switchboard.hub.routing.uploads`),
 and that walk of a key starts at its ``create``. hypha-rpc (Python and
 JavaScript) refuses a ``create`` for a key its cache already holds unless it
 says ``overwrite``, and would then join new pieces after old ones the walk
@@ -33,7 +33,7 @@ _PARAMS = {
     "remove": ("key",),
 }
 # a key is a session id (a short uuid, dotted when nested) or a short uuid: nothing longer is
-# worth routing (relay.chunk_key) or walking (hub/uploads.py)
+# worth routing (relay.chunk_key) or walking (hub/routing/uploads.py)
 MAX_KEY = 1024
 
 

@@ -94,7 +94,7 @@ RESTARTING = "restarting"
 
 def restarting_text(reason: str) -> str:
     """What a draining replica sends a WebSocket client just before it ends the stream (no close frame):
-    reconnect elsewhere, as after a close with :data:`CLOSE_RESTARTING` (``switchboard.server.ws_protocol``)."""
+    reconnect elsewhere, as after a close with :data:`CLOSE_RESTARTING` (``switchboard.server.ws.ws_protocol``)."""
     return json.dumps({"type": RESTARTING, "code": CLOSE_RESTARTING, "reason": reason})
 
 

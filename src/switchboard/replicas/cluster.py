@@ -286,9 +286,9 @@ class Cluster:
             "desired": stats.desired,
             "confirmed": stats.confirmed,
             "bus": "ok" if healthy else f"down: {reason}",
-            # running totals, for the rates the web console draws (server/status_api.py)
+            # running totals, for the rates the web console draws (server/http/status_api.py)
             **dict(self.hub.metrics.totals().items()),
-            # calls in flight to this replica's busiest clients, for min_load lookups (hub/loads.py)
+            # calls in flight to this replica's busiest clients, for min_load lookups (hub/routing/loads.py)
             "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
         }
 

@@ -39,7 +39,7 @@ class Inbound(Protocol):
     def workspace_deleted(self, workspace: str) -> None: ...
 
     def transit_notice(self, data: bytes) -> None:
-        """A notice about a client in transit (:mod:`switchboard.hub.moves`)."""
+        """A notice about a client in transit (:mod:`switchboard.hub.transit.moves`)."""
         ...
 
 

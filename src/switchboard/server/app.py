@@ -20,14 +20,14 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.clock import Clock, SystemClock
 from switchboard.config import Settings
-from switchboard.hub.auth import TokenIssuer
 from switchboard.hub.hub import Hub
+from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server import http_rpc, http_services, hypha_routes, status_api, web_console
-from switchboard.server.server_state import Phase, ServerState
-from switchboard.server.state_dir import WORKSPACES_FILE, state_path, token_secret
-from switchboard.server.websocket import PATH, websocket_endpoint
+from switchboard.server.http import http_rpc, http_services, hypha_routes, status_api, web_console
+from switchboard.server.process.server_state import Phase, ServerState
+from switchboard.server.process.state_dir import WORKSPACES_FILE, state_path, token_secret
+from switchboard.server.ws.websocket import PATH, websocket_endpoint
 
 if TYPE_CHECKING:
     from switchboard.backends.redis.assemble import RedisBackends

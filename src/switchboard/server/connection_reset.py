@@ -7,7 +7,7 @@ connection entry would stay for as long as the client likes, and the server's
 shutdown waits for every connection. So such a connection is reset instead
 (linger 0: the kernel drops what it still holds too).
 
-ASGI does not give the app its transport. :class:`~switchboard.server.http_protocol.HubHttpProtocol`
+ASGI does not give the app its transport. :class:`~switchboard.server.http.http_protocol.HubHttpProtocol`
 names it in :data:`CURRENT` while it parses a request, and a task copies
 the context it was created in (asyncio's documented behaviour), so the app's
 task for that request (or for the WebSocket it is upgraded to) sees it in

@@ -1,7 +1,7 @@
 """One client's life on this replica, written once for both doors (``/ws`` and ``GET /rpc``).
 
 ``async with ClientSession(state, hello, transport) as session:`` admits the
-client, attaches its :class:`~switchboard.hub.peer.Peer` and tracks it (a drain
+client, attaches its :class:`~switchboard.hub.sessions.peer.Peer` and tracks it (a drain
 waits for the tracked ones to go); on the way out, whatever ends the block (the
 client left, the hub closed it, an error, a cancel), it untracks the peer,
 lets the door finish what the client sent before it left (:attr:`settle`), and
@@ -21,10 +21,10 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from switchboard.hub.peer import Peer
-from switchboard.hub.send_queue import ClientConnection
+from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.sessions.send_queue import ClientConnection
 from switchboard.protocol.handshake import Hello
-from switchboard.server.server_state import ServerState
+from switchboard.server.process.server_state import ServerState
 
 
 class Settling(Protocol):

@@ -18,8 +18,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 
 from switchboard.clock import SystemClock
-from switchboard.hub.auth import TokenIssuer
-from switchboard.hub.users import Permission, User, user_workspace
+from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.testing.hub import TEST_SECRET
 
 CLOSE_1000 = b"\x88\x82\x00\x00\x00\x00\x03\xe8"  # a masked close frame, code 1000: a goodbye

@@ -1,0 +1,248 @@
+"""Tokens of an OpenID Connect provider: their keys, their checks, and the user they stand for.
+
+The provider's keys are found through discovery (``/.well-known/openid-configuration``
+names ``jwks_uri``), fetched with httpx's async client (the event loop never blocks on
+the provider, and a fetch gives up after 5 s), and turned into keys by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT
+checks the signature. Keys are cached: a token with an unknown key id fetches them
+again (at most once per ``--oidc-key-refetch-interval``), and while the provider is
+unreachable the cached keys keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import jwt
+
+from switchboard.clock import Clock
+from switchboard.config import Settings
+from switchboard.errors import AuthError
+from switchboard.hub.identity.auth import issued_at
+from switchboard.hub.identity.users import User
+from switchboard.protocol import ids
+
+log = logging.getLogger(__name__)
+
+# Asymmetric algorithms only: never "none", never an HMAC, whose "key" would be the
+# provider's public key, which anyone can fetch.
+ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512")
+# Clocks of the provider and of the hub may differ: 30 s covers an NTP-synced pair many
+# times over, and a token lives at most that long past its exp.
+LEEWAY = 30.0
+KEYS_MAX_AGE = 3600.0  # keys an hour old are fetched again, so a withdrawn key stops working
+FETCH_TIMEOUT = 5.0  # a provider that hangs delays only the fetch, never by more than this
+# A kept subject never starts with these: the hashed form of subjects, and the ids the hub makes itself.
+HASHED_PREFIX = "sha256."
+_RESERVED = (HASHED_PREFIX, "anonymouz-")
+MAX_KEPT_SUBJECT = 64
+
+
+def subject_user_id(sub: str) -> str:
+    """The user id of a provider's subject: stable (no state), and never the same for two subjects.
+
+    A subject that is already an id (``auth0|5f3c…``, ``google-oauth2|1234``, a UUID) of at
+    most 64 characters is kept as it is; any other becomes ``sha256.`` and the base32 of its
+    SHA-256. No kept subject starts with ``sha256.``, so the two forms never meet; within
+    each, equal ids mean equal subjects (identity, or a SHA-256 collision). Subjects that
+    would look like the hub's own users (``root``, ``anonymouz-…``) are hashed too.
+    """
+    if ids.is_id(sub) and len(sub) <= MAX_KEPT_SUBJECT and not sub.startswith(_RESERVED) and sub != "root":
+        return sub
+    digest = base64.b32encode(hashlib.sha256(sub.encode()).digest()).decode().rstrip("=").lower()
+    return HASHED_PREFIX + digest
+
+
+def claim_at(claims: dict[str, Any], name: str) -> Any:
+    """A claim by its whole name (``https://example.org/roles``), else by a dotted path (``realm_access.roles``)."""
+    if name in claims:
+        return claims[name]
+    value: Any = claims
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def roles_of(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(value.split())
+    if isinstance(value, list):
+        return tuple(r for r in value if isinstance(r, str))
+    return ()
+
+
+@dataclass(frozen=True)
+class IdentityRules:
+    """How a provider's claims become a :class:`User` (I/O-free)."""
+
+    roles_claim: str = "roles"
+    admin_roles: frozenset[str] = frozenset()
+    admin_subjects: frozenset[str] = frozenset()
+
+    def user(self, claims: dict[str, Any]) -> User:
+        sub = claims.get("sub")
+        if not isinstance(sub, str) or not sub:
+            raise AuthError("invalid token: no subject (sub)")
+        # the hub's own role names mean something here: a provider's role of the same name does not
+        roles = [r for r in roles_of(claim_at(claims, self.roles_claim)) if r not in ("admin", "anonymous")]
+        if sub in self.admin_subjects or self.admin_roles.intersection(roles):
+            roles.append("admin")
+        email = claims.get("email")
+        exp = float(claims["exp"])
+        jti = claims.get("jti")
+        return User(
+            id=subject_user_id(sub),
+            roles=tuple(roles),
+            email=email if isinstance(email, str) else None,
+            expires_at=exp,
+            credential_expires_at=exp,  # a reconnection token never outlives the provider's token
+            token_id=token_id(str(claims["iss"]), jti if isinstance(jti, str) else None, claims),
+            issued_at=issued_at(claims),
+        )
+
+
+def token_id(issuer: str, jti: str | None, claims: dict[str, Any]) -> str:
+    """The id a provider's token is revoked by: from its jti, or from its subject and times if it has none."""
+    basis = f"{issuer}\n{jti}" if jti else f"{issuer}\n{claims.get('sub')}\n{claims.get('iat')}\n{claims['exp']}"
+    return "oidc." + hashlib.sha256(basis.encode()).hexdigest()[:32]
+
+
+@dataclass
+class _Keys:
+    keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
+    fetched_at: float | None = None  # last fetch that succeeded
+    tried_at: float | None = None  # last fetch, successful or not
+
+
+class OidcVerifier:
+    """Verifies the tokens of one provider; holds its cached keys."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.issuer = settings.oidc_issuer
+        self.audience = settings.oidc_audience
+        self.refetch_interval = settings.oidc_key_refetch_interval
+        self.rules = IdentityRules(
+            roles_claim=settings.oidc_roles_claim,
+            admin_roles=settings.oidc_admin_role_list,
+            admin_subjects=settings.oidc_admin_subject_list,
+        )
+        self.clock = clock
+        self._cache = _Keys()
+        self._lock = asyncio.Lock()
+
+    async def verify(self, token: str) -> User:
+        """The user a provider's token stands for, or :class:`AuthError` with the reason."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            raise AuthError("invalid token: malformed") from None
+        alg = header.get("alg")
+        if alg not in ALGORITHMS:
+            raise AuthError(f"invalid token: algorithm {alg!r} is not accepted (use one of {', '.join(ALGORITHMS)})")
+        key = await self._key(header.get("kid"))
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=self.issuer,
+                # times are checked below against the injected clock, not the system's
+                options={"require": ["exp", "iss", "aud", "sub"], "verify_exp": False, "verify_nbf": False},
+            )
+        except jwt.InvalidAudienceError:
+            raise AuthError(f"wrong audience: this hub accepts tokens for {self.audience!r}") from None
+        except jwt.InvalidIssuerError:
+            raise AuthError("unknown issuer") from None
+        except jwt.InvalidSignatureError:
+            raise AuthError("invalid token: bad signature") from None
+        except jwt.InvalidTokenError as exc:
+            raise AuthError(f"invalid token: {exc}") from None
+        now = self.clock.time()
+        if not isinstance(claims["exp"], int | float) or claims["exp"] + LEEWAY <= now:
+            raise AuthError("token has expired")
+        nbf = claims.get("nbf")
+        if nbf is not None and (not isinstance(nbf, int | float) or nbf - LEEWAY > now):
+            raise AuthError("token is not valid yet (nbf)")
+        return self.rules.user(claims)
+
+    async def _key(self, kid: Any) -> jwt.PyJWK:
+        cache = self._cache
+        known = _find(cache.keys, kid) is not None
+        if fetch_due(
+            self.clock.time(),
+            known=known,
+            fetched_at=cache.fetched_at,
+            tried_at=cache.tried_at,
+            interval=self.refetch_interval,
+        ):
+            tried = cache.tried_at
+            async with self._lock:
+                if cache.tried_at == tried:  # else another verification fetched while this one waited
+                    await self._fetch()
+        key = _find(cache.keys, kid)
+        if key is None:
+            if cache.fetched_at is None:
+                raise AuthError("cannot check the token: the identity provider's keys could not be fetched")
+            raise AuthError(f"unknown key: the identity provider has not published key id {kid!r}")
+        return key
+
+    async def _fetch(self) -> None:
+        self._cache.tried_at = self.clock.time()
+        try:
+            async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as http:
+                discovery = await _get_json(http, self.issuer.rstrip("/") + "/.well-known/openid-configuration")
+                if discovery.get("issuer") != self.issuer:
+                    raise ValueError(f"discovery names issuer {discovery.get('issuer')!r}, not {self.issuer!r}")
+                jwks_uri = discovery.get("jwks_uri")
+                if not isinstance(jwks_uri, str):
+                    raise ValueError("discovery has no jwks_uri")
+                jwks = await _get_json(http, jwks_uri)
+            keys = {
+                k.key_id or "": k
+                for k in jwt.PyJWKSet.from_dict(jwks).keys
+                if k.algorithm_name in ALGORITHMS and k.public_key_use in (None, "sig")  # never an encryption key
+            }
+        except (httpx.HTTPError, ValueError, jwt.PyJWKSetError, jwt.PyJWKError) as exc:
+            log.warning("identity provider's keys not fetched, the cached ones stay in use: %s", exc)
+            return
+        self._cache.keys = keys
+        self._cache.fetched_at = self.clock.time()
+        log.info("identity provider's keys fetched: %s", ", ".join(sorted(keys)) or "none")
+
+
+def fetch_due(now: float, *, known: bool, fetched_at: float | None, tried_at: float | None, interval: float) -> bool:
+    """Whether to fetch the provider's keys before checking a token.
+
+    When the token's key is unknown or the keys are an hour old, but never twice within
+    ``interval``, whatever tokens come: a flood of made-up key ids costs the provider
+    one fetch per interval, and a failed fetch is not retried on every token.
+    """
+    stale = fetched_at is None or now - fetched_at >= KEYS_MAX_AGE
+    if known and not stale:
+        return False
+    return tried_at is None or now - tried_at >= interval
+
+
+def _find(keys: dict[str, jwt.PyJWK], kid: Any) -> jwt.PyJWK | None:
+    if isinstance(kid, str):
+        return keys.get(kid)
+    if kid is None and len(keys) == 1:  # a provider with one key may leave kid out
+        return next(iter(keys.values()))
+    return None
+
+
+async def _get_json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    response = await http.get(url)
+    response.raise_for_status()
+    body = response.json()
+    if not isinstance(body, dict):
+        raise ValueError(f"{url} did not answer a JSON object")
+    return body

@@ -1,0 +1,1 @@
+"""The workspace manager: the server's own RPC peer, its door, and the methods it answers."""

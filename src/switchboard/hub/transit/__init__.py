@@ -1,0 +1,1 @@
+"""Clients and frames on their way: clients in transit, the drain that sends them away, frames retried."""

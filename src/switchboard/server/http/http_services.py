@@ -1,0 +1,298 @@
+"""Calling services over plain HTTP (protocol §8.2): ``/{workspace}/services/...``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
+from switchboard.hub.identity.users import Permission, User, user_workspace
+from switchboard.protocol import ids
+from switchboard.protocol import services as svc_ids
+from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.values import plain
+from switchboard.server.http.http_errors import refusal, status_of
+from switchboard.server.http.http_manager import call_manager, http_caller
+from switchboard.server.process.server_state import ServerState
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS_HTTP = User(id="anonymouz-http", roles=("anonymous",))
+MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/{workspace}/services", list_services, methods=["GET"]),
+        Route("/{workspace}/services/", list_services, methods=["GET"]),
+        Route("/{workspace}/services/{service_id}", service_info, methods=["GET"]),
+        Route("/{workspace}/services/{service_id}/{function:path}", call_function, methods=["GET", "POST"]),
+    ]
+
+
+def server_state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.switchboard
+    return state
+
+
+def _token(request: Request) -> str | None:
+    """The caller's token from ``Authorization`` (Bearer, Basic's password, or bare); never a cookie.
+
+    A browser attaches cookies to requests from any page of the site, with no
+    preflight; a token the page must send itself is one no other page can use.
+    """
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip() or None
+    if auth.lower().startswith("basic "):
+        try:
+            return base64.b64decode(auth[6:]).decode().partition(":")[2] or None
+        except ValueError:
+            raise AuthError("malformed Basic credentials") from None
+    return auth.strip() or None
+
+
+async def request_user(request: Request) -> tuple[User, str]:
+    """The caller and its own workspace (the context its calls are made in)."""
+    token = _token(request)
+    if token is None:
+        return ANONYMOUS_HTTP, "ws-anonymous"
+    user = await server_state(request).hub.credentials.verify(token)  # AuthError: 401
+    return user, user.current_workspace or user_workspace(user.id)
+
+
+async def _not_deleted(request: Request, user: User, workspace: str) -> None:
+    """A token issued before ``workspace`` was deleted grants nothing there (403), as at admission."""
+    if user is ANONYMOUS_HTTP or not user.can(workspace, Permission.READ):
+        return  # it holds nothing there to lose: an outsider's calls are unchanged
+    refusal = await server_state(request).hub.gate.deletion(user, workspace)
+    if refusal is not None:
+        raise PermissionDenied(refusal)
+
+
+def _workspace(request: Request) -> str:
+    """The path's workspace, in the id grammar before it names a key (``*`` would query them all): else 400."""
+    return ids.check_id(request.path_params["workspace"], "workspace")
+
+
+def _jsonable(value: Any) -> Any:
+    value = plain(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _respond(value: Any, as_msgpack: bool) -> Response:
+    if as_msgpack:
+        return Response(msgpack.packb(plain(value), use_bin_type=True, default=str), media_type="application/msgpack")
+    return JSONResponse(_jsonable(value))
+
+
+async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
+    if not server_state(request).accepting:
+        response = refusal(503, "Server is draining or starting, please retry")
+        response.headers["Retry-After"] = "1"
+        return response
+    try:
+        return await handler()
+    except Exception as exc:
+        status, detail = status_of(exc)
+        if status >= 500:
+            server_state(request).hub.metrics.call_errors.inc()
+            log.warning("HTTP %s %s failed: %s", request.method, request.url.path, detail)
+        else:
+            log.info("HTTP %s %s refused (%d): %s", request.method, request.url.path, status, detail)
+        return refusal(status, detail)
+
+
+async def list_services(request: Request) -> Response:
+    async def handler() -> Response:
+        ws = _workspace(request)
+        user, own_ws = await request_user(request)
+        await _not_deleted(request, user, ws)
+        found = await server_state(request).hub.registry.find(ServiceQuery(ws))
+        has_read = user.can(ws, Permission.READ)
+        visible = [
+            i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+        ]
+        return JSONResponse(_jsonable(visible))
+
+    return await _guard(request, handler)
+
+
+async def service_info(request: Request) -> Response:
+    async def handler() -> Response:
+        user, own_ws = await request_user(request)
+        info = await _resolve(request, user, own_ws)
+        return JSONResponse(_jsonable(info))
+
+    return await _guard(request, handler)
+
+
+async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
+    ws = _workspace(request)
+    await _not_deleted(request, user, ws)
+    service_id = request.path_params["service_id"]
+    if "/" in service_id:
+        raise RequestRefused(400, "service_id must not contain '/'")
+    directory = server_state(request).hub.manager.directory
+    if service_id == "~":  # the workspace manager, as in Hypha
+        return directory.manager_info()
+    info = await directory.resolve(
+        f"{ws}/{service_id}",
+        workspace=own_ws,
+        user=user,
+        mode=request.query_params.get("_mode"),
+        select_timeout=_query_value(request.query_params["_select_timeout"])
+        if "_select_timeout" in request.query_params
+        else None,
+    )
+    svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
+    return info
+
+
+async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
+    """Keyword arguments from the query string (GET) or the body (POST)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    as_msgpack = content_type in MSGPACK_TYPES
+    if request.method == "GET":
+        return {k: _query_value(v) for k, v in request.query_params.items() if not k.startswith("_")}, as_msgpack
+    limit = server_state(request).hub.settings.max_message_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise FrameTooLarge(f"Request body of {declared} bytes is above the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise FrameTooLarge(f"Request body is above the limit of {limit} bytes")
+    if not body:
+        return {}, as_msgpack
+    try:
+        data = (
+            msgpack.unpackb(bytes(body), raw=False)
+            if as_msgpack
+            else json.loads(body, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        )
+    except (ValueError, RecursionError, msgpack.UnpackException) as exc:
+        kind = "msgpack" if as_msgpack else "JSON"
+        raise RequestRefused(400, f"Request body is not valid {kind}: {exc}") from None
+    if not isinstance(data, dict):
+        raise RequestRefused(400, f"Request body must be an object of keyword arguments, got {type(data).__name__}")
+    return data, as_msgpack
+
+
+def _not_json(name: str) -> Any:
+    """``NaN`` and ``Infinity`` are not JSON: refused, as no JSON answer could carry them back."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what msgpack, which carries the call, can encode
+
+
+def _int64(text: str) -> int:
+    """An integer beyond 64 bits could not be sent to the provider: refused."""
+    value = int(text)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"{text[:40]}... is out of range for a 64-bit integer")
+    return value
+
+
+def _finite(text: str) -> float:
+    """A JSON number Python would read as infinity (``1e999``) is refused for the same reason."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return value
+
+
+def _query_value(text: str) -> Any:
+    if text.startswith(("{", "[")):
+        try:
+            return json.loads(text, parse_constant=_not_json, parse_float=_finite, parse_int=_int64)
+        except (ValueError, RecursionError):
+            return text
+    # "nan", "inf" and 400-digit numbers stay text: neither msgpack nor JSON could carry them
+    try:
+        number = int(text)
+    except ValueError:
+        pass
+    else:
+        return number if _INT_MIN <= number <= _INT_MAX else text
+    try:
+        real = float(text)
+    except ValueError:
+        return text
+    return real if math.isfinite(real) else text
+
+
+def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
+    """Over HTTP, a client's ``built-in`` service needs read permission on its workspace.
+
+    HTTP calls reach the provider through the manager, whose messages carry the
+    root user and the provider's own workspace: exactly the context in which
+    the built-in service trusts its caller. Its ``get_service`` would hand a
+    protected service (with its data) to anyone, and ``message_cache.process``
+    would dispatch any message, e.g. a call of a protected function, as root.
+    """
+    ws = info["id"].partition("/")[0]
+    if info["id"].endswith(":built-in") and not user.can(ws, Permission.READ):
+        raise PermissionDenied(
+            f"Permission denied: the built-in service of a client in workspace {ws} "
+            "is not callable over HTTP without read permission on that workspace"
+        )
+
+
+async def call_function(request: Request) -> Response:
+    async def handler() -> Response:
+        state = server_state(request)
+        hub = state.hub
+        user, own_ws = await request_user(request)
+        kwargs, as_msgpack = await _read_kwargs(request)
+        if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
+            caller_ws = _workspace(request)
+            await _not_deleted(request, user, caller_ws)
+            caller = await http_caller(
+                hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
+            )
+            hub.metrics.http_calls.inc()
+            done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
+            return _respond(done, as_msgpack)
+        info = await _resolve(request, user, own_ws)
+        _check_built_in(info, user)
+        hub.metrics.http_calls.inc()
+        timeout = hub.settings.call_timeout
+        service = await asyncio.wait_for(hub.manager.directory.fetch_service(info, timeout=timeout), timeout)
+        key = request.path_params["function"]
+        target: Any = service
+        for part in key.split("."):
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            else:
+                raise NotFound(f"{key} not found.")
+        if callable(target):
+            # the provider sees the HTTP caller, not the manager: acting within the
+            # service's workspace if the caller may read it, else within its own
+            ws = info["id"].partition("/")[0]
+            acting_ws = ws if user.can(ws, Permission.READ) else own_ws
+            async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws):
+                target = await asyncio.wait_for(target(**kwargs), timeout)
+        return _respond(target, as_msgpack)
+
+    return await _guard(request, handler)

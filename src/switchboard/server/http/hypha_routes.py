@@ -1,0 +1,90 @@
+"""Hypha's informational HTTP routes: ``/assets/config.json``, ``/{workspace}/info`` and ``/health``.
+
+Each answers what Hypha's does in its fields that describe this hub; the
+caller is whoever the request's token says (``Authorization``), anonymous
+without one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from switchboard.errors import AuthError, BackendError, ProtocolError
+from switchboard.hub.identity.users import Permission
+from switchboard.hub.manager.workspace_records import implicit_record, owns
+from switchboard.protocol import ids
+from switchboard.protocol.handshake import HYPHA_VERSION
+from switchboard.server.http.http_services import request_user, server_state
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/health", health, methods=["GET"]),
+        Route("/assets/config.json", config, methods=["GET"]),
+        Route("/{workspace}/info", workspace_info, methods=["GET"]),
+    ]
+
+
+def _refused(status: int, detail: str) -> Response:
+    return JSONResponse({"success": False, "detail": detail}, status_code=status)
+
+
+async def health(request: Request) -> Response:
+    """Whether this replica serves (``status``: ``HEALTHY`` or ``DOWN``), and its connections."""
+    state = server_state(request)
+    ready, why = state.readiness()
+    body = {
+        "status": "HEALTHY" if ready else "DOWN",
+        "detail": why,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "replica": state.hub.replica_id,
+        "connections": {"active": len(state.hub.peers)},
+    }
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def config(request: Request) -> Response:
+    """The server's description and the caller's user, as Hypha's login page reads them."""
+    state = server_state(request)
+    try:
+        user, workspace = await request_user(request)
+    except AuthError as exc:
+        return _refused(401, str(exc))
+    s = state.hub.settings
+    return JSONResponse(
+        {
+            "user": user.to_wire(workspace),
+            "server_id": s.server_id,
+            "hypha_version": HYPHA_VERSION,
+            "public_base_url": s.public_base_url,
+            "local_base_url": s.public_base_url,
+        }
+    )
+
+
+async def workspace_info(request: Request) -> Response:
+    """A workspace's record, for a caller who may read it (403 otherwise, as Hypha's)."""
+    state = server_state(request)
+    try:
+        user, _ = await request_user(request)
+        ws = ids.check_id(request.path_params["workspace"], "workspace")
+    except AuthError as exc:
+        return _refused(401, str(exc))
+    except ProtocolError as exc:
+        return _refused(400, str(exc))
+    store = state.hub.workspaces
+    try:
+        record = await store.get(ws)
+        if not (user.can(ws, Permission.READ) or owns(user, record)):
+            return _refused(403, f"{user.id} has no permission to access {ws}")
+        types = await store.table(ws, "types")
+    except BackendError as exc:
+        return _refused(503, str(exc))
+    info = dict(record) if record else implicit_record(ws)
+    info["service_types"] = {k: json.loads(v) for k, v in types.items()}
+    return JSONResponse(info)
