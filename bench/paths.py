@@ -37,8 +37,12 @@ from compare import checkout_src  # noqa: E402
 WORKER = r"""
 import asyncio, json, sys, time
 import msgpack
-from switchboard.hub.identity.auth import new_anonymous_user
-from switchboard.hub.sessions.peer import Peer
+try:  # the hub in sub-packages (this revision on)
+    from switchboard.hub.identity.users import new_anonymous_user
+    from switchboard.hub.sessions.peer import Peer
+except ImportError:  # a base revision of before
+    from switchboard.hub.users import new_anonymous_user
+    from switchboard.hub.peer import Peer
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
 
