@@ -29,6 +29,7 @@ class StubSocket:
         self.hello: dict[str, Any] | None = None
         self.sent: list[str | bytes] = []
         self.closed: SocketClosed | None = None
+        self.aborted = False
         self._inbox: asyncio.Queue[str | bytes | SocketClosed] = asyncio.Queue()
 
     async def send(self, data: str | bytes) -> None:
@@ -51,6 +52,12 @@ class StubSocket:
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if self.closed is None:
             self.closed = SocketClosed(code, reason)
+            self._inbox.put_nowait(self.closed)
+
+    def abort(self) -> None:
+        self.aborted = True
+        if self.closed is None:
+            self.closed = SocketClosed(1006, "aborted")
             self._inbox.put_nowait(self.closed)
 
     # -- the server's side --

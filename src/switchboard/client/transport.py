@@ -49,6 +49,11 @@ log = logging.getLogger(__name__)
 # backs off. A flap on a URL that had not dropped yet in the outage (a
 # sibling we failed over to) moves on to the next URL at once.
 FLAP_WINDOW = 5.0
+# Seconds disconnect() waits for the hub to answer its close frame, and a failed handshake for
+# the same: a hub that does not answer (stalled, cut off) costs at most this, and the socket is
+# dropped then, whether the wait ran out or was cancelled.
+CLOSE_WAIT = 5.0
+HANDSHAKE_CLOSE_WAIT = 1.0
 
 
 class State(enum.Enum):
@@ -182,8 +187,11 @@ class Transport:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         if sock is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(sock.close(1000, reason or "client disconnected"), 5.0)
+            try:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sock.close(1000, reason or "client disconnected"), CLOSE_WAIT)
+            finally:
+                sock.abort()  # a close not answered in time, or cut short, must not keep the socket
         current = asyncio.current_task()
         pending = [t for t in (self._supervisor, self._keepalive) if t is not None and t is not current]
         if pending:
@@ -418,8 +426,11 @@ class Transport:
         try:
             info = await asyncio.wait_for(wire.handshake(sock, first, url, workspace), self._handshake_timeout)
         except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(sock.close(1000, "handshake failed"), 1.0)
+            try:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sock.close(1000, "handshake failed"), HANDSHAKE_CLOSE_WAIT)
+            finally:
+                sock.abort()
             raise
         self.connection_info = info
         self.manager_id = info["manager_id"]

@@ -36,7 +36,14 @@ class Socket(Protocol):
         """The next frame; raise :class:`SocketClosed` (with the close code) when it ends."""
         ...
 
-    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The closing handshake: a close frame, then the peer's, then the end of the stream."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the connection now (nothing if it is closed already): what a closing handshake
+        that was not answered in time, or was cut short, leaves behind is still released."""
+        ...
 
 
 Dial = Callable[[str], Awaitable[Socket]]
@@ -170,6 +177,9 @@ class WebsocketsSocket:
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         await self._conn.close(code, reason)
+
+    def abort(self) -> None:
+        self._conn.transport.abort()
 
     def __repr__(self) -> str:
         return f"<WebsocketsSocket {self._conn.remote_address} {self._conn.state.name}>"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,12 +12,9 @@ from pathlib import Path
 
 import httpx
 
+from switchboard.testing.ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["ReplicaProcess", "free_port"]
 
 
 class ReplicaProcess:

@@ -13,7 +13,6 @@ import importlib.util
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,8 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from switchboard.testing.ports import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +62,6 @@ def find_server_binary() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """SIGTERM, then SIGKILL if the server does not exit in ``timeout``."""
     if proc.poll() is None:
@@ -97,7 +92,7 @@ class ValkeyServer:
         extra_args: tuple[str, ...] | list[str] = (),
     ) -> None:
         self._fixed_port = port is not None
-        self._port = port if port is not None else _free_port()
+        self._port = port if port is not None else free_port()
         self._binary = binary
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -145,7 +140,7 @@ class ValkeyServer:
                 # probing and binding; a fresh port is worth one more try.
                 if attempt + 1 < attempts and "in use" in str(exc):
                     logger.info("port %s taken, retrying on a new port", self._port)
-                    self._port = _free_port()
+                    self._port = free_port()
                     continue
                 self.stop()  # no __exit__ runs when __enter__ raises
                 raise

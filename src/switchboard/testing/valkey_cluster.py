@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,29 +18,23 @@ from typing import Any
 
 import redis
 
+from switchboard.testing.ports import LOWEST, bindable, ephemeral_range
 from switchboard.testing.valkey import ValkeyServer, ValkeyServerError, find_server_binary
 
 logger = logging.getLogger(__name__)
 
 NODE_TIMEOUT_MS = 2000  # failover (detection + election) in about 3-5 s
-_MAX_PORT = 55535  # a cluster node's bus port is its port + 10000
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+BUS_OFFSET = 10_000  # a cluster node's bus port is its port + 10000
 
 
 def _cluster_ports(count: int) -> list[int]:
-    """``count`` ports whose bus ports (+10000) are free too, all at most 55535."""
+    """``count`` consecutive ports whose bus ports are free too, all below the ephemeral range
+    (testing/ports.py: a node restarted on its port must not find it taken by a connection)."""
+    top = ephemeral_range()[0] - BUS_OFFSET - count
     for _ in range(200):
-        base = random.randrange(20000, _MAX_PORT - count)
+        base = random.randrange(LOWEST, max(top, LOWEST + 1))
         ports = list(range(base, base + count))
-        if all(_port_free(p) and _port_free(p + 10000) for p in ports):
+        if all(bindable(p) and bindable(p + BUS_OFFSET) for p in ports):
             return ports
     raise ValkeyServerError("no free block of cluster ports found")
 
