@@ -25,6 +25,10 @@ T = TypeVar("T")
 _CHUNK = 65536
 _QUEUED_CHUNKS = 64
 _LINGER_RST = struct.pack("ii", 1, 0)
+# Loop turns stop() gives connections accepted just before the listener closed to reach the
+# handler, which turns them away (the accept, connection_made, the handler's first step): a
+# connection left in a loop that stops before then is an unclosed transport for the collector.
+_TURNS_AFTER_CLOSE = 10
 
 
 @dataclass
@@ -116,6 +120,9 @@ class ProxyConnection:
         except (OSError, TimeoutError) as exc:
             logger.warning("proxy conn %s: upstream connect failed: %r", self.id, exc)
             self.reset()
+            return
+        if self.closed:  # closed while it dialled (a cancel that came as the dial completed is lost)
+            _abort(up_w, rst=False)
             return
         self._up_w = up_w
         self.upstream_addr = up_w.get_extra_info("sockname")
@@ -241,6 +248,8 @@ class FaultProxy:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+            for _ in range(_TURNS_AFTER_CLOSE):
+                await asyncio.sleep(0)
         conns = list(self._conns.values())
         for conn in conns:
             conn.close()
