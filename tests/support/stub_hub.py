@@ -29,7 +29,6 @@ class StubSocket:
         self.hello: dict[str, Any] | None = None
         self.sent: list[str | bytes] = []
         self.closed: SocketClosed | None = None
-        self.aborted = False
         self._inbox: asyncio.Queue[str | bytes | SocketClosed] = asyncio.Queue()
 
     async def send(self, data: str | bytes) -> None:
@@ -55,7 +54,6 @@ class StubSocket:
             self._inbox.put_nowait(self.closed)
 
     def abort(self) -> None:
-        self.aborted = True
         if self.closed is None:
             self.closed = SocketClosed(1006, "aborted")
             self._inbox.put_nowait(self.closed)

@@ -187,11 +187,7 @@ class Transport:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         if sock is not None:
-            try:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(sock.close(1000, reason or "client disconnected"), CLOSE_WAIT)
-            finally:
-                sock.abort()  # a close not answered in time, or cut short, must not keep the socket
+            await wire.close(sock, reason or "client disconnected", CLOSE_WAIT)
         current = asyncio.current_task()
         pending = [t for t in (self._supervisor, self._keepalive) if t is not None and t is not current]
         if pending:
@@ -426,11 +422,7 @@ class Transport:
         try:
             info = await asyncio.wait_for(wire.handshake(sock, first, url, workspace), self._handshake_timeout)
         except BaseException:
-            try:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(sock.close(1000, "handshake failed"), HANDSHAKE_CLOSE_WAIT)
-            finally:
-                sock.abort()
+            await wire.close(sock, "handshake failed", HANDSHAKE_CLOSE_WAIT)
             raise
         self.connection_info = info
         self.manager_id = info["manager_id"]

@@ -109,6 +109,16 @@ async def handshake(sock: Socket, first_frame: str, url: str, workspace: str | N
         return reply
 
 
+async def close(sock: Socket, reason: str, within: float) -> None:
+    """The closing handshake, waited for at most ``within`` seconds; then, whether it was
+    answered, ran out or was cancelled, the socket is dropped: never left to the collector."""
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(sock.close(1000, reason), within)
+    finally:
+        sock.abort()
+
+
 async def _close_code(sock: Socket) -> int | None:
     """The close code that follows an error frame (1013 makes a refusal retryable)."""
     try:
