@@ -61,7 +61,8 @@ import httpx
 from switchboard.client import Disconnected, GivingUp, Reconnected, connect, idempotent
 from switchboard.testing import ValkeyServer
 from switchboard.testing.balancer import Balancer
-from switchboard.testing.replica import ReplicaProcess, free_port
+from switchboard.testing.ports import free_port
+from switchboard.testing.replica import ReplicaProcess
 
 RESULTS = Path(__file__).resolve().parent / "results" / "roll.json"
 FAST_REAPER = ["--orphan-reap-interval", "1", "--orphan-reap-min-failures", "2"]

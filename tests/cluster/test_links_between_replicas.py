@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from switchboard.testing import FaultProxy
-from switchboard.testing.replica import free_port
+from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]

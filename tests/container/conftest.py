@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from support.containers import Container, base_image, build_image, ci_requires_tools, missing_tools
-from switchboard.testing.replica import free_port
+from switchboard.testing.ports import free_port
 
 # At least 32 bytes: the shared secret the replicas sign tokens with (a short one is refused)
 SECRET = "container-tests-shared-secret-0123456789"

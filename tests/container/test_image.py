@@ -14,7 +14,7 @@ import pytest
 from support.containers import Container
 from switchboard.testing import ValkeyServer
 from switchboard.testing.balancer import Balancer
-from switchboard.testing.replica import free_port
+from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
 
 # the first test also builds the image: about 2 minutes from nothing, seconds from the cache

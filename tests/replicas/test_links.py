@@ -25,7 +25,7 @@ from switchboard.protocol import envelope
 from switchboard.protocol import link_state as links_mod
 from switchboard.protocol import link_wire as wire
 from switchboard.testing import FaultProxy, ValkeyServer
-from switchboard.testing.replica import free_port
+from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
 
 SECRET = "links-test-secret"

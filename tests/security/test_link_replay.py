@@ -22,7 +22,7 @@ from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
 from switchboard.protocol import link_wire as wire
 from switchboard.testing import ValkeyServer
-from switchboard.testing.replica import free_port
+from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
 
 pytestmark = pytest.mark.timeout(60)

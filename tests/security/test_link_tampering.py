@@ -31,7 +31,8 @@ from support.linked import linked_replicas
 from switchboard.protocol import envelope
 from switchboard.protocol import link_wire as wire
 from switchboard.testing import ValkeyServer
-from switchboard.testing.replica import ReplicaProcess, free_port
+from switchboard.testing.ports import free_port
+from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually, scaled
 
 pytestmark = pytest.mark.timeout(90)

@@ -14,8 +14,6 @@ import httpx
 
 from switchboard.testing.ports import free_port
 
-__all__ = ["ReplicaProcess", "free_port"]
-
 
 class ReplicaProcess:
     """One ``switchboard serve`` in its own process, on a fixed loopback port.

@@ -136,8 +136,8 @@ class ValkeyServer:
                 self._fixed_port = True  # clients now hold this URL: keep it
                 return self
             except ValkeyServerError as exc:
-                # Another process may have grabbed our ephemeral port between
-                # probing and binding; a fresh port is worth one more try.
+                # Another process may have bound our port between probing
+                # and binding; a fresh port is worth one more try.
                 if attempt + 1 < attempts and "in use" in str(exc):
                     logger.info("port %s taken, retrying on a new port", self._port)
                     self._port = free_port()
