@@ -88,6 +88,53 @@ class TestOneSender:
             ups.add(ALICE, "k", 0, b"\x80")
 
 
+class TestTheJoinedHeader:
+    """The header inside a joined message passes the rules of any header: hypha-rpc fires its ``type``."""
+
+    @staticmethod
+    def joined(main: bytes, extra: dict, *, cut: int) -> None:
+        ups = uploads()
+        ups.create(ALICE, "k")
+        data = main + msgpack.packb({**extra, "args": [b"x" * 100]})
+        for start in range(0, len(data), cut):
+            ups.add(ALICE, "k", None, data[start : start + cut])
+        ups.finish(ALICE, "k")
+
+    @pytest.mark.parametrize("event", ["peer_not_found", "client_disconnected", "force-exit"])
+    @pytest.mark.parametrize("cut", [1, 3, 1000], ids=["byte-by-byte", "3-byte-pieces", "one-piece"])
+    def test_a_server_event_type_never_completes_wherever_the_pieces_cut_it(self, event: str, cut: int) -> None:
+        main = msgpack.packb({"to": "W/bob", "type": event, "peer_id": "W/prov"})
+        with pytest.raises(ProtocolError, match="reserved for the server"):
+            self.joined(main, {}, cut=cut)
+
+    def test_a_server_event_type_behind_an_honest_one_in_the_same_map_never_completes(self) -> None:
+        # msgpack lets a map repeat a key; the decoder keeps the last one
+        main = b"\x82" + msgpack.packb("type") + msgpack.packb("method") + msgpack.packb("type")
+        main += msgpack.packb("peer_not_found")
+        with pytest.raises(ProtocolError, match="reserved for the server"):
+            self.joined(main, {}, cut=2)
+
+    @pytest.mark.parametrize(
+        "main",
+        [{"to": "W/bob"}, {"type": b"peer_not_found"}, {"type": ""}, {"type": 7}, {"type": ["peer_not_found"]}],
+        ids=["none", "bytes", "empty", "int", "list"],
+    )
+    def test_a_header_without_a_type_string_never_completes(self, main: dict) -> None:
+        with pytest.raises(ProtocolError, match="no 'type' string"):
+            self.joined(msgpack.packb(main), {}, cut=4)
+
+    def test_a_header_that_sets_ctx_never_completes(self) -> None:
+        main = msgpack.packb({"type": "method", "ctx": {"from": "W/owner"}, "method": "services.s.f"})
+        with pytest.raises(ProtocolError, match="ctx"):
+            self.joined(main, {}, cut=5)
+
+    @pytest.mark.parametrize("kind", ["method", "my-event", "e" * 300])
+    def test_an_honest_type_and_identity_fields_complete(self, kind: str) -> None:
+        # hypha-rpc writes its own from/to in the header; the receiver sets them from the stamped ``process``
+        main = msgpack.packb({"type": kind, "from": "W/alice", "to": "W/bob", "method": "services.s.f"})
+        self.joined(main, {"with_kwargs": False}, cut=3)
+
+
 class TestStrangers:
     def test_another_sender_cannot_touch_a_message(self) -> None:
         ups = uploads()

@@ -1090,6 +1090,58 @@ async def test_a_chunked_message_to_a_client_cannot_name_its_sender(sc: Scenario
     assert answer is None
 
 
+# -- a server event inside a chunked message (issue 37, item 4) --------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+@pytest.mark.parametrize("event", ["peer_not_found", "client_disconnected"])
+async def test_a_chunked_message_cannot_carry_a_server_event_that_fails_a_strangers_call(
+    sc: Scenario, event: str, transport: str
+) -> None:
+    """Attack: an anonymous outsider cannot send ``peer_not_found`` or ``client_disconnected`` in
+    a frame's own header, so it puts one in the header *inside* a chunked message to the victim's
+    ``message_cache`` (create, append, process). hypha-rpc joins the pieces and fires the inner
+    header's ``type``: the victim's call waiting on its provider would fail at once. The joined
+    header passes the rules of any header, so ``process`` is refused and the call goes on.
+    (Cluster: the victim is on replica A, the attacker and the provider on B.)"""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def wait() -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    slow_id, victim_cid = sc.unique("slow"), sc.unique("victim")
+    slow = await connect_to_server({"server_url": sc.attacker_url, "client_id": slow_id})
+    sc.clients.append(slow)
+    await slow.register_service({"id": "slow", "config": {"visibility": "public"}, "wait": wait})
+    provider = f"{slow.config['workspace']}/{slow_id}"
+    victim = await connect_to_server(
+        {"server_url": sc.victim_url, "client_id": victim_cid, "transport": transport, "method_timeout": 20}
+    )
+    sc.clients.append(victim)
+    victim_id = f"{victim.config['workspace']}/{victim_cid}"
+    service = await victim.get_service(f"{provider}:slow")
+    pending = asyncio.ensure_future(service.wait())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        async with sc.attacker() as atk:
+            forged = frame(
+                {"type": event, "to": victim_id, "peer_id": provider, "session": None},
+                {"data": {"id": slow_id, "workspace": slow.config["workspace"]}},
+            )
+            steps = await atk.upload(victim_id, forged)
+            await atk.settle()
+        assert not pending.done(), f"the victim's call ended at the forged {event}: {pending}"
+        release.set()
+        assert await asyncio.wait_for(pending, 10) == "done"
+        assert steps[-1].kind == "reject", f"the forged {event} was put together: {steps}"
+        assert "reserved for the server" in steps[-1].message, steps
+    finally:
+        release.set()
+        pending.cancel()
+
+
 # -- the property-based outsider ---------------------------------------------------------------------------------
 
 # Strings are templates: {W}, {victim}, {owner}, {mgr}, {me} and {s} (this call's session) are

@@ -7,6 +7,7 @@ than once: that is what keeps a 10 MiB call as cheap as the kernel allows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -161,10 +162,9 @@ def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False, 
     """
     main = env.main
     if not trusted:
-        if main["type"] in SERVER_EVENT_TYPES:
-            raise ProtocolError(f"event type {main['type']!r} is reserved for the server")
+        _check_type(main["type"])
         if "ctx" in main:
-            raise ProtocolError("a message may not set 'ctx': the hub sets who sent a message")
+            raise ProtocolError(_CTX_REFUSAL)
         if payload.ENCRYPTED in main and not allow_encrypted:
             raise EncryptedPayload(payload.ENCRYPTED_REFUSAL)
         payload.check_extra(env.rest, sender=identity.sender, allow_encrypted=allow_encrypted)
@@ -177,6 +177,33 @@ def stamp(env: Envelope, *, identity: Identity, to: str, trusted: bool = False, 
     frame = b"".join((_map_header(size + len(_STAMPED)), memoryview(own)[skip:], identity.packed, env.rest))
     main["from"], main["ws"], main["user"] = identity.sender, identity.workspace, identity.user
     return frame
+
+
+_CTX_REFUSAL = "a message may not set 'ctx': the hub sets who sent a message"
+
+
+def _check_type(kind: object) -> None:
+    if not isinstance(kind, str) or not kind:
+        raise ProtocolError("message header has no 'type' string")
+    if kind in SERVER_EVENT_TYPES:
+        raise ProtocolError(f"event type {kind!r} is reserved for the server")
+
+
+def check_joined_header(types: Sequence[str | None], *, ctx: bool) -> None:
+    """The header inside a message put together from pieces, held to :func:`stamp`'s rules.
+
+    hypha-rpc fires the joined header's ``type`` (setting ``from``, ``to``,
+    ``ws``, ``user`` and ``ctx`` from the ``process`` call the hub stamped),
+    so it may not be a server event type, nor set ``ctx``: ``types`` are its
+    ``type`` values as a :class:`~switchboard.protocol.payload.Scanner` read
+    them (a map may repeat a key), ``ctx`` whether it has one.
+    """
+    if not types:
+        raise ProtocolError("message header has no 'type' string")
+    for kind in types:
+        _check_type(kind)
+    if ctx:
+        raise ProtocolError(_CTX_REFUSAL)
 
 
 RouteKind = Literal["manager", "client", "broadcast", "nowhere"]

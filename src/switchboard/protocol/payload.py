@@ -43,6 +43,10 @@ ENCRYPTED_REFUSAL = (
     "--allow-encrypted-payloads (SWITCHBOARD_ALLOW_ENCRYPTED_PAYLOADS) lets them through"
 )
 _LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES | {b"promise"})
+# A header's ``type`` is read up to this many bytes: enough to tell every server event type
+# from any other (the rest of a longer one is skipped like any value).
+TYPE_PREFIX = 64
+_BIN = frozenset((0xC4, 0xC5, 0xC6))
 
 MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest message
 # The walk is plain Python: past this many values in one frame the rest of the
@@ -112,13 +116,21 @@ class Scanner:
     may be missing), and ``payload`` which of them is checked. The bytes of
     the payload's ``promise`` (where the callee sends its answer) are kept,
     up to :data:`MAX_PROMISE`, for :func:`foreign_targets`; otherwise nothing
-    is kept but a small header that straddles two feeds.
+    is kept but a small header that straddles two feeds. ``header``, if
+    given, is the object read as the message's routing header: the values of
+    its ``type`` keys are noted (the first :data:`TYPE_PREFIX` bytes of a
+    string, ``None`` for anything else), and whether it sets ``ctx``, so the
+    header of a message put together from pieces can be held to the rules of
+    any header (:func:`switchboard.protocol.envelope.check_joined_header`).
     """
 
-    def __init__(self, *, objects: int, payload: int) -> None:
+    def __init__(self, *, objects: int, payload: int, header: int | None = None) -> None:
         self.objects = objects
         self.payload = payload
+        self.header = header
         self.found: set[str] = set()  # reserved keys seen at the payload's top level
+        self.header_types: list[str | None] = []  # the header's ``type`` values, in order
+        self.header_ctx = False  # the header has a ``ctx`` key
         self.promise: bytes | None = None  # the payload's promise, once walked whole
         self.values = 0  # values walked so far
         self._obj = 0  # index of the top-level object being walked (or next)
@@ -126,6 +138,7 @@ class Scanner:
         self._skip = 0  # bytes of a str/bin/ext body still to pass
         self._carry = b""  # the start of an item the last feed cut off
         self._promise_next = False  # the next value is the promise
+        self._type_next = False  # the next value is the header's type
         self._capture: bytearray | None = None  # the promise's bytes so far
 
     @property
@@ -170,7 +183,9 @@ class Scanner:
                 continue
             top_key = len(stack) == 1 and not stack[0] & 1  # a key of a top-level object
             is_key = top_key and self._obj == self.payload
-            promise_key = False
+            promise_key = type_key = False
+            type_value = self._type_next and len(stack) == 1  # this value is the header's type
+            kind_of_type: str | None = None
             if kind == _LEAF:
                 if pos > end:
                     return self._stop(data, start, cap_from, walked)
@@ -185,7 +200,15 @@ class Scanner:
                         self.found.add(ENCRYPTED)
                     elif is_key and key in _RESERVED_BYTES:
                         self.found.add(key.decode())
+                    elif self._obj == self.header:
+                        type_key = key == b"type"
+                        self.header_ctx = self.header_ctx or key == b"ctx"
                     promise_key = is_key and key == b"promise"
+                elif type_value and kind == _STR and data[start] not in _BIN:
+                    prefix = min(n, TYPE_PREFIX)
+                    if pos + prefix > end:  # the type cut in two: walk it again next time
+                        return self._stop(data, start, cap_from, walked)
+                    kind_of_type = bytes(data[pos : pos + prefix]).decode(errors="replace")
                 pos += n
                 if pos > end:
                     self._skip = pos - end
@@ -193,6 +216,11 @@ class Scanner:
             elif kind != _ARRAY and kind != _MAP:
                 raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
             walked += 1
+            if top_key:
+                self._type_next = type_key
+            elif type_value:
+                self._type_next = False
+                self.header_types.append(kind_of_type)
             if is_key:
                 self._promise_next = promise_key
             elif self._promise_next and len(stack) == 1:

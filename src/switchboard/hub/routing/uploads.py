@@ -4,7 +4,8 @@ hypha-rpc sends a message above 256 KiB as calls to the receiver's
 ``message_cache``: ``create(key)``, then ``set(key, index, chunk)`` or
 ``append(key, chunk)`` for each piece, then ``process(key)``, on which the
 receiver joins the pieces and handles the message as if it had come in one
-frame. The hub must see such a message as the receiver will: its payload
+frame. The hub must see such a message as the receiver will: its header
+passes the rules of any header (no server event type, no ``ctx``), its payload
 may not name a sender (:mod:`switchboard.protocol.payload`), and a stranger
 may not write into, take over or fill another sender's message.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.protocol.chunks import CacheCall
+from switchboard.protocol.envelope import check_joined_header
 from switchboard.protocol.payload import Scanner, check_keys, check_promise, decode_promise
 
 # Walking is plain Python; a message of more values than this is refused rather
@@ -45,7 +47,7 @@ class Upload:
 
     sender: str
     touched: float
-    scanner: Scanner = field(default_factory=lambda: Scanner(objects=2, payload=1))
+    scanner: Scanner = field(default_factory=lambda: Scanner(objects=2, payload=1, header=0))
     next_index: int = 0  # the piece the walk needs next
     count: int = 0  # pieces received (``append`` puts the next one at this index)
     ahead: dict[int, bytes] = field(default_factory=dict)
@@ -125,6 +127,7 @@ class Uploads:
         scanner = upload.scanner
         if upload.ahead or not scanner.complete:
             raise ProtocolError(f"Message {key!r} is incomplete: pieces are missing")
+        check_joined_header(scanner.header_types, ctx=scanner.header_ctx)
         check_keys(scanner.found, allow_encrypted=self.allow_encrypted)
         check_promise(decode_promise(scanner.promise), sender)
         return b"".join(upload.kept) if self.keep else None
