@@ -35,6 +35,7 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.protocol import envelope, ids
 from switchboard.protocol.handshake import HYPHA_VERSION
+from switchboard.protocol.remote_errors import bare_reject
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.tasks import cancel_and_wait, spawn
@@ -91,6 +92,7 @@ class _RouterLink:
         """The manager never reconnects; nothing to remember."""
 
     async def emit_message(self, data: bytes) -> None:
+        data = bare_reject(data)  # an error goes out as its type and message, never the hub's traceback
         if self.sent is not None:
             self.sent(data)
         await self._hub.route_from_manager(data)
