@@ -297,3 +297,21 @@ def list_query(query: Any, workspace: str) -> Listing:
         q = ServiceQuery(values["workspace"], values["client_id"], values["service_id"], values["app_id"])
         return _listing(q, type=values["type"], visibility=values["visibility"])
     raise ProtocolError("list_services query must be null, a string or an object")
+
+
+def check_include_unlisted(listing: Listing, caller_workspace: str) -> None:
+    """Refuse a listing that asks for unlisted services where it may not have them, as Hypha does.
+
+    Unlisted services are listed only in the caller's own workspace; asking for
+    them in another workspace, or in every one, is refused rather than filtered,
+    so the caller learns it asked for what it may not have. ``public`` is
+    filtered, not refused, as in Hypha.
+    """
+    ws = listing.patterns.get("workspace", "*")
+    if ws == "*":
+        raise PermissionDenied("Cannot include unlisted services when searching all workspaces.")
+    if ws not in (caller_workspace, "public"):
+        raise PermissionDenied(
+            f"Cannot include unlisted services from workspace {ws}. "
+            f"Only services from your current workspace ({caller_workspace}) can include unlisted services."
+        )

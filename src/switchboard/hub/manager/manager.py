@@ -404,7 +404,7 @@ class WorkspaceManager:
                     f"Event type too long ({len(name)} characters, {name[:40]!r}...): event types may have at most "
                     f"{s.max_event_type_length} characters (--max-event-type-length/SWITCHBOARD_MAX_EVENT_TYPE_LENGTH)"
                 )
-            if name not in envelope.SERVER_EVENT_TYPES and (name.startswith("ws-") or "/" in name):
+            if not may_subscribe(name, peer.workspace):
                 raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
         added = set(names) - peer.subscriptions
         if len(peer.subscriptions) + len(added) > s.max_subscriptions_per_client:
@@ -426,6 +426,16 @@ class WorkspaceManager:
         """Whether the workspace is ready, and the caller's permission in it."""
         peer = calling_peer()
         return {"status": "ready", "user_permission": peer.user.permission(peer.workspace).code}
+
+
+def may_subscribe(name: str, workspace: str) -> bool:
+    """Whether a client of ``workspace`` may subscribe to the event type ``name``, as Hypha decides:
+    a server event type, or a name that names no workspace (``<ws>/...``, ``ws-...``) but its own."""
+    if name in envelope.SERVER_EVENT_TYPES:
+        return True
+    if "/" in name:
+        return name.partition("/")[0] == workspace
+    return not name.startswith("ws-") or name == workspace
 
 
 def _event_names(event_type: Any) -> list[str]:

@@ -209,6 +209,8 @@ class ServiceDirectory:
         """Services visible to the caller, filtered by ``query`` (whose values may hold ``*``)."""
         peer = calling_peer()
         listing = list_query(plain(query), peer.workspace)
+        if include_unlisted:
+            svc_ids.check_include_unlisted(listing, peer.workspace)
         await self._settled()
         found = await self.hub.registry.find(listing.lookup)
         everywhere = listing.patterns.get("workspace", "*") == "*"
