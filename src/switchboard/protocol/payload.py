@@ -46,7 +46,6 @@ _LONGEST_KEY = max(len(k) for k in _RESERVED_BYTES | {b"promise"})
 # A header's ``type`` is read up to this many bytes: enough to tell every server event type
 # from any other (the rest of a longer one is skipped like any value).
 TYPE_PREFIX = 64
-_BIN = frozenset((0xC4, 0xC5, 0xC6))
 
 MAX_DEPTH = 512  # as deep as msgpack's own unpacker goes; deeper is no honest message
 # The walk is plain Python: past this many values in one frame the rest of the
@@ -138,7 +137,6 @@ class Scanner:
         self._skip = 0  # bytes of a str/bin/ext body still to pass
         self._carry = b""  # the start of an item the last feed cut off
         self._promise_next = False  # the next value is the promise
-        self._type_next = False  # the next value is the header's type
         self._capture: bytearray | None = None  # the promise's bytes so far
 
     @property
@@ -183,9 +181,7 @@ class Scanner:
                 continue
             top_key = len(stack) == 1 and not stack[0] & 1  # a key of a top-level object
             is_key = top_key and self._obj == self.payload
-            promise_key = type_key = False
-            type_value = self._type_next and len(stack) == 1  # this value is the header's type
-            kind_of_type: str | None = None
+            promise_key = False
             if kind == _LEAF:
                 if pos > end:
                     return self._stop(data, start, cap_from, walked)
@@ -201,14 +197,13 @@ class Scanner:
                     elif is_key and key in _RESERVED_BYTES:
                         self.found.add(key.decode())
                     elif self._obj == self.header:
-                        type_key = key == b"type"
+                        if key == b"type":  # its value is read here, and walked as any value next
+                            at_hand, value = _str_prefix(data, pos + n, end)
+                            if not at_hand:  # the value cut off: walk the key again next time
+                                return self._stop(data, start, cap_from, walked)
+                            self.header_types.append(value)
                         self.header_ctx = self.header_ctx or key == b"ctx"
                     promise_key = is_key and key == b"promise"
-                elif type_value and kind == _STR and data[start] not in _BIN:
-                    prefix = min(n, TYPE_PREFIX)
-                    if pos + prefix > end:  # the type cut in two: walk it again next time
-                        return self._stop(data, start, cap_from, walked)
-                    kind_of_type = bytes(data[pos : pos + prefix]).decode(errors="replace")
                 pos += n
                 if pos > end:
                     self._skip = pos - end
@@ -216,11 +211,6 @@ class Scanner:
             elif kind != _ARRAY and kind != _MAP:
                 raise ProtocolError(f"message payload is not valid msgpack (byte 0x{data[start]:02x})")
             walked += 1
-            if top_key:
-                self._type_next = type_key
-            elif type_value:
-                self._type_next = False
-                self.header_types.append(kind_of_type)
             if is_key:
                 self._promise_next = promise_key
             elif self._promise_next and len(stack) == 1:
@@ -266,6 +256,30 @@ class Scanner:
             self._check_capture()
         self.values += walked
         return done
+
+
+_STR_HEAD = {0xD9: 1, 0xDA: 2, 0xDB: 4}  # str 8/16/32: bytes of the length field
+
+
+def _str_prefix(data: bytes | memoryview, pos: int, end: int) -> tuple[bool, str | None]:
+    """Whether the start of the value at ``pos`` is at hand in ``data[:end]``, and then the first
+    :data:`TYPE_PREFIX` bytes of that msgpack str (``None``: it is not a str)."""
+    if pos >= end:
+        return False, None
+    first = data[pos]
+    if 0xA0 <= first <= 0xBF:
+        head, n = 1, first & 0x1F
+    elif first in _STR_HEAD:
+        head = 1 + _STR_HEAD[first]
+        if pos + head > end:
+            return False, None
+        n = int.from_bytes(data[pos + 1 : pos + head], "big")
+    else:
+        return True, None
+    take = min(n, TYPE_PREFIX)
+    if pos + head + take > end:
+        return False, None
+    return True, bytes(data[pos + head : pos + head + take]).decode(errors="replace")
 
 
 def check_extra(rest: bytes | memoryview, *, sender: str, allow_encrypted: bool = False) -> None:

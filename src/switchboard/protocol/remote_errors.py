@@ -63,7 +63,10 @@ def bare_error(error: dict[str, Any]) -> dict[str, Any]:
 
 def bare_reject(frame: bytes) -> bytes:
     """``frame`` unchanged unless it is a ``<session>.reject`` carrying an error: then with that
-    error bare (:func:`bare_error`). Any other frame is passed as it is, undecoded past its header."""
+    error bare (:func:`bare_error`). Any other frame is passed as it is, undecoded past its header
+    (and undecoded at all when its bytes hold no ``.reject``: most of what the manager sends)."""
+    if b".reject" not in frame:
+        return frame
     try:
         env = envelope.decode(frame)
         method = env.main.get("method")
