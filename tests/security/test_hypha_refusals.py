@@ -41,19 +41,20 @@ def ids(listing: list) -> set[str]:
     return {s["id"].rpartition(":")[2] for s in listing}
 
 
-@pytest.mark.parametrize(
-    "query", ["{W}", {"workspace": "{W}"}, "{W}/*:*", "*", {"workspace": "*"}, "*/*:hidden"], ids=repr
-)
-async def test_listing_unlisted_services_of_another_or_every_workspace_is_refused(connect, query) -> None:
+QUERIES = ["{W}", {"workspace": "{W}"}, "{W}/*:*", "*", {"workspace": "*"}, "*/*:hidden"]
+
+
+async def test_listing_unlisted_services_of_another_or_every_workspace_is_refused(connect) -> None:
     _, ws, _ = await _victim(connect)
     outsider = await connect(client_id="outsider")
     own = outsider.config["workspace"]
-    asked = {k: v.format(W=ws) for k, v in query.items()} if isinstance(query, dict) else query.format(W=ws)
-    everywhere = (asked.get("workspace") if isinstance(asked, dict) else asked.partition("/")[0]) == "*"
-    message = ALL_WORKSPACES if everywhere else from_another(ws, own)
-    with pytest.raises(RemoteException, match=re.escape(message)):
-        await outsider.list_services(asked, include_unlisted=True)
-    assert "hidden" not in ids(await outsider.list_services(asked))  # without the flag: what it may see
+    for query in QUERIES:
+        asked = {k: v.format(W=ws) for k, v in query.items()} if isinstance(query, dict) else query.format(W=ws)
+        everywhere = (asked.get("workspace") if isinstance(asked, dict) else asked.partition("/")[0]) == "*"
+        message = ALL_WORKSPACES if everywhere else from_another(ws, own)
+        with pytest.raises(RemoteException, match=re.escape(message)):
+            await outsider.list_services(asked, include_unlisted=True)
+        assert "hidden" not in ids(await outsider.list_services(asked)), query  # without the flag: what it may see
 
 
 async def test_a_member_connected_into_the_workspace_lists_its_unlisted_services(connect) -> None:
@@ -87,9 +88,9 @@ async def test_subscribing_to_events_under_ones_own_workspace_prefix_is_allowed(
     assert await client.subscribe([f"{own}/news", own, "plain-news", "service_added"]) is True
 
 
-@pytest.mark.parametrize("name", ["{other}/news", "{other}", "ws-user-someone-else/news", "{other}:news"])
-async def test_subscribing_to_another_workspaces_events_stays_refused(connect, name: str) -> None:
+async def test_subscribing_to_another_workspaces_events_stays_refused(connect) -> None:
     _, ws, _ = await _victim(connect)
     client = await connect(client_id="listener")
-    with pytest.raises(RemoteException, match="another workspace"):
-        await client.subscribe([name.format(other=ws)])
+    for name in (f"{ws}/news", ws, "ws-user-someone-else/news", f"{ws}:news"):
+        with pytest.raises(RemoteException, match="another workspace"):
+            await client.subscribe([name])
