@@ -280,7 +280,8 @@ class Settings:
     )
     max_connections_per_user: int = setting(
         1000,
-        "Connections one user may hold across the hub (counted through Redis with several replicas).",
+        "Connections one user, with the holders of the tokens it generated, may hold across the hub (counted "
+        "through Redis with several replicas).",
         "1000: far above a user's fleet of workers, low enough that a reconnect loop cannot eat a replica's sockets",
         minimum=1,
     )
