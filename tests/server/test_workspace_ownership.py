@@ -73,6 +73,12 @@ async def test_a_stranger_cannot_take_a_workspace_that_operator_tokens_grant(con
     assert made["owners"] == [admin.config["user"]["id"]]
     with pytest.raises(RemoteException, match="Permission denied"):
         await mallory.get_workspace_info(ws)
+    with pytest.raises(RemoteException, match="cannot overwrite"):
+        await mallory.create_workspace({"id": ws}, overwrite=True)
+    # an operator's workspace gets owners the way any does: invited, then accepting
+    await admin.create_workspace({"id": ws, "owners": [admin.config["user"]["id"], "carol"]}, overwrite=True)
+    carol = await connect(client_id="carol", token=credential("carol", 3600)[0])
+    assert (await carol.create_workspace({"id": ws}, overwrite=True))["owners"][-1] == "carol"
 
 
 async def test_a_user_still_creates_a_new_workspace_in_the_grammar_anyone_may_create(connect):

@@ -34,14 +34,15 @@ def anyone_may_create(workspace: str) -> bool:
     return _CREATED_NAME.fullmatch(workspace) is not None and not workspace.startswith("ws-user-")
 
 
-def check_may_create(user: User, workspace: str, have: Permission) -> None:
+def check_may_create(user: User, workspace: str, have: Permission, *, new: bool = True) -> None:
     """Refuse (with the reason) a caller who may not create ``workspace``'s record whatever it holds;
-    ``have``: the caller's permission there (a grant, the admin role, ownership of an old record)."""
+    ``have``: the caller's permission there (a grant, the admin role, ownership of the record);
+    ``new``: no record exists (else who may rewrite it is :func:`naming_after`'s to say)."""
     if user.is_anonymous:
         raise PermissionDenied("Only registered user can create workspace.")
     if workspace.startswith("ws-user-") and workspace != user_workspace(user.id):
         raise PermissionDenied(f"Workspace {workspace} is the personal workspace of another user")
-    if have < Permission.ADMIN and workspace != user_workspace(user.id) and not anyone_may_create(workspace):
+    if new and have < Permission.ADMIN and workspace != user_workspace(user.id) and not anyone_may_create(workspace):
         raise ProtocolError(
             f"Invalid workspace name: {workspace}: a name you create has {CREATED_NAME_RULE}; "
             "any other name is an operator's, and creating its record needs admin there"

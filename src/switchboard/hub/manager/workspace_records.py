@@ -99,7 +99,7 @@ class WorkspaceRecords:
         ws = ids.check_id(config["id"], "workspace")
         existing = await self.store.get(ws)
         have = Permission.ADMIN if owns(user, existing) else user.permission(ws)
-        check_may_create(user, ws, have)
+        check_may_create(user, ws, have, new=existing is None)
         if existing is not None and not overwrite:
             raise ProtocolError(f"Workspace already exists: {ws}")
         naming = naming_after(user, _named_owners(config), existing, admin=have >= Permission.ADMIN)
@@ -112,7 +112,8 @@ class WorkspaceRecords:
             record = {**existing, "owners": naming.owners, "invited": naming.invited}
         else:
             record = self._record(config, ws, user, existing, naming)
-        if not await self.store.put(record, overwrite=bool(overwrite)):
+        # a record that appeared since it was read is not overwritten: its creator did not see this call
+        if not await self.store.put(record, overwrite=existing is not None):
             raise ProtocolError(f"Workspace already exists: {ws}")
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
         if ws != user_workspace(user.id):
