@@ -121,3 +121,27 @@ async def test_the_clis_user_alice_is_not_the_providers_subject_alice(
     assert operator_alice.config["user"]["id"] != alice.config["user"]["id"]
     with pytest.raises(RemoteException, match="(?i)permission"):
         await operator_alice.get_service(f"{alice.config['workspace']}/alice:diary")
+
+
+def _printed(user: str, workspace: str, permission: str, expires_in: float) -> str:
+    args = ["token", "--user", user, "--workspace", workspace, "--permission", permission]
+    result = CliRunner().invoke(main, [*args, "--expires-in", str(expires_in), "--jwt-secret", TEST_SECRET])
+    assert result.exit_code == 0, result.output
+    return result.output.strip()
+
+
+async def test_a_60s_operator_admin_grant_never_becomes_ownership_of_the_attackers_provider_login(
+    hub: RunningServer, provider: OidcProvider, clients: Any
+) -> None:
+    ws = f"proj_{uuid.uuid4().hex[:8]}"
+    lead = await clients(hub.url, client_id="lead", token=_printed("lead", ws, "admin", 600), workspace=ws)
+    await lead.create_workspace({"id": ws})
+    grant = _printed("mallory", ws, "admin", 60)
+    mallory = await clients(hub.url, client_id="mallory-op", token=grant, workspace=ws)
+    with pytest.raises(RemoteException, match="only an owner changes"):
+        await mallory.create_workspace({"id": ws, "owners": ["mallory"]}, overwrite=True)
+    assert (await mallory.create_workspace({"id": ws}, overwrite=True))["owners"] == ["op.lead"]
+    await mallory.revoke_token(grant)
+    login = await clients(hub.url, client_id="mallory-login", token=provider.token("mallory"))
+    with pytest.raises(RemoteException, match="Permission denied"):
+        await login.get_workspace_info(ws)
