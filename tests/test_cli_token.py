@@ -24,16 +24,16 @@ async def test_a_printed_token_opens_the_shared_workspace_of_a_hub_on_the_same_s
     tmp_path: Path, permission: str, code: str
 ) -> None:
     status, token = _token(
-        "--user", "ci-bot", "--workspace", "lab-shared", "--permission", permission, "--expires-in", "600",
+        "--user", "ci-bot", "--workspace", "lab_shared", "--permission", permission, "--expires-in", "600",
         "--state-dir", str(tmp_path),
     )  # fmt: skip
     assert status == 0, token
-    assert f"ws:lab-shared#{code}" in claims(token)["scope"]
+    assert f"ws:lab_shared#{code}" in claims(token)["scope"]
     async with running(settings_for_tests(jwt_secret="", state_dir=str(tmp_path))) as hub:
         reply = await first_reply(hub.url, "bot", token=token)
         assert reply["type"] == "connection_info", reply
-        assert reply["workspace"] == "lab-shared"
-        assert reply["user"]["id"] == "ci-bot"
+        assert reply["workspace"] == "lab_shared"
+        assert reply["user"]["id"] == "op.ci-bot"  # an operator's user: never a provider's subject
         client = await connect_to_server({"server_url": hub.url, "client_id": "bot2", "token": token})
         try:
             service = {"id": "svc", "config": {"visibility": "public"}, "f": lambda: 1}

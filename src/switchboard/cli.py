@@ -126,8 +126,19 @@ def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> 
 
 
 @main.command()
-@click.option("--user", "user_id", required=True, help="User id the token stands for (letters, digits, _ - | .).")
-@click.option("--workspace", required=True, help="Workspace the token grants.")
+@click.option(
+    "--user",
+    "user_id",
+    required=True,
+    help="Name of the operator's user the token stands for (letters, digits, _ - | .); its id is op.<name>, "
+    "never the id of a provider's user.",
+)
+@click.option(
+    "--workspace",
+    required=True,
+    help="Workspace the token grants: a name users cannot create (e.g. lab_shared, LabShared); access to a "
+    "workspace a user created is handed out by its owner (generate_token).",
+)
 @click.option(
     "--permission",
     type=click.Choice(["read", "read_write", "admin"]),
@@ -146,8 +157,9 @@ def token(
     from switchboard.clock import SystemClock
     from switchboard.errors import ProtocolError
     from switchboard.hub.identity.auth import TokenIssuer
-    from switchboard.hub.identity.users import Permission, User
+    from switchboard.hub.identity.users import Permission, User, operator_user_id
     from switchboard.hub.manager.manager import MAX_TOKEN_LIFETIME
+    from switchboard.hub.manager.ownership import anyone_may_create
     from switchboard.protocol import ids
     from switchboard.server.process.state_dir import token_secret
 
@@ -156,6 +168,12 @@ def token(
         ids.check_id(workspace, "workspace")
     except ProtocolError as exc:
         raise click.UsageError(str(exc)) from None
+    if anyone_may_create(workspace):
+        raise click.UsageError(
+            f"--workspace={workspace} is a name any user may create (lowercase letters, digits and hyphens): while "
+            "it has no record, the first user to create it would own it and every token for it. Use a name users "
+            f"cannot create (e.g. {workspace.replace('-', '_')}), or have its owner create it and call generate_token."
+        )
     if not 0 < expires_in <= MAX_TOKEN_LIFETIME:
         raise click.UsageError(f"--expires-in={expires_in:g}: use a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
     try:
@@ -165,7 +183,7 @@ def token(
         raise click.ClickException(str(exc)) from None
     issuer = TokenIssuer(secret=secret, clock=SystemClock())
     grant = Permission.parse(permission)
-    user = User(id=user_id, grants={workspace: grant})
+    user = User(id=operator_user_id(user_id), grants={workspace: grant})
     click.echo(issuer.issue(user, workspace=workspace, permission=grant, expires_in=expires_in))
 
 

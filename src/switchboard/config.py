@@ -147,6 +147,14 @@ class Settings:
         "Subjects (sub claims, comma-separated) of provider users who are admins of the whole hub (empty: none).",
         "none, as for roles: a provider without roles can still name its hub admins",
     )
+    oidc_trust_email: bool = setting(
+        False,
+        "Take a provider token's email as verified even without email_verified: true (only for a provider that "
+        "verifies every address it puts in a token). An email counts (as the user's, and to match an owner a "
+        "workspace record names by email) only when verified.",
+        "off: many providers let a user type any address, and one claimed but unverified would make its claimant "
+        "an owner of the records naming that address",
+    )
     oidc_key_refetch_interval: float = setting(
         5.0,
         "Seconds at least between two fetches of the provider's keys that tokens with an unknown key id (kid) "
@@ -272,7 +280,8 @@ class Settings:
     )
     max_connections_per_user: int = setting(
         1000,
-        "Connections one user may hold across the hub (counted through Redis with several replicas).",
+        "Connections one user, with the holders of the tokens it generated, may hold across the hub (counted "
+        "through Redis with several replicas).",
         "1000: far above a user's fleet of workers, low enough that a reconnect loop cannot eat a replica's sockets",
         minimum=1,
     )

@@ -143,10 +143,56 @@ def test_the_memory_store_keeps_persistent_records_in_its_file_and_only_those(tm
         store = MemoryWorkspaceStore(ttl=TTL, path=path)
         await store.put(record("kept-ws", persistent=True), overwrite=False)
         await store.put(record("brief-ws"), overwrite=False)
+        await store.put(record("was-kept", persistent=True), overwrite=False)
+        await store.put(record("was-kept"), overwrite=True)  # no longer persistent: not kept
 
     asyncio.run(first_life())
-    assert [r["id"] for r in json.loads(path.read_text())] == ["kept-ws"]
+    assert "brief-ws" not in path.read_text()
     assert path.stat().st_mode & 0o077 == 0
     again = MemoryWorkspaceStore(ttl=TTL, path=path)
     assert asyncio.run(again.get("kept-ws")) is not None
     assert asyncio.run(again.get("brief-ws")) is None
+    assert asyncio.run(again.get("was-kept")) is None
+
+
+async def test_a_persistent_write_appends_one_record_and_rewrites_none(tmp_path: Path) -> None:
+    path = tmp_path / "workspaces.json"
+    store = MemoryWorkspaceStore(ttl=TTL, path=path)
+    for i in range(50):
+        await store.put(record(f"kept-{i}", persistent=True), overwrite=False)
+    before, inode = path.read_bytes(), path.stat().st_ino
+    await store.put(record("one-more", persistent=True), overwrite=False)
+    after = path.read_bytes()
+    assert path.stat().st_ino == inode, "the file was replaced, not appended to"
+    assert after.startswith(before)
+    assert len(after) - len(before) < 2 * len(json.dumps(record("one-more", persistent=True)))
+
+
+async def test_the_log_is_compacted_to_its_live_records_and_read_back_whole(tmp_path: Path) -> None:
+    path = tmp_path / "workspaces.json"
+    store = MemoryWorkspaceStore(ttl=TTL, path=path)
+    for i in range(10):
+        await store.put(record(f"kept-{i}", persistent=True), overwrite=False)
+    for round_ in range(300):  # churn: each creates and removes one, or rewrites a kept one
+        await store.put(record(f"brief-{round_}", persistent=True), overwrite=False)
+        await store.remove(f"brief-{round_}")
+        await store.put(record(f"kept-{round_ % 10}", persistent=True) | {"description": str(round_)}, overwrite=True)
+    # 910 writes; the file holds at most twice the 10 live records plus 64 lines (record_log.COMPACT_SLACK)
+    assert len(path.read_text().splitlines()) <= 2 * 10 + 64 + 1
+    again = MemoryWorkspaceStore(ttl=TTL, path=path)
+    kept = {r["id"]: r for r in await again.records(100)}
+    assert sorted(kept) == sorted(f"kept-{i}" for i in range(10))
+    assert kept["kept-9"]["description"] == "299"
+
+
+async def test_a_line_cut_short_by_a_crash_is_skipped_and_the_earlier_format_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "workspaces.json"
+    store = MemoryWorkspaceStore(ttl=TTL, path=path)
+    await store.put(record("kept-ws", persistent=True), overwrite=False)
+    with path.open("a") as file:
+        file.write('{"put": {"id": "half')
+    assert await MemoryWorkspaceStore(ttl=TTL, path=path).get("kept-ws") is not None
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps([record("old-ws", persistent=True)]))
+    assert await MemoryWorkspaceStore(ttl=TTL, path=earlier).get("old-ws") is not None
+    assert await MemoryWorkspaceStore(ttl=TTL, path=earlier).get("old-ws") is not None, "rewritten as a log"

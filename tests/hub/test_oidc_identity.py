@@ -32,7 +32,16 @@ def test_real_subjects_are_kept_as_they_are(sub: str) -> None:
 
 @pytest.mark.parametrize(
     "sub",
-    ["CgVhbGljZRIFbG9jYWw/+=", "a" * 65, "alice@example.org", "root", "anonymouz-abcdef123456", "sha256.abc", "ü"],
+    [
+        "CgVhbGljZRIFbG9jYWw/+=",
+        "a" * 65,
+        "alice@example.org",
+        "root",
+        "anonymouz-abcdef123456",
+        "sha256.abc",
+        "ü",
+        "op.alice",
+    ],
 )
 def test_any_other_subject_is_hashed_into_the_grammar(sub: str) -> None:
     uid = subject_user_id(sub)
@@ -54,12 +63,19 @@ def test_a_subject_shaped_like_a_hash_cannot_take_a_hashed_subjects_id() -> None
 
 
 def test_email_roles_and_expiry_come_from_the_claims() -> None:
-    claims = _claims(email="a@example.org", realm_access={"roles": ["lab", "staff"]})
+    claims = _claims(email="a@example.org", email_verified=True, realm_access={"roles": ["lab", "staff"]})
     user = IdentityRules(roles_claim="realm_access.roles").user(claims)
     assert (user.id, user.email, user.roles) == ("auth0|5f3c", "a@example.org", ("lab", "staff"))
     assert user.credential_expires_at == claims["exp"], "a reconnection token could outlive the provider's token"
     assert user.can(user_workspace("auth0|5f3c"), Permission.ADMIN)
     assert not user.can("ws-user-someone-else", Permission.READ)
+
+
+@pytest.mark.parametrize("verified", [None, False, "true", 1])
+def test_an_email_the_provider_did_not_verify_is_not_the_users(verified: object) -> None:
+    claims = _claims(email="a@example.org", email_verified=verified)
+    assert IdentityRules().user(claims).email is None
+    assert IdentityRules(trust_email=True).user(claims).email == "a@example.org", "a provider set as verifying"
 
 
 def test_a_url_named_claim_is_read_whole() -> None:

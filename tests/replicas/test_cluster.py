@@ -45,6 +45,11 @@ def info(client: str, svc: str = "built-in") -> ServiceInfo:
 @dataclass
 class User:
     id: str = "anonymous"
+    parent: str | None = None
+
+    @property
+    def accountable(self) -> str:  # the root of its token chain, as the hub's User
+        return self.parent or self.id
 
 
 @dataclass
@@ -291,12 +296,13 @@ async def test_a_store_that_lost_its_data_gets_this_replicas_connection_counts_b
         "ws-1/b": Client({}, user=User("alice")),
         "ws-2/c": Client({}, user=User("bob"), workspace="ws-2"),
         "ws-2/d": Client({}, user=User("bob"), workspace="ws-2", counted=False),
+        "ws-2/e": Client({}, user=User("x1y2z3", parent="bob"), workspace="ws-2"),  # a token bob generated
     }
     await w.cluster.tend()
     assert w.counts.rebuilt == []  # nothing lost, nothing rebuilt
     w.registry.reset = True
     await w.cluster.tend()
-    assert w.counts.rebuilt == [({"alice": 2, "bob": 1}, {"ws-1": 2, "ws-2": 1})]
+    assert w.counts.rebuilt == [({"alice": 2, "bob": 2}, {"ws-1": 2, "ws-2": 2})]  # bob's token counts as bob
 
 
 async def test_the_replica_that_notices_a_loss_marks_the_store_settling_until_every_replica_could_notice() -> None:

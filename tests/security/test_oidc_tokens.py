@@ -100,7 +100,7 @@ async def test_a_providers_token_opens_its_users_own_workspace(
     hub: RunningServer, provider: OidcProvider, kind: str
 ) -> None:
     kid = next(k for k in provider.published if k.startswith(kind))
-    token = provider.token(ALICE, kid=kid, email="alice@example.org")
+    token = provider.token(ALICE, kid=kid, email="alice@example.org", email_verified=True)
     reply = await first_reply(hub.url, "alices-laptop", token=token)
     assert reply["type"] == "connection_info", reply
     assert reply["workspace"] == f"ws-user-{ALICE}"

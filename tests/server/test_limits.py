@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from hypha_rpc import connect_to_server
 
+from support.tokens import credential
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 
@@ -16,20 +17,32 @@ pytestmark = pytest.mark.timeout(60)
 async def test_connections_per_user_are_capped_with_a_clear_refusal():
     async with running(settings_for_tests(max_connections_per_user=2)) as srv:
         owner = await connect_to_server({"server_url": srv.url, "client_id": "owner"})
-        token = await owner.generate_token()  # every holder of this token is one user
+        token = await owner.generate_token()  # its holders count as its maker, the owner
         first = await connect_to_server({"server_url": srv.url, "client_id": "w1", "token": token})
-        second = await connect_to_server({"server_url": srv.url, "client_id": "w2", "token": token})
         with pytest.raises(ConnectionAbortedError, match=r"Too many connections for user .* \(limit 2\)"):
-            await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
-        await second.disconnect()
+            await connect_to_server({"server_url": srv.url, "client_id": "w2", "token": token})
+        await first.disconnect()
 
         # the slot frees when the server has seen the close
-        async def third_connection():
-            return await connect_to_server({"server_url": srv.url, "client_id": "w3", "token": token})
+        async def second_connection():
+            return await connect_to_server({"server_url": srv.url, "client_id": "w2", "token": token})
 
-        third = await eventually(third_connection, "a slot for a third connection")
-        assert await third.echo("in") == "in"
-        for client in (third, first, owner):
+        second = await eventually(second_connection, "a slot for a second connection")
+        assert await second.echo("in") == "in"
+        for client in (second, owner):
+            await client.disconnect()
+
+
+async def test_tokens_a_user_generates_share_its_connection_quota():
+    async with running(settings_for_tests(max_connections_per_user=2)) as srv:
+        alice = await connect_to_server(
+            {"server_url": srv.url, "client_id": "alice", "token": credential("alice", 600)[0]}
+        )
+        minted = [await alice.generate_token() for _ in range(2)]  # each a new user id, whose parent is alice
+        worker = await connect_to_server({"server_url": srv.url, "client_id": "w1", "token": minted[0]})
+        with pytest.raises(ConnectionAbortedError, match=r"Too many connections for user alice \(limit 2\)"):
+            await connect_to_server({"server_url": srv.url, "client_id": "w2", "token": minted[1]})
+        for client in (worker, alice):
             await client.disconnect()
 
 

@@ -85,11 +85,20 @@ class Entrance(Protocol):
         ...
 
     async def enter(
-        self, workspace: str, client_id: str, *, user: str, owner: str, max_per_user: int, max_per_workspace: int
+        self,
+        workspace: str,
+        client_id: str,
+        *,
+        user: str,
+        owner: str,
+        max_per_user: int,
+        max_per_workspace: int,
+        counted_as: str | None = None,
     ) -> Entry:
         """Count the connection in and claim the client id for ``user`` through replica
         ``owner``, unless either limit would be passed or another user holds the id (see
-        :class:`Entry`). The limits are checked before the claim, as one step on Redis."""
+        :class:`Entry`). The limits are checked before the claim, as one step on Redis.
+        ``counted_as``: whom the per-user limit counts (the accountable principal), else ``user``."""
         ...
 
 

@@ -52,10 +52,19 @@ class StoreEntrance:
         )
 
     async def enter(
-        self, workspace: str, client_id: str, *, user: str, owner: str, max_per_user: int, max_per_workspace: int
+        self,
+        workspace: str,
+        client_id: str,
+        *,
+        user: str,
+        owner: str,
+        max_per_user: int,
+        max_per_workspace: int,
+        counted_as: str | None = None,
     ) -> Entry:
+        counted_as = counted_as or user
         try:
-            per_user, per_workspace = await self.counts.add(user, workspace)
+            per_user, per_workspace = await self.counts.add(counted_as, workspace)
         except BackendError:
             per_user = per_workspace = 0
             counted = False  # fail open: the limits are not enforced while the counter is away
@@ -72,6 +81,6 @@ class StoreEntrance:
             claim = await self.registry.claim(workspace, client_id, user=user, owner=owner)
         except BackendError:
             if counted:
-                await self.counts.remove(user, workspace)
+                await self.counts.remove(counted_as, workspace)
             raise
         return Entry(claim=claim, counted=counted, per_user=per_user, per_workspace=per_workspace)

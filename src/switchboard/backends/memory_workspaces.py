@@ -1,22 +1,21 @@
 """Workspace records and their data in one process (the embedded hub's :class:`WorkspaceStore`).
 
 Records last while the process runs, except persistent ones, which a
-``path`` keeps in a JSON file (the hub's state directory) so they survive a
-restart. Tables and logs live in memory only.
+``path`` keeps in a file (the hub's state directory: an append-only log,
+:mod:`switchboard.backends.record_log`) so they survive a restart. Tables and
+logs live in memory only.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switchboard.backends.record_log import RecordLog
 from switchboard.clock import Clock, SystemClock
-from switchboard.errors import ConfigError
 
 
 @dataclass
@@ -35,18 +34,13 @@ class MemoryWorkspaceStore:
     def __init__(self, *, clock: Clock | None = None, ttl: float, path: Path | None = None) -> None:
         self._clock = clock or SystemClock()
         self._ttl = ttl
-        self._path = path
         self._records: dict[str, dict[str, Any]] = {}
         self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
         self._kept: dict[str, _Data] = {}  # of persistent workspaces
         self._deleted: dict[str, tuple[float, float]] = {}  # workspace -> (when deleted, kept until), epoch s
-        if path is not None and path.exists():
-            try:
-                kept = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot read the workspace records in {path}: {exc}") from None
-            if isinstance(kept, list):
-                self._records = {r["id"]: r for r in kept if isinstance(r, dict) and isinstance(r.get("id"), str)}
+        self._disk = None if path is None else RecordLog(path, self._persistent)
+        if self._disk is not None:
+            self._records = self._disk.load()
 
     async def get(self, workspace: str) -> dict[str, Any] | None:
         return self._records.get(workspace)
@@ -63,16 +57,18 @@ class MemoryWorkspaceStore:
             self._kept[ws] = data
         elif data is not None:
             self._data[ws] = data
-        if was_kept or record.get("persistent"):
-            self._save()
+        if self._disk is not None and record.get("persistent"):
+            self._disk.put(self._records[ws])
+        elif self._disk is not None and was_kept:
+            self._disk.remove(ws)
         return True
 
     async def remove(self, workspace: str) -> dict[str, Any] | None:
         self._data.pop(workspace, None)
         self._kept.pop(workspace, None)
         record = self._records.pop(workspace, None)
-        if record is not None and record.get("persistent"):
-            self._save()
+        if self._disk is not None and record is not None and record.get("persistent"):
+            self._disk.remove(workspace)
         return record
 
     async def records(self, limit: int) -> list[dict[str, Any]]:
@@ -139,17 +135,8 @@ class MemoryWorkspaceStore:
             self._data[workspace] = data
         return data
 
-    def _save(self) -> None:
-        """Write the persistent records aside, then rename into place: a crash leaves the old file whole."""
-        if self._path is None:
-            return
-        kept = [r for r in self._records.values() if r.get("persistent")]
-        self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(kept))
-        with contextlib.suppress(OSError):
-            os.chmod(tmp, 0o600)
-        os.replace(tmp, self._path)
+    def _persistent(self) -> list[dict[str, Any]]:
+        return [r for r in self._records.values() if r.get("persistent")]
 
     def __repr__(self) -> str:
         return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={len(self._data) + len(self._kept)})"

@@ -304,7 +304,7 @@ class Cluster:
         self.reasserted += count
         self.log.warning("%s: re-asserted %d registrations of %d clients", why, count, len(peers))
         counted = [peer for peer in peers if peer.counted]
-        users = Counter(peer.user.id for peer in counted)
+        users = Counter(peer.user.accountable for peer in counted)
         workspaces = Counter(peer.workspace for peer in counted)
         await self.counts.rebuild(users, workspaces)
         if self.lost_deletes is not None:

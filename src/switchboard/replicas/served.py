@@ -14,6 +14,9 @@ class _User(Protocol):
     @property
     def id(self) -> str: ...
 
+    @property
+    def accountable(self) -> str: ...
+
 
 class _Client(Protocol):
     @property

@@ -117,11 +117,19 @@ class RedisEntrance:
         )
 
     async def enter(
-        self, workspace: str, client_id: str, *, user: str, owner: str, max_per_user: int, max_per_workspace: int
+        self,
+        workspace: str,
+        client_id: str,
+        *,
+        user: str,
+        owner: str,
+        max_per_user: int,
+        max_per_workspace: int,
+        counted_as: str | None = None,
     ) -> Entry:
         wc = f"{workspace}/{client_id}"
         previous = owner  # guessed; a wrong guess costs one more round trip (every key is in KEYS)
-        users, workspaces, touched = counter_keys(self._registry_prefix, user, workspace, owner)
+        users, workspaces, touched = counter_keys(self._registry_prefix, counted_as or user, workspace, owner)
         for _ in range(_GUESSES):
             keys = [
                 self._keys.holder,

@@ -24,7 +24,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError
 from switchboard.hub.identity.auth import issued_at
-from switchboard.hub.identity.users import User
+from switchboard.hub.identity.users import OPERATOR_PREFIX, User
 from switchboard.protocol import ids
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,10 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 LEEWAY = 30.0
 KEYS_MAX_AGE = 3600.0  # keys an hour old are fetched again, so a withdrawn key stops working
 FETCH_TIMEOUT = 5.0  # a provider that hangs delays only the fetch, never by more than this
-# A kept subject never starts with these: the hashed form of subjects, and the ids the hub makes itself.
+# A kept subject never starts with these: the hashed form of subjects, and the ids the hub makes itself
+# (anonymous users, and the operator's users of ``switchboard token``).
 HASHED_PREFIX = "sha256."
-_RESERVED = (HASHED_PREFIX, "anonymouz-")
+_RESERVED = (HASHED_PREFIX, "anonymouz-", OPERATOR_PREFIX)
 MAX_KEPT_SUBJECT = 64
 
 
@@ -50,7 +51,7 @@ def subject_user_id(sub: str) -> str:
     most 64 characters is kept as it is; any other becomes ``sha256.`` and the base32 of its
     SHA-256. No kept subject starts with ``sha256.``, so the two forms never meet; within
     each, equal ids mean equal subjects (identity, or a SHA-256 collision). Subjects that
-    would look like the hub's own users (``root``, ``anonymouz-…``) are hashed too.
+    would look like the hub's own users (``root``, ``anonymouz-…``, the operator's ``op.…``) are hashed too.
     """
     if ids.is_id(sub) and len(sub) <= MAX_KEPT_SUBJECT and not sub.startswith(_RESERVED) and sub != "root":
         return sub
@@ -85,6 +86,7 @@ class IdentityRules:
     roles_claim: str = "roles"
     admin_roles: frozenset[str] = frozenset()
     admin_subjects: frozenset[str] = frozenset()
+    trust_email: bool = False  # the provider verifies every address it puts in a token
 
     def user(self, claims: dict[str, Any]) -> User:
         sub = claims.get("sub")
@@ -95,12 +97,14 @@ class IdentityRules:
         if sub in self.admin_subjects or self.admin_roles.intersection(roles):
             roles.append("admin")
         email = claims.get("email")
+        # only a verified address is the user's: an unverified one would match a record's owner by email
+        verified = self.trust_email or claims.get("email_verified") is True
         exp = float(claims["exp"])
         jti = claims.get("jti")
         return User(
             id=subject_user_id(sub),
             roles=tuple(roles),
-            email=email if isinstance(email, str) else None,
+            email=email if isinstance(email, str) and verified else None,
             expires_at=exp,
             credential_expires_at=exp,  # a reconnection token never outlives the provider's token
             token_id=token_id(str(claims["iss"]), jti if isinstance(jti, str) else None, claims),
@@ -132,6 +136,7 @@ class OidcVerifier:
             roles_claim=settings.oidc_roles_claim,
             admin_roles=settings.oidc_admin_role_list,
             admin_subjects=settings.oidc_admin_subject_list,
+            trust_email=settings.oidc_trust_email,
         )
         self.clock = clock
         self._cache = _Keys()

@@ -43,6 +43,17 @@ _PERM_NAMES = {
 }
 
 
+# The users of ``switchboard token`` (an operator's) have ids ``op.<name>``; a provider's subject
+# never keeps this prefix (hashed instead: :func:`switchboard.hub.identity.oidc.subject_user_id`),
+# so the operator's ``alice`` and the provider's ``alice`` are two users.
+OPERATOR_PREFIX = "op."
+
+
+def operator_user_id(name: str) -> str:
+    """The user id ``switchboard token --user <name>`` stands for."""
+    return name if name.startswith(OPERATOR_PREFIX) else OPERATOR_PREFIX + name
+
+
 def user_workspace(user_id: str) -> str:
     """Every user owns one workspace, created on demand."""
     return f"ws-user-{user_id}"
@@ -75,6 +86,12 @@ class User:
     def revocation_ids(self) -> tuple[str, ...]:
         """The ids whose revocation ends this identity: its token's own, and its credential's."""
         return tuple(i for i in (self.token_id, self.origin) if i)
+
+    @property
+    def accountable(self) -> str:
+        """Who answers for what this identity does: the root of its token chain (a generated
+        token's user names it as ``parent``), else itself."""
+        return self.parent or self.id
 
     @property
     def is_anonymous(self) -> bool:

@@ -19,6 +19,7 @@ from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.manager.manager_door import calling_peer
+from switchboard.hub.manager.ownership import Naming, accountable, check_may_create, naming_after
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
@@ -29,12 +30,9 @@ MAX_WORKSPACES_PER_USER = 100
 # Records read to list or count workspaces: a page is at most 256 (Hypha's bound), and the
 # scan stops here so one call costs bounded time whatever the store holds.
 MAX_RECORDS_SCANNED = 10_000
-# Owners one record may name: each is an admin, a list is for a team, not a directory.
+# Owners (and invited) one record may name: each is an admin, a list is for a team, not a directory.
 MAX_OWNERS = 32
 MAX_BOOKMARKS = 256
-# Hypha's rule for names a user creates: lowercase letters, digits and hyphens, with a hyphen
-# (so a created name never looks like a service or a built-in one).
-_CREATED_NAME = re.compile(r"[a-z0-9][a-z0-9-]*-[a-z0-9-]*")
 
 
 def owns(user: User, record: dict[str, Any] | None) -> bool:
@@ -90,7 +88,7 @@ class WorkspaceRecords:
     async def create_workspace(
         self, config: Any, overwrite: Any = False, context: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Create a workspace whose owner (and so admin) is the caller."""
+        """Create (or, ``overwrite``, rewrite) a workspace record; the creator is its owner (:mod:`.ownership`)."""
         peer = calling_peer()
         user = peer.user
         if user.is_anonymous:
@@ -99,25 +97,23 @@ class WorkspaceRecords:
         if not isinstance(config, dict) or not isinstance(config.get("id"), str):
             raise ProtocolError("create_workspace expects a config object with an 'id'")
         ws = ids.check_id(config["id"], "workspace")
-        if ws.startswith("ws-user-") and ws != user_workspace(user.id):
-            raise PermissionDenied(f"Workspace {ws} is the personal workspace of another user")
-        if "admin" not in user.roles and ws != user_workspace(user.id) and not _CREATED_NAME.fullmatch(ws):
-            raise ProtocolError(
-                f"Invalid workspace name: {ws}, only lowercase letters, numbers and hyphens are allowed, "
-                "with at least one hyphen (e.g. my-workspace)."
-            )
         existing = await self.store.get(ws)
+        have = Permission.ADMIN if owns(user, existing) else user.permission(ws)
+        check_may_create(user, ws, have, new=existing is None)
         if existing is not None and not overwrite:
             raise ProtocolError(f"Workspace already exists: {ws}")
-        if await self.permission(user, ws) < Permission.ADMIN:
-            if existing is not None:
-                raise PermissionDenied(f"Permission denied: user {user.id} cannot overwrite workspace {ws}")
+        naming = naming_after(user, _named_owners(config), existing, admin=have >= Permission.ADMIN)
+        if existing is None:
             # a workspace in use without a record is its members': only its admin may claim it
-            if await self.hub.registry.find(ServiceQuery(ws, "*", "built-in")):
+            if have < Permission.ADMIN and await self.hub.registry.find(ServiceQuery(ws, "*", "built-in")):
                 raise PermissionDenied(f"Workspace {ws} is in use: only its admin can create its record")
-        await self._within_quota(user)
-        record = self._record(config, ws, user, existing)
-        if not await self.store.put(record, overwrite=bool(overwrite)):
+            await self._within_quota(user)
+        if naming.accepting and existing is not None:
+            record = {**existing, "owners": naming.owners, "invited": naming.invited}
+        else:
+            record = self._record(config, ws, user, existing, naming)
+        # a record that appeared since it was read is not overwritten: its creator did not see this call
+        if not await self.store.put(record, overwrite=existing is not None):
             raise ProtocolError(f"Workspace already exists: {ws}")
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
         if ws != user_workspace(user.id):
@@ -127,15 +123,9 @@ class WorkspaceRecords:
             )
         return record
 
-    def _record(self, config: dict[str, Any], ws: str, user: User, existing: dict[str, Any] | None) -> dict[str, Any]:
-        owners = config.get("owners") or []
-        if not isinstance(owners, list) or len(owners) > MAX_OWNERS or not all(_owner_ok(o) for o in owners):
-            raise ProtocolError(
-                f"owners must be a list of at most {MAX_OWNERS} user ids ({ids.GRAMMAR}) or email addresses"
-            )
-        owners = [o.strip() for o in owners]
-        if user.id not in owners and not (user.email and user.email in owners):
-            owners.append(user.id)
+    def _record(
+        self, config: dict[str, Any], ws: str, user: User, existing: dict[str, Any] | None, naming: Naming
+    ) -> dict[str, Any]:
         text: dict[str, str | None] = {}
         for name in ("name", "description", "icon", "docs"):
             value = config.get(name)
@@ -149,7 +139,9 @@ class WorkspaceRecords:
             "name": text["name"] or ws,
             "description": text["description"] or "",
             "persistent": bool(config.get("persistent")),
-            "owners": owners,
+            "owners": naming.owners,
+            "invited": naming.invited,
+            "created_by": accountable(existing) if existing else user.accountable,
             "read_only": bool(config.get("read_only")),
             "icon": text["icon"],
             "covers": [],
@@ -160,13 +152,17 @@ class WorkspaceRecords:
         }
 
     async def _within_quota(self, user: User) -> None:
+        """At most :data:`MAX_WORKSPACES_PER_USER` records per accountable principal (the root of a
+        token chain: every generated token is a new user id, its maker answers for it)."""
         if "admin" in user.roles:
             return
-        owned = sum(owns(user, r) for r in await self.store.records(MAX_RECORDS_SCANNED))
-        if owned >= MAX_WORKSPACES_PER_USER:
+        principal = user.accountable
+        made = sum(accountable(r) == principal for r in await self.store.records(MAX_RECORDS_SCANNED))
+        if made >= MAX_WORKSPACES_PER_USER:
             raise LimitExceeded(
-                f"Workspace quota exceeded: user {user.id} already owns {owned} workspaces "
-                f"(max {MAX_WORKSPACES_PER_USER}). Delete unused workspaces before creating new ones."
+                f"Workspace quota exceeded: user {principal} already created {made} workspaces "
+                f"(max {MAX_WORKSPACES_PER_USER}, counting those made with tokens it generated). "
+                "Delete unused workspaces before creating new ones."
             )
 
     async def delete_workspace(self, workspace: Any, context: dict[str, Any] | None = None) -> None:
@@ -316,6 +312,18 @@ class WorkspaceRecords:
             keep=False,
             only_new=False,
         )
+
+
+def _named_owners(config: dict[str, Any]) -> list[str] | None:
+    """The ``owners`` a config names, checked (``None``: it names none, so they stay as they are)."""
+    owners = config.get("owners")
+    if owners is None:
+        return None
+    if not isinstance(owners, list) or len(owners) > MAX_OWNERS or not all(_owner_ok(o) for o in owners):
+        raise ProtocolError(
+            f"owners must be a list of at most {MAX_OWNERS} user ids ({ids.GRAMMAR}) or email addresses"
+        )
+    return [o.strip() for o in owners]
 
 
 def _owner_ok(owner: object) -> bool:

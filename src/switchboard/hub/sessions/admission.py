@@ -314,12 +314,13 @@ class Gatekeeper:
             owner=s.replica_id,
             max_per_user=s.max_connections_per_user,
             max_per_workspace=s.max_connections_per_workspace,
+            counted_as=peer.user.accountable,  # a generated token's holders count as its maker
         )
         peer.counted = entry.counted
         if entry.over is not None:
             await self.count_out(peer)
             what, limit = (
-                ("user " + peer.user.id, s.max_connections_per_user)
+                ("user " + peer.user.accountable, s.max_connections_per_user)
                 if entry.over == "user"
                 else ("workspace " + peer.workspace, s.max_connections_per_workspace)
             )
@@ -339,10 +340,10 @@ class Gatekeeper:
             return
         peer.counted = False
         try:
-            await self.counts.remove(peer.user.id, peer.workspace)
+            await self.counts.remove(peer.user.accountable, peer.workspace)
         except BackendError as exc:
             peer.log.warning("connection count not released yet: %s", exc)
-            self.uncounted.append((peer.user.id, peer.workspace))
+            self.uncounted.append((peer.user.accountable, peer.workspace))
 
     async def retry_uncounted(self) -> None:
         """Release the counts a backend outage kept (the cluster loop calls this)."""
