@@ -15,6 +15,7 @@ from typing import Any
 
 import jwt
 import pytest
+from hypha_rpc.rpc import RemoteException
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
@@ -120,3 +121,18 @@ async def test_no_reconnection_token_launders_a_credential_older_than_a_deletion
     for token in (resume, refreshed):
         back = await open_raw(url, client_id="mel", workspace=ws, reconnection_token=token)
         assert await outcome(back) == ("closed", 1008, f"Workspace {ws} was deleted")
+
+
+async def test_a_credential_older_than_a_deletion_mints_no_token_for_the_workspace(server, connect) -> None:
+    """An admin grant issued before the deletion, used from a session elsewhere: a token minted now would carry a
+    fresh issue time past the tombstone."""
+    _, _, ws, _, _ = await team(server, connect)
+    issued = int(time.time()) - 100
+    grant = jwt.encode(
+        {"iss": ISSUER, "aud": AUDIENCE, "sub": "olga", "iat": issued, "exp": issued + 3600, "scope": f"ws:{ws}#a"},
+        TEST_SECRET,
+    )
+    olga = await connect(client_id="olga", token=grant)  # in her own workspace
+    await server.hub.workspaces.mark_deleted(ws, issued + 50, ttl=3600)
+    with pytest.raises(RemoteException, match=f"Workspace {ws} was deleted"):
+        await olga.generate_token({"workspace": ws, "permission": "read"})
