@@ -148,6 +148,9 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
         def workspace_deleted(self, workspace: str) -> None:
             seen.append(("workspace_deleted", workspace))
 
+        def credential_revoked(self, token_id: str) -> None:
+            seen.append(("credential_revoked", token_id))
+
         def transit_notice(self, data: bytes) -> None:
             seen.append(("transit_notice", data))
 
@@ -157,6 +160,7 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
     assert hand(port, "sb:replica:r", b"reply")
     assert hand(port, f"sb:ws:{WS}", b"r\nevent")
     assert hand(port, "sb:deleted", WS.encode())
+    assert hand(port, "sb:revoked", b"jti-1")
     assert hand(port, "sb:transit", b"{}")
     assert not hand(port, "sb:elsewhere", b"?")
     assert seen == [
@@ -165,6 +169,7 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
         ("to_manager", b"reply"),
         ("broadcast", b"r\nevent"),
         ("workspace_deleted", WS),
+        ("credential_revoked", "jti-1"),
         ("transit_notice", b"{}"),
     ]
 

@@ -85,6 +85,9 @@ class LinkedReplica:
     def workspace_deleted(self, workspace: str) -> None:
         raise AssertionError(f"not subscribed: {workspace}")
 
+    def credential_revoked(self, token_id: str) -> None:
+        raise AssertionError(f"not subscribed: {token_id}")
+
     def transit_notice(self, data: bytes) -> None:
         raise AssertionError(f"not subscribed: {data!r}")
 

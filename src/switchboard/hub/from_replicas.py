@@ -13,6 +13,8 @@ from collections.abc import Collection, Mapping
 
 from switchboard.errors import ProtocolError
 from switchboard.hub.dispatch import Acting, Dispatch
+from switchboard.hub.identity.credentials import REVOKED
+from switchboard.hub.sessions.joins import Holders, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.moves import Moves
 from switchboard.protocol import relay
@@ -33,11 +35,21 @@ class FromReplicas:
     """
 
     def __init__(
-        self, *, dispatch: Dispatch, moves: Moves, members: Mapping[str, Collection[Peer]], replica_id: str
+        self,
+        *,
+        dispatch: Dispatch,
+        moves: Moves,
+        members: Mapping[str, Collection[Peer]],
+        replica_id: str,
+        joins: Joins | None = None,
+        holders: Holders | None = None,
     ) -> None:
         self._dispatch = dispatch
         self._moves = moves
         self._members = members
+        # the hub's connections between admission and join, and its sessions by the credentials they stand on
+        self._joins = Joins() if joins is None else joins
+        self._holders = Holders() if holders is None else holders
         self._listening: dict[str, Peer | Acting] = {}  # address -> whose channel this replica listens on
         self.log = logging.LoggerAdapter(log, {"replica": replica_id})
 
@@ -77,9 +89,18 @@ class FromReplicas:
         self._dispatch.from_replica_broadcast(data)
 
     def workspace_deleted(self, workspace: str) -> None:
-        """Every client of ``workspace`` here is closed (its deletion was published, or done here)."""
+        """Every client of ``workspace`` here is closed, and every one joining it refused (its deletion
+        was published, or done here)."""
+        self._joins.deleted(workspace)
         for peer in list(self._members.get(workspace, ())):
             peer.close(CLOSE_POLICY, f"Workspace {workspace} was deleted")
+
+    def credential_revoked(self, token_id: str) -> None:
+        """Every session here standing on the credential ``token_id`` (or on one descended from it) is
+        closed, and every connection joining with one refused (its revocation was published, or done here)."""
+        self._joins.revoked(token_id)
+        for peer in self._holders.of(token_id):
+            peer.close(CLOSE_POLICY, f"Authentication error: {REVOKED}")
 
     def transit_notice(self, data: bytes) -> None:
         self._moves.on_notice(data)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import shortuuid
@@ -38,7 +38,7 @@ from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.from_replicas import FromReplicas
 from switchboard.hub.identity.auth import TokenIssuer
-from switchboard.hub.identity.credentials import Credentials
+from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
 from switchboard.hub.manager.manager import WorkspaceManager
@@ -50,6 +50,7 @@ from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.sessions.admission import Admitted, Gatekeeper
+from switchboard.hub.sessions.joins import Holders, Joining, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.drain import Drainer
@@ -59,9 +60,9 @@ from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, HYPHA_VERSION, Hello
+from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo
-from switchboard.replicas.inbound import DELETED_CHANNEL
+from switchboard.replicas.inbound import DELETED_CHANNEL, REVOKED_CHANNEL
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
@@ -75,6 +76,9 @@ log = logging.getLogger(__name__)
 # new one (at most a tenth of the token's lifetime, so a reused token has nearly all
 # of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
 TOKEN_REUSE = 60.0
+# Seconds a connection that revoked its own credential stays open, so the answer to its call reaches it:
+# plenty for a frame already queued on loopback or a LAN, and short for a leaked credential's holder.
+ANSWER_GRACE = 1.0
 
 
 class Hub:
@@ -132,6 +136,10 @@ class Hub:
         self.root_wire = ROOT.to_wire("*", self.manager_id)
         self.peers: dict[str, Peer] = {}
         self._by_workspace: dict[str, set[Peer]] = {}
+        # whom a deletion or revocation notice reaches besides the members: the connections joining
+        # (hub/sessions/joins.py), and the sessions by the credentials they stand on
+        self.joins = Joins()
+        self.holders = Holders()
         self.subscribers = Subscribers()  # who here listens to which workspace event
         self._background: set[asyncio.Task[Any]] = set()
         self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
@@ -228,7 +236,12 @@ class Hub:
         released.connect(self.dispatch)
         # what other replicas send here, whichever way it comes: the one port the unicast is handed
         self.from_replicas = FromReplicas(
-            dispatch=self.dispatch, moves=self.moves, members=self._by_workspace, replica_id=self.replica_id
+            dispatch=self.dispatch,
+            moves=self.moves,
+            members=self._by_workspace,
+            replica_id=self.replica_id,
+            joins=self.joins,
+            holders=self.holders,
         )
         self.unicast.listen(self.from_replicas)
         self.drainer = Drainer(
@@ -259,6 +272,7 @@ class Hub:
         await self.manager.start()
         await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id)
         await self.bus.subscribe(DELETED_CHANNEL)
+        await self.bus.subscribe(REVOKED_CHANNEL)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
@@ -287,16 +301,30 @@ class Hub:
 
     # -- admission -----------------------------------------------------------
 
-    async def admit(self, hello: Hello) -> Admitted:
-        """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
-        return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace)
+    @contextlib.contextmanager
+    def joining(self) -> Iterator[Joining]:
+        """A connection on its way in, from before its admission until it joined its workspace (or was
+        refused): deletion and revocation notices reach it meanwhile (:mod:`~switchboard.hub.sessions.joins`)."""
+        joining = self.joins.begin()
+        try:
+            yield joining
+        finally:
+            self.joins.end(joining)
 
-    async def attach(self, peer: Peer, *, reconnecting: bool, arrival: Arrival | None = None) -> dict[str, Any]:
+    async def admit(self, hello: Hello, joining: Joining | None = None) -> Admitted:
+        """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
+        return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace, joining=joining)
+
+    async def attach(
+        self, peer: Peer, *, reconnecting: bool, arrival: Arrival | None = None, joining: Joining | None = None
+    ) -> dict[str, Any]:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
         stores knew when it was admitted (:class:`~switchboard.hub.sessions.admission.Admitted`; read
-        again if not given). Whether
+        again if not given); ``joining``: what it held since before its admission, refused by a
+        deletion or revocation notice that came since (decided with the join, nothing awaited
+        between: a later notice finds it among the members). Whether
         it may have the id is :func:`~switchboard.hub.sessions.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
@@ -335,7 +363,11 @@ class Hub:
         members.add(peer)
         if old is not None:
             members.discard(old)
+        self.holders.add(peer)
         try:
+            if joining is not None and joining.refusal is not None:  # a notice came since admission
+                peer.close(CLOSE_POLICY, joining.refusal)
+                raise HandshakeError(joining.refusal, CLOSE_POLICY)
             self.from_replicas.listen(peer.id, peer)
             await self.unicast.subscribe(CLIENT_CHANNEL + peer.id)
             if first_in_workspace:
@@ -386,6 +418,7 @@ class Hub:
         members = self._by_workspace.get(peer.workspace)
         if members is not None:
             members.discard(peer)
+        self.holders.discard(peer)
         current = self.peers.get(peer.id) is peer
         if current:
             del self.peers[peer.id]
@@ -507,9 +540,24 @@ class Hub:
                 self.from_replicas.forget(acting.address, acting)
 
     async def end_workspace(self, workspace: str) -> None:
-        """A workspace was deleted: every replica ends the sessions of its clients there."""
+        """A workspace was deleted: every replica ends the sessions of its clients there (and refuses
+        those joining it)."""
         self.from_replicas.workspace_deleted(workspace)
         await self.remote.publish(DELETED_CHANNEL, workspace.encode())
+
+    async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None:
+        """A credential was revoked: every replica ends the sessions standing on it or on what descends
+        from it (and refuses those joining with it). ``answering``: the connection that revoked it,
+        closed only once its answer was sent (after :data:`ANSWER_GRACE`)."""
+        if answering is not None and token_id in answering.user.revocation_ids:
+            self.holders.discard(answering)  # no notice reaches it now, not even this replica's own
+            spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
+        self.from_replicas.credential_revoked(token_id)
+        await self.remote.publish(REVOKED_CHANNEL, token_id.encode())
+
+    async def _close_after_answer(self, peer: Peer) -> None:
+        await self.clock.sleep(ANSWER_GRACE)
+        peer.close(CLOSE_POLICY, f"Authentication error: {REVOKED}")
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""

@@ -17,6 +17,7 @@ CLIENT_CHANNEL = ids.CLIENT_CHANNEL  # + "<ws>/<cid>": frames for a client (or a
 REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager made
 WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
 DELETED_CHANNEL = "sb:deleted"  # which workspace was deleted: every replica ends its clients' sessions there
+REVOKED_CHANNEL = "sb:revoked"  # which credential (jti) was revoked: every replica ends the sessions standing on it
 TRANSIT_CHANNEL = "sb:transit"  # clients in transit: left, back, gone, abandoned, taken
 
 
@@ -38,6 +39,8 @@ class Inbound(Protocol):
 
     def workspace_deleted(self, workspace: str) -> None: ...
 
+    def credential_revoked(self, token_id: str) -> None: ...
+
     def transit_notice(self, data: bytes) -> None:
         """A notice about a client in transit (:mod:`switchboard.hub.transit.moves`)."""
         ...
@@ -56,6 +59,8 @@ def hand(port: Inbound, channel: str, data: bytes) -> bool:
         port.transit_notice(data)
     elif channel == DELETED_CHANNEL:
         port.workspace_deleted(data.decode(errors="replace"))
+    elif channel == REVOKED_CHANNEL:
+        port.credential_revoked(data.decode(errors="replace"))
     else:
         return False
     return True

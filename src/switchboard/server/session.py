@@ -69,17 +69,21 @@ class ClientSession:
             raise RuntimeError("a session is entered once")
         # neither is kept for the connection's life: the hello holds the client's token
         self._hello = self._transport = None
-        admitted = await hub.admit(hello)
-        self.admitted = True
-        peer = Peer(
-            workspace=admitted.workspace,
-            client_id=hello.client_id,
-            user=admitted.user,
-            transport=transport,
-            max_queue_bytes=hub.settings.send_queue_bytes,
-            replica_id=hub.replica_id,
-        )
-        self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
+        # from before the stores are read until the join: a deletion or revocation notice meanwhile refuses it
+        with hub.joining() as joining:
+            admitted = await hub.admit(hello, joining)
+            self.admitted = True
+            peer = Peer(
+                workspace=admitted.workspace,
+                client_id=hello.client_id,
+                user=admitted.user,
+                transport=transport,
+                max_queue_bytes=hub.settings.send_queue_bytes,
+                replica_id=hub.replica_id,
+            )
+            self.info = await hub.attach(
+                peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival, joining=joining
+            )
         self._peer = peer
         self.attached = True
         self._state.track(peer)

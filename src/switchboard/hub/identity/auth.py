@@ -33,6 +33,15 @@ CREDENTIAL_EXPIRY = ISSUER + "credential_exp"
 # On a reconnection token: the id (jti) of the credential it descends from, so revoking that
 # credential revokes every reconnection token derived from it, on every replica.
 ORIGIN = ISSUER + "origin"
+# On a reconnection token: the issue time (``iat``) of the credential it descends from, so that no
+# refresh makes an old credential look new to a workspace's tombstone (null: it had none).
+CREDENTIAL_ISSUED = ISSUER + "credential_iat"
+# On a generated token (and the reconnection tokens of its sessions): the ids (jti) of the credentials
+# it was minted from, nearest first, so that revoking any of them revokes it, on every replica.
+CHAIN = ISSUER + "chain"
+# Generations of generated tokens a credential may descend from: each carries the ids of all its
+# ancestors, so the bound keeps tokens and the revocation check at admission small.
+MAX_TOKEN_CHAIN = 8
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,11 @@ class TokenIssuer:
             origin = user.origin or user.token_id
             if origin:
                 extra[ORIGIN] = origin
+            # an anonymous user has no credential: its identity begins with its first session
+            issued = user.issued_at if user.issued_at is not None or not user.is_anonymous else int(now)
+            extra[CREDENTIAL_ISSUED] = issued
+        if user.chain:
+            extra[CHAIN] = list(user.chain)
         return jwt.encode(
             {
                 **extra,
@@ -236,7 +250,8 @@ def _user_from_claims(claims: dict[str, Any]) -> User:
         extra_scopes=scope.extra_scopes,
         token_id=_text_claim(claims, "jti"),
         origin=_text_claim(claims, ORIGIN),
-        issued_at=issued_at(claims),
+        chain=_chain(claims),
+        issued_at=_credential_issued(claims),
     )
 
 
@@ -244,6 +259,28 @@ def issued_at(claims: dict[str, Any]) -> float | None:
     """A token's ``iat`` if it is a number (``None`` counts as issued before anything)."""
     value = claims.get("iat")
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _credential_issued(claims: dict[str, Any]) -> float | None:
+    """When the credential a token descends from was issued: a reconnection token carries it, any
+    other token is its own credential."""
+    if CREDENTIAL_ISSUED not in claims:
+        return issued_at(claims)
+    value = claims[CREDENTIAL_ISSUED]
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return None if value is None else float(value)
+    raise AuthError("invalid token: bad credential issue time")
+
+
+def _chain(claims: dict[str, Any]) -> tuple[str, ...]:
+    value = claims.get(CHAIN, [])
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_TOKEN_CHAIN
+        or not all(isinstance(i, str) and 0 < len(i) <= 256 for i in value)
+    ):
+        raise AuthError("invalid token: bad chain")
+    return tuple(value)
 
 
 def _text_claim(claims: dict[str, Any], name: str) -> str | None:
@@ -279,7 +316,16 @@ def child_user(
     email: str | None = None,
 ) -> User:
     """The user a generated token stands for: a new id that inherits roles (and the email,
-    unless one is given: the caller checked it may set one)."""
+    unless one is given: the caller checked it may set one), and carries the ids of the
+    credentials it descends from (:attr:`User.lineage`), so revoking any of them revokes it;
+    :class:`AuthError` past :data:`MAX_TOKEN_CHAIN` generations."""
+    chain = parent.lineage
+    if len(chain) > MAX_TOKEN_CHAIN:
+        raise AuthError(
+            f"Cannot generate a token from this credential: it was generated {len(parent.chain)} generations "
+            f"from the first, and a token may be at most {MAX_TOKEN_CHAIN} generations from it (so that revoking "
+            "any ancestor still reaches it): generate it from a credential nearer the first"
+        )
     return User(
         id=shortuuid.uuid()[:16].lower(),
         roles=parent.roles,
@@ -287,4 +333,5 @@ def child_user(
         parent=parent.parent or parent.id,
         email=email or parent.email,
         extra_scopes=extra_scopes,
+        chain=chain,
     )

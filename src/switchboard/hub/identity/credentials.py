@@ -70,8 +70,9 @@ class Credentials:
             raise AuthError(f"unknown issuer {str(claimed)[:120]!r}")
         return user
 
-    async def revoke(self, token: object, by: User) -> None:
-        """Revoke ``token`` for good (until it would have expired): its holder or an admin of its workspace may."""
+    async def revoke(self, token: object, by: User) -> str:
+        """Revoke ``token`` for good (until it would have expired): its holder or an admin of its workspace
+        may. Returns its id: what descends from it carries that id (:attr:`User.revocation_ids`)."""
         user = await self.verify(token)
         own = user.id == by.id and not by.is_anonymous
         admin = by.can(user.current_workspace or user_workspace(user.id), Permission.ADMIN)
@@ -83,3 +84,4 @@ class Credentials:
             raise AuthError("this token cannot be revoked: it has no id or no expiry")
         # kept past its expiry by the leeway a provider's token is checked with
         await self.revocations.revoke(user.revocation_ids[0], until=user.expires_at + LEEWAY)
+        return user.revocation_ids[0]

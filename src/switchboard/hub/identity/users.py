@@ -78,14 +78,24 @@ class User:
     extra_scopes: tuple[str, ...] = ()
     token_id: str | None = None  # the id (jti) of the token this identity was read from
     origin: str | None = None  # on a reconnection token: the id of the credential it descends from
-    issued_at: float | None = (
-        None  # its token's ``iat``: a token older than a workspace's deletion grants nothing there
-    )
+    # the ids of the credentials its credential was minted from (``generate_token``), nearest first
+    chain: tuple[str, ...] = ()
+    # when the credential it descends from was issued (its ``iat``; a reconnection token carries its
+    # credential's): a credential older than a workspace's deletion grants nothing there
+    issued_at: float | None = None
 
     @property
     def revocation_ids(self) -> tuple[str, ...]:
-        """The ids whose revocation ends this identity: its token's own, and its credential's."""
-        return tuple(i for i in (self.token_id, self.origin) if i)
+        """The ids whose revocation ends this identity: its token's own, its credential's, and those
+        its credential descends from."""
+        return tuple(i for i in (self.token_id, self.origin, *self.chain) if i)
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        """The credential this identity stands on and its ancestors, nearest first: the ancestry a
+        token minted from it carries."""
+        own = self.origin or self.token_id
+        return (own, *self.chain) if own else self.chain
 
     @property
     def accountable(self) -> str:

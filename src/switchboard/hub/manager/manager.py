@@ -23,7 +23,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
-from switchboard.hub.identity.credentials import Credentials
+from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.event_log import EventLog
 from switchboard.hub.manager.manager_door import ManagerDoor, calling_peer, require
@@ -31,6 +31,7 @@ from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDire
 from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
+from switchboard.hub.sessions.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.protocol import envelope, ids
@@ -52,12 +53,15 @@ class ManagerHost(DirectoryHost, Protocol):
     manager_id: str
     workspaces: WorkspaceStore
     subscribers: Subscribers
+    gate: Gatekeeper
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
     async def end_workspace(self, workspace: str) -> None: ...
+
+    async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None: ...
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
@@ -311,6 +315,12 @@ class WorkspaceManager:
         ws = ids.check_id(config.get("workspace") or peer.workspace, "workspace")
         if await self.records.permission(peer.user, ws) < Permission.ADMIN:  # an owner is admin
             raise PermissionDenied("Only admin can generate token.")
+        # what a token is minted from is checked at each mint: no revoked credential (nor one it
+        # descends from), none older than the workspace's deletion (a new token would launder it)
+        if await self.hub.credentials.revocations.any_revoked(peer.user.revocation_ids):
+            raise PermissionDenied(f"Cannot generate a token: your {REVOKED}")
+        if (refusal := await self.hub.gate.deletion(peer.user, ws)) is not None:
+            raise PermissionDenied(f"Cannot generate a token: {refusal} after your token was issued")
         extra_scopes, email = self._token_labels(peer.user, config)
         client_id = config.get("client_id")
         if client_id is not None:
@@ -337,7 +347,10 @@ class WorkspaceManager:
             if left <= 0:
                 raise PermissionDenied("Your token has expired: connect again with a fresh one to generate tokens.")
             expires_in = min(float(expires_in), left)
-        user = child_user(peer.user, workspace=ws, permission=permission, extra_scopes=extra_scopes, email=email)
+        try:
+            user = child_user(peer.user, workspace=ws, permission=permission, extra_scopes=extra_scopes, email=email)
+        except AuthError as exc:
+            raise PermissionDenied(str(exc)) from None
         return self.hub.issuer.issue(
             user,
             workspace=ws,
@@ -381,12 +394,14 @@ class WorkspaceManager:
         return wire
 
     async def revoke_token(self, token: Any, context: dict[str, Any] | None = None) -> None:
-        """Refuse ``token``, and every reconnection token derived from it, on every replica until it expires.
+        """Refuse ``token``, and every token derived from it (reconnection tokens, generated tokens
+        and theirs), on every replica until it expires; the sessions standing on it are closed.
 
         Its holder may revoke it, and so may an admin of its workspace.
         """
         peer = calling_peer()
-        await self.hub.credentials.revoke(token, by=peer.user)
+        revoked = await self.hub.credentials.revoke(token, by=peer.user)
+        await self.hub.end_credential(revoked, answering=peer)
 
     async def subscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Receive workspace broadcasts of these event types on this connection.

@@ -21,6 +21,7 @@ from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission, User, new_anonymous_user, user_workspace
 from switchboard.hub.routing.limits import TokenBucket
+from switchboard.hub.sessions.joins import Joining
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import handshake
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
@@ -134,13 +135,18 @@ class Gatekeeper:
         self.entrance = entrance  # what an admission asks the stores, in two steps (one round trip each on Redis)
         self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
 
-    async def admit(self, hello: Hello, *, workspace_here: Callable[[str], bool]) -> Admitted:
+    async def admit(
+        self, hello: Hello, *, workspace_here: Callable[[str], bool], joining: Joining | None = None
+    ) -> Admitted:
         """Decide who the client is and which workspace it joins, or raise
         :class:`HandshakeError` with the message the client will see.
 
         The stores are asked once (:meth:`Entrance.arrival`), after the token's signature and
         claims are checked and before anything is decided on what they say: its revocation,
         the workspace's deletion and record, the client id's holder and registration.
+        ``joining`` is told what the connection joins before the stores are asked, so that a
+        deletion or revocation notice arriving from then until the join reaches it
+        (:mod:`~switchboard.hub.sessions.joins`).
         """
         if hello.client_id == self.settings.manager_id:
             raise HandshakeError(
@@ -161,7 +167,7 @@ class Gatekeeper:
                     f"{workspace}, not {hello.workspace}",
                     CLOSE_GOING_AWAY,
                 )
-            arrival = await self._arrival(user, workspace, hello.client_id)
+            arrival = await self._arrival(user, workspace, hello.client_id, joining=joining)
             return Admitted(user, workspace, True, arrival)
         if hello.token:
             user = await self._identify(hello.token)
@@ -181,7 +187,7 @@ class Gatekeeper:
         else:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
-        arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token))
+        arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token), joining=joining)
         user = self._with_ownership(user, workspace, arrival.record)
         if not user.can(workspace, Permission.READ):
             if await self._workspace_exists(workspace, workspace_here):
@@ -201,10 +207,14 @@ class Gatekeeper:
         except AuthError as exc:
             raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
 
-    async def _arrival(self, user: User, workspace: str, client_id: str, *, token: bool = True) -> Arrival:
+    async def _arrival(
+        self, user: User, workspace: str, client_id: str, *, token: bool = True, joining: Joining | None = None
+    ) -> Arrival:
         """What the stores know, read at once; a ``token``'s connection is refused here if it was
         revoked or the workspace was deleted since it was issued (``BackendError`` if the
         revocations cannot be read: never taken as not revoked)."""
+        if joining is not None:  # before the read: a notice from now on reaches it
+            joining.expect(user, workspace)
         arrival = await self.entrance.arrival(user.revocation_ids, workspace, client_id)
         if not token:
             return arrival
