@@ -194,7 +194,12 @@ class ServiceDirectory:
         )
         timeout = float(config.get("timeout") or 10.0)
         try:
-            return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
+            return await self.fetch_service(
+                info,
+                timeout=timeout,
+                case_conversion=config.get("case_conversion"),
+                has_read=peer.user.can(info["id"].partition("/")[0], Permission.READ),
+            )
         except Exception:
             # The provider may have left while we asked it (a dropped client stays listed
             # until its transit grace ends): then the service is gone, and the caller is
@@ -225,7 +230,7 @@ class ServiceDirectory:
             ):
                 continue
             if listing.admits(info):
-                result.append(info)
+                result.append(svc_ids.shown(info, has_read=peer.user.can(ws, Permission.READ)))
         return result
 
     async def _settled(self) -> None:
@@ -292,11 +297,11 @@ class ServiceDirectory:
         found = await self.hub.registry.find(query)
         if not found and await self.hub.registry.lost_data():
             found = await self._find_once_settled(query)
-        allowed = [
-            i
-            for i in found
-            if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
-        ]
+        has_read = user.can(query.workspace, Permission.READ)
+        # A client the caller may not list (its built-in service: svc_ids.may_use) is not there for it,
+        # by any id or mode: refused as absent, not as forbidden, which would tell that it is there.
+        found = [i for i in found if has_read or not svc_ids.is_presence(i)]
+        allowed = [i for i in found if svc_ids.may_use(i, caller_workspace=workspace, has_read=has_read)]
         if not allowed:
             if found:
                 raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
@@ -316,7 +321,7 @@ class ServiceDirectory:
                 asked = [by_id[i] for i in selection.to_ask(ids, self._rng)]
                 answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
         pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
-        return by_id[pick]
+        return svc_ids.shown(by_id[pick], has_read=has_read)
 
     async def _ask(
         self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str
@@ -332,7 +337,7 @@ class ServiceDirectory:
         answers: list[tuple[str, Any]] = []
 
         async def ask(info: ServiceInfo) -> tuple[str, Any]:
-            service = await self.fetch_service(info, timeout=timeout)
+            service = await self.fetch_service(info, timeout=timeout, has_read=False)  # not shown to anyone
             function = dict.get(service, mode.function)  # dict.get: a service may have a method "get"
             if not callable(function):
                 raise NotFound(f"{info['id']} has no function {mode.function}")
@@ -383,8 +388,11 @@ class ServiceDirectory:
         service: dict[str, Any] = rpc.get_local_service("default", context={"to": address, "ws": "*"})
         return service
 
-    async def fetch_service(self, info: ServiceInfo, *, timeout: float, case_conversion: Any = None) -> Any:
-        """Ask the provider for its service object and address it for any caller."""
+    async def fetch_service(
+        self, info: ServiceInfo, *, timeout: float, has_read: bool, case_conversion: Any = None
+    ) -> Any:
+        """Ask the provider for its service object and address it for a caller (``has_read``: one
+        with read on the service's workspace, who alone sees ``config.authorized_workspaces``)."""
         rpc = self._rpc()
         assert rpc is not None
         config: dict[str, Any] = {"timeout": timeout, "_no_retry": True}
@@ -395,6 +403,8 @@ class ServiceDirectory:
         service["id"] = info["id"]
         # dict.get, not service.get: a service may have a method named "get"
         service_config = dict.get(service, "config") or {}
+        if not has_read:
+            service_config = svc_ids.without_authorized(dict(service_config))
         service_config["workspace"] = ws
         service_config["url"] = f"{self.hub.settings.public_base_url}/{ws}/services/{info['id'].partition('/')[2]}"
         service["config"] = service_config

@@ -129,7 +129,9 @@ async def list_services(request: Request) -> Response:
         found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
-            i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+            svc_ids.shown(i, has_read=has_read)
+            for i in found
+            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
         ]
         return JSONResponse(_jsonable(visible))
 
@@ -154,7 +156,8 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     directory = server_state(request).hub.manager.directory
     if service_id == "~":  # the workspace manager, as in Hypha
         return directory.manager_info()
-    info = await directory.resolve(
+    # resolve chooses among the services the caller may use (svc_ids.may_use) alone
+    return await directory.resolve(
         f"{ws}/{service_id}",
         workspace=own_ws,
         user=user,
@@ -163,8 +166,6 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
         if "_select_timeout" in request.query_params
         else None,
     )
-    svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
-    return info
 
 
 async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
@@ -278,7 +279,9 @@ async def call_function(request: Request) -> Response:
         _check_built_in(info, user)
         hub.metrics.http_calls.inc()
         timeout = hub.settings.call_timeout
-        service = await asyncio.wait_for(hub.manager.directory.fetch_service(info, timeout=timeout), timeout)
+        reads = user.can(info["id"].partition("/")[0], Permission.READ)
+        fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
+        service = await asyncio.wait_for(fetching, timeout)
         key = request.path_params["function"]
         target: Any = service
         for part in key.split("."):
