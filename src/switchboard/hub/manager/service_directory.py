@@ -28,6 +28,7 @@ from switchboard.errors import BackendError, LimitExceeded, NotFound, Permission
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.manager_door import calling_peer, require
 from switchboard.hub.manager.shared_values import SharedValues
+from switchboard.hub.routing.limits import Asking, TokenBucket
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
@@ -35,6 +36,10 @@ from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
 from switchboard.protocol.values import plain
 
 log = logging.getLogger(__name__)
+
+
+# Admits ``calls`` more calls of the asker for a ``with`` block (raises RateLimited): see resolve.
+Charge = Callable[[int], contextlib.AbstractContextManager[None]]
 
 
 class Loads(Protocol):
@@ -85,6 +90,8 @@ class ServiceDirectory:
         self._rpc = rpc
         self._rng = random.Random()
         self._schemas = SharedValues(SHARED_SCHEMAS)
+        # each connection's select: calls in flight, while it has some
+        self._asking = Asking(hub.settings.max_pending_calls)
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -176,6 +183,7 @@ class ServiceDirectory:
             user=peer.user,
             mode=config.get("mode"),
             select_timeout=config.get("select_timeout"),
+            charge=lambda calls: self._asking_for(peer, calls),
         )
 
     async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
@@ -191,6 +199,7 @@ class ServiceDirectory:
             user=peer.user,
             mode=config.get("mode"),
             select_timeout=config.get("select_timeout"),
+            charge=lambda calls: self._asking_for(peer, calls),
         )
         timeout = float(config.get("timeout") or 10.0)
         try:
@@ -286,9 +295,16 @@ class ServiceDirectory:
         user: User,
         mode: Any,
         select_timeout: Any = None,
+        charge: Charge | None = None,
     ) -> ServiceInfo:
         """The single service ``service_id`` names for a caller, chosen by ``mode`` among several
-        (:mod:`switchboard.protocol.selection`), or a clear error."""
+        (:mod:`switchboard.protocol.selection`), or a clear error.
+
+        A ``select:`` mode's every candidate asked is a call of the asker:
+        ``charge`` admits them (its rate and calls in flight) for as long as
+        they run, or refuses the lookup (:class:`~switchboard.errors.RateLimited`);
+        never more are asked than its burst or calls in flight let through.
+        """
         query = svc_ids.parse_query(service_id, workspace)
         if query.workspace == "*":
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
@@ -318,10 +334,19 @@ class ServiceDirectory:
             elif chosen.kind == "native:random":
                 local = {c for c in providers if self.hub.peer_for(c) is not None}
             elif chosen.kind == "select":
-                asked = [by_id[i] for i in selection.to_ask(ids, self._rng)]
-                answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
+                s = self.hub.settings
+                most = min(selection.MAX_ASKED, s.message_burst, s.max_pending_calls)
+                asked = [by_id[i] for i in selection.to_ask(ids, self._rng, limit=most)]
+                with charge(len(asked)) if charge is not None else contextlib.nullcontext():
+                    answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
         pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
         return svc_ids.shown(by_id[pick], has_read=has_read)
+
+    def _asking_for(self, peer: Peer, calls: int) -> contextlib.AbstractContextManager[None]:
+        """A connection's select: calls, taken from its own frame rate and counted in flight."""
+        s = self.hub.settings
+        bucket = peer.rate or TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
+        return self._asking.holding(peer.id, bucket, calls)
 
     async def _ask(
         self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str

@@ -1,8 +1,25 @@
-"""Per-client limits that keep one client from hurting the others."""
+"""Per-client limits that keep one client from hurting the others.
+
+A connection has its own :class:`TokenBucket` of frames (set at admission)
+and a bound on its calls waiting for a reply. A caller without a
+connection, an HTTP request, gets the same bounds from :class:`Allowances`,
+per principal: its user, or for an anonymous request its address. A
+``select:`` lookup's fan-out counts as calls of its asker, one per
+candidate asked, whatever door it came through.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from switchboard.clock import Clock
+from switchboard.errors import RateLimited
+
+# Principals tracked at once by one Allowances. An idle principal whose bucket is full again
+# is forgotten first (nothing is lost: it would start full); beyond this many busy ones a new
+# principal is refused, so a crowd of addresses cannot grow the table without bound.
+MAX_PRINCIPALS = 100_000
 
 
 class TokenBucket:
@@ -20,11 +37,127 @@ class TokenBucket:
         self._tokens = burst
         self._last = clock.monotonic()
 
-    def take(self) -> bool:
+    def _refill(self) -> None:
         now = self._clock.monotonic()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
         self._last = now
-        if self._tokens >= 1:
-            self._tokens -= 1
+
+    def take(self, count: int = 1) -> bool:
+        """Take ``count`` tokens if there are that many (else take none)."""
+        self._refill()
+        if self._tokens >= count:
+            self._tokens -= count
             return True
         return False
+
+    def wait(self, count: int = 1) -> float:
+        """Seconds until ``count`` tokens are there (0: now; never, above the burst: ``inf``)."""
+        if count > self.burst:
+            return float("inf")
+        self._refill()
+        return max(0.0, (count - self._tokens) / self.rate)
+
+    def full(self) -> bool:
+        self._refill()
+        return self._tokens >= self.burst
+
+
+class Allowance:
+    """One principal's bounds: calls per second (its ``bucket``) and calls in flight (``limit``)."""
+
+    __slots__ = ("bucket", "in_flight", "limit")
+
+    def __init__(self, bucket: TokenBucket, limit: int) -> None:
+        self.bucket = bucket
+        self.limit = limit
+        self.in_flight = 0
+
+    def admit(self, calls: int, who: str) -> None:
+        """Count ``calls`` more calls in flight, or raise :class:`RateLimited` (nothing counted)."""
+        if self.in_flight + calls > self.limit:
+            raise RateLimited(
+                f"Too many calls in flight: {who} has {self.in_flight}, this request needs {calls} more, "
+                f"at most {self.limit} (--max-pending-calls)",
+                retry_after=1.0,
+            )
+        if not self.bucket.take(calls):
+            b = self.bucket
+            raise RateLimited(
+                f"Rate limit exceeded: {who} may make at most {b.rate:g} calls/s (burst {b.burst:g}; "
+                f"--max-messages-per-second, --message-burst), this request needs {calls}",
+                retry_after=b.wait(calls),
+            )
+        self.in_flight += calls
+
+    def done(self, calls: int) -> None:
+        self.in_flight = max(0, self.in_flight - calls)
+
+    @contextlib.contextmanager
+    def holding(self, calls: int, who: str) -> Iterator[None]:
+        """``calls`` admitted for the ``with`` block, counted in flight until it ends."""
+        self.admit(calls, who)
+        try:
+            yield
+        finally:
+            self.done(calls)
+
+
+class Allowances:
+    """:class:`Allowance` per principal key, made on first use, forgotten once idle and full again."""
+
+    def __init__(
+        self, *, rate: float, burst: float, limit: int, clock: Clock, max_principals: int = MAX_PRINCIPALS
+    ) -> None:
+        self.rate, self.burst, self.limit = rate, burst, limit
+        self.max_principals = max_principals
+        self._clock = clock
+        self._by_key: dict[str, Allowance] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def of(self, key: str) -> Allowance:
+        """``key``'s allowance (a new one starts with a full bucket)."""
+        found = self._by_key.get(key)
+        if found is not None:
+            return found
+        if len(self._by_key) >= self.max_principals:
+            self._forget_idle()
+            if len(self._by_key) >= self.max_principals:
+                raise RateLimited(f"Too many callers at once: at most {self.max_principals} tracked", retry_after=1.0)
+        made = Allowance(TokenBucket(rate=self.rate, burst=self.burst, clock=self._clock), self.limit)
+        self._by_key[key] = made
+        return made
+
+    def _forget_idle(self) -> None:
+        """Drop the principals with nothing in flight and a full bucket: they would start the same."""
+        for key in [k for k, a in self._by_key.items() if a.in_flight == 0 and a.bucket.full()]:
+            del self._by_key[key]
+
+
+class Asking:
+    """Calls in flight per connection, at most ``limit`` each, its rate taken from its own bucket.
+
+    An entry exists only while its connection has calls counted: made and
+    charged, and dropped when its count returns to 0, with no wait in between,
+    so the concurrent lookups of one connection share it and idle ones cost nothing.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_key: dict[str, Allowance] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    @contextlib.contextmanager
+    def holding(self, key: str, bucket: TokenBucket, calls: int) -> Iterator[None]:
+        allowance = self._by_key.get(key) or Allowance(bucket, self.limit)
+        allowance.admit(calls, key)
+        self._by_key[key] = allowance
+        try:
+            yield
+        finally:
+            allowance.done(calls)
+            if allowance.in_flight == 0:
+                self._by_key.pop(key, None)

@@ -6,6 +6,7 @@ import asyncio
 import enum
 
 from switchboard.hub.hub import Hub
+from switchboard.hub.routing.limits import Allowances
 from switchboard.hub.sessions.peer import Peer
 from switchboard.server.process.connections import Connections
 
@@ -27,6 +28,11 @@ class ServerState:
         #: filled by the server's protocols (:func:`switchboard.server.process.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
+        s = hub.settings
+        #: HTTP callers' rate and calls in flight, per user (anonymous: per address), as a connection's
+        self.allowances = Allowances(
+            rate=s.max_messages_per_second, burst=s.message_burst, limit=s.max_pending_calls, clock=hub.clock
+        )
 
     @property
     def accepting(self) -> bool:
