@@ -28,7 +28,7 @@ from switchboard.errors import BackendError, LimitExceeded, NotFound, Permission
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.manager_door import calling_peer, require
 from switchboard.hub.manager.shared_values import SharedValues
-from switchboard.hub.routing.limits import Asking, TokenBucket
+from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
@@ -90,8 +90,6 @@ class ServiceDirectory:
         self._rpc = rpc
         self._rng = random.Random()
         self._schemas = SharedValues(SHARED_SCHEMAS)
-        # each connection's select: calls in flight, while it has some
-        self._asking = Asking(hub.settings.max_pending_calls)
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -343,10 +341,15 @@ class ServiceDirectory:
         return svc_ids.shown(by_id[pick], has_read=has_read)
 
     def _asking_for(self, peer: Peer, calls: int) -> contextlib.AbstractContextManager[None]:
-        """A connection's select: calls, taken from its own frame rate and counted in flight."""
-        s = self.hub.settings
-        bucket = peer.rate or TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
-        return self._asking.holding(peer.id, bucket, calls)
+        """A caller's select: calls: a connection's are taken from its own frame rate and counted
+        in flight (at most --max-pending-calls) while they run; an HTTP caller's from its request's."""
+        if peer.allowance is None:
+            s = self.hub.settings
+            bucket = peer.rate or TokenBucket(
+                rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock
+            )
+            peer.allowance = Allowance(bucket, s.max_pending_calls, peer.id)
+        return peer.allowance.holding(calls)
 
     async def _ask(
         self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str

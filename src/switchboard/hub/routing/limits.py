@@ -4,8 +4,9 @@ A connection has its own :class:`TokenBucket` of frames (set at admission)
 and a bound on its calls waiting for a reply. A caller without a
 connection, an HTTP request, gets the same bounds from :class:`Allowances`,
 per principal: its user, or for an anonymous request its address. A
-``select:`` lookup's fan-out counts as calls of its asker, one per
-candidate asked, whatever door it came through.
+``select:`` lookup's fan-out counts as calls of its asker (its
+:class:`Allowance`: a connection's takes from the connection's own bucket),
+one per candidate asked, whatever door it came through.
 """
 
 from __future__ import annotations
@@ -63,27 +64,29 @@ class TokenBucket:
 
 
 class Allowance:
-    """One principal's bounds: calls per second (its ``bucket``) and calls in flight (``limit``)."""
+    """One caller's bounds: calls per second (its ``bucket``) and calls in flight (``limit``);
+    ``name`` says who it is in a refusal."""
 
-    __slots__ = ("bucket", "in_flight", "limit")
+    __slots__ = ("bucket", "in_flight", "limit", "name")
 
-    def __init__(self, bucket: TokenBucket, limit: int) -> None:
+    def __init__(self, bucket: TokenBucket, limit: int, name: str) -> None:
         self.bucket = bucket
         self.limit = limit
+        self.name = name
         self.in_flight = 0
 
-    def admit(self, calls: int, who: str) -> None:
+    def admit(self, calls: int) -> None:
         """Count ``calls`` more calls in flight, or raise :class:`RateLimited` (nothing counted)."""
         if self.in_flight + calls > self.limit:
             raise RateLimited(
-                f"Too many calls in flight: {who} has {self.in_flight}, this request needs {calls} more, "
+                f"Too many calls in flight: {self.name} has {self.in_flight}, this request needs {calls} more, "
                 f"at most {self.limit} (--max-pending-calls)",
                 retry_after=1.0,
             )
         if not self.bucket.take(calls):
             b = self.bucket
             raise RateLimited(
-                f"Rate limit exceeded: {who} may make at most {b.rate:g} calls/s (burst {b.burst:g}; "
+                f"Rate limit exceeded: {self.name} may make at most {b.rate:g} calls/s (burst {b.burst:g}; "
                 f"--max-messages-per-second, --message-burst), this request needs {calls}",
                 retry_after=b.wait(calls),
             )
@@ -93,9 +96,9 @@ class Allowance:
         self.in_flight = max(0, self.in_flight - calls)
 
     @contextlib.contextmanager
-    def holding(self, calls: int, who: str) -> Iterator[None]:
+    def holding(self, calls: int) -> Iterator[None]:
         """``calls`` admitted for the ``with`` block, counted in flight until it ends."""
-        self.admit(calls, who)
+        self.admit(calls)
         try:
             yield
         finally:
@@ -103,7 +106,7 @@ class Allowance:
 
 
 class Allowances:
-    """:class:`Allowance` per principal key, made on first use, forgotten once idle and full again."""
+    """:class:`Allowance` per caller key, made on first use, forgotten once idle and full again."""
 
     def __init__(
         self, *, rate: float, burst: float, limit: int, clock: Clock, max_principals: int = MAX_PRINCIPALS
@@ -116,8 +119,8 @@ class Allowances:
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def of(self, key: str) -> Allowance:
-        """``key``'s allowance (a new one starts with a full bucket)."""
+    def of(self, key: str, name: str) -> Allowance:
+        """``key``'s allowance (a new one, named ``name``, starts with a full bucket)."""
         found = self._by_key.get(key)
         if found is not None:
             return found
@@ -125,39 +128,11 @@ class Allowances:
             self._forget_idle()
             if len(self._by_key) >= self.max_principals:
                 raise RateLimited(f"Too many callers at once: at most {self.max_principals} tracked", retry_after=1.0)
-        made = Allowance(TokenBucket(rate=self.rate, burst=self.burst, clock=self._clock), self.limit)
+        made = Allowance(TokenBucket(rate=self.rate, burst=self.burst, clock=self._clock), self.limit, name)
         self._by_key[key] = made
         return made
 
     def _forget_idle(self) -> None:
-        """Drop the principals with nothing in flight and a full bucket: they would start the same."""
+        """Drop the callers with nothing in flight and a full bucket: they would start the same."""
         for key in [k for k, a in self._by_key.items() if a.in_flight == 0 and a.bucket.full()]:
             del self._by_key[key]
-
-
-class Asking:
-    """Calls in flight per connection, at most ``limit`` each, its rate taken from its own bucket.
-
-    An entry exists only while its connection has calls counted: made and
-    charged, and dropped when its count returns to 0, with no wait in between,
-    so the concurrent lookups of one connection share it and idle ones cost nothing.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._by_key: dict[str, Allowance] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_key)
-
-    @contextlib.contextmanager
-    def holding(self, key: str, bucket: TokenBucket, calls: int) -> Iterator[None]:
-        allowance = self._by_key.get(key) or Allowance(bucket, self.limit)
-        allowance.admit(calls, key)
-        self._by_key[key] = allowance
-        try:
-            yield
-        finally:
-            allowance.done(calls)
-            if allowance.in_flight == 0:
-                self._by_key.pop(key, None)

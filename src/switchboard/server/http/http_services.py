@@ -122,24 +122,21 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
         return error_response(exc)
 
 
-def _allowance(request: Request, user: User) -> tuple[Allowance, str]:
+def _allowance(request: Request, user: User) -> Allowance:
     """The caller's rate and calls in flight, as a connection has them: its user's, or for an
-    anonymous request its address's (every anonymous request from one address is one caller),
-    and how a refusal names it."""
+    anonymous request its address's (every anonymous request from one address is one caller)."""
     if user is ANONYMOUS_HTTP:
         host = request.client.host if request.client else "unknown"
-        key, who = f"address:{host}", f"anonymous requests from {host}"
-    else:
-        key, who = f"user:{user.id}", f"user {user.id}"
-    return server_state(request).allowances.of(key), who
+        return server_state(request).allowances.of(f"address:{host}", f"anonymous requests from {host}")
+    return server_state(request).allowances.of(f"user:{user.id}", f"user {user.id}")
 
 
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
         user, own_ws = await request_user(request)
-        allowance, who = _allowance(request, user)
-        with allowance.holding(1, who):
+        allowance = _allowance(request, user)
+        with allowance.holding(1):
             await _not_deleted(request, user, ws)
             found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
@@ -156,15 +153,15 @@ async def list_services(request: Request) -> Response:
 async def service_info(request: Request) -> Response:
     async def handler() -> Response:
         user, own_ws = await request_user(request)
-        allowance, who = _allowance(request, user)
-        with allowance.holding(1, who):
-            info = await _resolve(request, user, own_ws, allowance, who)
+        allowance = _allowance(request, user)
+        with allowance.holding(1):
+            info = await _resolve(request, user, own_ws, allowance)
         return JSONResponse(_jsonable(info))
 
     return await _guard(request, handler)
 
 
-async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowance, who: str) -> svc_ids.ServiceInfo:
+async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowance) -> svc_ids.ServiceInfo:
     """The service the path names (``?_mode=`` among several); a ``select:`` mode's candidates
     are calls of the caller, admitted by its ``allowance`` while they run."""
     ws = _workspace(request)
@@ -184,7 +181,7 @@ async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowan
         select_timeout=_query_value(request.query_params["_select_timeout"])
         if "_select_timeout" in request.query_params
         else None,
-        charge=lambda calls: allowance.holding(calls, who),
+        charge=allowance.holding,
     )
 
 
@@ -283,14 +280,14 @@ def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
 async def call_function(request: Request) -> Response:
     async def handler() -> Response:
         user, own_ws = await request_user(request)
-        allowance, who = _allowance(request, user)
-        with allowance.holding(1, who):  # a call of the caller's from before its body is read
-            return await _call(request, user, own_ws, allowance, who)
+        allowance = _allowance(request, user)
+        with allowance.holding(1):  # a call of the caller's from before its body is read
+            return await _call(request, user, own_ws, allowance)
 
     return await _guard(request, handler)
 
 
-async def _call(request: Request, user: User, own_ws: str, allowance: Allowance, who: str) -> Response:
+async def _call(request: Request, user: User, own_ws: str, allowance: Allowance) -> Response:
     """``/{workspace}/services/{service_id}/{function}``: the function called as the request's user."""
     hub = server_state(request).hub
     kwargs, as_msgpack = await _read_kwargs(request)
@@ -300,10 +297,11 @@ async def _call(request: Request, user: User, own_ws: str, allowance: Allowance,
         caller = await http_caller(
             hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
         )
+        caller.allowance = allowance  # its select: lookups are calls of the request's user or address
         hub.metrics.http_calls.inc()
         done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
         return _respond(done, as_msgpack)
-    info = await _resolve(request, user, own_ws, allowance, who)
+    info = await _resolve(request, user, own_ws, allowance)
     _check_built_in(info, user)
     hub.metrics.http_calls.inc()
     timeout = hub.settings.call_timeout
