@@ -7,7 +7,7 @@ import math
 import pytest
 
 from switchboard.errors import RateLimited
-from switchboard.hub.routing.limits import Allowance, Allowances, TokenBucket
+from switchboard.hub.routing.limits import Allowance, Allowances, TokenBucket, address_key
 from switchboard.testing.clock import FakeClock
 
 
@@ -85,3 +85,11 @@ def test_a_connections_allowance_takes_from_its_own_frame_rate():
     clock.advance(0.3)
     with asking.holding(8):
         assert not frames.take(1), "its selection's calls used its frames"
+
+
+def test_an_ipv6_host_is_one_caller_whichever_address_of_its_64_it_picks():
+    assert address_key("2001:db8:1:2::1") == address_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert address_key("2001:db8:1:3::1") != address_key("2001:db8:1:2::1")
+    assert address_key("127.0.0.1") == "127.0.0.1"
+    assert address_key("::ffff:10.0.0.7") == "10.0.0.7"
+    assert address_key("not-an-address") == "not-an-address"

@@ -12,15 +12,19 @@ one per candidate asked, whatever door it came through.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 from collections.abc import Iterator
 
 from switchboard.clock import Clock
 from switchboard.errors import RateLimited
 
-# Principals tracked at once by one Allowances. An idle principal whose bucket is full again
-# is forgotten first (nothing is lost: it would start full); beyond this many busy ones a new
-# principal is refused, so a crowd of addresses cannot grow the table without bound.
-MAX_PRINCIPALS = 100_000
+# Principals tracked at once by one Allowances (about 400 bytes each: 8 MiB at most). An idle
+# principal whose bucket is full again is forgotten first (nothing is lost: it would start full);
+# beyond this many busy ones a new principal is refused, so a crowd of addresses cannot grow the
+# table without bound. A replica's busy HTTP callers within a couple of seconds are far fewer.
+MAX_PRINCIPALS = 20_000
+# An IPv6 host usually holds a whole /64: its addresses are one caller.
+IPV6_PREFIX = 64
 
 
 class TokenBucket:
@@ -136,3 +140,15 @@ class Allowances:
         """Drop the callers with nothing in flight and a full bucket: they would start the same."""
         for key in [k for k, a in self._by_key.items() if a.in_flight == 0 and a.bucket.full()]:
             del self._by_key[key]
+
+
+def address_key(host: str) -> str:
+    """The caller an anonymous request's address stands for: the address itself, or for IPv6
+    its /64 network (one host can pick any address in it)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_PREFIX}", strict=False))
+    return str(ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else ip)

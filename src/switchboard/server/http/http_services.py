@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.identity.users import Permission, User, user_workspace
-from switchboard.hub.routing.limits import Allowance
+from switchboard.hub.routing.limits import Allowance, address_key
 from switchboard.protocol import ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
@@ -126,7 +126,7 @@ def _allowance(request: Request, user: User) -> Allowance:
     """The caller's rate and calls in flight, as a connection has them: its user's, or for an
     anonymous request its address's (every anonymous request from one address is one caller)."""
     if user is ANONYMOUS_HTTP:
-        host = request.client.host if request.client else "unknown"
+        host = address_key(request.client.host) if request.client else "unknown"
         return server_state(request).allowances.of(f"address:{host}", f"anonymous requests from {host}")
     return server_state(request).allowances.of(f"user:{user.id}", f"user {user.id}")
 
