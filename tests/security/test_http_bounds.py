@@ -205,3 +205,17 @@ async def test_plain_http_calls_of_one_address_are_bounded_in_flight():
             p.hold.set()
             await asyncio.gather(*calls)
         assert sorted(a.status_code for a in answered) == [200] * 3 + [429] * 7
+
+
+async def test_the_status_api_and_workspace_records_take_from_the_same_rate():
+    """``GET /api/status`` reads the whole registry, ``GET /{ws}/info`` the workspace store: each
+    is a call of its caller too, so a loop of them is held to the caller's rate."""
+    async with (
+        running(settings_for_tests(max_messages_per_second=1, message_burst=5)) as srv,
+        httpx.AsyncClient(base_url=srv.url, timeout=10) as http,
+    ):
+        codes = [(await http.get(path)).status_code for path in ["/api/status", "/ws-x-y/info"] * 5]
+        assert codes[:5] == [200, 403, 200, 403, 200], codes  # 403: no read in ws-x-y, but it was asked
+        assert set(codes[5:]) == {429}, codes
+        refused = await http.get("/api/status")
+        _refused_fast(refused, "Rate limit exceeded: anonymous requests from 127.0.0.1")

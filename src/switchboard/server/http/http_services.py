@@ -122,7 +122,7 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
         return error_response(exc)
 
 
-def _allowance(request: Request, user: User) -> Allowance:
+def caller_allowance(request: Request, user: User) -> Allowance:
     """The caller's rate and calls in flight, as a connection has them: its user's, or for an
     anonymous request its address's (every anonymous request from one address is one caller)."""
     if user is ANONYMOUS_HTTP:
@@ -135,7 +135,7 @@ async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
         user, own_ws = await request_user(request)
-        allowance = _allowance(request, user)
+        allowance = caller_allowance(request, user)
         with allowance.holding(1):
             await _not_deleted(request, user, ws)
             found = await server_state(request).hub.registry.find(ServiceQuery(ws))
@@ -153,7 +153,7 @@ async def list_services(request: Request) -> Response:
 async def service_info(request: Request) -> Response:
     async def handler() -> Response:
         user, own_ws = await request_user(request)
-        allowance = _allowance(request, user)
+        allowance = caller_allowance(request, user)
         with allowance.holding(1):
             info = await _resolve(request, user, own_ws, allowance)
         return JSONResponse(_jsonable(info))
@@ -280,7 +280,7 @@ def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
 async def call_function(request: Request) -> Response:
     async def handler() -> Response:
         user, own_ws = await request_user(request)
-        allowance = _allowance(request, user)
+        allowance = caller_allowance(request, user)
         with allowance.holding(1):  # a call of the caller's from before its body is read
             return await _call(request, user, own_ws, allowance)
 
