@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 
 from switchboard.hub.hub import Hub
 from switchboard.hub.routing.limits import Allowances
@@ -28,10 +29,13 @@ class ServerState:
         #: filled by the server's protocols (:func:`switchboard.server.process.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
-        s = hub.settings
-        #: HTTP callers' rate and calls in flight, per user (anonymous: per address), as a connection's
-        self.allowances = Allowances(
-            rate=s.max_messages_per_second, burst=s.message_burst, limit=s.max_pending_calls, clock=hub.clock
+
+    @functools.cached_property
+    def allowances(self) -> Allowances:
+        """HTTP callers' rate and calls in flight, per user (anonymous: per address), as a connection's."""
+        s = self.hub.settings
+        return Allowances(
+            rate=s.max_messages_per_second, burst=s.message_burst, limit=s.max_pending_calls, clock=self.hub.clock
         )
 
     @property
