@@ -294,7 +294,8 @@ class Settings:
     max_messages_per_second: float = setting(
         1000.0,
         "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). "
-        "Replies to open calls are never refused.",
+        "Replies to open calls are never refused. The same rate bounds the HTTP requests of one user (without a "
+        "token: of one address), and each candidate a select: lookup asks counts as a call of the asker.",
         "1000/s: a busy client rarely notices, a flooding one is held to about a third of what a replica routes",
         minimum=1,
     )
@@ -306,7 +307,8 @@ class Settings:
     )
     max_pending_calls: int = setting(
         1000,
-        "Calls one client may have waiting for a reply at once.",
+        "Calls one client may have waiting for a reply at once; likewise HTTP requests of one user (without a "
+        "token: of one address) in progress, and a select: lookup's candidates while they are asked.",
         "1000: real fan-outs stay below it; a caller that never waits for replies is stopped",
         minimum=1,
     )

@@ -14,6 +14,7 @@
     ├── NotFound (KeyError)               a workspace, service or function does not exist
     ├── TargetNotConnected                a message's target has no live connection
     ├── LimitExceeded                     a per-client quota was hit
+    │   └── RateLimited                       a caller over its rate or calls in flight (retry later)
     ├── BackendError                      the registry or bus failed (e.g. Redis down)
     │   └── LeaseLost                         this replica no longer holds a lease (replicas/lease.py)
     ├── RequestRefused                    an HTTP request answered with a status of its own
@@ -86,6 +87,14 @@ class TargetNotConnected(SwitchboardError):
 
 class LimitExceeded(SwitchboardError):
     """A per-client or per-workspace quota was hit."""
+
+
+class RateLimited(LimitExceeded):
+    """A caller is over its rate or its calls in flight: retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class BackendError(SwitchboardError):

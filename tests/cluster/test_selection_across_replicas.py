@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 from hypha_rpc.rpc import RemoteException
 
@@ -110,3 +111,24 @@ async def test_singleton_tilde_and_patterns_across_replicas(replicas, clients):
     found = await manager.list_services({"service_id": "ca*"})
     assert sorted(s["id"] for s in found) == [f"{ws}/p0:calc", f"{ws}/p1:calc"]
     assert (await rival.get_service_info(f"{ws}/~"))["id"] == "~"
+
+
+async def test_a_client_on_one_replica_is_not_found_by_an_outsider_on_the_other(replicas, clients):
+    """Presence across replicas: the built-in services of W's clients on A (read from the shared
+    registry on B) are not there for an outsider of W on B, by any mode or door; a reader on B finds them."""
+    a, b, caller, token, _ = await _setup(replicas, clients)
+    ws = caller.config["workspace"]
+    outsider = await clients(b.url)
+    for mode in ("last", "random", "min_load", "select:max:load"):
+        with pytest.raises(RemoteException, match="Service not found"):
+            await outsider.get_service_info(f"{ws}/*:built-in", {"mode": mode})
+    with pytest.raises(RemoteException, match="Service not found"):
+        await outsider.get_service_info(f"{ws}/caller:built-in")
+    async with httpx.AsyncClient(base_url=b.url, timeout=10) as http:
+        for path in ("*:built-in?_mode=random", "caller:built-in", "*:built-in/ping?_mode=last"):
+            answer = await http.get(f"/{ws}/services/{path}")
+            assert answer.status_code == 404, (path, answer.text)
+            assert "created_by" not in answer.text
+        seen = await http.get(f"/{ws}/services/caller:built-in", headers={"Authorization": f"Bearer {token}"})
+        assert seen.status_code == 200, seen.text
+        assert seen.json()["id"] == f"{ws}/caller:built-in"

@@ -12,11 +12,13 @@ from switchboard.protocol.services import (
     ServiceQuery,
     check_use,
     full_id,
+    is_presence,
     matches,
     may_list,
     may_use,
     parse_query,
     prepare_registration,
+    shown,
     split_full_id,
     visibility,
 )
@@ -388,3 +390,27 @@ class TestPrepareRegistration:
     def test_rejects_malformed(self, service: Any) -> None:
         with pytest.raises(ProtocolError):
             register(service)
+
+
+# -- presence and who else may use a service -----------------------------------
+
+
+class TestPresenceAndAuthorizedWorkspaces:
+    @pytest.mark.parametrize("vis", ["public", "unlisted", "protected"])
+    def test_a_clients_built_in_service_is_used_only_by_readers_of_its_workspace(self, vis: str) -> None:
+        presence = info("ws1/cA:built-in", vis=vis, authorized=["ws2"])
+        assert may_use(presence, caller_workspace="ws1", has_read=True)
+        assert not may_use(presence, caller_workspace="ws2", has_read=False), "not even an authorized workspace"
+        assert not may_use(presence, caller_workspace="ws-anonymous", has_read=False)
+        assert is_presence(presence)
+        assert not is_presence(info("ws1/cA:built-in-ish", vis=vis))
+
+    def test_authorized_workspaces_are_shown_only_to_readers_of_the_services_workspace(self) -> None:
+        shared = info("ws1/cA:svc", vis="protected", authorized=["ws2", "ws3"])
+        assert shown(shared, has_read=True) is shared
+        seen = shown(shared, has_read=False)
+        assert "authorized_workspaces" not in seen["config"]
+        assert seen["config"]["visibility"] == "protected"
+        assert shared["config"]["authorized_workspaces"] == ["ws2", "ws3"], "the stored info is not changed"
+        plain_one = info("ws1/cA:svc", vis="public")
+        assert shown(plain_one, has_read=False) is plain_one

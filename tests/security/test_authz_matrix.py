@@ -587,7 +587,8 @@ async def test_a_forged_client_disconnected_does_not_fail_calls_in_flight(single
 
 async def test_http_cannot_reach_protected_services_through_the_built_in_service(single: Scenario) -> None:
     """Over HTTP the provider sees the manager (root, its own workspace): the context the
-    built-in service trusts. Without read permission on W, it stays closed."""
+    built-in service trusts. Without read permission on W, it stays closed: for such a caller
+    the client is not there (404, as for a client that is not: its presence is not theirs to learn)."""
     w = single.workspace
     ran: list[Any] = []
     holder = await connect_to_server(
@@ -601,7 +602,7 @@ async def test_http_cannot_reach_protected_services_through_the_built_in_service
     outsider = {"Authorization": f"Bearer {single.actors['other'].http_token}"}
     for headers in ({}, outsider):
         response = await single.http.get(f"{base}/get_service", params={"service_id": "vault"}, headers=headers)
-        assert response.status_code == 403, response.text
+        assert response.status_code == 404, response.text
         assert "s3cr3t" not in response.text
         payload = _frame({"type": "method", "method": "services.vault.wipe"}, {"args": [], "with_kwargs": False})
         for fn, body in (
@@ -614,7 +615,7 @@ async def test_http_cannot_reach_protected_services_through_the_built_in_service
                 content=msgpack.packb(body),
                 headers={**headers, "Content-Type": "application/msgpack"},
             )
-            assert response.status_code == 403, response.text
+            assert response.status_code == 404, response.text
     reader = {"Authorization": f"Bearer {single.actors['read'].http_token}"}
     response = await single.http.get(f"{base}/ping", params={"msg": "ping"}, headers=reader)
     assert response.status_code == 200  # W's own members still may

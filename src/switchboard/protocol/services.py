@@ -123,8 +123,20 @@ def visibility(info: ServiceInfo) -> str:
     return vis if vis in VISIBILITIES else "protected"
 
 
+def is_presence(info: ServiceInfo) -> bool:
+    """Is this a client's ``built-in`` service: its presence in its workspace (who it is, its user)?"""
+    return str(info["id"]).endswith(":built-in")
+
+
 def may_use(info: ServiceInfo, *, caller_workspace: str, has_read: bool) -> bool:
-    """May a caller in ``caller_workspace`` get or call this service by id?"""
+    """May a caller in ``caller_workspace`` get or call this service by id?
+
+    A client's ``built-in`` service is its presence, whatever visibility the
+    client gave it: only a reader of its workspace (who may list its clients)
+    finds it, by any id or mode.
+    """
+    if is_presence(info):
+        return has_read
     if visibility(info) in ("public", "unlisted"):
         return True
     if has_read:
@@ -142,13 +154,27 @@ def may_list(info: ServiceInfo, *, caller_workspace: str, has_read: bool, includ
     """
     vis = visibility(info)
     own = info["id"].startswith(caller_workspace + "/")
-    if info["id"].endswith(":built-in"):
+    if is_presence(info):
         return has_read
     if vis == "public":
         return True
     if vis == "unlisted":
         return include_unlisted and own
     return has_read or caller_workspace in ((info.get("config") or {}).get("authorized_workspaces") or [])
+
+
+def shown(info: ServiceInfo, *, has_read: bool) -> ServiceInfo:
+    """``info`` as a caller sees it: ``config.authorized_workspaces`` only within the service's
+    workspace (``has_read`` there), as in Hypha; a workspace the list admits does not learn the others."""
+    config = info.get("config")
+    if has_read or not isinstance(config, dict) or "authorized_workspaces" not in config:
+        return info
+    return {**info, "config": without_authorized(config)}
+
+
+def without_authorized(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a service's ``config`` without its ``authorized_workspaces``."""
+    return {k: v for k, v in config.items() if k != "authorized_workspaces"}
 
 
 def check_use(info: ServiceInfo, *, caller_workspace: str, has_read: bool) -> None:

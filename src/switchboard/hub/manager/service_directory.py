@@ -28,6 +28,7 @@ from switchboard.errors import BackendError, LimitExceeded, NotFound, Permission
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.manager_door import calling_peer, require
 from switchboard.hub.manager.shared_values import SharedValues
+from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import selection
 from switchboard.protocol import services as svc_ids
@@ -35,6 +36,10 @@ from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
 from switchboard.protocol.values import plain
 
 log = logging.getLogger(__name__)
+
+
+# Admits ``calls`` more calls of the asker for a ``with`` block (raises RateLimited): see resolve.
+Charge = Callable[[int], contextlib.AbstractContextManager[None]]
 
 
 class Loads(Protocol):
@@ -176,6 +181,7 @@ class ServiceDirectory:
             user=peer.user,
             mode=config.get("mode"),
             select_timeout=config.get("select_timeout"),
+            charge=lambda calls: self._asking_for(peer, calls),
         )
 
     async def get_service(self, service_id: Any, config: Any = None, context: dict[str, Any] | None = None) -> Any:
@@ -191,10 +197,16 @@ class ServiceDirectory:
             user=peer.user,
             mode=config.get("mode"),
             select_timeout=config.get("select_timeout"),
+            charge=lambda calls: self._asking_for(peer, calls),
         )
         timeout = float(config.get("timeout") or 10.0)
         try:
-            return await self.fetch_service(info, timeout=timeout, case_conversion=config.get("case_conversion"))
+            return await self.fetch_service(
+                info,
+                timeout=timeout,
+                case_conversion=config.get("case_conversion"),
+                has_read=peer.user.can(info["id"].partition("/")[0], Permission.READ),
+            )
         except Exception:
             # The provider may have left while we asked it (a dropped client stays listed
             # until its transit grace ends): then the service is gone, and the caller is
@@ -227,7 +239,7 @@ class ServiceDirectory:
             ):
                 continue
             if listing.admits(info):
-                result.append(info)
+                result.append(svc_ids.shown(info, has_read=peer.user.can(ws, Permission.READ)))
         return result
 
     async def _settled(self) -> None:
@@ -283,9 +295,16 @@ class ServiceDirectory:
         user: User,
         mode: Any,
         select_timeout: Any = None,
+        charge: Charge | None = None,
     ) -> ServiceInfo:
         """The single service ``service_id`` names for a caller, chosen by ``mode`` among several
-        (:mod:`switchboard.protocol.selection`), or a clear error."""
+        (:mod:`switchboard.protocol.selection`), or a clear error.
+
+        A ``select:`` mode's every candidate asked is a call of the asker:
+        ``charge`` admits them (its rate and calls in flight) for as long as
+        they run, or refuses the lookup (:class:`~switchboard.errors.RateLimited`);
+        never more are asked than its burst or calls in flight let through.
+        """
         query = svc_ids.parse_query(service_id, workspace)
         if query.workspace == "*":
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
@@ -294,11 +313,11 @@ class ServiceDirectory:
         found = await self.hub.registry.find(query)
         if not found and await self.hub.registry.lost_data():
             found = await self._find_once_settled(query)
-        allowed = [
-            i
-            for i in found
-            if svc_ids.may_use(i, caller_workspace=workspace, has_read=user.can(query.workspace, Permission.READ))
-        ]
+        has_read = user.can(query.workspace, Permission.READ)
+        # A client the caller may not list (its built-in service: svc_ids.may_use) is not there for it,
+        # by any id or mode: refused as absent, not as forbidden, which would tell that it is there.
+        found = [i for i in found if has_read or not svc_ids.is_presence(i)]
+        allowed = [i for i in found if svc_ids.may_use(i, caller_workspace=workspace, has_read=has_read)]
         if not allowed:
             if found:
                 raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
@@ -315,10 +334,24 @@ class ServiceDirectory:
             elif chosen.kind == "native:random":
                 local = {c for c in providers if self.hub.peer_for(c) is not None}
             elif chosen.kind == "select":
-                asked = [by_id[i] for i in selection.to_ask(ids, self._rng)]
-                answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
+                s = self.hub.settings
+                most = min(selection.MAX_ASKED, s.message_burst, s.max_pending_calls)
+                asked = [by_id[i] for i in selection.to_ask(ids, self._rng, limit=most)]
+                with charge(len(asked)) if charge is not None else contextlib.nullcontext():
+                    answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
         pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
-        return by_id[pick]
+        return svc_ids.shown(by_id[pick], has_read=has_read)
+
+    def _asking_for(self, peer: Peer, calls: int) -> contextlib.AbstractContextManager[None]:
+        """A caller's select: calls: a connection's are taken from its own frame rate and counted
+        in flight (at most --max-pending-calls) while they run; an HTTP caller's from its request's."""
+        if peer.allowance is None:
+            s = self.hub.settings
+            bucket = peer.rate or TokenBucket(
+                rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock
+            )
+            peer.allowance = Allowance(bucket, s.max_pending_calls, peer.id)
+        return peer.allowance.holding(calls)
 
     async def _ask(
         self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str
@@ -334,7 +367,7 @@ class ServiceDirectory:
         answers: list[tuple[str, Any]] = []
 
         async def ask(info: ServiceInfo) -> tuple[str, Any]:
-            service = await self.fetch_service(info, timeout=timeout)
+            service = await self.fetch_service(info, timeout=timeout, has_read=False)  # not shown to anyone
             function = dict.get(service, mode.function)  # dict.get: a service may have a method "get"
             if not callable(function):
                 raise NotFound(f"{info['id']} has no function {mode.function}")
@@ -385,8 +418,11 @@ class ServiceDirectory:
         service: dict[str, Any] = rpc.get_local_service("default", context={"to": address, "ws": "*"})
         return service
 
-    async def fetch_service(self, info: ServiceInfo, *, timeout: float, case_conversion: Any = None) -> Any:
-        """Ask the provider for its service object and address it for any caller."""
+    async def fetch_service(
+        self, info: ServiceInfo, *, timeout: float, has_read: bool, case_conversion: Any = None
+    ) -> Any:
+        """Ask the provider for its service object and address it for a caller (``has_read``: one
+        with read on the service's workspace, who alone sees ``config.authorized_workspaces``)."""
         rpc = self._rpc()
         assert rpc is not None
         config: dict[str, Any] = {"timeout": timeout, "_no_retry": True}
@@ -397,6 +433,8 @@ class ServiceDirectory:
         service["id"] = info["id"]
         # dict.get, not service.get: a service may have a method named "get"
         service_config = dict.get(service, "config") or {}
+        if not has_read:
+            service_config = svc_ids.without_authorized(dict(service_config))
         service_config["workspace"] = ws
         service_config["url"] = f"{self.hub.settings.public_base_url}/{ws}/services/{info['id'].partition('/')[2]}"
         service["config"] = service_config

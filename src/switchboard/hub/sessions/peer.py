@@ -8,7 +8,7 @@ from collections import deque
 from typing import Any
 
 from switchboard.hub.identity.users import User
-from switchboard.hub.routing.limits import TokenBucket
+from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.life import Life
 from switchboard.hub.sessions.send_queue import ClientConnection, SendQueue
 from switchboard.protocol import envelope
@@ -38,7 +38,7 @@ class Peer:
     # slots, not a __dict__ (1.5 KiB with this many attributes): thousands of idle clients have one each
     __slots__ = (
         "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
-        "services", "service_bytes", "rate", "counted", "token", "token_signed_at", "queue", "life",
+        "services", "service_bytes", "rate", "allowance", "counted", "token", "token_signed_at", "queue", "life",
         "unsent", "fresh_replies", "_on_close", "last_heard", "log",
     )  # fmt: skip
 
@@ -67,6 +67,9 @@ class Peer:
         self.services: dict[str, dict[str, Any]] = {}
         self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
         self.rate: TokenBucket | None = None  # set by the gatekeeper when it admits the peer
+        # its select: lookups' calls (made at its first, hub/manager/service_directory.py); an HTTP
+        # caller's is its request's user's or address's (server/http/http_manager.py)
+        self.allowance: Allowance | None = None
         self.counted = False  # whether the hub-wide connection counts include this peer (the gatekeeper's)
         # the last reconnection token signed for this connection, reused for a while
         # (Hub.reconnection_token, its only writer), and when it was signed (the hub's clock)

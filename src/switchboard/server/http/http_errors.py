@@ -13,6 +13,7 @@ is looked up in :data:`REMOTE_STATUS`.
 from __future__ import annotations
 
 import builtins
+import math
 import re
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from switchboard.errors import (
     NotFound,
     PermissionDenied,
     ProtocolError,
+    RateLimited,
     RequestRefused,
 )
 
@@ -39,6 +41,7 @@ STATUS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], .
     (FrameTooLarge, 413, str),
     (ProtocolError, 400, lambda exc: f"ValueError: {exc}"),
     (BackendError, 503, lambda exc: f"{BACKEND_DOWN}{exc}"),
+    (RateLimited, 429, str),
     (TimeoutError, 504, lambda exc: "TimeoutError: the service did not answer in time"),
 )
 
@@ -64,8 +67,12 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 
 
 def error_response(exc: BaseException) -> JSONResponse:
+    """The answer to ``exc``: its status and detail, and when to try again if it says."""
     status, detail = status_of(exc)
-    return refusal(status, detail)
+    response = refusal(status, detail)
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(max(1, min(3600, math.ceil(exc.retry_after))))
+    return response
 
 
 def refusal(status: int, detail: str) -> JSONResponse:

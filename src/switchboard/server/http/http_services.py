@@ -17,11 +17,12 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.identity.users import Permission, User, user_workspace
+from switchboard.hub.routing.limits import Allowance, address_key
 from switchboard.protocol import ids
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
-from switchboard.server.http.http_errors import refusal, status_of
+from switchboard.server.http.http_errors import error_response, refusal, status_of
 from switchboard.server.http.http_manager import call_manager, http_caller
 from switchboard.server.process.server_state import ServerState
 
@@ -118,18 +119,31 @@ async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -
             log.warning("HTTP %s %s failed: %s", request.method, request.url.path, detail)
         else:
             log.info("HTTP %s %s refused (%d): %s", request.method, request.url.path, status, detail)
-        return refusal(status, detail)
+        return error_response(exc)
+
+
+def caller_allowance(request: Request, user: User) -> Allowance:
+    """The caller's rate and calls in flight, as a connection has them: its user's, or for an
+    anonymous request its address's (every anonymous request from one address is one caller)."""
+    if user is ANONYMOUS_HTTP:
+        host = address_key(request.client.host) if request.client else "unknown"
+        return server_state(request).allowances.of(f"address:{host}", f"anonymous requests from {host}")
+    return server_state(request).allowances.of(f"user:{user.id}", f"user {user.id}")
 
 
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
         ws = _workspace(request)
         user, own_ws = await request_user(request)
-        await _not_deleted(request, user, ws)
-        found = await server_state(request).hub.registry.find(ServiceQuery(ws))
+        allowance = caller_allowance(request, user)
+        with allowance.holding(1):
+            await _not_deleted(request, user, ws)
+            found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
         visible = [
-            i for i in found if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+            svc_ids.shown(i, has_read=has_read)
+            for i in found
+            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
         ]
         return JSONResponse(_jsonable(visible))
 
@@ -139,13 +153,17 @@ async def list_services(request: Request) -> Response:
 async def service_info(request: Request) -> Response:
     async def handler() -> Response:
         user, own_ws = await request_user(request)
-        info = await _resolve(request, user, own_ws)
+        allowance = caller_allowance(request, user)
+        with allowance.holding(1):
+            info = await _resolve(request, user, own_ws, allowance)
         return JSONResponse(_jsonable(info))
 
     return await _guard(request, handler)
 
 
-async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.ServiceInfo:
+async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowance) -> svc_ids.ServiceInfo:
+    """The service the path names (``?_mode=`` among several); a ``select:`` mode's candidates
+    are calls of the caller, admitted by its ``allowance`` while they run."""
     ws = _workspace(request)
     await _not_deleted(request, user, ws)
     service_id = request.path_params["service_id"]
@@ -154,7 +172,8 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
     directory = server_state(request).hub.manager.directory
     if service_id == "~":  # the workspace manager, as in Hypha
         return directory.manager_info()
-    info = await directory.resolve(
+    # resolve chooses among the services the caller may use (svc_ids.may_use) alone
+    return await directory.resolve(
         f"{ws}/{service_id}",
         workspace=own_ws,
         user=user,
@@ -162,9 +181,8 @@ async def _resolve(request: Request, user: User, own_ws: str) -> svc_ids.Service
         select_timeout=_query_value(request.query_params["_select_timeout"])
         if "_select_timeout" in request.query_params
         else None,
+        charge=allowance.holding,
     )
-    svc_ids.check_use(info, caller_workspace=own_ws, has_read=user.can(ws, Permission.READ))
-    return info
 
 
 async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
@@ -261,38 +279,47 @@ def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
 
 async def call_function(request: Request) -> Response:
     async def handler() -> Response:
-        state = server_state(request)
-        hub = state.hub
         user, own_ws = await request_user(request)
-        kwargs, as_msgpack = await _read_kwargs(request)
-        if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
-            caller_ws = _workspace(request)
-            await _not_deleted(request, user, caller_ws)
-            caller = await http_caller(
-                hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
-            )
-            hub.metrics.http_calls.inc()
-            done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
-            return _respond(done, as_msgpack)
-        info = await _resolve(request, user, own_ws)
-        _check_built_in(info, user)
-        hub.metrics.http_calls.inc()
-        timeout = hub.settings.call_timeout
-        service = await asyncio.wait_for(hub.manager.directory.fetch_service(info, timeout=timeout), timeout)
-        key = request.path_params["function"]
-        target: Any = service
-        for part in key.split("."):
-            if isinstance(target, dict) and part in target:
-                target = target[part]
-            else:
-                raise NotFound(f"{key} not found.")
-        if callable(target):
-            # the provider sees the HTTP caller, not the manager: acting within the
-            # service's workspace if the caller may read it, else within its own
-            ws = info["id"].partition("/")[0]
-            acting_ws = ws if user.can(ws, Permission.READ) else own_ws
-            async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws):
-                target = await asyncio.wait_for(target(**kwargs), timeout)
-        return _respond(target, as_msgpack)
+        allowance = caller_allowance(request, user)
+        with allowance.holding(1):  # a call of the caller's from before its body is read
+            return await _call(request, user, own_ws, allowance)
 
     return await _guard(request, handler)
+
+
+async def _call(request: Request, user: User, own_ws: str, allowance: Allowance) -> Response:
+    """``/{workspace}/services/{service_id}/{function}``: the function called as the request's user."""
+    hub = server_state(request).hub
+    kwargs, as_msgpack = await _read_kwargs(request)
+    if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
+        caller_ws = _workspace(request)
+        await _not_deleted(request, user, caller_ws)
+        caller = await http_caller(
+            hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
+        )
+        caller.allowance = allowance  # its select: lookups are calls of the request's user or address
+        hub.metrics.http_calls.inc()
+        done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
+        return _respond(done, as_msgpack)
+    info = await _resolve(request, user, own_ws, allowance)
+    _check_built_in(info, user)
+    hub.metrics.http_calls.inc()
+    timeout = hub.settings.call_timeout
+    reads = user.can(info["id"].partition("/")[0], Permission.READ)
+    fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
+    service = await asyncio.wait_for(fetching, timeout)
+    key = request.path_params["function"]
+    target: Any = service
+    for part in key.split("."):
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        else:
+            raise NotFound(f"{key} not found.")
+    if callable(target):
+        # the provider sees the HTTP caller, not the manager: acting within the
+        # service's workspace if the caller may read it, else within its own
+        ws = info["id"].partition("/")[0]
+        acting_ws = ws if user.can(ws, Permission.READ) else own_ws
+        async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws):
+            target = await asyncio.wait_for(target(**kwargs), timeout)
+    return _respond(target, as_msgpack)

@@ -14,12 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from switchboard.errors import AuthError, BackendError, ProtocolError
+from switchboard.errors import AuthError, BackendError, ProtocolError, RateLimited
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.workspace_records import implicit_record, owns
 from switchboard.protocol import ids
 from switchboard.protocol.handshake import HYPHA_VERSION
-from switchboard.server.http.http_services import request_user, server_state
+from switchboard.server.http.http_errors import error_response
+from switchboard.server.http.http_services import caller_allowance, request_user, server_state
 
 
 def routes() -> list[Route]:
@@ -79,12 +80,15 @@ async def workspace_info(request: Request) -> Response:
         return _refused(400, str(exc))
     store = state.hub.workspaces
     try:
-        record = await store.get(ws)
-        if not (user.can(ws, Permission.READ) or owns(user, record)):
-            return _refused(403, f"{user.id} has no permission to access {ws}")
-        types = await store.table(ws, "types")
+        with caller_allowance(request, user).holding(1):
+            record = await store.get(ws)
+            if not (user.can(ws, Permission.READ) or owns(user, record)):
+                return _refused(403, f"{user.id} has no permission to access {ws}")
+            types = await store.table(ws, "types")
     except BackendError as exc:
         return _refused(503, str(exc))
+    except RateLimited as exc:
+        return error_response(exc)
     info = dict(record) if record else implicit_record(ws)
     info["service_types"] = {k: json.loads(v) for k, v in types.items()}
     return JSONResponse(info)

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from switchboard.errors import AuthError, BackendError, RequestRefused
+from switchboard.errors import AuthError, BackendError, RateLimited, RequestRefused
 from switchboard.hub.identity.users import Permission, user_workspace
 from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
@@ -209,7 +209,8 @@ async def workspaces_for(hub: Hub, request: Request) -> tuple[dict[str, Any], li
     """The viewer, and the workspaces it may see with their clients and services."""
     user, own_ws = await http_services.request_user(request)
     anonymous = user is http_services.ANONYMOUS_HTTP
-    found = await hub.registry.find(ServiceQuery("*"))
+    with http_services.caller_allowance(request, user).holding(1):  # a scan of the registry: a call of the viewer
+        found = await hub.registry.find(ServiceQuery("*"))
     by_workspace: dict[str, list[svc_ids.ServiceInfo]] = {}
     for info in found:
         by_workspace.setdefault(info["id"].partition("/")[0], []).append(info)
@@ -247,7 +248,7 @@ async def status(request: Request) -> Response:
     sampler: StatusSampler | None = getattr(request.app.state, "status_sampler", None)
     try:
         viewer, workspaces = await workspaces_for(hub, request)
-    except (AuthError, RequestRefused, BackendError) as exc:
+    except (AuthError, RequestRefused, BackendError, RateLimited) as exc:
         return error_response(exc)
     body = {
         "server": {

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 
 from switchboard.hub.hub import Hub
+from switchboard.hub.routing.limits import Allowances
 from switchboard.hub.sessions.peer import Peer
 from switchboard.server.process.connections import Connections
 
@@ -27,6 +29,14 @@ class ServerState:
         #: filled by the server's protocols (:func:`switchboard.server.process.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
+
+    @functools.cached_property
+    def allowances(self) -> Allowances:
+        """HTTP callers' rate and calls in flight, per user (anonymous: per address), as a connection's."""
+        s = self.hub.settings
+        return Allowances(
+            rate=s.max_messages_per_second, burst=s.message_burst, limit=s.max_pending_calls, clock=self.hub.clock
+        )
 
     @property
     def accepting(self) -> bool:
