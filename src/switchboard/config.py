@@ -125,6 +125,12 @@ class Settings:
         "(empty: none). Needs --oidc-audience.",
         "none: a hub trusts only the tokens it signed until the operator names the provider of the users",
     )
+    oidc_allow_http: bool = setting(
+        False,
+        "Accept an http:// --oidc-issuer (and an http:// jwks_uri in its discovery): keys fetched without TLS.",
+        "off: whoever is on the path of an unencrypted fetch serves keys of their own and signs in as anyone; turn "
+        "it on only for a provider on loopback (tests, a local development provider)",
+    )
     oidc_audience: str = setting(
         "",
         "The audience (aud) the provider's tokens must carry: the client id or API identifier registered for this hub.",
@@ -445,6 +451,11 @@ class Settings:
             )
         if self.oidc_issuer and not self.oidc_issuer.startswith(("https://", "http://")):
             raise ConfigError(f"{_named('oidc_issuer')}={self.oidc_issuer!r}: must be an http(s) URL")
+        if self.oidc_issuer.startswith("http://") and not self.oidc_allow_http:
+            raise ConfigError(
+                f"{_named('oidc_issuer')}={self.oidc_issuer!r}: an http:// issuer's keys can be swapped by anyone on "
+                f"the path; use https://, or set {_named('oidc_allow_http')} for a provider on loopback"
+            )
         if bool(self.oidc_issuer) != bool(self.oidc_audience):
             raise ConfigError(
                 f"{_named('oidc_issuer')} and {_named('oidc_audience')} go together: the audience is the id this "
