@@ -131,6 +131,37 @@ async def test_a_replayed_deliver_is_not_delivered_twice(buses, mitm) -> None:
     assert b.links.stats.forged == 1
 
 
+# -- a link dropped on purpose: what it left unacked arrives once -------------------------------
+
+
+async def test_frames_whose_acks_the_host_withholds_are_delivered_once_when_the_link_drops(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+    mitm.withhold("up")  # b's acks never reach a: a drops the link as silent, its frames unacked
+    calls = [b"call %d" % i for i in range(4)]
+    for call in calls:
+        assert await a.publish(ch, call) == 1
+    await eventually(lambda: all(call in got for call in calls), "the calls, over the link")
+
+    await eventually(lambda: a.unicast.replayed == 4, "the unacked calls sent again through Redis", timeout=10)
+    await carried_on(a, got, ch)
+
+    assert [got.count(call) for call in calls] == [1, 1, 1, 1], f"b was handed {got}"
+    assert b.links.stats.duplicates == 4
+
+
+async def test_a_deliver_the_host_sends_twice_is_delivered_once_though_the_link_drops(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+    mitm.double_next()  # the second copy fails its sequence number: b drops the link before it acks the first
+
+    assert await a.publish(ch, b"transfer 1") == 1
+    await eventually(lambda: b.links.stats.forged == 1, "the link dropped for the copy")
+    await eventually(lambda: a.unicast.replayed == 1, "the unacked transfer sent again through Redis")
+    await carried_on(a, got, ch)
+
+    assert got.count(b"transfer 1") == 1, f"b was handed {got}"
+    assert b.links.stats.duplicates == 1
+
+
 # -- handshakes nobody finishes -----------------------------------------------------------------
 
 
@@ -201,7 +232,10 @@ async def metric(url: str, name: str) -> float:
 async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_as_a_forged_user(
     valkey_tamper, mitm
 ) -> None:
-    a = ReplicaProcess(replica_id="tamper-a", redis_url=valkey_tamper.url)
+    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
+    a = ReplicaProcess(
+        replica_id="tamper-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
+    )
     b = ReplicaProcess(
         replica_id="tamper-b",
         redis_url=valkey_tamper.url,
@@ -248,6 +282,69 @@ async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_a
         assert [user for _, user in ran[legit:]] == [ran[0][1]] * 3, f"the provider ran {ran[legit:]}"
         assert all(sender != f"{workspace}/forged" for sender, _ in ran)
         assert await metric(a.url, "switchboard_link_forged") == 1
+    finally:
+        for api in reversed(made):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.disconnect(), 5)
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("attack", ["withhold acks", "send a call twice"])
+async def test_a_call_reaches_its_provider_once_when_the_host_drops_the_link_between_replicas(
+    valkey_tamper, mitm, attack: str
+) -> None:
+    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
+    a = ReplicaProcess(
+        replica_id="once-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
+    )
+    b = ReplicaProcess(
+        replica_id="once-b",
+        redis_url=valkey_tamper.url,
+        args=["--link-port", str(mitm.upstream), "--link-advertise", f"127.0.0.1:{mitm.port}"],
+    )
+    made: list[Any] = []
+    try:
+        a.start()
+        b.start()
+        provider = await connect_to_server({"server_url": a.url, "client_id": "prov", "method_timeout": 20})
+        made.append(provider)
+        ran: list[str] = []
+        await provider.register_service({"id": "bank", "pay": lambda what: ran.append(what) or "paid"})
+        member = await connect_to_server(
+            {"server_url": b.url, "client_id": "member", "token": await provider.generate_token()}
+        )
+        made.append(member)
+        bank = await member.get_service("prov:bank")
+        to_provider = f"sb:client:{provider.config['workspace']}/prov".encode()
+        to_member = f"sb:client:{provider.config['workspace']}/member".encode()
+
+        async def calls_and_replies_cross_the_link() -> bool:
+            assert await bank.pay("warm-up") == "paid"
+            return any(to_provider in f for f in mitm.delivered("down")) and any(
+                to_member in f for f in mitm.delivered("up")
+            )
+
+        await eventually(
+            calls_and_replies_cross_the_link, "calls and replies over the link through the host", interval=0.05
+        )
+        if attack == "withhold acks":
+            mitm.withhold("up")  # A's acks and replies never reach B: B drops the link as silent
+            payments = [f"payment {i}" for i in range(4)]
+        else:
+            mitm.double_next()  # A takes the first copy, drops the link at the second, before it acks
+            payments = ["payment 0"]
+        replies = await asyncio.wait_for(asyncio.gather(*(bank.pay(p) for p in payments)), 20)
+
+        assert replies == ["paid"] * len(payments)
+        assert await asyncio.wait_for(bank.pay("afterwards"), 15) == "paid"
+        assert [ran.count(p) for p in payments] == [1] * len(payments), f"the provider ran {ran}"
+        if attack == "withhold acks":  # the replies never came back: the calls were sent again, and recognised
+            assert await metric(b.url, "switchboard_link_frames_replayed") >= len(payments)
+            assert await metric(a.url, "switchboard_link_frames_duplicate") == len(payments)
+        else:  # A dropped the link at the copy (its reply, sent again through Redis, may beat B's own drop)
+            assert await metric(a.url, "switchboard_link_forged") == 1
     finally:
         for api in reversed(made):
             with contextlib.suppress(Exception):
