@@ -404,6 +404,16 @@ class Settings:
         "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through "
         "NAT or a proxy",
     )
+    max_link_handshakes: int = setting(
+        64,
+        "Connections to the link port that may wait to finish their handshake at once, from all addresses (at most "
+        "16 from one); one more is closed at once, unanswered. None is taken while fewer than 256 file descriptors "
+        "are left below the process's limit (RLIMIT_NOFILE): those are kept for clients.",
+        "64: a replica dials a sibling only when it has no link to it, one dial at a time, so a hub of 65 replicas "
+        "links at once, while connections from many addresses that never finish hold at most 64 sockets, 3 s each, "
+        "and never the descriptors clients need",
+        minimum=1,
+    )
     log_level: str = setting(
         "INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message"
     )

@@ -194,6 +194,83 @@ async def test_four_hundred_silent_connections_hold_few_handshakes_and_write_few
     await eventually(lambda: b.links.route_of(ch) == c.replica_id, "a link from c to b")
 
 
+class FewDescriptors(ReplicaProcess):
+    """A replica process that may open at most ``nofile`` descriptors (RLIMIT_NOFILE), as on many hosts."""
+
+    def __init__(self, *, nofile: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.nofile = nofile
+
+    def command(self) -> list[str]:
+        serve = super().command()
+        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.nofile}, {self.nofile}))"
+        return [serve[0], "-c", f"import os, resource, sys; {limit}; os.execv(sys.argv[1], sys.argv[1:])", *serve]
+
+
+@pytest.mark.cluster
+async def test_half_open_handshakes_from_many_addresses_leave_descriptors_for_clients(valkey_tamper) -> None:
+    link_port = free_port()
+    b = FewDescriptors(
+        nofile=1024, replica_id="fds-b", redis_url=valkey_tamper.url, args=["--link-port", str(link_port)]
+    )
+    stop = asyncio.Event()
+    opened: list[int] = []
+
+    async def until_closed(reader: asyncio.StreamReader) -> bool:
+        """Whether the replica wrote anything (its CHALLENGE) before it closed the connection or the test ended."""
+        said = False
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            for _ in range(100):
+                read = asyncio.ensure_future(reader.read(1 << 16))
+                await asyncio.wait([read, stopped], return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    return said
+                if read.exception() is not None or not read.result():
+                    return said
+                said = True
+        finally:
+            stopped.cancel()
+        return said
+
+    async def hold(address: str) -> None:
+        """One half-open handshake from ``address``: opened again at once when the replica closes it at its
+        deadline, a second later when the replica turned it away unanswered."""
+        for _ in range(20):
+            challenged = False
+            with contextlib.suppress(OSError):
+                reader, writer = await asyncio.open_connection("127.0.0.1", link_port, local_addr=(address, 0))
+                opened.append(1)
+                try:
+                    challenged = await until_closed(reader)
+                finally:
+                    writer.transport.abort()
+            if stop.is_set():
+                return
+            if not challenged:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    client: Any = None
+    holders: list[asyncio.Task[None]] = []
+    try:
+        b.start()
+        # 70 addresses, 16 each (as many as one address may hold): 1,120 handshakes held open
+        holders = [asyncio.create_task(hold(f"127.0.0.{i}")) for i in range(2, 72) for _ in range(16)]
+        await eventually(lambda: len(opened) >= 1120, "the flood of half-open handshakes", timeout=20)
+        # a client arrives while the flood holds
+        client = await asyncio.wait_for(connect_to_server({"server_url": b.url, "client_id": "after"}), scaled(10.0))
+        assert client.config["workspace"]
+    finally:
+        stop.set()
+        await asyncio.gather(*holders, return_exceptions=True)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.disconnect(), 5)
+        b.kill()
+
+
 async def first_frame_or_close(reader: asyncio.StreamReader) -> int | None:
     """The kind of the first frame the listener sends, or ``None`` if it closes the connection first."""
     try:

@@ -32,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import resource
 import secrets
 import socket
 from collections.abc import Callable
@@ -41,7 +43,7 @@ from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link_wire as wire
 from switchboard.protocol.link_arrivals import Arrivals
-from switchboard.protocol.link_gate import HandshakeGate, RefusalLog
+from switchboard.protocol.link_gate import MAX_PENDING, HandshakeGate, RefusalLog
 from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
 from switchboard.replicas.link import Link
 from switchboard.tasks import cancel_and_wait, spawn
@@ -67,6 +69,7 @@ class LinkSettings:
     )
     max_frame: int = 64 << 20
     dial_timeout: float = 2.0
+    max_handshakes: int = MAX_PENDING  # unfinished handshakes on the listener, from all addresses
 
 
 @dataclass
@@ -98,6 +101,16 @@ class Returned:
     replay: tuple[str, int] | None = None
 
 
+def open_descriptors() -> tuple[int, int] | None:
+    """This process's open file descriptors and its limit (RLIMIT_NOFILE), or ``None`` where unknown."""
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        count = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else (count, limit)
+
+
 def advertised(advertise: str, bind_host: str, port: int) -> str:
     """``host:port`` other replicas dial: ``advertise`` ("host" or "host:port", IPv6 in
     brackets), else the bound host, else (a wildcard) this machine's address."""
@@ -124,6 +137,7 @@ class Links:
         settings: LinkSettings,
         clock: Clock,
         deliver: Callable[[str, bytes], bool],
+        descriptors: Callable[[], tuple[int, int] | None] = open_descriptors,
     ) -> None:
         if not settings.secret:
             raise ValueError("links need the hub's shared secret")
@@ -147,7 +161,8 @@ class Links:
         self._everywhere: set[str] = set()  # hinted on every link: this replica's own channels
         self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
         self._dialling: set[str] = set()
-        self._gate = HandshakeGate()  # unfinished handshakes per address, on the listener
+        self._gate = HandshakeGate(total=settings.max_handshakes)  # unfinished handshakes, on the listener
+        self._descriptors = descriptors
         self._handshaking: set[Link] = set()  # accepted links the gate counts
         self._refusals = RefusalLog()
         self._arrivals = Arrivals()  # what each link delivered here: replays of it are not delivered again
@@ -299,12 +314,14 @@ class Links:
         """A fresh challenge for each connection: a HELLO recorded on another one answers nothing."""
         return wire.Accept(self._key, self.replica_id, secrets.token_bytes(wire.NONCE_SIZE))
 
-    def admit(self, link: Link) -> bool:
-        if not self._gate.admit(link.address):
+    def admit(self, link: Link) -> str | None:
+        # descriptors are counted only for a connection the counts would take: a flood costs no listing each
+        descriptors = self._descriptors() if self._gate.has_room(link.address) else None
+        if (refusal := self._gate.refusal(link.address, descriptors)) is not None:
             self.stats.turned_away += 1
-            return False
+            return refusal
         self._handshaking.add(link)
-        return True
+        return None
 
     def _handshake_over(self, link: Link) -> None:
         if link in self._handshaking:
