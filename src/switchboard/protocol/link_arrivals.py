@@ -71,22 +71,29 @@ class Arrivals:
     def __len__(self) -> int:
         return len(self._of)
 
+    def _of_direction(self, direction: str) -> _Received:
+        got = self._of.get(direction)
+        if got is None:  # made only when missing: a frame's lookup allocates nothing
+            got = self._of[direction] = _Received()
+        return got
+
     def opened(self, direction: str) -> None:
         """A link opened, receiving ``direction`` (a replay of it may have come first)."""
-        self._of.setdefault(direction, _Received()).lost_at = None
+        self._of_direction(direction).lost_at = None
 
     def from_link(self, direction: str, number: int) -> bool:
         """DELIVER ``number`` came over the link: deliver it (``True``), unless a replay did already."""
-        got = self._of.setdefault(direction, _Received())
-        got.upto = max(got.upto, number)
-        if number in got.early:
+        got = self._of_direction(direction)
+        if number > got.upto:
+            got.upto = number
+        if got.early and number in got.early:
             got.early.discard(number)
             return False
         return True
 
     def sent_back(self, direction: str, number: int) -> None:
         """DELIVER ``number`` was not delivered here (NACK): a replay of it is delivered."""
-        got = self._of.setdefault(direction, _Received())
+        got = self._of_direction(direction)
         got.sent_back[number] = None
         if len(got.sent_back) > self.max_sent_back:
             del got.sent_back[next(iter(got.sent_back))]
