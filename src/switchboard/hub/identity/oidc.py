@@ -4,9 +4,10 @@ The provider's keys are found through discovery (``/.well-known/openid-configura
 names ``jwks_uri``), fetched with httpx's async client (the event loop never blocks on
 the provider; both requests of a fetch share one 5 s deadline, and an answer above 1 MiB
 is dropped unread), over https only unless ``--oidc-allow-http``, and turned into keys
-by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT checks the signature. Keys are cached: a token with an unknown key id fetches them
-again (at most once per ``--oidc-key-refetch-interval``), and while the provider is
-unreachable the cached keys keep working.
+by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT checks the
+signature. Keys are cached: a token with an unknown key id fetches them again (at most
+once per ``--oidc-key-refetch-interval``), and while the provider is unreachable the
+cached keys keep working.
 """
 
 from __future__ import annotations
@@ -254,7 +255,7 @@ def _find(keys: dict[str, jwt.PyJWK], kid: Any) -> jwt.PyJWK | None:
 
 async def _get_json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
     """The JSON object at ``url``, read as it streams in and dropped at :data:`MAX_FETCH_BYTES`."""
-    # identity: the cap counts what is kept, and a compressed answer could inflate a chunk a thousandfold
+    # asked uncompressed: the cap counts decoded bytes, and a compressed chunk may inflate a thousandfold first
     async with http.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:
         response.raise_for_status()
         declared = response.headers.get("content-length", "")
