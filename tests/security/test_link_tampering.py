@@ -4,10 +4,14 @@ The handshake proves who opened a link; after it, every frame carries a
 sequence number and a MAC under a key of that link alone (``protocol/link_wire.py``).
 So a frame the host writes into the stream, changes, or sends a second time is
 never delivered: the receiver drops the link, whose unacked frames go through
-Redis, and traffic carries on there. The host here is a loopback relay in
-front of the listener's link port (``support.link_mitm``) that relays whole
-frames and tampers with one on cue; the replicas are real buses on a real
-Valkey, and in the last test real replica processes with hypha-rpc clients.
+Redis, each delivered there only if the link had not delivered it (a call runs
+once, whatever the host withholds or repeats), and traffic carries on. The host
+here is a loopback relay in front of the listener's link port
+(``support.link_mitm``) that relays whole frames, tampers with one on cue, or
+withholds a direction; the replicas are real buses on a real Valkey, and in the
+cluster tests real replica processes with hypha-rpc clients. Last, many
+addresses hold half-open handshakes on a replica's link port, and clients
+still connect.
 """
 
 from __future__ import annotations
@@ -134,24 +138,9 @@ async def test_a_replayed_deliver_is_not_delivered_twice(buses, mitm) -> None:
 # -- a link dropped on purpose: what it left unacked arrives once -------------------------------
 
 
-async def test_frames_whose_acks_the_host_withholds_are_delivered_once_when_the_link_drops(buses, mitm) -> None:
-    a, b, ch, got = await through_the_host(buses, mitm)
-    mitm.withhold("up")  # b's acks never reach a: a drops the link as silent, its frames unacked
-    calls = [b"call %d" % i for i in range(4)]
-    for call in calls:
-        assert await a.publish(ch, call) == 1
-    await eventually(lambda: all(call in got for call in calls), "the calls, over the link")
-
-    await eventually(lambda: a.unicast.replayed == 4, "the unacked calls sent again through Redis", timeout=10)
-    await carried_on(a, got, ch)
-
-    assert [got.count(call) for call in calls] == [1, 1, 1, 1], f"b was handed {got}"
-    assert b.links.stats.duplicates == 4
-
-
 async def test_a_deliver_the_host_sends_twice_is_delivered_once_though_the_link_drops(buses, mitm) -> None:
     a, b, ch, got = await through_the_host(buses, mitm)
-    mitm.double_next()  # the second copy fails its sequence number: b drops the link before it acks the first
+    mitm.double_next()  # the host cuts a's side and sends a copy, which fails its number at b: no ack reaches a
 
     assert await a.publish(ch, b"transfer 1") == 1
     await eventually(lambda: b.links.stats.forged == 1, "the link dropped for the copy")
