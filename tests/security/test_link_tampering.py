@@ -9,7 +9,7 @@ once, whatever the host withholds or repeats), and traffic carries on. The host
 here is a loopback relay in front of the listener's link port
 (``support.link_mitm``) that relays whole frames, tampers with one on cue, or
 withholds a direction; the replicas are real buses on a real Valkey, and in the
-cluster tests real replica processes with hypha-rpc clients. Last, many
+cluster tests real replica processes with hypha-rpc clients. And many
 addresses hold half-open handshakes on a replica's link port, and clients
 still connect.
 """
