@@ -125,6 +125,12 @@ class Settings:
         "(empty: none). Needs --oidc-audience.",
         "none: a hub trusts only the tokens it signed until the operator names the provider of the users",
     )
+    oidc_allow_http: bool = setting(
+        False,
+        "Accept an http:// --oidc-issuer (and an http:// jwks_uri in its discovery): keys fetched without TLS.",
+        "off: whoever is on the path of an unencrypted fetch serves keys of their own and signs in as anyone; turn "
+        "it on only for a provider on loopback (tests, a local development provider)",
+    )
     oidc_audience: str = setting(
         "",
         "The audience (aud) the provider's tokens must carry: the client id or API identifier registered for this hub.",
@@ -409,6 +415,16 @@ class Settings:
         "empty works on one machine and for pods listening on 0.0.0.0; set it where replicas see each other through "
         "NAT or a proxy",
     )
+    max_link_handshakes: int = setting(
+        64,
+        "Connections to the link port that may wait to finish their handshake at once, from all addresses (at most "
+        "16 from one); one more is closed at once, unanswered. None is taken while fewer than 256 file descriptors "
+        "are left below the process's limit (RLIMIT_NOFILE): those are kept for clients.",
+        "64: a replica dials a sibling only when it has no link to it, one dial at a time, so a hub of 65 replicas "
+        "links at once, while connections from many addresses that never finish hold at most 64 sockets, 3 s each, "
+        "and never the descriptors clients need",
+        minimum=1,
+    )
     log_level: str = setting(
         "INFO", "Log level (DEBUG, INFO, WARNING, ERROR).", "INFO logs each connect and disconnect, nothing per message"
     )
@@ -456,6 +472,11 @@ class Settings:
             )
         if self.oidc_issuer and not self.oidc_issuer.startswith(("https://", "http://")):
             raise ConfigError(f"{_named('oidc_issuer')}={self.oidc_issuer!r}: must be an http(s) URL")
+        if self.oidc_issuer.startswith("http://") and not self.oidc_allow_http:
+            raise ConfigError(
+                f"{_named('oidc_issuer')}={self.oidc_issuer!r}: an http:// issuer's keys can be swapped by anyone on "
+                f"the path; use https://, or set {_named('oidc_allow_http')} for a provider on loopback"
+            )
         if bool(self.oidc_issuer) != bool(self.oidc_audience):
             raise ConfigError(
                 f"{_named('oidc_issuer')} and {_named('oidc_audience')} go together: the audience is the id this "

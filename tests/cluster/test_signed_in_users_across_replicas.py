@@ -25,7 +25,8 @@ def provider() -> Iterator[OidcProvider]:
 
 
 def _oidc_args(provider: OidcProvider) -> list[str]:
-    return ["--oidc-issuer", provider.issuer, "--oidc-audience", provider.settings()["oidc_audience"]]
+    audience = provider.settings()["oidc_audience"]
+    return ["--oidc-issuer", provider.issuer, "--oidc-audience", audience, "--oidc-allow-http"]
 
 
 async def test_the_same_subject_is_the_same_user_on_every_replica_and_after_a_restart(

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from switchboard.protocol.link_gate import MAX_PENDING_PER_ADDRESS, REFUSAL_LOG_INTERVAL, HandshakeGate, RefusalLog
+from switchboard.protocol.link_gate import (
+    DESCRIPTOR_RESERVE,
+    MAX_PENDING_PER_ADDRESS,
+    REFUSAL_LOG_INTERVAL,
+    HandshakeGate,
+    RefusalLog,
+)
 
 
 def test_one_address_holds_at_most_its_share_of_unfinished_handshakes() -> None:
@@ -44,3 +50,30 @@ def test_a_refusal_after_a_quiet_interval_is_logged_at_once_again() -> None:
     log = RefusalLog()
     assert log.refused(0.0, "from a: x") is not None
     assert log.refused(REFUSAL_LOG_INTERVAL, "from b: y") == "link handshake refused from b: y"
+
+
+def test_all_addresses_together_hold_at_most_the_total() -> None:
+    gate = HandshakeGate(per_address=16, total=64)
+    taken = [gate.admit(f"127.0.0.{i}") for i in range(2, 72) for _ in range(16)]  # 70 addresses, 1,120 handshakes
+    assert sum(taken) == 64
+    assert gate.refusal("127.0.0.200") == "64 unfinished handshakes already (--max-link-handshakes)"
+    gate.release("127.0.0.2")
+    assert gate.admit("127.0.0.200")
+    assert gate.pending == 64
+
+
+def test_no_handshake_is_taken_from_the_descriptors_kept_for_clients() -> None:
+    gate = HandshakeGate(reserve=DESCRIPTOR_RESERVE)
+    limit = 1024
+    assert gate.refusal("10.0.0.9", (limit - DESCRIPTOR_RESERVE - 1, limit)) is None
+    refusal = gate.refusal("10.0.0.9", (limit - DESCRIPTOR_RESERVE, limit))
+    assert refusal == f"768 of 1024 file descriptors open, the last {DESCRIPTOR_RESERVE} kept for clients"
+    assert gate.pending == 1, "a refused connection is not counted"
+
+
+def test_releasing_what_was_never_taken_counts_nothing() -> None:
+    gate = HandshakeGate()
+    gate.release("10.0.0.9")
+    assert gate.pending == 0
+    assert gate.admit("10.0.0.9")
+    assert gate.pending == 1

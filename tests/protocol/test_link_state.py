@@ -232,3 +232,18 @@ def test_the_two_directions_and_two_links_have_four_different_keys() -> None:
     first, second = keys(b"L" * wire.NONCE_SIZE), keys(b"M" * wire.NONCE_SIZE)
     assert len({*first, *second}) == 4
     assert KEY not in {*first, *second}
+
+
+def test_each_deliver_is_numbered_as_its_replay_would_name_it() -> None:
+    dialler, listener = pair()
+    assert (dialler.send_id, dialler.receive_id) == (listener.receive_id, listener.send_id)
+    assert dialler.send_id != dialler.receive_id
+    for data in (b"a", b"b", b"c"):
+        dialler.deliver("ch", data)
+    assert [e.number for e in exchange(dialler, listener, 0.0) if isinstance(e, Delivered)] == [1, 2, 3]
+    exchange(listener, dialler, 0.0)  # acks the three
+    dialler.deliver("ch", b"d")
+    dialler.deliver("ch", b"e")
+    assert [e.number for e in exchange(dialler, listener, 0.0) if isinstance(e, Delivered)] == [4, 5]
+    assert dialler.acked == 3  # the ack of the last two is still on its way
+    assert [data for _, data in dialler.take_unacked()] == [b"d", b"e"], "the first unacked is number acked + 1"

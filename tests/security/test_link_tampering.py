@@ -4,10 +4,14 @@ The handshake proves who opened a link; after it, every frame carries a
 sequence number and a MAC under a key of that link alone (``protocol/link_wire.py``).
 So a frame the host writes into the stream, changes, or sends a second time is
 never delivered: the receiver drops the link, whose unacked frames go through
-Redis, and traffic carries on there. The host here is a loopback relay in
-front of the listener's link port (``support.link_mitm``) that relays whole
-frames and tampers with one on cue; the replicas are real buses on a real
-Valkey, and in the last test real replica processes with hypha-rpc clients.
+Redis, each delivered there only if the link had not delivered it (a call runs
+once, whatever the host withholds or repeats), and traffic carries on. The host
+here is a loopback relay in front of the listener's link port
+(``support.link_mitm``) that relays whole frames, tampers with one on cue, or
+withholds a direction; the replicas are real buses on a real Valkey, and in the
+cluster tests real replica processes with hypha-rpc clients. And many
+addresses hold half-open handshakes on a replica's link port, and clients
+still connect.
 """
 
 from __future__ import annotations
@@ -131,6 +135,22 @@ async def test_a_replayed_deliver_is_not_delivered_twice(buses, mitm) -> None:
     assert b.links.stats.forged == 1
 
 
+# -- a link dropped on purpose: what it left unacked arrives once -------------------------------
+
+
+async def test_a_deliver_the_host_sends_twice_is_delivered_once_though_the_link_drops(buses, mitm) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+    mitm.double_next()  # the host cuts a's side and sends a copy, which fails its number at b: no ack reaches a
+
+    assert await a.publish(ch, b"transfer 1") == 1
+    await eventually(lambda: b.links.stats.forged == 1, "the link dropped for the copy")
+    await eventually(lambda: a.unicast.replayed == 1, "the unacked transfer sent again through Redis")
+    await carried_on(a, got, ch)
+
+    assert got.count(b"transfer 1") == 1, f"b was handed {got}"
+    assert b.links.stats.duplicates == 1
+
+
 # -- handshakes nobody finishes -----------------------------------------------------------------
 
 
@@ -161,6 +181,83 @@ async def test_four_hundred_silent_connections_hold_few_handshakes_and_write_few
     await c.subscribe(ch, lambda _: None)
     assert await b.publish(ch, b"first") == 1  # through Redis: c dials b
     await eventually(lambda: b.links.route_of(ch) == c.replica_id, "a link from c to b")
+
+
+class FewDescriptors(ReplicaProcess):
+    """A replica process that may open at most ``nofile`` descriptors (RLIMIT_NOFILE), as on many hosts."""
+
+    def __init__(self, *, nofile: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.nofile = nofile
+
+    def command(self) -> list[str]:
+        serve = super().command()
+        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, ({self.nofile}, {self.nofile}))"
+        return [serve[0], "-c", f"import os, resource, sys; {limit}; os.execv(sys.argv[1], sys.argv[1:])", *serve]
+
+
+@pytest.mark.cluster
+async def test_half_open_handshakes_from_many_addresses_leave_descriptors_for_clients(valkey_tamper) -> None:
+    link_port = free_port()
+    b = FewDescriptors(
+        nofile=1024, replica_id="fds-b", redis_url=valkey_tamper.url, args=["--link-port", str(link_port)]
+    )
+    stop = asyncio.Event()
+    opened: list[int] = []
+
+    async def until_closed(reader: asyncio.StreamReader) -> bool:
+        """Whether the replica wrote anything (its CHALLENGE) before it closed the connection or the test ended."""
+        said = False
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            for _ in range(100):
+                read = asyncio.ensure_future(reader.read(1 << 16))
+                await asyncio.wait([read, stopped], return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    read.cancel()
+                    return said
+                if read.exception() is not None or not read.result():
+                    return said
+                said = True
+        finally:
+            stopped.cancel()
+        return said
+
+    async def hold(address: str) -> None:
+        """One half-open handshake from ``address``: opened again at once when the replica closes it at its
+        deadline, a second later when the replica turned it away unanswered."""
+        for _ in range(20):
+            challenged = False
+            with contextlib.suppress(OSError):
+                reader, writer = await asyncio.open_connection("127.0.0.1", link_port, local_addr=(address, 0))
+                opened.append(1)
+                try:
+                    challenged = await until_closed(reader)
+                finally:
+                    writer.transport.abort()
+            if stop.is_set():
+                return
+            if not challenged:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    client: Any = None
+    holders: list[asyncio.Task[None]] = []
+    try:
+        b.start()
+        # 70 addresses, 16 each (as many as one address may hold): 1,120 handshakes held open
+        holders = [asyncio.create_task(hold(f"127.0.0.{i}")) for i in range(2, 72) for _ in range(16)]
+        await eventually(lambda: len(opened) >= 1120, "the flood of half-open handshakes", timeout=20)
+        # a client arrives while the flood holds
+        client = await asyncio.wait_for(connect_to_server({"server_url": b.url, "client_id": "after"}), scaled(10.0))
+        assert client.config["workspace"]
+    finally:
+        stop.set()
+        await asyncio.gather(*holders, return_exceptions=True)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.disconnect(), 5)
+        b.kill()
 
 
 async def first_frame_or_close(reader: asyncio.StreamReader) -> int | None:
@@ -201,7 +298,10 @@ async def metric(url: str, name: str) -> float:
 async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_as_a_forged_user(
     valkey_tamper, mitm
 ) -> None:
-    a = ReplicaProcess(replica_id="tamper-a", redis_url=valkey_tamper.url)
+    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
+    a = ReplicaProcess(
+        replica_id="tamper-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
+    )
     b = ReplicaProcess(
         replica_id="tamper-b",
         redis_url=valkey_tamper.url,
@@ -248,6 +348,69 @@ async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_a
         assert [user for _, user in ran[legit:]] == [ran[0][1]] * 3, f"the provider ran {ran[legit:]}"
         assert all(sender != f"{workspace}/forged" for sender, _ in ran)
         assert await metric(a.url, "switchboard_link_forged") == 1
+    finally:
+        for api in reversed(made):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.disconnect(), 5)
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("attack", ["withhold acks", "send a call twice"])
+async def test_a_call_reaches_its_provider_once_when_the_host_drops_the_link_between_replicas(
+    valkey_tamper, mitm, attack: str
+) -> None:
+    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
+    a = ReplicaProcess(
+        replica_id="once-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
+    )
+    b = ReplicaProcess(
+        replica_id="once-b",
+        redis_url=valkey_tamper.url,
+        args=["--link-port", str(mitm.upstream), "--link-advertise", f"127.0.0.1:{mitm.port}"],
+    )
+    made: list[Any] = []
+    try:
+        a.start()
+        b.start()
+        provider = await connect_to_server({"server_url": a.url, "client_id": "prov", "method_timeout": 20})
+        made.append(provider)
+        ran: list[str] = []
+        await provider.register_service({"id": "bank", "pay": lambda what: ran.append(what) or "paid"})
+        member = await connect_to_server(
+            {"server_url": b.url, "client_id": "member", "token": await provider.generate_token()}
+        )
+        made.append(member)
+        bank = await member.get_service("prov:bank")
+        to_provider = f"sb:client:{provider.config['workspace']}/prov".encode()
+        to_member = f"sb:client:{provider.config['workspace']}/member".encode()
+
+        async def calls_and_replies_cross_the_link() -> bool:
+            assert await bank.pay("warm-up") == "paid"
+            return any(to_provider in f for f in mitm.delivered("down")) and any(
+                to_member in f for f in mitm.delivered("up")
+            )
+
+        await eventually(
+            calls_and_replies_cross_the_link, "calls and replies over the link through the host", interval=0.05
+        )
+        if attack == "withhold acks":
+            mitm.withhold("up")  # A's acks and replies never reach B: B drops the link as silent
+            payments = [f"payment {i}" for i in range(4)]
+        else:
+            mitm.double_next()  # A takes the first copy, drops the link at the second, before it acks
+            payments = ["payment 0"]
+        replies = await asyncio.wait_for(asyncio.gather(*(bank.pay(p) for p in payments)), 20)
+
+        assert replies == ["paid"] * len(payments)
+        assert await asyncio.wait_for(bank.pay("afterwards"), 15) == "paid"
+        assert [ran.count(p) for p in payments] == [1] * len(payments), f"the provider ran {ran}"
+        if attack == "withhold acks":  # the replies never came back: the calls were sent again, and recognised
+            assert await metric(b.url, "switchboard_link_frames_replayed") >= len(payments)
+            assert await metric(a.url, "switchboard_link_frames_duplicate") == len(payments)
+        else:  # A dropped the link at the copy (its reply, sent again through Redis, may beat B's own drop)
+            assert await metric(a.url, "switchboard_link_forged") == 1
     finally:
         for api in reversed(made):
             with contextlib.suppress(Exception):

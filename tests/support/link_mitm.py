@@ -5,7 +5,9 @@ port) and the link the other replica dials runs through it. It relays whole
 frames (``u32 length | u8 kind | body``, the framing every link frame has
 had), so what it writes into the stream lands between two frames, as an
 attacker who can rewrite TCP segments would place it. ``down`` is the
-listener's side to the dialler's: the direction the listener's DELIVERs take.
+listener's side to the dialler's: the direction the listener's DELIVERs take;
+``up`` the other one (the dialler's acks and replies). It can also withhold
+one direction of the current connection, or send the next DELIVER down twice.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ class LinkMitm:
         self.upstream = upstream
         self.connections = 0
         self.down_frames: list[tuple[int, bytes]] = []  # every frame relayed down, as it was
+        self.up_frames: list[tuple[int, bytes]] = []  # and up
         self._alter: Alter | None = None
         self._down: asyncio.StreamWriter | None = None  # the current connection's dialler side
+        self.withheld: set[str] = set()  # directions of the current connection relayed no further
+        self._double = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.altered = asyncio.Event()
 
@@ -45,14 +50,26 @@ class LinkMitm:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def delivered(self) -> list[bytes]:
-        """The DELIVER frames relayed down so far, re-encoded exactly as they crossed."""
-        return [wire.encode(kind, body) for kind, body in self.down_frames if kind == wire.DELIVER]
+    def delivered(self, direction: str = "down") -> list[bytes]:
+        """The DELIVER frames relayed ``direction`` so far, re-encoded exactly as they crossed."""
+        frames = self.down_frames if direction == "down" else self.up_frames
+        return [wire.encode(kind, body) for kind, body in frames if kind == wire.DELIVER]
 
     def inject(self, frame: bytes) -> None:
         """Write ``frame`` into the current connection's ``down`` stream, between two frames."""
         assert self._down is not None, "no link through the relay yet"
         self._down.write(frame)
+
+    def withhold(self, direction: str) -> None:
+        """Relay nothing more ``"up"`` or ``"down"`` on the current connection (its bytes are dropped)."""
+        assert direction in ("up", "down")
+        self.withheld.add(direction)
+
+    def double_next(self) -> None:
+        """Write the next DELIVER going down twice (once): the copy 20 ms after the original, and
+        nothing more up from then on, so the ack of the original never reaches its sender, whose
+        connection is cut as the copy goes (it sees the link lost at once)."""
+        self._double = True
 
     def alter_next(self, alter: Alter) -> None:
         """Rewrite the next frame going down for which ``alter`` returns a body (once)."""
@@ -76,9 +93,14 @@ class LinkMitm:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
         ends.append(up_writer)
         self._down = writer
+        self.withheld = set()  # a new connection is relayed whole until told otherwise
 
         async def up() -> None:
+            decoder = wire.Decoder(1 << 30)
             while data := await reader.read(65536):
+                if "up" in self.withheld:
+                    continue
+                self.up_frames.extend(decoder.feed(data))
                 up_writer.write(data)
                 await up_writer.drain()
             up_writer.transport.abort()
@@ -91,7 +113,16 @@ class LinkMitm:
                     if self._alter is not None and (changed := self._alter(kind, body)) is not None:
                         self._alter, body = None, changed
                         self.altered.set()
+                    if "down" in self.withheld:
+                        continue
                     writer.write(wire.encode(kind, body))
+                    if self._double and kind == wire.DELIVER:
+                        self._double = False
+                        self.withheld.add("up")
+                        await writer.drain()
+                        await asyncio.sleep(0.02)  # the original is taken alone: the copy is a frame of its own
+                        up_writer.transport.abort()
+                        writer.write(wire.encode(kind, body))
                 await writer.drain()
             writer.transport.abort()
 

@@ -35,8 +35,8 @@ class OidcProvider:
         return f"http://127.0.0.1:{self._port}"
 
     def settings(self, **more: Any) -> dict[str, Any]:
-        """The hub settings that trust this provider."""
-        return {"oidc_issuer": self.issuer, "oidc_audience": AUDIENCE, **more}
+        """The hub settings that trust this provider (over http: it is on loopback)."""
+        return {"oidc_issuer": self.issuer, "oidc_audience": AUDIENCE, "oidc_allow_http": True, **more}
 
     def add_key(self, kind: str = "rsa", *, publish: bool = True) -> str:
         kid = f"{kind}-{len(self._private) + 1}"

@@ -23,7 +23,7 @@ tests drive it synchronously (``tests/protocol/test_link_state.py``), as
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link_wire as wire
@@ -51,10 +51,15 @@ class Opened:
 
 @dataclass(slots=True)
 class Delivered:
-    """A frame for our ``channel``: hand it to its subscriber, or :meth:`LinkState.send_back` it."""
+    """A frame for our ``channel``: hand it to its subscriber, or :meth:`LinkState.send_back` it.
+
+    ``number``: its place among the DELIVERs of this direction (1, 2, ...), as a replay
+    of it through Redis would name it (``protocol/link_arrivals.py``).
+    """
 
     channel: str
     data: bytes
+    number: int = field(default=0, compare=False)
 
 
 @dataclass(slots=True)
@@ -82,6 +87,7 @@ class LinkState:
         self.handshake = handshake
         self.dialled = isinstance(handshake, wire.Dial)
         self.peer: str | None = None  # the other replica's id, once proven
+        self.send_id = self.receive_id = ""  # each direction's id (link_wire.direction_id), once proven
         self.born = self.last_rx = self.last_tx = now
         self.unacked: deque[tuple[str, bytes]] = deque()  # DELIVERs sent, not yet acked
         self.unacked_bytes = 0
@@ -119,7 +125,7 @@ class LinkState:
                 self._acked(acked)
             if kind == wire.DELIVER:
                 self.handled += 1
-                events.append(Delivered(*wire.split_channel(body)))
+                events.append(Delivered(*wire.split_channel(body), self.handled))
             elif kind == wire.HINT:
                 events.append(Hinted(str(body, "utf-8", "replace")))
             elif kind == wire.NACK:
@@ -133,6 +139,7 @@ class LinkState:
         assert keys is not None  # a handshake that names the peer has made the keys
         self.peer = peer
         self._sealer, self._opener = Sealer(keys[0]), Opener(keys[1])
+        self.send_id, self.receive_id = wire.direction_id(keys[0]), wire.direction_id(keys[1])
         self._decoder.max_frame = self._max_frame + OVERHEAD
 
     def _seal(self, kind: int, start: bytes = b"", data: bytes = b"") -> bytes:
@@ -186,6 +193,11 @@ class LinkState:
         if out:
             self.last_tx = now
         return out
+
+    @property
+    def acked(self) -> int:
+        """DELIVERs the other side has acked: the first of :attr:`unacked` is number ``acked + 1``."""
+        return self._acked_in
 
     def take_unacked(self) -> deque[tuple[str, bytes]]:
         """What was sent and never acked (the link is gone: for the sender to publish elsewhere)."""

@@ -33,8 +33,8 @@ class LinkOwner(Protocol):
 
     def now(self) -> float: ...
 
-    def admit(self, link: Link) -> bool:
-        """An accepted connection from ``link.address``: ``False`` turns it away unanswered."""
+    def admit(self, link: Link) -> str | None:
+        """An accepted connection from ``link.address``: a reason turns it away unanswered."""
         ...
 
     def on_events(self, link: Link, events: list[Event]) -> None:
@@ -82,9 +82,9 @@ class Link(asyncio.Protocol):
         if not self.state.dialled:
             peer = transport.get_extra_info("peername")
             self.address = str(peer[0]) if peer else "unknown"
-            if not self._owner.admit(self):
+            if (refusal := self._owner.admit(self)) is not None:
                 self.refused = True
-                self.reason = "handshake refused: too many unfinished handshakes from this address already"
+                self.reason = f"handshake refused: {refusal}"
                 self.closed = True
                 transport.abort()  # before its challenge: a flood costs no nonce, no deadline
                 return

@@ -20,7 +20,11 @@ directory to keep consistent:
 A link that breaks, backs up or goes silent only sends traffic back to
 Redis: the frames it leaves unacked come out of :meth:`Links.returned` too
 (``unacked=True``: they may have arrived), so a cut link delays them instead
-of losing them. Frames may overtake one another only while a route changes.
+of losing them. Each carries its number on the link, and the receiver
+delivers a replay only if the link did not (:meth:`Links.replayed`,
+``protocol/link_arrivals.py``): a frame arrives at most once, whichever way it
+comes and whatever a host on the path withholds or repeats. Frames may
+overtake one another only while a route changes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import resource
 import secrets
 import socket
 from collections.abc import Callable
@@ -36,7 +42,8 @@ from dataclasses import dataclass
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link_wire as wire
-from switchboard.protocol.link_gate import HandshakeGate, RefusalLog
+from switchboard.protocol.link_arrivals import Arrivals
+from switchboard.protocol.link_gate import MAX_PENDING, HandshakeGate, RefusalLog
 from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
 from switchboard.replicas.link import Link
 from switchboard.tasks import cancel_and_wait, spawn
@@ -62,6 +69,7 @@ class LinkSettings:
     )
     max_frame: int = 64 << 20
     dial_timeout: float = 2.0
+    max_handshakes: int = MAX_PENDING  # unfinished handshakes on the listener, from all addresses
 
 
 @dataclass
@@ -74,6 +82,7 @@ class LinkStats:
     refused: int = 0  # accepted connections that failed the handshake (or never finished it, or were turned away)
     turned_away: int = 0  # of those, closed unanswered: too many unfinished handshakes from their address
     forged: int = 0  # open links dropped because a frame failed its MAC or sequence number
+    duplicates: int = 0  # frames not delivered again: a replay of one a link delivered, or the reverse
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +91,24 @@ class Returned:
 
     ``unacked``: a lost link's frame, which may have arrived (so it may be
     known not to need sending again); else the receiver refused it (NACK).
+    ``replay``: an unacked frame's (direction id, number) on its link, which
+    its replay through Redis carries (:func:`~switchboard.protocol.link_wire.tag`).
     """
 
     channel: str
     data: bytes
     unacked: bool
+    replay: tuple[str, int] | None = None
+
+
+def open_descriptors() -> tuple[int, int] | None:
+    """This process's open file descriptors and its limit (RLIMIT_NOFILE), or ``None`` where unknown."""
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        count = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else (count, limit)
 
 
 def advertised(advertise: str, bind_host: str, port: int) -> str:
@@ -115,6 +137,7 @@ class Links:
         settings: LinkSettings,
         clock: Clock,
         deliver: Callable[[str, bytes], bool],
+        descriptors: Callable[[], tuple[int, int] | None] = open_descriptors,
     ) -> None:
         if not settings.secret:
             raise ValueError("links need the hub's shared secret")
@@ -138,9 +161,11 @@ class Links:
         self._everywhere: set[str] = set()  # hinted on every link: this replica's own channels
         self._quiet_until: dict[str, float] = {}  # replica -> no dialling before (after a failure)
         self._dialling: set[str] = set()
-        self._gate = HandshakeGate()  # unfinished handshakes per address, on the listener
+        self._gate = HandshakeGate(total=settings.max_handshakes)  # unfinished handshakes, on the listener
+        self._descriptors = descriptors
         self._handshaking: set[Link] = set()  # accepted links the gate counts
         self._refusals = RefusalLog()
+        self._arrivals = Arrivals()  # what each link delivered here: replays of it are not delivered again
         self._returned: asyncio.Queue[Returned] = asyncio.Queue()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -201,6 +226,13 @@ class Links:
         """The replica ``channel``'s frames go straight to, if any (for tests and status)."""
         link = self._routes.get(channel)
         return link.peer if link is not None and not link.closed else None
+
+    def replayed(self, replay: tuple[str, int]) -> bool:
+        """A lost link's unacked frame came through Redis: deliver it (``True``) unless it arrived already."""
+        if self._arrivals.from_replay(*replay, self.now()):
+            return True
+        self.stats.duplicates += 1
+        return False
 
     # -- learning ----------------------------------------------------------------
 
@@ -282,12 +314,14 @@ class Links:
         """A fresh challenge for each connection: a HELLO recorded on another one answers nothing."""
         return wire.Accept(self._key, self.replica_id, secrets.token_bytes(wire.NONCE_SIZE))
 
-    def admit(self, link: Link) -> bool:
-        if not self._gate.admit(link.address):
+    def admit(self, link: Link) -> str | None:
+        # descriptors are counted only for a connection the counts would take: a flood costs no listing each
+        descriptors = self._descriptors() if self._gate.has_room(link.address) else None
+        if (refusal := self._gate.refusal(link.address, descriptors)) is not None:
             self.stats.turned_away += 1
-            return False
+            return refusal
         self._handshaking.add(link)
-        return True
+        return None
 
     def _handshake_over(self, link: Link) -> None:
         if link in self._handshaking:
@@ -307,9 +341,12 @@ class Links:
             if link.closed:
                 return
             if type(event) is Delivered:
-                if self._deliver(event.channel, event.data):
+                if not self._arrivals.from_link(link.state.receive_id, event.number):
+                    self.stats.duplicates += 1  # its replay through Redis came first
+                elif self._deliver(event.channel, event.data):
                     self.stats.received += 1
                 else:
+                    self._arrivals.sent_back(link.state.receive_id, event.number)
                     self.stats.nacked += 1
                     self._hinted[link].discard(event.channel)
                     link.send_back(event.channel, event.data)
@@ -329,6 +366,7 @@ class Links:
 
     def _opened(self, link: Link, peer: str) -> None:
         self._handshake_over(link)
+        self._arrivals.opened(link.state.receive_id)
         self._to[peer] = link
         hinted = self._hinted[link]
         for channel in (*self._pending.pop(peer, ()), *self._everywhere):
@@ -353,6 +391,9 @@ class Links:
         self._hinted.pop(link, None)
         if link.peer is not None and self._to.get(link.peer) is link:
             del self._to[link.peer]
+        if link.peer is not None:
+            self._arrivals.lost(link.state.receive_id, self.now())
+        first = link.state.acked + 1  # the number of the first unacked frame
         unacked = link.take_unacked()
         if unacked:
             logger.warning(
@@ -361,8 +402,8 @@ class Links:
                 len(unacked),
                 extra={"replica": self.replica_id},
             )
-        for channel, data in unacked:
-            self._returned.put_nowait(Returned(channel, data, unacked=True))
+        for number, (channel, data) in enumerate(unacked, first):
+            self._returned.put_nowait(Returned(channel, data, unacked=True, replay=(link.state.send_id, number)))
 
     def __repr__(self) -> str:
         return f"Links({self.origin or 'not listening'}, links={len(self._links)}, routes={len(self._routes)})"

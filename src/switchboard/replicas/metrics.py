@@ -91,6 +91,12 @@ class ReplicaCollector:
                 u.not_replayed,
             )
             yield counter(
+                "switchboard_link_frames_duplicate",
+                "Frames not delivered a second time: a lost link's replay of a frame the link had delivered here "
+                "(or the link's copy of one a replay had).",
+                links.duplicates,
+            )
+            yield counter(
                 "switchboard_link_dial_failures",
                 "Links to other replicas that could not be opened.",
                 links.dial_failures,

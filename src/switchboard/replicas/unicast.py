@@ -151,6 +151,9 @@ class Unicast:
                 logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
                 self.dropped += 1
                 return
+            origin, replay = wire.split_replay(origin)
+            if replay is not None and self.links is not None and not self.links.replayed(replay):
+                return  # a lost link's frame that the link (or an earlier replay) delivered here already
             if origin and self.links is not None:
                 self.links.heard(origin, channel)
         self._hand(channel, data)
@@ -183,10 +186,17 @@ class Unicast:
             spawn(self._tasks, self._republish(item), "switchboard-link-republish")
 
     async def _republish(self, item: Returned) -> None:
-        """Redis, the source of truth, decides who gets a frame a link gave back."""
+        """Redis, the source of truth, decides who gets a frame a link gave back.
+
+        A lost link's frame goes through Redis alone, marked with its number on that link
+        (never over another link, which would not carry the mark): the replica that holds
+        its channel delivers it only if the lost link did not.
+        """
         try:
             if self._untagged_prefix is not None and item.channel.startswith(self._untagged_prefix):
                 receivers = await self._bus.publish(item.channel, item.data)
+            elif item.replay is not None:
+                receivers = await self._bus.publish(item.channel, wire.tag(self.origin, item.data, item.replay))
             else:
                 receivers = await self.publish(item.channel, item.data)
         except BackendError as exc:

@@ -101,6 +101,7 @@ def build_hub(
                 host=settings.link_host or settings.host,
                 port=settings.link_port,
                 advertise=settings.link_advertise,
+                max_handshakes=settings.max_link_handshakes,
                 max_frame=settings.max_message_bytes + (64 << 10),  # room for the relay's wrapping
             )
     if workspaces is None:

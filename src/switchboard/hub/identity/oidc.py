@@ -2,10 +2,12 @@
 
 The provider's keys are found through discovery (``/.well-known/openid-configuration``
 names ``jwks_uri``), fetched with httpx's async client (the event loop never blocks on
-the provider, and a fetch gives up after 5 s), and turned into keys by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT
-checks the signature. Keys are cached: a token with an unknown key id fetches them
-again (at most once per ``--oidc-key-refetch-interval``), and while the provider is
-unreachable the cached keys keep working.
+the provider; both requests of a fetch share one 5 s deadline, and an answer above 1 MiB
+is dropped unread), over https only unless ``--oidc-allow-http``, and turned into keys
+by PyJWT (:class:`jwt.PyJWKSet`, the ``cryptography`` backend); PyJWT checks the
+signature. Keys are cached: a token with an unknown key id fetches them again (at most
+once per ``--oidc-key-refetch-interval``), and while the provider is unreachable the
+cached keys keep working.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +39,12 @@ ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES
 # times over, and a token lives at most that long past its exp.
 LEEWAY = 30.0
 KEYS_MAX_AGE = 3600.0  # keys an hour old are fetched again, so a withdrawn key stops working
-FETCH_TIMEOUT = 5.0  # a provider that hangs delays only the fetch, never by more than this
+# One deadline for a whole fetch (discovery and JWKS, every byte of both): a provider that
+# hangs, or drips its answer a byte at a time, delays only the fetch, never by more than this.
+FETCH_TIMEOUT = 5.0
+# A discovery document or a JWKS is a few KiB (a provider's dozen keys); 1 MiB is a hundred
+# times that, and what a provider (or whoever answers for it) sends beyond it is never read.
+MAX_FETCH_BYTES = 1 << 20
 # A kept subject never starts with these: the hashed form of subjects, and the ids the hub makes itself
 # (anonymous users, and the operator's users of ``switchboard token``).
 HASHED_PREFIX = "sha256."
@@ -132,6 +140,7 @@ class OidcVerifier:
         self.issuer = settings.oidc_issuer
         self.audience = settings.oidc_audience
         self.refetch_interval = settings.oidc_key_refetch_interval
+        self.schemes = ("https://", "http://") if settings.oidc_allow_http else ("https://",)
         self.rules = IdentityRules(
             roles_claim=settings.oidc_roles_claim,
             admin_roles=settings.oidc_admin_role_list,
@@ -202,19 +211,24 @@ class OidcVerifier:
     async def _fetch(self) -> None:
         self._cache.tried_at = self.clock.time()
         try:
-            async with httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as http:
+            async with asyncio.timeout(FETCH_TIMEOUT), httpx.AsyncClient(follow_redirects=False) as http:
                 discovery = await _get_json(http, self.issuer.rstrip("/") + "/.well-known/openid-configuration")
                 if discovery.get("issuer") != self.issuer:
                     raise ValueError(f"discovery names issuer {discovery.get('issuer')!r}, not {self.issuer!r}")
                 jwks_uri = discovery.get("jwks_uri")
                 if not isinstance(jwks_uri, str):
                     raise ValueError("discovery has no jwks_uri")
+                if not jwks_uri.startswith(self.schemes):
+                    raise ValueError(f"discovery names jwks_uri {jwks_uri!r}: keys are fetched over https only")
                 jwks = await _get_json(http, jwks_uri)
             keys = {
                 k.key_id or "": k
                 for k in jwt.PyJWKSet.from_dict(jwks).keys
                 if k.algorithm_name in ALGORITHMS and k.public_key_use in (None, "sig")  # never an encryption key
             }
+        except TimeoutError:
+            log.warning("identity provider's keys not fetched within %g s, the cached ones stay in use", FETCH_TIMEOUT)
+            return
         except (httpx.HTTPError, ValueError, jwt.PyJWKSetError, jwt.PyJWKError) as exc:
             log.warning("identity provider's keys not fetched, the cached ones stay in use: %s", exc)
             return
@@ -245,9 +259,19 @@ def _find(keys: dict[str, jwt.PyJWK], kid: Any) -> jwt.PyJWK | None:
 
 
 async def _get_json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
-    response = await http.get(url)
-    response.raise_for_status()
-    body = response.json()
+    """The JSON object at ``url``, read as it streams in and dropped at :data:`MAX_FETCH_BYTES`."""
+    # asked uncompressed: the cap counts decoded bytes, and a compressed chunk may inflate a thousandfold first
+    async with http.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:
+        response.raise_for_status()
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FETCH_BYTES:
+            raise ValueError(f"{url} answers {declared} bytes (at most {MAX_FETCH_BYTES} are read)")
+        data = bytearray()
+        async for piece in response.aiter_bytes():
+            data += piece
+            if len(data) > MAX_FETCH_BYTES:
+                raise ValueError(f"{url} answers more than {MAX_FETCH_BYTES} bytes")
+    body = json.loads(data)
     if not isinstance(body, dict):
         raise ValueError(f"{url} did not answer a JSON object")
     return body
