@@ -106,7 +106,10 @@ class Hub:
         # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
         self.credentials = Credentials(
             issuer,
-            revocations or MemoryRevocations(clock),
+            revocations
+            or MemoryRevocations(
+                clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
+            ),
             OidcVerifier(settings, clock) if settings.oidc_issuer else None,
         )
         self.gate = Gatekeeper(

@@ -92,7 +92,9 @@ def build_hub(
         )
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
         workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
-        revocations = RedisRevocations(parts.client, clock=clock)  # one revocation holds on every replica
+        revocations = RedisRevocations(  # one revocation holds on every replica
+            parts.client, clock=clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
+        )
         # an admission's reads in one pipeline, its count and claim in one script (keys as above)
         entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
         if settings.links:

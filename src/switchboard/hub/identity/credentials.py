@@ -22,6 +22,14 @@ from switchboard.hub.identity.oidc import LEEWAY, OidcVerifier
 from switchboard.hub.identity.users import Permission, User, user_workspace
 
 REVOKED = "token has been revoked"
+# Who every anonymous user's revocations are charged to: anonymous identities cost nothing to make,
+# so together they hold one user's allowance (and their tokens live a day at most, so it empties).
+ANONYMOUS_PRINCIPAL = "anonymous users"
+
+
+def accountable(user: User) -> str:
+    """Who pays for what ``user`` stores: the root of its token chain (all anonymous users as one)."""
+    return ANONYMOUS_PRINCIPAL if user.is_anonymous else user.parent or user.id
 
 
 def unverified_issuer(token: str) -> object:
@@ -82,4 +90,6 @@ class Credentials:
         if user.expires_at is None or not user.revocation_ids:
             raise AuthError("this token cannot be revoked: it has no id or no expiry")
         # kept past its expiry by the leeway a provider's token is checked with
-        await self.revocations.revoke(user.revocation_ids[0], until=user.expires_at + LEEWAY)
+        await self.revocations.revoke(
+            user.revocation_ids[0], until=user.expires_at + LEEWAY, principal=accountable(user)
+        )
