@@ -2,7 +2,8 @@
 
 Records last while the process runs, except persistent ones, which a
 ``path`` keeps in a JSON file (the hub's state directory) so they survive a
-restart. Tables and logs live in memory only.
+restart. Tables and logs live in memory only, at most ``max_bytes`` of them
+in all: a write past it is refused with :class:`LimitExceeded`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from switchboard.clock import Clock, SystemClock
-from switchboard.errors import ConfigError
+from switchboard.errors import ConfigError, LimitExceeded
 
 
 @dataclass
@@ -25,6 +26,14 @@ class _Data:
     log: deque[str] = field(default_factory=deque)
     keep: bool = False
     deadline: float = 0.0
+    size: int = 0  # characters of its keys, values and log entries
+
+
+def _full(limit: int) -> LimitExceeded:
+    return LimitExceeded(
+        f"The hub's workspace data is full ({limit} bytes, --max-workspace-data-bytes/"
+        "SWITCHBOARD_MAX_WORKSPACE_DATA_BYTES): remove some, or retry once older data has expired"
+    )
 
 
 class MemoryWorkspaceStore:
@@ -32,9 +41,13 @@ class MemoryWorkspaceStore:
     data of workspaces without a persistent record can be dropped from the front once
     ``ttl`` seconds passed since their last write."""
 
-    def __init__(self, *, clock: Clock | None = None, ttl: float, path: Path | None = None) -> None:
+    def __init__(
+        self, *, clock: Clock | None = None, ttl: float, path: Path | None = None, max_bytes: int | None = None
+    ) -> None:
         self._clock = clock or SystemClock()
         self._ttl = ttl
+        self.max_bytes = max_bytes
+        self.held_bytes = 0  # of every workspace's tables and logs (expired ones not yet dropped among them)
         self._path = path
         self._records: dict[str, dict[str, Any]] = {}
         self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
@@ -68,8 +81,8 @@ class MemoryWorkspaceStore:
         return True
 
     async def remove(self, workspace: str) -> dict[str, Any] | None:
-        self._data.pop(workspace, None)
-        self._kept.pop(workspace, None)
+        for data in (self._data.pop(workspace, None), self._kept.pop(workspace, None)):
+            self.held_bytes -= data.size if data is not None else 0
         record = self._records.pop(workspace, None)
         if record is not None and record.get("persistent"):
             self._save()
@@ -81,14 +94,19 @@ class MemoryWorkspaceStore:
     async def table_set(
         self, workspace: str, table: str, key: str, value: str | None, *, max_entries: int, keep: bool, only_new: bool
     ) -> bool:
-        entries = self._touch(workspace, keep).tables.setdefault(table, {})
+        data = self._touch(workspace, keep)
+        entries = data.tables.setdefault(table, {})
+        old = entries.get(key)
         if value is None:
-            entries.pop(key, None)
+            if old is not None:
+                del entries[key]
+                self._grow(data, -len(key) - len(old))
             return True
-        if key in entries and only_new:
+        if old is not None and only_new:
             return False
-        if key not in entries and len(entries) >= max_entries:
+        if old is None and len(entries) >= max_entries:
             return False
+        self._grow(data, len(value) - len(old) if old is not None else len(key) + len(value))
         entries[key] = value
         return True
 
@@ -97,10 +115,11 @@ class MemoryWorkspaceStore:
         return dict(data.tables.get(table, {})) if data else {}
 
     async def log_append(self, workspace: str, entry: str, *, max_entries: int, keep: bool) -> None:
-        log = self._touch(workspace, keep).log
-        log.append(entry)
-        while len(log) > max_entries:
-            log.popleft()
+        data = self._touch(workspace, keep)
+        self._grow(data, len(entry))
+        data.log.append(entry)
+        while len(data.log) > max_entries:
+            self._grow(data, -len(data.log.popleft()))
 
     async def log_entries(self, workspace: str, limit: int) -> list[str]:
         data = self._live(workspace)
@@ -129,7 +148,7 @@ class MemoryWorkspaceStore:
             return self._kept[workspace]
         now = self._clock.monotonic()
         while self._data and next(iter(self._data.values())).deadline <= now:
-            self._data.popitem(last=False)
+            self.held_bytes -= self._data.popitem(last=False)[1].size
         data = self._data.pop(workspace, None) or _Data()
         data.deadline = now + self._ttl
         if keep:
@@ -138,6 +157,13 @@ class MemoryWorkspaceStore:
         else:
             self._data[workspace] = data
         return data
+
+    def _grow(self, data: _Data, by: int) -> None:
+        """Count ``by`` more characters in ``data``; refused (nothing counted) past ``max_bytes`` in all."""
+        if by > 0 and self.max_bytes is not None and self.held_bytes + by > self.max_bytes:
+            raise _full(self.max_bytes)
+        data.size += by
+        self.held_bytes += by
 
     def _save(self) -> None:
         """Write the persistent records aside, then rename into place: a crash leaves the old file whole."""
@@ -152,4 +178,5 @@ class MemoryWorkspaceStore:
         os.replace(tmp, self._path)
 
     def __repr__(self) -> str:
-        return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={len(self._data) + len(self._kept)})"
+        with_data = len(self._data) + len(self._kept)
+        return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={with_data}, bytes={self.held_bytes})"

@@ -110,7 +110,9 @@ def build_hub(
         # it has one in use (no --jwt-secret, or --state-dir given); else they last while it runs
         kept = settings.state_dir or not settings.jwt_secret
         path = state_path(settings.state_dir) / WORKSPACES_FILE if kept else None
-        workspaces = MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL, path=path)
+        workspaces = MemoryWorkspaceStore(
+            clock=clock, ttl=WORKSPACE_DATA_TTL, path=path, max_bytes=settings.max_workspace_data_bytes
+        )
     hub = Hub(
         counts=counts,
         links=links,

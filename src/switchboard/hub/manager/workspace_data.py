@@ -11,6 +11,7 @@ from typing import Any
 from switchboard.backends.base import WorkspaceStore
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.manager.data_charges import may_store
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.manager.workspace_records import WorkspaceRecords, json_text
 from switchboard.protocol import ids
@@ -40,6 +41,8 @@ class WorkspaceData:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ_WRITE)
+        if value is not None:
+            may_store(peer.user, ws)
         if not isinstance(key, str) or not 0 < len(key) <= MAX_ENV_KEY_LENGTH:
             raise ProtocolError(f"key must be a string of 1 to {MAX_ENV_KEY_LENGTH} characters")
         encoded = None if value is None else json_text(plain(value), "value", MAX_ENV_VALUE_BYTES)
@@ -68,6 +71,7 @@ class WorkspaceData:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ_WRITE)
+        may_store(peer.user, ws)
         info = plain(type_info)
         if not isinstance(info, dict) or not isinstance(info.get("id"), str):
             raise ProtocolError("type_info must be an object with an 'id', a 'name' and a 'definition'")

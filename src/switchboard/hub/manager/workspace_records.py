@@ -18,6 +18,7 @@ from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User, user_workspace
+from switchboard.hub.manager.data_charges import may_store, refusal_to_store
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import ids
@@ -120,7 +121,7 @@ class WorkspaceRecords:
         if not await self.store.put(record, overwrite=bool(overwrite)):
             raise ProtocolError(f"Workspace already exists: {ws}")
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
-        if ws != user_workspace(user.id):
+        if ws != user_workspace(user.id) and refusal_to_store(user, user_workspace(user.id)) is None:
             await self._bookmark(
                 user,
                 {"bookmark_type": "workspace", "id": ws, "name": record["name"], "description": record["description"]},
@@ -271,6 +272,7 @@ class WorkspaceRecords:
     async def bookmark(self, item: Any, context: dict[str, Any] | None = None) -> None:
         """Bookmark a workspace or a service in the caller's personal workspace."""
         peer = calling_peer()
+        may_store(peer.user, user_workspace(peer.user.id))
         item = plain(item)
         kind, target = _bookmark_item(item)
         if kind == "workspace":
@@ -280,14 +282,8 @@ class WorkspaceRecords:
                 raise NotFound(f"Workspace not found: {ws}")
             mark = {"bookmark_type": kind, "id": ws, "name": record["name"], "description": record["description"]}
         else:
-            info = await self.directory.get_service_info(target)
-            mark = {
-                "bookmark_type": kind,
-                "id": info["id"],
-                "name": info.get("name"),
-                "description": info.get("description"),
-                "config": info.get("config"),
-            }
+            info = await self.directory.get_service_info(target)  # one the caller may see
+            mark = {"bookmark_type": kind, "id": info["id"]}  # a reference: the service's info is not copied
         await self._bookmark(peer.user, mark)
 
     async def _bookmark(self, user: User, mark: dict[str, Any]) -> None:
