@@ -300,8 +300,8 @@ class Settings:
     )
     max_workspace_data_bytes: int = setting(
         256 * 1024 * 1024,
-        "Bytes of workspace data (environment variables, service types, bookmarks, event logs) the embedded hub keeps "
-        "at once, all workspaces together; a write past it is refused. With Redis, its maxmemory is the ceiling.",
+        "Bytes of workspace data (environment variables, service types, bookmarks, event logs) the hub keeps at once, "
+        "all workspaces together (in memory, or in Redis for every replica); a write past it is refused.",
         "256 MiB: a thousand busy workspaces' configuration and recent history, well within a small host's memory, "
         "so no crowd of users can make the hub run out of memory",
         minimum=1024 * 1024,

@@ -12,6 +12,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+from switchboard.errors import LimitExceeded
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.wait import eventually
 
@@ -150,3 +151,54 @@ def test_the_memory_store_keeps_persistent_records_in_its_file_and_only_those(tm
     again = MemoryWorkspaceStore(ttl=TTL, path=path)
     assert asyncio.run(again.get("kept-ws")) is not None
     assert asyncio.run(again.get("brief-ws")) is None
+
+
+# -- the hub-wide ceiling on every workspace's data together (issue 37, item 3)
+
+CEILING = 2_000
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def capped(request: pytest.FixtureRequest) -> AsyncIterator[tuple[WorkspaceStore, FakeClock]]:
+    """A store holding at most :data:`CEILING` bytes of data in all, on a fake clock (its TTLs on Redis are real)."""
+    clock = FakeClock()
+    if request.param == "memory":
+        yield MemoryWorkspaceStore(ttl=3600, clock=clock, max_bytes=CEILING), clock
+        return
+    server = request.getfixturevalue("valkey_workspaces")
+    server.client().flushall()
+    client = make_client(server.url)
+    try:
+        yield RedisWorkspaceStore(client, ttl=3600, clock=clock, max_bytes=CEILING), clock
+    finally:
+        await client.aclose()
+
+
+async def test_a_write_past_the_hub_wide_ceiling_is_refused_and_writes_nothing(capped) -> None:
+    store, _ = capped
+    value = "v" * 400
+    for i in range(4):  # 4 x 402 bytes, in two workspaces
+        assert await store.table_set(f"ws-{i % 2}", "env", f"k{i}", value, max_entries=9, keep=False, only_new=False)
+    with pytest.raises(LimitExceeded, match="The hub's workspace data is full"):
+        await store.table_set("ws-2", "env", "k", value, max_entries=9, keep=False, only_new=False)
+    with pytest.raises(LimitExceeded, match="The hub's workspace data is full"):
+        await store.log_append("ws-2", value, max_entries=9, keep=False)
+    assert await store.table("ws-2", "env") == {}
+    assert await store.log_entries("ws-2", 9) == []
+    assert await store.table_set("ws-0", "env", "k0", "small", max_entries=9, keep=False, only_new=False)  # shrinks
+
+
+async def test_deleting_removing_trimming_and_expiring_give_the_bytes_back(capped) -> None:
+    store, clock = capped
+    big = "v" * 900
+    await store.table_set("ws-a", "env", "k", big, max_entries=9, keep=False, only_new=False)
+    await store.table_set("ws-a", "env", "k", None, max_entries=9, keep=False, only_new=False)
+    await store.put(record("ws-b", persistent=True), overwrite=False)
+    await store.table_set("ws-b", "types", "t", big, max_entries=9, keep=True, only_new=False)
+    await store.remove("ws-b")
+    for _ in range(5):  # the log keeps 1 entry: each append drops the one before
+        await store.log_append("ws-c", big, max_entries=1, keep=False)
+    await store.table_set("ws-d", "env", "k", big, max_entries=9, keep=False, only_new=False)
+    clock.advance(3_601)  # ws-c's and ws-d's data expired
+    for i in range(2):
+        await store.table_set("ws-e", "env", f"k{i}", big, max_entries=9, keep=False, only_new=False)

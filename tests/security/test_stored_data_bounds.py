@@ -5,6 +5,7 @@ writing until the hub-wide ceiling."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,7 +14,9 @@ from hypha_rpc.rpc import RemoteException
 
 from support.tokens import credential
 from switchboard.hub.manager import event_log, workspace_data, workspace_records
+from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -130,29 +133,46 @@ async def test_a_generated_identity_keeps_no_data_in_its_own_personal_workspace(
         await bob.disconnect()
 
 
-async def test_the_hub_wide_ceiling_answers_a_clear_error() -> None:
-    ceiling = 1024 * KIB
-    async with running(settings_for_tests(max_workspace_data_bytes=ceiling)) as hub:
-        refusal = None
-        for n in range(8):  # accounts cost the attacker little: each writes its workspace's env maximum
-            user = await connect_to_server(
-                {"server_url": hub.url, "client_id": f"crowd-{n}", "token": credential(f"crowd-{n}", 600)[0]}
-            )
-            try:
-                for i in range(workspace_data.MAX_ENV_ENTRIES):
-                    await user.set_env(f"K{i}", "v" * (workspace_data.MAX_ENV_VALUE_BYTES - 16))
-            except RemoteException as exc:
-                refusal = str(exc)
-            finally:
-                await user.disconnect()
-            if refusal is not None:
-                break
-        assert refusal is not None, "no ceiling: the crowd wrote 8 workspaces' worth"
-        assert "The hub's workspace data is full" in refusal
-        late = await connect_to_server(
-            {"server_url": hub.url, "client_id": "late", "token": credential("late", 600)[0]}
+CEILING = 1024 * KIB
+
+
+@pytest.fixture
+async def capped_hub(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A hub keeping at most :data:`CEILING` bytes of workspace data: embedded, or a replica on Valkey."""
+    if request.param == "embedded":
+        async with running(settings_for_tests(max_workspace_data_bytes=CEILING)) as hub:
+            yield hub.url
+        return
+    with ValkeyServer() as valkey:
+        env = {"SWITCHBOARD_MAX_WORKSPACE_DATA_BYTES": str(CEILING)}
+        replica = ReplicaProcess(replica_id="capped", redis_url=valkey.url, env=env)
+        try:
+            replica.start()
+            yield replica.url
+        finally:
+            replica.kill()
+
+
+@pytest.mark.parametrize("capped_hub", ["embedded", "redis"], indirect=True)
+async def test_the_hub_wide_ceiling_answers_a_clear_error(capped_hub: str) -> None:
+    refusal = None
+    for n in range(8):  # accounts cost the attacker little: each writes its workspace's env maximum
+        user = await connect_to_server(
+            {"server_url": capped_hub, "client_id": f"crowd-{n}", "token": credential(f"crowd-{n}", 600)[0]}
         )
         try:
-            assert await late.get_env() == {}  # the hub still answers
+            for i in range(workspace_data.MAX_ENV_ENTRIES):
+                await user.set_env(f"K{i}", "v" * (workspace_data.MAX_ENV_VALUE_BYTES - 16))
+        except RemoteException as exc:
+            refusal = str(exc)
         finally:
-            await late.disconnect()
+            await user.disconnect()
+        if refusal is not None:
+            break
+    assert refusal is not None, "no ceiling: the crowd wrote 8 workspaces' worth"
+    assert "The hub's workspace data is full" in refusal
+    late = await connect_to_server({"server_url": capped_hub, "client_id": "late", "token": credential("late", 600)[0]})
+    try:
+        assert await late.get_env() == {}  # the hub still answers
+    finally:
+        await late.disconnect()

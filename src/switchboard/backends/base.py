@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from switchboard.errors import LimitExceeded
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
 # ``handler(channel, data)``: a bus has one, for every channel it subscribed (:meth:`EventBus.listen`)
@@ -231,6 +232,14 @@ class ConnectionCounts(Protocol):
 # without a persistent record lasts after its last write: a week spans a work cycle,
 # while workspaces nobody created (every user has one) cannot pile up for ever.
 WORKSPACE_DATA_TTL = 7 * 24 * 3600.0
+
+
+def workspace_data_full(limit: int) -> LimitExceeded:
+    """What a write past the hub-wide ceiling on workspace data answers (every store alike)."""
+    return LimitExceeded(
+        f"The hub's workspace data is full ({limit} bytes, --max-workspace-data-bytes/"
+        "SWITCHBOARD_MAX_WORKSPACE_DATA_BYTES): remove some, or retry once older data has expired"
+    )
 
 
 class WorkspaceStore(Protocol):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switchboard.backends.base import workspace_data_full
 from switchboard.clock import Clock, SystemClock
-from switchboard.errors import ConfigError, LimitExceeded
+from switchboard.errors import ConfigError
 
 
 @dataclass
@@ -27,13 +28,6 @@ class _Data:
     keep: bool = False
     deadline: float = 0.0
     size: int = 0  # characters of its keys, values and log entries
-
-
-def _full(limit: int) -> LimitExceeded:
-    return LimitExceeded(
-        f"The hub's workspace data is full ({limit} bytes, --max-workspace-data-bytes/"
-        "SWITCHBOARD_MAX_WORKSPACE_DATA_BYTES): remove some, or retry once older data has expired"
-    )
 
 
 class MemoryWorkspaceStore:
@@ -161,7 +155,7 @@ class MemoryWorkspaceStore:
     def _grow(self, data: _Data, by: int) -> None:
         """Count ``by`` more characters in ``data``; refused (nothing counted) past ``max_bytes`` in all."""
         if by > 0 and self.max_bytes is not None and self.held_bytes + by > self.max_bytes:
-            raise _full(self.max_bytes)
+            raise workspace_data_full(self.max_bytes)
         data.size += by
         self.held_bytes += by
 

@@ -91,7 +91,9 @@ def build_hub(
             max_connections=settings.redis_max_connections,
         )
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
-        workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
+        workspaces = RedisWorkspaceStore(
+            parts.client, ttl=WORKSPACE_DATA_TTL, clock=clock, max_bytes=settings.max_workspace_data_bytes
+        )
         revocations = RedisRevocations(  # one revocation holds on every replica
             parts.client, clock=clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
         )
