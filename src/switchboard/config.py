@@ -298,6 +298,21 @@ class Settings:
         "the store without bound",
         minimum=1,
     )
+    max_deletions_per_user: int = setting(
+        10_000,
+        "Workspace deletions charged to one user that the hub remembers at once (each for a year, so that no token "
+        "the workspace granted enters it again); one more delete_workspace is refused until one of them expires.",
+        "10,000: a deletion every hour for a year, while one account creating and deleting workspaces in a loop "
+        "holds at most about 1 MiB",
+        minimum=1,
+    )
+    max_deletions: int = setting(
+        250_000,
+        "Workspace deletions the hub remembers at once, all users together; one more is refused (retry later) until "
+        "one of them expires.",
+        "250,000: about 50 MiB in memory or Redis, so no crowd of accounts can grow the store without bound",
+        minimum=1,
+    )
     max_workspace_data_bytes: int = setting(
         256 * 1024 * 1024,
         "Bytes of workspace data (environment variables, service types, bookmarks, event logs) the hub keeps at once, "

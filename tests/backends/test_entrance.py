@@ -117,7 +117,7 @@ class TestArrival:
         assert not (await stores.entrance.arrival((), WS, "c1")).revoked
 
     async def test_the_deletion_mark_and_the_record_are_read(self, stores: Stores) -> None:
-        await stores.workspaces.mark_deleted(WS, 1234.5, ttl=60)
+        await stores.workspaces.mark_deleted(WS, 1234.5, ttl=60, principal="alice")
         await stores.workspaces.put({"id": WS, "owners": ["alice"]}, overwrite=True)
         arrival = await stores.entrance.arrival(("t1",), WS, "c1")
         assert arrival.deleted_at == 1234.5

@@ -113,8 +113,8 @@ async def test_a_deletion_is_remembered_until_its_ttl_ends_and_removing_keeps_it
     await store.put(record("team-a"), overwrite=False)
     assert await store.deleted_at("team-a") is None
     await store.remove("team-a")
-    await store.mark_deleted("team-a", 1234.5, ttl=3600)
-    await store.mark_deleted("team-b", 99.0, ttl=TTL)
+    await store.mark_deleted("team-a", 1234.5, ttl=3600, principal="alice")
+    await store.mark_deleted("team-b", 99.0, ttl=TTL, principal="alice")
     assert await store.deleted_at("team-a") == 1234.5
     await store.remove("team-a")  # removing what is left of it does not forget that it was deleted
     assert await store.deleted_at("team-a") == 1234.5
@@ -202,3 +202,37 @@ async def test_deleting_removing_trimming_and_expiring_give_the_bytes_back(cappe
     clock.advance(3_601)  # ws-c's and ws-d's data expired
     for i in range(2):
         await store.table_set("ws-e", "env", f"k{i}", big, max_entries=9, keep=False, only_new=False)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def marks(request: pytest.FixtureRequest) -> AsyncIterator[tuple[WorkspaceStore, FakeClock]]:
+    """A store remembering at most 2 deletions per principal and 3 in all, on a fake clock."""
+    clock = FakeClock()
+    bounds = {"deletions_per_principal": 2, "deletions": 3}
+    if request.param == "memory":
+        yield MemoryWorkspaceStore(ttl=3600, clock=clock, **bounds), clock
+        return
+    server = request.getfixturevalue("valkey_workspaces")
+    server.client().flushall()
+    client = make_client(server.url)
+    try:
+        yield RedisWorkspaceStore(client, ttl=3600, clock=clock, **bounds), clock
+    finally:
+        await client.aclose()
+
+
+async def test_deletion_marks_are_bounded_per_principal_and_in_all_and_lapse_when_they_expire(marks) -> None:
+    store, clock = marks
+    await store.mark_deleted("team-1", 1.0, ttl=60, principal="mallory")
+    await store.mark_deleted("team-2", 2.0, ttl=600, principal="mallory")
+    with pytest.raises(LimitExceeded, match="Too many workspaces deleted by mallory: at most 2"):
+        await store.mark_deleted("team-3", 3.0, ttl=600, principal="mallory")
+    assert await store.deleted_at("team-3") is None, "a refused deletion must record nothing"
+    await store.mark_deleted("team-1", 4.0, ttl=600, principal="mallory")  # deleted again: no new charge
+    assert await store.deleted_at("team-1") == 4.0
+    await store.mark_deleted("lab-1", 5.0, ttl=600, principal="alice")
+    with pytest.raises(LimitExceeded, match="The hub remembers its maximum of 3 deleted workspaces"):
+        await store.mark_deleted("lab-2", 6.0, ttl=600, principal="bob")
+    clock.advance(601)  # every mark expired: their places are free
+    await store.mark_deleted("team-3", 7.0, ttl=600, principal="mallory")
+    await store.mark_deleted("team-4", 8.0, ttl=600, principal="mallory")

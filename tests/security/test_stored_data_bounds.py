@@ -176,3 +176,31 @@ async def test_the_hub_wide_ceiling_answers_a_clear_error(capped_hub: str) -> No
         assert await late.get_env() == {}  # the hub still answers
     finally:
         await late.disconnect()
+
+
+async def test_an_account_creating_and_deleting_workspaces_in_a_loop_is_stopped_at_its_bound() -> None:
+    """Each deletion leaves a mark kept a year (no token of the old workspace may enter a new one of that name):
+    a create/delete loop grew them without bound; they are charged to the account, through its generated tokens."""
+    async with running(settings_for_tests(max_deletions_per_user=3)) as hub:
+        carol = await connect_to_server(
+            {"server_url": hub.url, "client_id": "carol", "token": credential("carol", 600)[0]}
+        )
+        child = await connect_to_server(
+            {"server_url": hub.url, "client_id": "carols-child", "token": await carol.generate_token({})}
+        )
+        refusal, maker, n = None, carol, 0
+        try:
+            for n in range(6):  # bounded: the third deletion is the last one kept
+                maker = (carol, child)[n % 2]  # a generated identity is charged to the account that made it
+                await maker.create_workspace({"id": f"loop-{n}"})
+                try:
+                    await maker.delete_workspace(f"loop-{n}")
+                except RemoteException as exc:
+                    refusal = str(exc)
+                    break
+            assert refusal is not None
+            assert "Too many workspaces deleted by carol: at most 3" in refusal
+            assert await maker.get_workspace_info(f"loop-{n}"), "a refused deletion deletes nothing"
+        finally:
+            await child.disconnect()
+            await carol.disconnect()

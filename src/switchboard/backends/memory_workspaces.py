@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from switchboard.backends.base import workspace_data_full
+from switchboard.backends.base import (
+    MAX_DELETIONS,
+    MAX_DELETIONS_PER_PRINCIPAL,
+    deletions_full,
+    workspace_data_full,
+)
+from switchboard.backends.expiring import ChargedExpiries
 from switchboard.clock import Clock, SystemClock
 from switchboard.errors import ConfigError
 
@@ -36,7 +42,14 @@ class MemoryWorkspaceStore:
     ``ttl`` seconds passed since their last write."""
 
     def __init__(
-        self, *, clock: Clock | None = None, ttl: float, path: Path | None = None, max_bytes: int | None = None
+        self,
+        *,
+        clock: Clock | None = None,
+        ttl: float,
+        path: Path | None = None,
+        max_bytes: int | None = None,
+        deletions_per_principal: int = MAX_DELETIONS_PER_PRINCIPAL,
+        deletions: int = MAX_DELETIONS,
     ) -> None:
         self._clock = clock or SystemClock()
         self._ttl = ttl
@@ -46,7 +59,8 @@ class MemoryWorkspaceStore:
         self._records: dict[str, dict[str, Any]] = {}
         self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
         self._kept: dict[str, _Data] = {}  # of persistent workspaces
-        self._deleted: dict[str, tuple[float, float]] = {}  # workspace -> (when deleted, kept until), epoch s
+        # workspace -> when it was deleted (epoch s), kept for the tombstone's ttl
+        self._deleted = ChargedExpiries(self._clock, per_principal=deletions_per_principal, total=deletions)
         if path is not None and path.exists():
             try:
                 kept = json.loads(path.read_text())
@@ -119,14 +133,15 @@ class MemoryWorkspaceStore:
         data = self._live(workspace)
         return list(data.log)[-limit:] if data else []
 
-    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
-        now = self._clock.time()
-        self._deleted = {w: v for w, v in self._deleted.items() if v[1] > now}  # expired ones go
-        self._deleted[workspace] = (at, now + ttl)
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float, principal: str) -> None:
+        refused = self._deleted.add(workspace, until=self._clock.time() + ttl, principal=principal, value=at)
+        if refused == "principal":
+            raise deletions_full(principal, self._deleted.per_principal)
+        if refused == "total":
+            raise deletions_full(None, self._deleted.total)
 
     async def deleted_at(self, workspace: str) -> float | None:
-        found = self._deleted.get(workspace)
-        return found[0] if found is not None and found[1] > self._clock.time() else None
+        return self._deleted.get(workspace)
 
     def _live(self, workspace: str) -> _Data | None:
         if workspace in self._kept:

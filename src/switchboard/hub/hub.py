@@ -104,7 +104,11 @@ class Hub:
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
         self.workspaces = workspaces or MemoryWorkspaceStore(
-            clock=clock, ttl=WORKSPACE_DATA_TTL, max_bytes=settings.max_workspace_data_bytes
+            clock=clock,
+            ttl=WORKSPACE_DATA_TTL,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
         )
         # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
         self.credentials = Credentials(

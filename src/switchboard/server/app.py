@@ -92,7 +92,12 @@ def build_hub(
         )
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
         workspaces = RedisWorkspaceStore(
-            parts.client, ttl=WORKSPACE_DATA_TTL, clock=clock, max_bytes=settings.max_workspace_data_bytes
+            parts.client,
+            ttl=WORKSPACE_DATA_TTL,
+            clock=clock,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
         )
         revocations = RedisRevocations(  # one revocation holds on every replica
             parts.client, clock=clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
@@ -113,7 +118,12 @@ def build_hub(
         kept = settings.state_dir or not settings.jwt_secret
         path = state_path(settings.state_dir) / WORKSPACES_FILE if kept else None
         workspaces = MemoryWorkspaceStore(
-            clock=clock, ttl=WORKSPACE_DATA_TTL, path=path, max_bytes=settings.max_workspace_data_bytes
+            clock=clock,
+            ttl=WORKSPACE_DATA_TTL,
+            path=path,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
         )
     hub = Hub(
         counts=counts,

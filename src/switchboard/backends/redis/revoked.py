@@ -7,12 +7,9 @@ the token is refused with a retryable error, never taken as not revoked (in a
 cluster, one shard's failover would otherwise readmit the revoked tokens whose
 keys it holds while the registry's shard answers).
 
-What each principal holds is counted in a sorted set per principal (token id
-scored by its expiry) and the hub's total in one more: a revoke drops the
-expired entries of both (each once), checks the bounds and adds one entry, in
-one script, so its cost never grows with what the store holds (logarithmic in
-a sorted set's size); then it writes the token's own key. The two sets share
-one hash tag, so the script never crosses a cluster's slots.
+What each principal holds is counted in :class:`~.charged.ChargedSets`
+(``p {revocations}:by:<principal>``, ``p {revocations}:all``), checked and
+charged before the token's own key is written.
 """
 
 from __future__ import annotations
@@ -22,67 +19,37 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from switchboard.backends.redis.charged import HUB_FULL, PRINCIPAL_FULL, ChargedSets
 from switchboard.backends.revocations import hub_full, principal_full
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 
 log = logging.getLogger(__name__)
 
-# KEYS: the principal's set, the hub's set. ARGV: token id, until (ms), now (ms), per-principal
-# bound, hub bound. Returns how long (ms) the token stays revoked, -1 the principal is full, -2 the
-# hub is full.
-_REVOKE = """
-local expiry, now = tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return -1 end
-  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return -2 end
-end
-redis.call('ZADD', KEYS[1], 'GT', expiry, ARGV[1])
-redis.call('ZADD', KEYS[2], 'GT', expiry, ARGV[1])
-for _, k in ipairs(KEYS) do
-  local last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2])
-  redis.call('PEXPIRE', k, math.max(1, last - now))
-end
-return math.max(1, tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1])) - now)
-"""
-
 
 def revoked_key(token_id: str, prefix: str = "sb:") -> str:
     return f"{prefix}revoked:{token_id}"
-
-
-def charged_key(principal: str, prefix: str = "sb:") -> str:
-    """The sorted set of the live revocations charged to ``principal`` (hash-tagged with :func:`all_key`)."""
-    return f"{prefix}{{revocations}}:by:{principal}"
-
-
-def all_key(prefix: str = "sb:") -> str:
-    return f"{prefix}{{revocations}}:all"
 
 
 class RedisRevocations:
     def __init__(self, redis: Any, *, clock: Clock, per_principal: int, total: int, key_prefix: str = "sb:") -> None:
         self._r = redis
         self.clock = clock
-        self.per_principal = per_principal
-        self.total = total
         self._prefix = key_prefix
-        self._revoke = redis.register_script(_REVOKE)
+        self._charged = ChargedSets(
+            redis, keyspace=f"{key_prefix}{{revocations}}", per_principal=per_principal, total=total
+        )
 
     async def revoke(self, token_id: str, *, until: float, principal: str) -> None:
         now = self.clock.time()
         if until <= now:
             return  # expired already: refused without being remembered
-        keys = [charged_key(principal, self._prefix), all_key(self._prefix)]
-        args = [token_id, int(until * 1000), int(now * 1000), self.per_principal, self.total]
         try:
-            kept_ms = int(await self._revoke(keys=keys, args=args))
-            if kept_ms == -1:
-                raise principal_full(principal, self.per_principal)
-            if kept_ms == -2:
-                raise hub_full(self.total)
+            kept_ms = await self._charged.charge(token_id, until=until, now=now, principal=principal)
+            if kept_ms == PRINCIPAL_FULL:
+                raise principal_full(principal, self._charged.per_principal)
+            if kept_ms == HUB_FULL:
+                raise hub_full(self._charged.total)
             # charged first: a write that fails here leaves a charge that lapses with the token
             await self._r.set(revoked_key(token_id, self._prefix), b"1", px=kept_ms)
         except RedisError as exc:
@@ -90,7 +57,7 @@ class RedisRevocations:
 
     async def held_by(self, principal: str) -> int:
         """Revocations charged to ``principal`` (the expired not yet dropped among them)."""
-        return int(await self._r.zcard(charged_key(principal, self._prefix)))
+        return await self._charged.held_by(principal)
 
     async def any_revoked(self, token_ids: tuple[str, ...]) -> bool:
         """One EXISTS per id (each its own key, so a cluster's slots never matter).

@@ -6,7 +6,8 @@ Layout (``p`` = ``key_prefix``, default ``sb:``), every key built by :func:`key`
 * ``p wsdata:<ws>:env|types|bookmarks``  hash, one table of the workspace
 * ``p wsdata:<ws>:log``            stream, the workspace's event log (``XADD MAXLEN ~``)
 * ``p wsdata:<ws>:gone``           string, when the workspace was deleted (its tombstone), with a TTL;
-  not one of its data keys: deleting the workspace writes it
+  not one of its data keys: deleting the workspace writes it, charged to the deleter first
+  (``p {deletions}:by:<principal>``, ``p {deletions}:all``: :mod:`.charged`)
 
 Each command touches one key, and the scripts (:data:`_TABLE_SET`,
 :data:`_LOG_APPEND`) one key too, so keys of different workspaces never meet
@@ -23,7 +24,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from switchboard.backends.base import workspace_data_full
+from switchboard.backends.base import (
+    MAX_DELETIONS,
+    MAX_DELETIONS_PER_PRINCIPAL,
+    deletions_full,
+    workspace_data_full,
+)
+from switchboard.backends.redis.charged import HUB_FULL, PRINCIPAL_FULL, ChargedSets
 from switchboard.backends.redis.data_bytes import UNCHANGED, DataBytes
 from switchboard.clock import Clock, SystemClock
 from switchboard.errors import BackendError
@@ -74,6 +81,8 @@ class RedisWorkspaceStore:
         key_prefix: str = "sb:",
         clock: Clock | None = None,
         max_bytes: int | None = None,
+        deletions_per_principal: int = MAX_DELETIONS_PER_PRINCIPAL,
+        deletions: int = MAX_DELETIONS,
     ) -> None:
         self._r = redis
         self._p = key_prefix
@@ -82,6 +91,9 @@ class RedisWorkspaceStore:
         self._table_set = redis.register_script(_TABLE_SET)
         self._log_append = redis.register_script(_LOG_APPEND)
         self._bytes = None if max_bytes is None else DataBytes(redis, prefix=key_prefix, ceiling=max_bytes)
+        self._deletions = ChargedSets(
+            redis, keyspace=f"{key_prefix}{{deletions}}", per_principal=deletions_per_principal, total=deletions
+        )
 
     def _data_keys(self, workspace: str) -> list[str]:
         return [key(self._p, t, workspace) for t in (*TABLES, "log")]
@@ -202,9 +214,15 @@ class RedisWorkspaceStore:
             raise BackendError(f"reading the log of workspace {workspace} failed: {exc}") from exc
         return [_text(fields.get(b"e", fields.get("e", b""))) for _, fields in reversed(raw)]
 
-    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float, principal: str) -> None:
+        now = self._clock.time()
         try:
-            await self._r.set(key(self._p, "gone", workspace), repr(at), px=max(1, int(ttl * 1000)))
+            kept_ms = await self._deletions.charge(workspace, until=now + ttl, now=now, principal=principal)
+            if kept_ms == PRINCIPAL_FULL:
+                raise deletions_full(principal, self._deletions.per_principal)
+            if kept_ms == HUB_FULL:
+                raise deletions_full(None, self._deletions.total)
+            await self._r.set(key(self._p, "gone", workspace), repr(at), px=kept_ms)
         except RedisError as exc:
             raise BackendError(f"recording the deletion of workspace {workspace} failed: {exc}") from exc
 

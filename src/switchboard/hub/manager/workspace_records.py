@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
+from switchboard.hub.identity.credentials import accountable
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.manager.data_charges import may_store, refusal_to_store
 from switchboard.hub.manager.manager_door import calling_peer
@@ -183,7 +184,9 @@ class WorkspaceRecords:
             raise PermissionDenied(f"Permission denied for workspace {ws}")
         # the tombstone first: if it cannot be written, nothing is deleted (the caller may retry)
         if not ws.startswith("ws-user-"):  # a personal workspace stays its user's: no tombstone locks it out
-            await self.store.mark_deleted(ws, self.hub.clock.time(), ttl=self.tombstone_ttl)
+            await self.store.mark_deleted(
+                ws, self.hub.clock.time(), ttl=self.tombstone_ttl, principal=accountable(peer.user)
+            )
         await self.store.remove(ws)
         await self.hub.emit_event(peer.workspace, "workspace_deleted", record)
         await self.store.table_set(
