@@ -119,6 +119,7 @@ async def test_a_generated_identity_keeps_no_data_in_its_own_personal_workspace(
         try:
             for call in (
                 lambda: grandchild.set_env("K", "v" * 1000),
+                lambda: grandchild.set_env("K", None),  # a removal writes the event log
                 lambda: grandchild.log_event("note", "n" * 1000),
                 lambda: grandchild.register_service_type({"id": "t", "name": "t", "definition": {}}),
             ):

@@ -41,8 +41,7 @@ class WorkspaceData:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ_WRITE)
-        if value is not None:
-            may_store(peer.user, ws)
+        may_store(peer.user, ws)  # a removal too: it writes the event log
         if not isinstance(key, str) or not 0 < len(key) <= MAX_ENV_KEY_LENGTH:
             raise ProtocolError(f"key must be a string of 1 to {MAX_ENV_KEY_LENGTH} characters")
         encoded = None if value is None else json_text(plain(value), "value", MAX_ENV_VALUE_BYTES)
