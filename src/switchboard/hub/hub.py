@@ -449,11 +449,12 @@ class Hub:
                 await self.emit_event(workspace, "service_removed", info)
         if removed:
             await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
-        # also when it registered nothing: a raw client may write data without announcing itself
-        if lasts_only_while_connected(workspace) and not await self.registry.find(
-            ServiceQuery(workspace, "*", "built-in")
-        ):
-            await self.workspaces.remove(workspace)
+        if lasts_only_while_connected(workspace):  # also when it registered nothing: a raw client may write data
+            try:
+                if not await self.registry.find(ServiceQuery(workspace, "*", "built-in")):
+                    await self.workspaces.remove(workspace)
+            except BackendError as exc:  # the store is away: the data expires with its TTL instead
+                log.warning("data of %s not freed at its last client's departure: %s", workspace, exc)
         return len(removed)
 
     # -- frames: decided by the router, carried out by the dispatch --------------
