@@ -33,17 +33,28 @@ def small_maxima(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workspace_records, "MAX_BOOKMARKS", 2)
 
 
-async def _write_maxima(client: Any) -> None:
-    """Every env value, service type, log entry and bookmark a workspace may hold, each near its largest."""
+# What one value may weigh in an anonymous workspace: a sixteenth of another's (docs/authorization.md)
+ANONYMOUS_ENV, ANONYMOUS_TYPE, ANONYMOUS_EVENT = 1 * KIB, 4 * KIB, 1 * KIB
+
+
+async def _write_anonymous_maxima(client: Any) -> None:
+    """Every env value, service type, log entry and bookmark an anonymous workspace may hold, each near its
+    largest: more is refused."""
+    with pytest.raises(RemoteException, match=f"value too large: at most {ANONYMOUS_ENV} bytes"):
+        await client.set_env("K", "v" * ANONYMOUS_ENV)
     for i in range(workspace_data.MAX_ENV_ENTRIES):
-        await client.set_env(f"K{i}", "v" * (workspace_data.MAX_ENV_VALUE_BYTES - 16))
+        await client.set_env(f"K{i}", "v" * (ANONYMOUS_ENV - 16))
     with pytest.raises(RemoteException, match="Too many environment variables"):
         await client.set_env("one-more", "v")
+    with pytest.raises(RemoteException, match=f"type_info too large: at most {ANONYMOUS_TYPE} bytes"):
+        await client.register_service_type({"id": "big", "name": "t", "definition": {"doc": "d" * ANONYMOUS_TYPE}})
     for i in range(workspace_data.MAX_SERVICE_TYPES):
-        definition = {"doc": "d" * (workspace_data.MAX_SERVICE_TYPE_BYTES - 256)}
+        definition = {"doc": "d" * (ANONYMOUS_TYPE - 256)}
         await client.register_service_type({"id": f"type-{i}", "name": "t", "definition": definition})
+    with pytest.raises(RemoteException, match=f"event data too large: at most {ANONYMOUS_EVENT} bytes"):
+        await client.log_event("note", "n" * ANONYMOUS_EVENT)
     for _ in range(event_log.MAX_LOG_ENTRIES + 2):
-        await client.log_event("note", "n" * (event_log.MAX_EVENT_DATA_BYTES - 16))
+        await client.log_event("note", "n" * (ANONYMOUS_EVENT - 16))
     for i in range(workspace_records.MAX_BOOKMARKS):
         await client.register_service({"id": f"svc-{i}", "config": {"visibility": "public"}, "f": lambda: 1})
         await client.bookmark({"bookmark_type": "service", "id": f"svc-{i}"})
@@ -55,12 +66,14 @@ async def _holds_nothing(server: RunningServer, workspace: str) -> bool:
     return not any(tables) and not await store.log_entries(workspace, 10_000)
 
 
-async def test_anonymous_identities_writing_their_maxima_leave_nothing_behind(server: RunningServer, small_maxima):
+async def test_anonymous_identities_writing_their_little_maxima_leave_nothing_behind(
+    server: RunningServer, small_maxima
+):
     for n in range(2):  # each new identity is free: what one leaves, every one leaves
         client = await connect_to_server({"server_url": server.url, "client_id": f"anon-{n}"})
         workspace = client.config["workspace"]
         try:
-            await _write_maxima(client)
+            await _write_anonymous_maxima(client)
             assert await client.get_env("K0")  # kept while its session lasts
         finally:
             await client.disconnect()

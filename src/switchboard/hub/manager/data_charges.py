@@ -15,6 +15,11 @@ from __future__ import annotations
 from switchboard.errors import PermissionDenied
 from switchboard.hub.identity.users import ANONYMOUS_PREFIX, User, user_workspace
 
+# An anonymous user's workspace, kept only while a client of it is connected, holds a sixteenth of
+# what another may in each value (environment 1 KiB, service type 4 KiB, log entry 1 KiB: about
+# 2.5 MiB in all at most), so a crowd of anonymous connections holds little of the hub's ceiling.
+ANONYMOUS_SHARE = 16
+
 _PERSONAL = user_workspace("")
 _ANONYMOUS = user_workspace(ANONYMOUS_PREFIX)
 
@@ -46,3 +51,8 @@ def may_store(user: User, workspace: str) -> None:
 def lasts_only_while_connected(workspace: str) -> bool:
     """Whether ``workspace``'s data is freed when its last client leaves: an anonymous user's."""
     return workspace.startswith(_ANONYMOUS)
+
+
+def value_limit(workspace: str, limit: int) -> int:
+    """The most bytes one value may have in ``workspace``, where others may have ``limit``."""
+    return limit // ANONYMOUS_SHARE if lasts_only_while_connected(workspace) else limit

@@ -18,7 +18,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, ProtocolError
 from switchboard.hub.identity.users import Permission
-from switchboard.hub.manager.data_charges import may_store
+from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.values import plain
@@ -50,8 +50,9 @@ class EventLog:
             text = json.dumps(data)
         except (TypeError, ValueError):
             raise ProtocolError("event data must be JSON data (strings, numbers, lists, objects)") from None
-        if len(text.encode()) > MAX_EVENT_DATA_BYTES:
-            raise LimitExceeded(f"event data too large: at most {MAX_EVENT_DATA_BYTES} bytes as JSON")
+        limit = value_limit(peer.workspace, MAX_EVENT_DATA_BYTES)
+        if len(text.encode()) > limit:
+            raise LimitExceeded(f"event data too large: at most {limit} bytes as JSON")
         now = self.hub.clock.time()
         entry = {
             "id": shortuuid.uuid()[:16],
