@@ -297,6 +297,45 @@ class Settings:
         "5000: a large shared workspace fits; one runaway workspace cannot take the whole hub",
         minimum=1,
     )
+    max_revocations_per_user: int = setting(
+        1000,
+        "Revoked tokens charged to one user at once (the root of the revoked token's chain; every anonymous user "
+        "shares one allowance); one more revoke is refused until one of them expires.",
+        "1000: an operator revokes a handful of leaked tokens, not thousands, while one account minting and revoking "
+        "tokens in a loop holds at most about 0.2 MiB",
+        minimum=1,
+    )
+    max_revocations: int = setting(
+        100_000,
+        "Revoked tokens the hub keeps at once, all users together; one more revoke is refused (retry later) until "
+        "one of them expires.",
+        "100,000: about 20 MiB in memory or Redis, a hundred busy accounts' worth, so no crowd of accounts can grow "
+        "the store without bound",
+        minimum=1,
+    )
+    max_deletions_per_user: int = setting(
+        10_000,
+        "Workspace deletions charged to one user that the hub remembers at once (each for a year, so that no token "
+        "the workspace granted enters it again); one more delete_workspace is refused until one of them expires.",
+        "10,000: a deletion every hour for a year, while one account creating and deleting workspaces in a loop "
+        "holds at most about 1 MiB",
+        minimum=1,
+    )
+    max_deletions: int = setting(
+        250_000,
+        "Workspace deletions the hub remembers at once, all users together; one more is refused (retry later) until "
+        "one of them expires.",
+        "250,000: about 50 MiB in memory or Redis, so no crowd of accounts can grow the store without bound",
+        minimum=1,
+    )
+    max_workspace_data_bytes: int = setting(
+        256 * 1024 * 1024,
+        "Bytes of workspace data (environment variables, service types, bookmarks, event logs) the hub keeps at once, "
+        "all workspaces together (in memory, or in Redis for every replica); a write past it is refused.",
+        "256 MiB: a thousand busy workspaces' configuration and recent history, well within a small host's memory, "
+        "so no crowd of users can make the hub run out of memory",
+        minimum=1024 * 1024,
+    )
     max_messages_per_second: float = setting(
         1000.0,
         "Average frames per second one client may send, binary or text (token bucket; bursts up to --message-burst). "

@@ -56,7 +56,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     clock = SystemClock()
     closing: list[Any] = []
     if request.param == "memory":
-        revocations: Revocations = MemoryRevocations(clock)
+        revocations: Revocations = MemoryRevocations(clock, per_principal=100, total=1_000)
         workspaces: WorkspaceStore = MemoryWorkspaceStore(clock=clock, ttl=TTL)
         registry: Registry = MemoryRegistry(clock=clock)
         counts: ConnectionCounts = MemoryConnectionCounts()
@@ -78,7 +78,7 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
         closing.append(parts.client)
         registry, counts = parts.registry, parts.counts
         # as the app builds them: the revocations and the records keep their keys outside the hash tag
-        revocations = RedisRevocations(parts.client, clock=clock)
+        revocations = RedisRevocations(parts.client, clock=clock, per_principal=100, total=1_000)
         workspaces = RedisWorkspaceStore(parts.client, ttl=TTL)
         entrance = RedisEntrance(parts.client, replica_id="here", registry_prefix=parts.key_prefix)
     try:
@@ -111,13 +111,13 @@ class TestArrival:
         assert (arrival.holder, arrival.registration) == (None, None)
 
     async def test_a_revoked_id_among_the_tokens_ids_is_seen(self, stores: Stores) -> None:
-        await stores.revocations.revoke("credential", until=time.time() + 60)
+        await stores.revocations.revoke("credential", until=time.time() + 60, principal="alice")
         assert (await stores.entrance.arrival(("token", "credential"), WS, "c1")).revoked
         assert not (await stores.entrance.arrival(("token", "other"), WS, "c1")).revoked
         assert not (await stores.entrance.arrival((), WS, "c1")).revoked
 
     async def test_the_deletion_mark_and_the_record_are_read(self, stores: Stores) -> None:
-        await stores.workspaces.mark_deleted(WS, 1234.5, ttl=60)
+        await stores.workspaces.mark_deleted(WS, 1234.5, ttl=60, principal="alice")
         await stores.workspaces.put({"id": WS, "owners": ["alice"]}, overwrite=True)
         arrival = await stores.entrance.arrival(("t1",), WS, "c1")
         assert arrival.deleted_at == 1234.5
@@ -185,7 +185,9 @@ async def test_redis_away_refuses_the_admission_rather_than_pass_a_revoked_token
     with ValkeyServer() as gone:
         client = make_client(gone.url)
         try:
-            await RedisRevocations(client, clock=clock).revoke("jti-3", until=clock.time() + 60)
+            await RedisRevocations(client, clock=clock, per_principal=100, total=1_000).revoke(
+                "jti-3", until=clock.time() + 60, principal="alice"
+            )
             entrance = RedisEntrance(client, replica_id="here")
             assert (await entrance.arrival(("jti-3",), WS, "c1")).revoked
             gone.stop()

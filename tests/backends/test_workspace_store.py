@@ -12,6 +12,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.redis.connection import make_client
 from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+from switchboard.errors import LimitExceeded
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.wait import eventually
 
@@ -112,8 +113,8 @@ async def test_a_deletion_is_remembered_until_its_ttl_ends_and_removing_keeps_it
     await store.put(record("team-a"), overwrite=False)
     assert await store.deleted_at("team-a") is None
     await store.remove("team-a")
-    await store.mark_deleted("team-a", 1234.5, ttl=3600)
-    await store.mark_deleted("team-b", 99.0, ttl=TTL)
+    await store.mark_deleted("team-a", 1234.5, ttl=3600, principal="alice")
+    await store.mark_deleted("team-b", 99.0, ttl=TTL, principal="alice")
     assert await store.deleted_at("team-a") == 1234.5
     await store.remove("team-a")  # removing what is left of it does not forget that it was deleted
     assert await store.deleted_at("team-a") == 1234.5
@@ -196,3 +197,88 @@ async def test_a_line_cut_short_by_a_crash_is_skipped_and_the_earlier_format_is_
     earlier.write_text(json.dumps([record("old-ws", persistent=True)]))
     assert await MemoryWorkspaceStore(ttl=TTL, path=earlier).get("old-ws") is not None
     assert await MemoryWorkspaceStore(ttl=TTL, path=earlier).get("old-ws") is not None, "rewritten as a log"
+
+
+# -- the hub-wide ceiling on every workspace's data together (issue 37, item 3)
+
+CEILING = 2_000
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def capped(request: pytest.FixtureRequest) -> AsyncIterator[tuple[WorkspaceStore, FakeClock]]:
+    """A store holding at most :data:`CEILING` bytes of data in all, on a fake clock (its TTLs on Redis are real)."""
+    clock = FakeClock()
+    if request.param == "memory":
+        yield MemoryWorkspaceStore(ttl=3600, clock=clock, max_bytes=CEILING), clock
+        return
+    server = request.getfixturevalue("valkey_workspaces")
+    server.client().flushall()
+    client = make_client(server.url)
+    try:
+        yield RedisWorkspaceStore(client, ttl=3600, clock=clock, max_bytes=CEILING), clock
+    finally:
+        await client.aclose()
+
+
+async def test_a_write_past_the_hub_wide_ceiling_is_refused_and_writes_nothing(capped) -> None:
+    store, _ = capped
+    value = "v" * 400
+    for i in range(4):  # 4 x 402 bytes, in two workspaces
+        assert await store.table_set(f"ws-{i % 2}", "env", f"k{i}", value, max_entries=9, keep=False, only_new=False)
+    with pytest.raises(LimitExceeded, match="The hub's workspace data is full"):
+        await store.table_set("ws-2", "env", "k", value, max_entries=9, keep=False, only_new=False)
+    with pytest.raises(LimitExceeded, match="The hub's workspace data is full"):
+        await store.log_append("ws-2", value, max_entries=9, keep=False)
+    assert await store.table("ws-2", "env") == {}
+    assert await store.log_entries("ws-2", 9) == []
+    assert await store.table_set("ws-0", "env", "k0", "small", max_entries=9, keep=False, only_new=False)  # shrinks
+
+
+async def test_deleting_removing_trimming_and_expiring_give_the_bytes_back(capped) -> None:
+    store, clock = capped
+    big = "v" * 900
+    await store.table_set("ws-a", "env", "k", big, max_entries=9, keep=False, only_new=False)
+    await store.table_set("ws-a", "env", "k", None, max_entries=9, keep=False, only_new=False)
+    await store.put(record("ws-b", persistent=True), overwrite=False)
+    await store.table_set("ws-b", "types", "t", big, max_entries=9, keep=True, only_new=False)
+    await store.remove("ws-b")
+    for _ in range(5):  # the log keeps 1 entry: each append drops the one before
+        await store.log_append("ws-c", big, max_entries=1, keep=False)
+    await store.table_set("ws-d", "env", "k", big, max_entries=9, keep=False, only_new=False)
+    clock.advance(3_601)  # ws-c's and ws-d's data expired
+    for i in range(2):
+        await store.table_set("ws-e", "env", f"k{i}", big, max_entries=9, keep=False, only_new=False)
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def marks(request: pytest.FixtureRequest) -> AsyncIterator[tuple[WorkspaceStore, FakeClock]]:
+    """A store remembering at most 2 deletions per principal and 3 in all, on a fake clock."""
+    clock = FakeClock()
+    bounds = {"deletions_per_principal": 2, "deletions": 3}
+    if request.param == "memory":
+        yield MemoryWorkspaceStore(ttl=3600, clock=clock, **bounds), clock
+        return
+    server = request.getfixturevalue("valkey_workspaces")
+    server.client().flushall()
+    client = make_client(server.url)
+    try:
+        yield RedisWorkspaceStore(client, ttl=3600, clock=clock, **bounds), clock
+    finally:
+        await client.aclose()
+
+
+async def test_deletion_marks_are_bounded_per_principal_and_in_all_and_lapse_when_they_expire(marks) -> None:
+    store, clock = marks
+    await store.mark_deleted("team-1", 1.0, ttl=60, principal="mallory")
+    await store.mark_deleted("team-2", 2.0, ttl=600, principal="mallory")
+    with pytest.raises(LimitExceeded, match="Too many workspaces deleted by mallory: at most 2"):
+        await store.mark_deleted("team-3", 3.0, ttl=600, principal="mallory")
+    assert await store.deleted_at("team-3") is None, "a refused deletion must record nothing"
+    await store.mark_deleted("team-1", 4.0, ttl=600, principal="mallory")  # deleted again: no new charge
+    assert await store.deleted_at("team-1") == 4.0
+    await store.mark_deleted("lab-1", 5.0, ttl=600, principal="alice")
+    with pytest.raises(LimitExceeded, match="The hub remembers its maximum of 3 deleted workspaces"):
+        await store.mark_deleted("lab-2", 6.0, ttl=600, principal="bob")
+    clock.advance(601)  # every mark expired: their places are free
+    await store.mark_deleted("team-3", 7.0, ttl=600, principal="mallory")
+    await store.mark_deleted("team-4", 8.0, ttl=600, principal="mallory")

@@ -541,7 +541,7 @@ class TestVerifiedTokens:
         assert tokens[1] not in issuer.verified
 
     async def test_a_remembered_token_is_refused_once_revoked(self, issuer: TokenIssuer, clock: FakeClock) -> None:
-        credentials = Credentials(issuer, MemoryRevocations(clock))
+        credentials = Credentials(issuer, MemoryRevocations(clock, per_principal=100, total=1_000))
         token = issuer.issue(ALICE, workspace="w", permission=Permission.READ, expires_in=600)
         assert (await credentials.verify(token)).id == "alice"
 

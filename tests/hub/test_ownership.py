@@ -6,7 +6,7 @@ import pytest
 
 from switchboard.errors import PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.manager.ownership import accountable, anyone_may_create, check_may_create, naming_after
+from switchboard.hub.manager.ownership import anyone_may_create, check_may_create, naming_after, record_payer
 
 ALICE = User(id="alice", roles=("user",), email="alice@example.org")
 BOB = User(id="bob", roles=("user",))
@@ -58,5 +58,5 @@ def test_an_invited_user_accepts_and_an_owner_changes_the_list_but_never_drops_i
 
 def test_a_record_is_counted_against_its_creators_principal() -> None:
     assert ALICES_TOKEN.accountable == "alice"
-    assert accountable({"created_by": "alice", "owners": ["x1y2z3"]}) == "alice"
-    assert accountable({"owners": ["bob", "alice"]}) == "bob"  # a record from before created_by
+    assert record_payer({"created_by": "alice", "owners": ["x1y2z3"]}) == "alice"
+    assert record_payer({"owners": ["bob", "alice"]}) == "bob"  # a record from before created_by

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from switchboard.errors import LimitExceeded
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 
 # ``handler(channel, data)``: a bus has one, for every channel it subscribed (:meth:`EventBus.listen`)
@@ -242,6 +243,33 @@ class ConnectionCounts(Protocol):
 WORKSPACE_DATA_TTL = 7 * 24 * 3600.0
 
 
+# Deletion marks kept at once (the settings --max-deletions-per-user and --max-deletions say why)
+MAX_DELETIONS_PER_PRINCIPAL = 10_000
+MAX_DELETIONS = 250_000
+
+
+def deletions_full(principal: str | None, limit: int) -> LimitExceeded:
+    """What a deletion answers when its mark would pass a bound (``principal``: its own; ``None``: the hub's)."""
+    why = "each is kept a year, until no token that could have granted its workspace is left"
+    if principal is None:
+        return LimitExceeded(
+            f"The hub remembers its maximum of {limit} deleted workspaces (--max-deletions/SWITCHBOARD_MAX_DELETIONS); "
+            f"{why}: retry later"
+        )
+    return LimitExceeded(
+        f"Too many workspaces deleted by {principal}: at most {limit} deletions are remembered at once "
+        f"(--max-deletions-per-user/SWITCHBOARD_MAX_DELETIONS_PER_USER); {why}"
+    )
+
+
+def workspace_data_full(limit: int) -> LimitExceeded:
+    """What a write past the hub-wide ceiling on workspace data answers (every store alike)."""
+    return LimitExceeded(
+        f"The hub's workspace data is full ({limit} bytes, --max-workspace-data-bytes/"
+        "SWITCHBOARD_MAX_WORKSPACE_DATA_BYTES): remove some, or retry once older data has expired"
+    )
+
+
 class WorkspaceStore(Protocol):
     """Workspaces as records (owners, persistence), and the small data each keeps:
     named tables (``env``, ``types``, ``bookmarks``) and a capped event log.
@@ -284,8 +312,9 @@ class WorkspaceStore(Protocol):
         """The log, oldest first, at most the last ``limit`` entries."""
         ...
 
-    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
-        """Record that ``workspace`` was deleted at ``at`` (epoch seconds), for ``ttl`` seconds."""
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float, principal: str) -> None:
+        """Record that ``workspace`` was deleted at ``at`` (epoch seconds), for ``ttl`` seconds, charged to
+        ``principal``; :class:`LimitExceeded` (nothing recorded) past the principal's or the hub's bound."""
         ...
 
     async def deleted_at(self, workspace: str) -> float | None:

@@ -3,7 +3,8 @@
 Records last while the process runs, except persistent ones, which a
 ``path`` keeps in a file (the hub's state directory: an append-only log,
 :mod:`switchboard.backends.record_log`) so they survive a restart. Tables and
-logs live in memory only.
+logs live in memory only, at most ``max_bytes`` of them in all: a write past it
+is refused with :class:`LimitExceeded`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switchboard.backends.base import (
+    MAX_DELETIONS,
+    MAX_DELETIONS_PER_PRINCIPAL,
+    deletions_full,
+    workspace_data_full,
+)
+from switchboard.backends.expiring import ChargedExpiries
 from switchboard.backends.record_log import RecordLog
 from switchboard.clock import Clock, SystemClock
 
@@ -24,6 +32,7 @@ class _Data:
     log: deque[str] = field(default_factory=deque)
     keep: bool = False
     deadline: float = 0.0
+    size: int = 0  # characters of its keys, values and log entries
 
 
 class MemoryWorkspaceStore:
@@ -31,13 +40,25 @@ class MemoryWorkspaceStore:
     data of workspaces without a persistent record can be dropped from the front once
     ``ttl`` seconds passed since their last write."""
 
-    def __init__(self, *, clock: Clock | None = None, ttl: float, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        ttl: float,
+        path: Path | None = None,
+        max_bytes: int | None = None,
+        deletions_per_principal: int = MAX_DELETIONS_PER_PRINCIPAL,
+        deletions: int = MAX_DELETIONS,
+    ) -> None:
         self._clock = clock or SystemClock()
         self._ttl = ttl
+        self.max_bytes = max_bytes
+        self.held_bytes = 0  # of every workspace's tables and logs (expired ones not yet dropped among them)
         self._records: dict[str, dict[str, Any]] = {}
         self._data: OrderedDict[str, _Data] = OrderedDict()  # expiring, oldest write first
         self._kept: dict[str, _Data] = {}  # of persistent workspaces
-        self._deleted: dict[str, tuple[float, float]] = {}  # workspace -> (when deleted, kept until), epoch s
+        # workspace -> when it was deleted (epoch s), kept for the tombstone's ttl
+        self._deleted = ChargedExpiries(self._clock, per_principal=deletions_per_principal, total=deletions)
         self._disk = None if path is None else RecordLog(path, self._persistent)
         if self._disk is not None:
             self._records = self._disk.load()
@@ -64,8 +85,8 @@ class MemoryWorkspaceStore:
         return True
 
     async def remove(self, workspace: str) -> dict[str, Any] | None:
-        self._data.pop(workspace, None)
-        self._kept.pop(workspace, None)
+        for data in (self._data.pop(workspace, None), self._kept.pop(workspace, None)):
+            self.held_bytes -= data.size if data is not None else 0
         record = self._records.pop(workspace, None)
         if self._disk is not None and record is not None and record.get("persistent"):
             self._disk.remove(workspace)
@@ -77,14 +98,19 @@ class MemoryWorkspaceStore:
     async def table_set(
         self, workspace: str, table: str, key: str, value: str | None, *, max_entries: int, keep: bool, only_new: bool
     ) -> bool:
-        entries = self._touch(workspace, keep).tables.setdefault(table, {})
+        data = self._touch(workspace, keep)
+        entries = data.tables.setdefault(table, {})
+        old = entries.get(key)
         if value is None:
-            entries.pop(key, None)
+            if old is not None:
+                del entries[key]
+                self._grow(data, -len(key) - len(old))
             return True
-        if key in entries and only_new:
+        if old is not None and only_new:
             return False
-        if key not in entries and len(entries) >= max_entries:
+        if old is None and len(entries) >= max_entries:
             return False
+        self._grow(data, len(value) - len(old) if old is not None else len(key) + len(value))
         entries[key] = value
         return True
 
@@ -93,23 +119,25 @@ class MemoryWorkspaceStore:
         return dict(data.tables.get(table, {})) if data else {}
 
     async def log_append(self, workspace: str, entry: str, *, max_entries: int, keep: bool) -> None:
-        log = self._touch(workspace, keep).log
-        log.append(entry)
-        while len(log) > max_entries:
-            log.popleft()
+        data = self._touch(workspace, keep)
+        self._grow(data, len(entry))
+        data.log.append(entry)
+        while len(data.log) > max_entries:
+            self._grow(data, -len(data.log.popleft()))
 
     async def log_entries(self, workspace: str, limit: int) -> list[str]:
         data = self._live(workspace)
         return list(data.log)[-limit:] if data else []
 
-    async def mark_deleted(self, workspace: str, at: float, *, ttl: float) -> None:
-        now = self._clock.time()
-        self._deleted = {w: v for w, v in self._deleted.items() if v[1] > now}  # expired ones go
-        self._deleted[workspace] = (at, now + ttl)
+    async def mark_deleted(self, workspace: str, at: float, *, ttl: float, principal: str) -> None:
+        refused = self._deleted.add(workspace, until=self._clock.time() + ttl, principal=principal, value=at)
+        if refused == "principal":
+            raise deletions_full(principal, self._deleted.per_principal)
+        if refused == "total":
+            raise deletions_full(None, self._deleted.total)
 
     async def deleted_at(self, workspace: str) -> float | None:
-        found = self._deleted.get(workspace)
-        return found[0] if found is not None and found[1] > self._clock.time() else None
+        return self._deleted.get(workspace)
 
     def _live(self, workspace: str) -> _Data | None:
         if workspace in self._kept:
@@ -125,7 +153,7 @@ class MemoryWorkspaceStore:
             return self._kept[workspace]
         now = self._clock.monotonic()
         while self._data and next(iter(self._data.values())).deadline <= now:
-            self._data.popitem(last=False)
+            self.held_bytes -= self._data.popitem(last=False)[1].size
         data = self._data.pop(workspace, None) or _Data()
         data.deadline = now + self._ttl
         if keep:
@@ -135,8 +163,16 @@ class MemoryWorkspaceStore:
             self._data[workspace] = data
         return data
 
+    def _grow(self, data: _Data, by: int) -> None:
+        """Count ``by`` more characters in ``data``; refused (nothing counted) past ``max_bytes`` in all."""
+        if by > 0 and self.max_bytes is not None and self.held_bytes + by > self.max_bytes:
+            raise workspace_data_full(self.max_bytes)
+        data.size += by
+        self.held_bytes += by
+
     def _persistent(self) -> list[dict[str, Any]]:
         return [r for r in self._records.values() if r.get("persistent")]
 
     def __repr__(self) -> str:
-        return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={len(self._data) + len(self._kept)})"
+        with_data = len(self._data) + len(self._kept)
+        return f"MemoryWorkspaceStore(records={len(self._records)}, with_data={with_data}, bytes={self.held_bytes})"

@@ -41,6 +41,7 @@ from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
+from switchboard.hub.manager.data_charges import lasts_only_while_connected
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
@@ -61,7 +62,7 @@ from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.services import ServiceInfo, ServiceQuery
 from switchboard.replicas.inbound import DELETED_CHANNEL, REVOKED_CHANNEL
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
@@ -106,11 +107,20 @@ class Hub:
         self.metrics = metrics
         self.issuer = issuer
         self.counts = counts or MemoryConnectionCounts()
-        self.workspaces = workspaces or MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL)
+        self.workspaces = workspaces or MemoryWorkspaceStore(
+            clock=clock,
+            ttl=WORKSPACE_DATA_TTL,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
+        )
         # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
         self.credentials = Credentials(
             issuer,
-            revocations or MemoryRevocations(clock),
+            revocations
+            or MemoryRevocations(
+                clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
+            ),
             OidcVerifier(settings, clock) if settings.oidc_issuer else None,
         )
         self.gate = Gatekeeper(
@@ -465,13 +475,19 @@ class Hub:
         return await self.announce_gone(workspace, client_id, removed)
 
     async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int:
-        """Tell the workspace a client left: each of its ``removed`` services, then the client."""
-        if not removed:
-            return 0  # nothing was announced, or a newer connection elsewhere owns it now
-        for info in removed:
+        """Tell the workspace a client left: each of its ``removed`` services, then the client;
+        then free the workspace's data if it lasts only while a client of it is connected."""
+        for info in removed:  # none: nothing was announced, or a newer connection elsewhere owns it now
             if not info["id"].endswith(":built-in"):
                 await self.emit_event(workspace, "service_removed", info)
-        await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
+        if removed:
+            await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
+        if lasts_only_while_connected(workspace):  # also when it registered nothing: a raw client may write data
+            try:
+                if not await self.registry.find(ServiceQuery(workspace, "*", "built-in")):
+                    await self.workspaces.remove(workspace)
+            except BackendError as exc:  # the store is away: the data expires with its TTL instead
+                log.warning("data of %s not freed at its last client's departure: %s", workspace, exc)
         return len(removed)
 
     # -- frames: decided by the router, carried out by the dispatch --------------

@@ -91,8 +91,17 @@ def build_hub(
             max_connections=settings.redis_max_connections,
         )
         hub_registry, hub_bus, counts = parts.registry, parts.bus, parts.counts
-        workspaces = RedisWorkspaceStore(parts.client, ttl=WORKSPACE_DATA_TTL)
-        revocations = RedisRevocations(parts.client, clock=clock)  # one revocation holds on every replica
+        workspaces = RedisWorkspaceStore(
+            parts.client,
+            ttl=WORKSPACE_DATA_TTL,
+            clock=clock,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
+        )
+        revocations = RedisRevocations(  # one revocation holds on every replica
+            parts.client, clock=clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
+        )
         # an admission's reads in one pipeline, its count and claim in one script (keys as above)
         entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
         if settings.links:
@@ -109,7 +118,14 @@ def build_hub(
         # it has one in use (no --jwt-secret, or --state-dir given); else they last while it runs
         kept = settings.state_dir or not settings.jwt_secret
         path = state_path(settings.state_dir) / WORKSPACES_FILE if kept else None
-        workspaces = MemoryWorkspaceStore(clock=clock, ttl=WORKSPACE_DATA_TTL, path=path)
+        workspaces = MemoryWorkspaceStore(
+            clock=clock,
+            ttl=WORKSPACE_DATA_TTL,
+            path=path,
+            max_bytes=settings.max_workspace_data_bytes,
+            deletions_per_principal=settings.max_deletions_per_user,
+            deletions=settings.max_deletions,
+        )
     hub = Hub(
         counts=counts,
         links=links,

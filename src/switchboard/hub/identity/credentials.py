@@ -22,6 +22,15 @@ from switchboard.hub.identity.oidc import LEEWAY, OidcVerifier
 from switchboard.hub.identity.users import Permission, User, user_workspace
 
 REVOKED = "token has been revoked"
+# Who every anonymous user's revocations are charged to: anonymous identities cost nothing to make,
+# so together they hold one user's allowance (and their tokens live a day at most, so it empties).
+ANONYMOUS_PRINCIPAL = "anonymous users"
+
+
+def payer(user: User) -> str:
+    """Who pays for what ``user`` stores: the root of its token chain (:attr:`User.accountable`),
+    all anonymous users as one."""
+    return ANONYMOUS_PRINCIPAL if user.is_anonymous else user.accountable
 
 
 def unverified_issuer(token: str) -> object:
@@ -83,5 +92,5 @@ class Credentials:
         if user.expires_at is None or not user.revocation_ids:
             raise AuthError("this token cannot be revoked: it has no id or no expiry")
         # kept past its expiry by the leeway a provider's token is checked with
-        await self.revocations.revoke(user.revocation_ids[0], until=user.expires_at + LEEWAY)
+        await self.revocations.revoke(user.revocation_ids[0], until=user.expires_at + LEEWAY, principal=payer(user))
         return user.revocation_ids[0]

@@ -148,5 +148,8 @@ class User:
 ROOT = User(id="root", roles=("admin",), grants={"*": Permission.ADMIN})
 
 
+ANONYMOUS_PREFIX = "anonymouz-"  # Hypha's spelling: an anonymous user's id, and so its workspace, start with it
+
+
 def new_anonymous_user() -> User:
-    return User(id=f"anonymouz-{shortuuid.uuid()[:12].lower()}", roles=("anonymous",))
+    return User(id=f"{ANONYMOUS_PREFIX}{shortuuid.uuid()[:12].lower()}", roles=("anonymous",))

@@ -18,6 +18,7 @@ from switchboard.backends.base import WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, ProtocolError
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.values import plain
@@ -49,8 +50,9 @@ class EventLog:
             text = json.dumps(data)
         except (TypeError, ValueError):
             raise ProtocolError("event data must be JSON data (strings, numbers, lists, objects)") from None
-        if len(text.encode()) > MAX_EVENT_DATA_BYTES:
-            raise LimitExceeded(f"event data too large: at most {MAX_EVENT_DATA_BYTES} bytes as JSON")
+        limit = value_limit(peer.workspace, MAX_EVENT_DATA_BYTES)
+        if len(text.encode()) > limit:
+            raise LimitExceeded(f"event data too large: at most {limit} bytes as JSON")
         now = self.hub.clock.time()
         entry = {
             "id": shortuuid.uuid()[:16],
@@ -70,6 +72,7 @@ class EventLog:
         """Log an event in the caller's workspace."""
         peer = calling_peer()
         await self.require(peer, peer.workspace, Permission.READ_WRITE)
+        may_store(peer.user, peer.workspace)
         if not isinstance(event_type, str) or not 0 < len(event_type) <= MAX_EVENT_TYPE_LENGTH or " " in event_type:
             raise ProtocolError(f"Event type must be a string of 1 to {MAX_EVENT_TYPE_LENGTH} characters, no spaces")
         await self.record(peer, event_type, plain(data))
@@ -78,6 +81,7 @@ class EventLog:
         """Write a line to the server log and to the workspace's event log (type ``log``)."""
         peer = calling_peer()
         await self.require(peer, peer.workspace, Permission.READ_WRITE)
+        may_store(peer.user, peer.workspace)
         peer.log.info("client log: %.1000s", msg)
         await self.record(peer, "log", plain(msg))
 

@@ -68,6 +68,8 @@ class ManagerHost(DirectoryHost, Protocol):
 
 # A year: long-lived service tokens fit; an infinite or absurd expiry is a mistake.
 MAX_TOKEN_LIFETIME = 365 * 24 * 3600.0
+# An anonymous user's tokens: a day, so their revocations (charged to all anonymous users as one) lapse soon.
+MAX_ANONYMOUS_TOKEN_LIFETIME = 24 * 3600.0
 # The longest a ping may wait for its answer: hypha-rpc's default call timeout. A
 # caller would give up on a longer ping before it ended, while the manager kept
 # a task and a session waiting for it.
@@ -347,6 +349,8 @@ class WorkspaceManager:
             if left <= 0:
                 raise PermissionDenied("Your token has expired: connect again with a fresh one to generate tokens.")
             expires_in = min(float(expires_in), left)
+        if peer.user.is_anonymous:
+            expires_in = min(float(expires_in), MAX_ANONYMOUS_TOKEN_LIFETIME)
         try:
             user = child_user(peer.user, workspace=ws, permission=permission, extra_scopes=extra_scopes, email=email)
         except AuthError as exc:

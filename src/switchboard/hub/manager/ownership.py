@@ -49,7 +49,7 @@ def check_may_create(user: User, workspace: str, have: Permission, *, new: bool 
         )
 
 
-def accountable(record: dict[str, Any]) -> object:
+def record_payer(record: dict[str, Any]) -> object:
     """Who a record is counted against: its ``created_by``, else (an older record) its first owner."""
     if "created_by" in record:
         return record["created_by"]

@@ -11,6 +11,7 @@ from typing import Any
 from switchboard.backends.base import WorkspaceStore
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.manager.workspace_records import WorkspaceRecords, json_text
 from switchboard.protocol import ids
@@ -40,9 +41,10 @@ class WorkspaceData:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ_WRITE)
+        may_store(peer.user, ws)  # a removal too: it writes the event log
         if not isinstance(key, str) or not 0 < len(key) <= MAX_ENV_KEY_LENGTH:
             raise ProtocolError(f"key must be a string of 1 to {MAX_ENV_KEY_LENGTH} characters")
-        encoded = None if value is None else json_text(plain(value), "value", MAX_ENV_VALUE_BYTES)
+        encoded = None if value is None else json_text(plain(value), "value", value_limit(ws, MAX_ENV_VALUE_BYTES))
         if not await self.store.table_set(
             ws, "env", key, encoded, max_entries=MAX_ENV_ENTRIES, keep=await self.keep(ws), only_new=False
         ):
@@ -68,6 +70,7 @@ class WorkspaceData:
         peer = calling_peer()
         ws = peer.workspace
         await self.require(peer, ws, Permission.READ_WRITE)
+        may_store(peer.user, ws)
         info = plain(type_info)
         if not isinstance(info, dict) or not isinstance(info.get("id"), str):
             raise ProtocolError("type_info must be an object with an 'id', a 'name' and a 'definition'")
@@ -81,7 +84,7 @@ class WorkspaceData:
             ws,
             "types",
             type_id,
-            json_text(info, "type_info", MAX_SERVICE_TYPE_BYTES),
+            json_text(info, "type_info", value_limit(ws, MAX_SERVICE_TYPE_BYTES)),
             max_entries=MAX_SERVICE_TYPES,
             keep=await self.keep(ws),
             only_new=True,

@@ -17,9 +17,11 @@ from typing import Any, Protocol
 from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, NotFound, PermissionDenied, ProtocolError
+from switchboard.hub.identity.credentials import payer
 from switchboard.hub.identity.users import Permission, User, user_workspace
+from switchboard.hub.manager.data_charges import may_store, refusal_to_store
 from switchboard.hub.manager.manager_door import calling_peer
-from switchboard.hub.manager.ownership import Naming, accountable, check_may_create, naming_after
+from switchboard.hub.manager.ownership import Naming, check_may_create, naming_after, record_payer
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
@@ -116,7 +118,7 @@ class WorkspaceRecords:
         if not await self.store.put(record, overwrite=existing is not None):
             raise ProtocolError(f"Workspace already exists: {ws}")
         await self.hub.emit_event(peer.workspace, "workspace_loaded", record)
-        if ws != user_workspace(user.id):
+        if ws != user_workspace(user.id) and refusal_to_store(user, user_workspace(user.id)) is None:
             await self._bookmark(
                 user,
                 {"bookmark_type": "workspace", "id": ws, "name": record["name"], "description": record["description"]},
@@ -141,7 +143,7 @@ class WorkspaceRecords:
             "persistent": bool(config.get("persistent")),
             "owners": naming.owners,
             "invited": naming.invited,
-            "created_by": accountable(existing) if existing else user.accountable,
+            "created_by": record_payer(existing) if existing else user.accountable,
             "read_only": bool(config.get("read_only")),
             "icon": text["icon"],
             "covers": [],
@@ -157,7 +159,7 @@ class WorkspaceRecords:
         if "admin" in user.roles:
             return
         principal = user.accountable
-        made = sum(accountable(r) == principal for r in await self.store.records(MAX_RECORDS_SCANNED))
+        made = sum(record_payer(r) == principal for r in await self.store.records(MAX_RECORDS_SCANNED))
         if made >= MAX_WORKSPACES_PER_USER:
             raise LimitExceeded(
                 f"Workspace quota exceeded: user {principal} already created {made} workspaces "
@@ -178,7 +180,7 @@ class WorkspaceRecords:
             raise PermissionDenied(f"Permission denied for workspace {ws}")
         # the tombstone first: if it cannot be written, nothing is deleted (the caller may retry)
         if not ws.startswith("ws-user-"):  # a personal workspace stays its user's: no tombstone locks it out
-            await self.store.mark_deleted(ws, self.hub.clock.time(), ttl=self.tombstone_ttl)
+            await self.store.mark_deleted(ws, self.hub.clock.time(), ttl=self.tombstone_ttl, principal=payer(peer.user))
         await self.store.remove(ws)
         await self.hub.emit_event(peer.workspace, "workspace_deleted", record)
         await self.store.table_set(
@@ -267,6 +269,7 @@ class WorkspaceRecords:
     async def bookmark(self, item: Any, context: dict[str, Any] | None = None) -> None:
         """Bookmark a workspace or a service in the caller's personal workspace."""
         peer = calling_peer()
+        may_store(peer.user, user_workspace(peer.user.id))
         item = plain(item)
         kind, target = _bookmark_item(item)
         if kind == "workspace":
@@ -276,14 +279,8 @@ class WorkspaceRecords:
                 raise NotFound(f"Workspace not found: {ws}")
             mark = {"bookmark_type": kind, "id": ws, "name": record["name"], "description": record["description"]}
         else:
-            info = await self.directory.get_service_info(target)
-            mark = {
-                "bookmark_type": kind,
-                "id": info["id"],
-                "name": info.get("name"),
-                "description": info.get("description"),
-                "config": info.get("config"),
-            }
+            info = await self.directory.get_service_info(target)  # one the caller may see
+            mark = {"bookmark_type": kind, "id": info["id"]}  # a reference: the service's info is not copied
         await self._bookmark(peer.user, mark)
 
     async def _bookmark(self, user: User, mark: dict[str, Any]) -> None:
