@@ -112,16 +112,16 @@ async def test_service_types_are_registered_once_and_read_by_members(connect):
 def admin_token() -> str:
     """A token of a user with the hub's admin role (an operator's)."""
     issuer = TokenIssuer(TEST_SECRET, SystemClock())
-    return issuer.issue(ROOT, workspace="ops-team", permission=Permission.ADMIN, expires_in=3600)
+    return issuer.issue(ROOT, workspace="ops_team", permission=Permission.ADMIN, expires_in=3600)
 
 
 async def test_generated_tokens_carry_extra_scopes_and_email_which_parse_token_shows(connect):
-    operator = await connect(client_id="operator", token=admin_token(), workspace="ops-team")
+    operator = await connect(client_id="operator", token=admin_token(), workspace="ops_team")
     token = await operator.generate_token({"extra_scopes": ["read:data", "quota.gold"], "email": "a@example.org"})
     parsed = await operator.parse_token(token)
     assert parsed["scope"]["extra_scopes"] == ["read:data", "quota.gold"]
     assert parsed["email"] == "a@example.org"
-    holder = await connect(client_id="holder", token=token, workspace="ops-team")
+    holder = await connect(client_id="holder", token=token, workspace="ops_team")
     assert holder.config["user"]["scope"]["extra_scopes"] == ["read:data", "quota.gold"]
 
 

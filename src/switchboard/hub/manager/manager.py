@@ -27,6 +27,7 @@ from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.event_log import EventLog
 from switchboard.hub.manager.manager_door import ManagerDoor, calling_peer, require
+from switchboard.hub.manager.ownership import anyone_may_create
 from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDirectory
 from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
@@ -317,6 +318,13 @@ class WorkspaceManager:
         ws = ids.check_id(config.get("workspace") or peer.workspace, "workspace")
         if await self.records.permission(peer.user, ws) < Permission.ADMIN:  # an owner is admin
             raise PermissionDenied("Only admin can generate token.")
+        if anyone_may_create(ws) and await self.records.store.get(ws) is None:
+            # no token grants rights in a name any user may create before its record exists: the
+            # first user to create it would own it, and every token for it (a hub admin's included)
+            raise PermissionDenied(
+                f"Cannot generate a token for workspace {ws}: it has no record, and any user may create one "
+                f"under that name; create it first (create_workspace({{'id': '{ws}'}}))"
+            )
         # what a token is minted from is checked at each mint: no revoked credential (nor one it
         # descends from), none older than the workspace's deletion (a new token would launder it)
         if await self.hub.credentials.revocations.any_revoked(peer.user.revocation_ids):
