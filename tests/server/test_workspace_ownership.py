@@ -19,7 +19,9 @@ from hypha_rpc.rpc import RemoteException
 
 from support.tokens import claims, credential
 from switchboard.cli import main
-from switchboard.hub.identity.auth import AUDIENCE, ISSUER
+from switchboard.clock import SystemClock
+from switchboard.hub.identity.auth import AUDIENCE, ISSUER, TokenIssuer
+from switchboard.hub.identity.users import ROOT, Permission
 from switchboard.hub.manager import workspace_records
 from switchboard.testing.hub import TEST_SECRET
 
@@ -53,6 +55,26 @@ def test_the_cli_hands_out_no_name_that_any_user_may_create(name: str) -> None:
     assert result.exit_code != 0
     assert "any user may create" in result.output
     assert "Traceback" not in result.output
+
+
+async def test_no_token_is_generated_for_a_name_any_user_may_create_before_its_record_exists(connect):
+    """Not even by a hub admin: once its holders left, the first user to create the record would own
+    the name and every token for it."""
+    ws = fresh("team")
+    root_grant = TokenIssuer(TEST_SECRET, SystemClock()).issue(
+        ROOT, workspace="ws-user-root", permission=Permission.ADMIN, expires_in=600
+    )
+    operator = await connect(client_id="operator", token=root_grant)
+    with pytest.raises(RemoteException, match=f"Cannot generate a token for workspace {ws}: it has no record"):
+        await operator.generate_token({"workspace": ws, "permission": "read_write"})
+    await operator.create_workspace({"id": ws})
+    member_token = await operator.generate_token({"workspace": ws, "permission": "read_write"})
+    await operator.disconnect()
+    mallory = await connect(client_id="mallory", token=credential("mallory", 3600)[0])
+    with pytest.raises(RemoteException, match="already exists"):
+        await mallory.create_workspace({"id": ws})
+    member = await connect(client_id="member", token=member_token, workspace=ws)
+    assert member.config["workspace"] == ws
 
 
 async def test_a_stranger_cannot_take_a_workspace_that_operator_tokens_grant(connect):
