@@ -147,9 +147,16 @@ class Registry:
 
     settle: float = 0.0
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
+    expected: set[str] | None = None
+    settled_after: int = 0  # how many registrations were written when the replica said it had settled
+
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
         reset, self.reset, self.settle = self.reset, False, settle
+        self.expected = None if expect is None else set(expect)
         return reset
+
+    async def settled(self) -> None:
+        self.settled_after = len(self.written)
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
         infos = list(infos)
@@ -600,7 +607,7 @@ class StuckRegistry(Registry):
 
     waiting: int = 0
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
         if not settle:  # start() records the epoch: answered
             return await super().check_reset()
         self.waiting += 1

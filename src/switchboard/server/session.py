@@ -21,6 +21,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
+from switchboard.backends.patience import patience
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.send_queue import ClientConnection
 from switchboard.protocol.handshake import Hello
@@ -69,7 +70,8 @@ class ClientSession:
             raise RuntimeError("a session is entered once")
         # neither is kept for the connection's life: the hello holds the client's token
         self._hello = self._transport = None
-        admitted = await hub.admit(hello)
+        with patience():  # a silent Redis turns the client away (to retry) within a second
+            admitted = await hub.admit(hello)
         self.admitted = True
         peer = Peer(
             workspace=admitted.workspace,
@@ -79,7 +81,8 @@ class ClientSession:
             max_queue_bytes=hub.settings.send_queue_bytes,
             replica_id=hub.replica_id,
         )
-        self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
+        with patience():
+            self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
         self._peer = peer
         self.attached = True
         self._state.track(peer)
