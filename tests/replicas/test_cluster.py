@@ -312,6 +312,21 @@ async def test_the_replica_that_notices_a_loss_marks_the_store_settling_until_ev
     assert w.registry.settle >= PRESENCE_INTERVAL  # every replica checks once per interval
 
 
+async def test_after_a_loss_lookups_wait_for_the_replicas_seen_alive_and_this_one_says_when_it_is_done() -> None:
+    """The first round knows no replica (the full settling time); the next ones name those the
+    last round saw alive, and the replica says it has settled once its registrations are back."""
+    w = world()
+    await w.cluster.tend()
+    assert w.registry.expected is None
+    w.presence.records["rb"] = {}
+    await w.cluster.tend()
+    w.registry.reset = True
+    w.hub.peers = {"ws-1/a": Client({"ws-1/a:s": info("a")})}
+    await w.cluster.tend()
+    assert w.registry.expected == {"ra", "rb"}
+    assert w.registry.settled_after == len(w.registry.written) > 0
+
+
 async def test_registrations_an_outage_left_unwritten_are_written_on_the_next_round() -> None:
     w = world()
     w.hub.to_repair = [info("a")]
