@@ -46,9 +46,8 @@ def test_once_a_command_gave_up_the_next_ones_wait_only_briefly_until_redis_answ
 
 
 def test_patience_must_be_a_positive_number_of_seconds() -> None:
-    with pytest.raises(ValueError, match="above 0"):
-        with patience(0):
-            pass
+    with pytest.raises(ValueError, match="above 0"), patience(0):
+        pass
 
 
 # -- the client, against a blackholed Valkey --------------------------------------
