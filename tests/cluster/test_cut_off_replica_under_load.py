@@ -4,7 +4,7 @@ Two real replicas on one real Valkey. Replica A's clients call a provider on A
 (hypha-rpc and the SDK, 20 calls a second each), a client of B calls it over the
 direct link between the replicas, and beside them, every second, A gets a
 lookup, a listing and an HTTP call of the provider's function, and every 3 s a
-new connection. Then A's Redis goes away: blackholed (no error, no close), or
+new connection (and B a new client that calls the provider on A once). Then A's Redis goes away: blackholed (no error, no close), or
 killed and restarted empty. What must hold, while it is away and after:
 
 * calls that need nothing from Redis stay as fast as before;
@@ -34,6 +34,7 @@ from switchboard.testing.wait import scaled
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
 
 CALLS = ("hypha-rpc call", "SDK call", "call from B")
+ELSEWHERE = ("new client of B",)  # served by B, whose Redis answers: it succeeds, within a second
 CONTROL = ("get_service", "list_services", "HTTP call", "new connection", "new SDK connection")
 BEFORE, CUT_FOR, AFTER = 2.0, 7.0, 4.0  # seconds of each phase
 FAST = 1.0  # a control-plane request answers within this, even while Redis is away
@@ -72,8 +73,8 @@ async def drill_traffic(a: ReplicaProcess, b: ReplicaProcess, made: list[Any]) -
         response = await http.get(f"{a.url}/{ws}/services/prov:s/f", timeout=30)
         assert response.status_code == 200, f"HTTP {response.status_code}: {response.text[:200]}"
 
-    async def new_connection() -> None:
-        fresh = await connect_to_server({"server_url": a.url, "token": token, "method_timeout": 20})
+    async def new_connection(url: str = a.url) -> None:
+        fresh = await connect_to_server({"server_url": url, "token": token, "method_timeout": 20})
         try:
             assert await (await fresh.get_service(sid)).f() == "ok"
         finally:
@@ -92,6 +93,8 @@ async def drill_traffic(a: ReplicaProcess, b: ReplicaProcess, made: list[Any]) -
     drill.run("HTTP call", http_call, every=1)
     drill.run("new connection", new_connection, every=3)
     drill.run("new SDK connection", new_sdk_connection, every=3)
+    # a client new to B calls the provider on A: A has never sent it a frame (no route learned)
+    drill.run("new client of B", lambda: new_connection(b.url), every=3)
     return drill
 
 
@@ -112,8 +115,10 @@ def retryable(sample: Sample) -> bool:
     return sample.error is None or any(word in sample.error.lower() for word in ("retry", "503", "unavailable"))
 
 
-def judge(drill: Drill) -> list[str]:
-    """What went against the rules of the module docstring."""
+def judge(drill: Drill, *, b_cut_off_too: bool = False) -> list[str]:
+    """What went against the rules of the module docstring (``b_cut_off_too``: B's clients are
+    control-plane requests too, as a new client of B is refused while B's Redis is away)."""
+    control, elsewhere = (CONTROL + ELSEWHERE, ()) if b_cut_off_too else (CONTROL, ELSEWHERE)
     wrong = []
     cut, healed = drill.marks["cut"], drill.marks["healed"]
     for name in CALLS:
@@ -126,13 +131,19 @@ def judge(drill: Drill) -> list[str]:
             )
         if failed := [s for s in during if s.error]:
             wrong.append(f"{name}: {len(failed)} failed cut off, e.g. {failed[0].error}")
-    for name in CONTROL:
+    for name in elsewhere:
+        during = drill.series[name].between(cut, healed)
+        if slowest(during) > scaled(FAST) or any(s.error for s in during):
+            wrong.append(
+                f"{name}: took up to {slowest(during):.2f} s cut off, failed: {[s.error for s in during if s.error]}"
+            )
+    for name in control:
         during = drill.series[name].between(cut, healed)
         if slowest(during) > scaled(FAST):
             wrong.append(f"{name}: took up to {slowest(during):.2f} s cut off")
         if odd := [s for s in during if not retryable(s)]:
             wrong.append(f"{name}: failed without saying retry: {odd[0].error}")
-    for name in CALLS + CONTROL:
+    for name in CALLS + ELSEWHERE + CONTROL:
         late = [s for s in drill.series[name].between(healed + scaled(BACK_WITHIN), drill.now()) if s.error]
         if late:
             wrong.append(
@@ -183,7 +194,7 @@ async def test_a_replica_whose_redis_restarts_empty_keeps_calls_fast_and_is_back
             await drill.keep_on(AFTER)
             await drill.stop()
             print(drill.report([("before", "start", "cut"), ("cut", "cut", "healed"), ("after", "healed", "end")]))
-            wrong = judge(drill)
+            wrong = judge(drill, b_cut_off_too=True)
             assert not wrong, "\n".join(wrong)
     finally:
         a.kill()
