@@ -327,6 +327,36 @@ async def test_after_a_loss_lookups_wait_for_the_replicas_seen_alive_and_this_on
     assert w.registry.settled_after == len(w.registry.written) > 0
 
 
+class BusBackAt(Bus):
+    """A bus whose pub/sub connection is down until ``back`` on ``clock``."""
+
+    def __init__(self, clock: FakeClock, back: float) -> None:
+        self.clock, self.back = clock, back
+
+    @property
+    def health(self) -> tuple[bool, str]:  # type: ignore[override]
+        return (self.clock.monotonic() >= self.back, "down until then")
+
+
+async def test_the_next_round_comes_as_soon_as_redis_answers_again_after_an_outage() -> None:
+    """So what Redis lost is written back (and lookups stop saying "retry") at once, not up to
+    PRESENCE_INTERVAL later."""
+    w = world()
+    clock = w.hub.clock
+    w.cluster.bus = BusBackAt(clock, back=clock.monotonic() + 0.3)
+    started = clock.monotonic()
+    await w.cluster._next_round()
+    assert 0.3 <= clock.monotonic() - started < 0.4  # a look every BACK_WATCH (0.05 s)
+
+
+async def test_without_an_outage_the_rounds_keep_their_interval() -> None:
+    w = world()
+    clock = w.hub.clock
+    started = clock.monotonic()
+    await w.cluster._next_round()
+    assert clock.monotonic() - started == pytest.approx(PRESENCE_INTERVAL)
+
+
 async def test_registrations_an_outage_left_unwritten_are_written_on_the_next_round() -> None:
     w = world()
     w.hub.to_repair = [info("a")]
