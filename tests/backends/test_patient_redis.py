@@ -121,3 +121,22 @@ async def test_a_pipeline_made_for_a_request_is_as_patient(cut: FaultProxy) -> N
     finally:
         cut.pass_through()
         await client.aclose()
+
+
+async def test_a_connection_given_up_during_its_handshake_is_not_reused_half_done(
+    cut: FaultProxy, valkey: ValkeyServer
+) -> None:
+    """Its handshake's answer (``CLIENT SETNAME``'s OK) must not be read as a later command's."""
+    with valkey.client() as admin:
+        admin.set("patient-key", "value")
+    client = make_client(cut.url_for_redis(), client_name="sb-patient-test", max_connections=1)
+    try:
+        cut.blackhole()
+        with patience(0.2), pytest.raises(RedisTimeoutError):
+            await client.get("patient-key")  # a new connection: cancelled in its handshake
+        cut.pass_through()
+        assert await client.get("patient-key") == b"value"
+        assert await client.get("patient-key") == b"value"
+    finally:
+        cut.pass_through()
+        await client.aclose()

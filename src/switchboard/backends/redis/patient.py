@@ -7,7 +7,7 @@ is cancelled once Redis has answered nobody for that long
 raises redis-py's ``TimeoutError`` with a retryable message, which the
 stores turn into their ``BackendError`` as they do a socket timeout. redis-py
 drops a connection whose command was cancelled, so nothing half-read is
-reused; one cancelled while it connects is closed here (:class:`ClosedWhenCancelled`). Outside a request's patience nothing changes but one clock read.
+reused, nor one cancelled in its handshake (``tests/backends/test_patient_redis.py``). Outside a request's patience nothing changes but one clock read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aredis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.backends.patience import UNANSWERED, current_patience
@@ -85,23 +84,8 @@ class PatientRedis(aredis.Redis):
         return pipe
 
 
-class ClosedWhenCancelled(AbstractConnection):
-    """A connection that closes its socket when its connecting is cancelled (a patient command given up
-    while its new connection waited for Redis's handshake): redis-py closes it only on its own errors."""
-
-    async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
-        try:
-            await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
-        except asyncio.CancelledError:
-            await self.disconnect(nowait=True)
-            raise
-
-
 def patient_client(pool: aredis.BlockingConnectionPool) -> PatientRedis:
     """A client that owns (and closes) ``pool``, with an :class:`Answers` of its own."""
-    made = pool.connection_class
-    if not issubclass(made, ClosedWhenCancelled):
-        pool.connection_class = type(f"ClosedWhenCancelled{made.__name__}", (ClosedWhenCancelled, made), {})
     client = PatientRedis.from_pool(pool)
     if not isinstance(client, PatientRedis):  # redis-py makes ``cls``; a guard for mypy, and for a future change
         raise TypeError(f"redis-py made a {type(client).__name__}, not a PatientRedis")
