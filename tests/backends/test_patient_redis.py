@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.backends.patience import patience
 from switchboard.backends.redis import RedisRegistry, make_client
-from switchboard.backends.redis.answers import ONCE_SILENT, Answers
+from switchboard.backends.redis.answers import LATE, ONCE_SILENT, Answers
 from switchboard.errors import BACKEND_RETRY, BackendError
 from switchboard.protocol.services import ServiceQuery
 from switchboard.testing import FaultProxy, ValkeyServer
@@ -43,6 +43,15 @@ def test_once_a_command_gave_up_the_next_ones_wait_only_briefly_until_redis_answ
     assert answers.give_up_at(10.0, 0.75) == pytest.approx(10.0 + ONCE_SILENT)
     answers.heard(10.1)  # back: full patience again
     assert answers.give_up_at(10.2, 0.75) == pytest.approx(10.95)
+
+
+def test_a_check_that_comes_late_looks_again_rather_than_give_up() -> None:
+    """The loop was held (other work): answers Redis sent meanwhile may not have been read yet."""
+    answers = Answers()
+    assert answers.next_check(10.0, 0.75, now=10.76, planned=10.75) is None  # on time: gives up
+    assert answers.next_check(10.0, 0.75, now=11.5, planned=10.75) == pytest.approx(11.5 + LATE)
+    answers.heard(11.52)  # read once the loop turned
+    assert answers.next_check(10.0, 0.75, now=11.6, planned=11.6) == pytest.approx(12.27)
 
 
 def test_patience_must_be_a_positive_number_of_seconds() -> None:

@@ -9,10 +9,16 @@ a Redis that answers nobody trips it after the patience exactly. Once one
 command gave up, Redis is known silent: the next ones give it only
 :data:`ONCE_SILENT` (a Redis that is back answers in milliseconds, and its
 first answer ends the silence), so a request made during an outage fails at
-once instead of each one waiting the whole patience.
+once instead of each one waiting the whole patience. A check that comes
+late (the event loop was held by other work) does not give up: what Redis
+answered meanwhile may not have been read yet.
 """
 
 from __future__ import annotations
+
+#: Seconds late a check may come before it is taken for a held loop: then the answers it would
+#: judge by may be waiting to be read, and it looks again this long after.
+LATE = 0.1
 
 #: Seconds a patient command waits for a Redis known silent: a Redis back answers within
 #: milliseconds, even from another host, even on a loop that is busy.
@@ -42,3 +48,13 @@ class Answers:
         if self.silent:
             return started + min(patience, ONCE_SILENT)
         return max(started, self.last) + patience
+
+    def next_check(self, started: float, patience: float, *, now: float, planned: float) -> float | None:
+        """At ``now``, a check planned for ``planned`` of a command started at ``started``: when to look
+        again, or ``None``: give up now."""
+        at = self.give_up_at(started, patience)
+        if now < at:
+            return at
+        if now - planned > LATE:
+            return now + LATE
+        return None

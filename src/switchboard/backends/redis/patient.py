@@ -7,7 +7,8 @@ is cancelled once Redis has answered nobody for that long
 raises redis-py's ``TimeoutError`` with a retryable message, which the
 stores turn into their ``BackendError`` as they do a socket timeout. redis-py
 drops a connection whose command was cancelled, so nothing half-read is
-reused, nor one cancelled in its handshake (``tests/backends/test_patient_redis.py``). Outside a request's patience nothing changes but one clock read.
+reused, nor one cancelled in its handshake (``tests/backends/test_patient_redis.py``).
+Outside a request's patience nothing changes but one clock read.
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ async def _patiently(answers: Answers, run: Callable[[], Awaitable[T]]) -> T:
     try:
         async with asyncio.timeout(None) as bound:
 
-            def check() -> None:
+            def check(planned: float) -> None:
                 nonlocal timer
-                at = answers.give_up_at(started, patience)
-                if loop.time() >= at:
-                    bound.reschedule(loop.time())  # expires now: the command is cancelled
+                now = loop.time()
+                at = answers.next_check(started, patience, now=now, planned=planned)
+                if at is None:
+                    bound.reschedule(now)  # expires now: the command is cancelled
                 else:
-                    timer = loop.call_at(at, check)
+                    timer = loop.call_at(at, check, at)
 
-            timer = loop.call_at(answers.give_up_at(started, patience), check)
+            first = answers.give_up_at(started, patience)
+            timer = loop.call_at(first, check, first)
             result = await run()
     except TimeoutError as exc:
         answers.gave_up()
