@@ -97,8 +97,16 @@ class RateLimited(LimitExceeded):
         self.retry_after = retry_after
 
 
+#: How every :class:`BackendError` says so: the request may well succeed once retried.
+BACKEND_RETRY = "Hub backend unavailable, please retry: "
+
+
 class BackendError(SwitchboardError):
-    """The shared registry or event bus failed."""
+    """The shared registry or event bus failed; the message begins with :data:`BACKEND_RETRY`, so
+    that a client (which sees only the message) can tell a refusal to retry from a final one."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message if message.startswith(BACKEND_RETRY) else f"{BACKEND_RETRY}{message}")
 
 
 class RequestRefused(SwitchboardError):

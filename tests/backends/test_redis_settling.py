@@ -41,3 +41,25 @@ async def test_a_first_epoch_is_no_loss():
             assert await registry.lost_data() is False  # a new deployment is not "settling"
         finally:
             await registry.close()
+
+
+async def test_the_settling_ends_as_soon_as_every_replica_the_first_knew_has_written_its_registrations_back():
+    with ValkeyServer() as own:
+        first = RedisRegistry(own.url, replica_id="r1")
+        late = RedisRegistry(own.url, replica_id="r2")
+        try:
+            assert await first.check_reset() is False
+            assert await late.check_reset() is False
+            own.restart()  # empty
+
+            assert await first.check_reset(settle=30.0, expect={"r2"}) is True
+            await first.settled()
+            assert await first.lost_data() is True  # r2 has not written its registrations back yet
+            assert await late.check_reset(settle=30.0, expect={"r1"}) is True  # the second does not start another
+            assert await late.lost_data() is True
+            await late.settled()
+            assert await first.lost_data() is False  # at once, not 30 s later
+            assert await late.lost_data() is False
+        finally:
+            await first.close()
+            await late.close()

@@ -131,8 +131,8 @@ async def test_a_registry_master_sigkilled_takes_no_replica_for_dead(
     """The registry's master SIGKILLed: presence writes stop until its replica is promoted, yet
     no replica's presence record expires (its TTL outlasts the failover, derived from the cluster's
     cluster-node-timeout), so nobody is presumed dead and no client is reaped; calls between
-    replicas resume soon after the promotion (the figures are printed: kill -> promotion ->
-    first call)."""
+    replicas resume within 1 s of the promotion, and cluster-node-timeout + 6 s of the kill
+    (the figures are printed: kill -> promotion -> first call)."""
     store = valkey_cluster.master_of(STORE_SLOT)
     a = on_cluster.start("ra")
     b = on_cluster.start("rb", url=valkey_cluster.seeds_url)
@@ -177,7 +177,11 @@ async def test_a_registry_master_sigkilled_takes_no_replica_for_dead(
         assert node.sismember("{sb}:replicas", "rb")
     assert any(set(fields) == {b"ra", b"rb"} for fields in counted.values()), counted
     assert f"{ws}/{cid}:svc" in {s["id"] for s in await caller.list_services()}
-    assert resumed - promoted_at < 2.0
+    # the hub's share, from the promotion (the standby answering ROLE master), and the whole, from the
+    # kill: Valkey's own detection and election take cluster-node-timeout and then some (3.2-4.5 s at 2 s)
+    assert resumed - promoted_at < 1.0, f"calls resumed {resumed - promoted_at:.2f}s after the promotion"
+    node_timeout = valkey_cluster.node_timeout_ms / 1000
+    assert resumed - kill_time < node_timeout + 6.0, f"calls resumed {resumed - kill_time:.2f}s after the kill"
 
 
 @contextlib.asynccontextmanager

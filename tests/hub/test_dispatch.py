@@ -103,9 +103,9 @@ class LinkTries:
         self.wrapped = 0
         send, publish, wrap = hub.unicast.send, hub.unicast.publish, relay.wrap_manager_call
 
-        def counting_send(channel: str, data: bytes) -> bool:
+        def counting_send(channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
             self.offered.append(data)
-            return send(channel, data)
+            return send(channel, data, reply_to=reply_to)
 
         async def counting_publish(channel: str, data: bytes, *, direct: bool = True) -> int:
             if direct:

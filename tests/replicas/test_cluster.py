@@ -152,9 +152,16 @@ class Registry:
 
     settle: float = 0.0
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
+    expected: set[str] | None = None
+    settled_after: int = 0  # how many registrations were written when the replica said it had settled
+
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
         reset, self.reset, self.settle = self.reset, False, settle
+        self.expected = None if expect is None else set(expect)
         return reset
+
+    async def settled(self) -> None:
+        self.settled_after = len(self.written)
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:
         infos = list(infos)
@@ -309,6 +316,51 @@ async def test_the_replica_that_notices_a_loss_marks_the_store_settling_until_ev
     w = world()
     await w.cluster.tend()
     assert w.registry.settle >= PRESENCE_INTERVAL  # every replica checks once per interval
+
+
+async def test_after_a_loss_lookups_wait_for_the_replicas_seen_alive_and_this_one_says_when_it_is_done() -> None:
+    """The first round knows no replica (the full settling time); the next ones name those the
+    last round saw alive, and the replica says it has settled once its registrations are back."""
+    w = world()
+    await w.cluster.tend()
+    assert w.registry.expected is None
+    w.presence.records["rb"] = {}
+    await w.cluster.tend()
+    w.registry.reset = True
+    w.hub.peers = {"ws-1/a": Client({"ws-1/a:s": info("a")})}
+    await w.cluster.tend()
+    assert w.registry.expected == {"ra", "rb"}
+    assert w.registry.settled_after == len(w.registry.written) > 0
+
+
+class BusBackAt(Bus):
+    """A bus whose pub/sub connection is down until ``back`` on ``clock``."""
+
+    def __init__(self, clock: FakeClock, back: float) -> None:
+        self.clock, self.back = clock, back
+
+    @property
+    def health(self) -> tuple[bool, str]:  # type: ignore[override]
+        return (self.clock.monotonic() >= self.back, "down until then")
+
+
+async def test_the_next_round_comes_as_soon_as_redis_answers_again_after_an_outage() -> None:
+    """So what Redis lost is written back (and lookups stop saying "retry") at once, not up to
+    PRESENCE_INTERVAL later."""
+    w = world()
+    clock = w.hub.clock
+    w.cluster.bus = BusBackAt(clock, back=clock.monotonic() + 0.3)
+    started = clock.monotonic()
+    await w.cluster._next_round()
+    assert 0.3 <= clock.monotonic() - started < 0.4  # a look every BACK_WATCH (0.05 s)
+
+
+async def test_without_an_outage_the_rounds_keep_their_interval() -> None:
+    w = world()
+    clock = w.hub.clock
+    started = clock.monotonic()
+    await w.cluster._next_round()
+    assert clock.monotonic() - started == pytest.approx(PRESENCE_INTERVAL)
 
 
 async def test_registrations_an_outage_left_unwritten_are_written_on_the_next_round() -> None:
@@ -606,7 +658,7 @@ class StuckRegistry(Registry):
 
     waiting: int = 0
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
         if not settle:  # start() records the epoch: answered
             return await super().check_reset()
         self.waiting += 1

@@ -106,6 +106,30 @@ async def test_later_frames_skip_redis_and_arrive_in_order(bus_with_links) -> No
     assert b.links.stats.received == 50
 
 
+async def test_a_call_sent_over_a_link_offers_its_senders_channel_so_the_answer_needs_no_redis(
+    bus_with_links,
+) -> None:
+    """``a``'s client calls ``b``'s: ``b`` has never sent that caller a frame, yet its answer takes
+    the link back at once (through Redis first, a replica cut off from it would wait there)."""
+    a, b, ch, got = await linked(bus_with_links)
+    caller, answers = channel(), []
+    await a.subscribe(caller, answers.append)
+    assert a.unicast.send(ch, b"call", reply_to=caller)
+    await eventually(lambda: got[-1:] == [b"call"], "the call")
+    await eventually(lambda: b.links.route_of(caller) == a.replica_id, "the caller's route, offered")
+    assert b.unicast.send(caller, b"answer")
+    await eventually(lambda: answers == [b"answer"], "the answer, over the link")
+    assert a.links.stats.received == 1
+
+
+async def test_only_a_channel_held_here_is_offered(bus_with_links) -> None:
+    a, b, ch, got = await linked(bus_with_links)
+    elsewhere = channel()  # a client this replica does not hold
+    assert a.unicast.send(ch, b"call", reply_to=elsewhere)
+    await eventually(lambda: got[-1:] == [b"call"], "the call")
+    assert b.links.route_of(elsewhere) is None
+
+
 async def test_workspace_channels_always_go_through_redis(bus_with_links) -> None:
     """The hub sends broadcasts on the bus itself, beside the client channels: no tag, no link."""
     a, b = await bus_with_links("a"), await bus_with_links("b")

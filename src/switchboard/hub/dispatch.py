@@ -121,7 +121,8 @@ class Dispatch:
                 action = self.router.refused(peer, item)  # its connection just ended
                 continue
             if type(action) is Forward:
-                if not action.item.event and self.remote.send_direct(action.target, action.wire):
+                item = action.item
+                if not item.event and self.remote.send_direct(action.target, action.wire, item.caller):
                     self.metrics.frames.routed += 1
                     return None
                 return self._publish(action)

@@ -63,9 +63,10 @@ class Remote:
         """Over a direct link to ``replica``, if one is open and takes it now."""
         return self.unicast.send(REPLICA_CHANNEL + replica, frame)
 
-    def send_direct(self, target: str, frame: bytes) -> bool:
-        """Over a direct link to the client's replica, if one is known and takes it now."""
-        return self.unicast.send(CLIENT_CHANNEL + target, frame)
+    def send_direct(self, target: str, frame: bytes, sender: str = "") -> bool:
+        """Over a direct link to the client's replica, if one is known and takes it now; a ``sender``
+        connected here is offered on that link, so that its answer comes back the same way."""
+        return self.unicast.send(CLIENT_CHANNEL + target, frame, reply_to=CLIENT_CHANNEL + sender if sender else None)
 
     async def publish_to_client(self, target: str, frame: bytes, event: bool = False, *, link: bool = True) -> bool:
         """To the replica holding ``target``, over a direct link if one takes it now, else through the

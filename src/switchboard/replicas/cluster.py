@@ -54,6 +54,10 @@ FAILOVER_SLACK = 2.0  # seconds of a cluster failover beyond 2 x cluster-node-ti
 # after a data loss, lookups answer "retry" until every replica had its chance to re-assert:
 # each checks every PRESENCE_INTERVAL, plus a second for a round slowed by the outage
 SETTLE = PRESENCE_INTERVAL + 1.0
+# seconds between looks at the bus while waiting for the next round: once Redis answers again (the
+# bus re-wired after an outage) the round runs at once, so what Redis lost is re-written within
+# a few hundredths of a second and lookups stop answering "retry" (the settling set empties)
+BACK_WATCH = 0.05
 
 
 def presence_ttl(node_timeout: float | None, *, interval: float = PRESENCE_INTERVAL) -> float:
@@ -147,6 +151,8 @@ class Cluster:
         self.reaped = 0
         self.reasserted = 0
         self._stopping = False
+        # the replicas seen alive in the last round: after a loss, lookups wait for them to re-assert
+        self._peers_seen: set[str] | None = None
 
     async def start(self) -> None:
         self._seen_master = self._store_master() if self._store_master else None
@@ -242,13 +248,23 @@ class Cluster:
 
     async def _upkeep_loop(self) -> None:
         while not self._stopping:
-            await self.hub.clock.sleep(PRESENCE_INTERVAL)
+            await self._next_round()
             try:
                 await self.upkeep()
             except (BackendError, OSError) as exc:
                 self.log.warning("cluster upkeep failed: %s", exc)
             except Exception:  # a bug must not end recovery for good
                 self.log.exception("cluster upkeep failed")
+
+    async def _next_round(self) -> None:
+        """Wait :data:`PRESENCE_INTERVAL`, or less: until the bus is back after an outage (see :data:`BACK_WATCH`)."""
+        was_down = not self.bus.health[0]
+        for _ in range(int(PRESENCE_INTERVAL / BACK_WATCH)):
+            await self.hub.clock.sleep(BACK_WATCH)
+            healthy = self.bus.health[0]
+            if was_down and healthy:
+                return
+            was_down = was_down or not healthy
 
     async def tend(self) -> None:
         """One round: presence, recovery, and the leader's chores."""
@@ -259,8 +275,9 @@ class Cluster:
     async def upkeep(self) -> None:
         """Recovery and the leader's chores (the presence record has a loop of its own)."""
         master = self._store_master() if self._store_master else None
-        if await self.registry.check_reset(settle=SETTLE):
+        if await self.registry.check_reset(settle=SETTLE, expect=self._peers_seen):
             await self._reassert("Redis lost its data")
+            await self.registry.settled()
         elif store_failed_over(self._seen_master, master):
             await self._reassert("the registry's shard changed master (what the old one acknowledged may be lost)")
         elif repair := await self.hub.repair_registry():
@@ -273,6 +290,7 @@ class Cluster:
             await self.hub.sweep_transits()
         if self.lost_deletes is not None:
             await self.lost_deletes.look()
+        self._peers_seen = await self.live_replicas()
 
     def _record(self) -> dict[str, Any]:
         """The presence record's fields, read on the serving loop (which alone changes them)."""

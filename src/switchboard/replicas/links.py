@@ -4,7 +4,9 @@ Routes are learned from traffic and verified by the receiver, so they need no
 directory to keep consistent:
 
 1. The first frame for a client's channel goes through Redis, tagged with the
-   sender's ``replica@host:port`` (:mod:`switchboard.replicas.unicast`).
+   sender's ``replica@host:port`` (:mod:`switchboard.replicas.unicast`); a
+   frame sent over a link offers its sender's channel on that link, so that
+   the answer needs no first trip through Redis.
 2. The replica that holds the channel dials the sender, answers its
    challenge (``protocol/link_wire.py``: a HELLO good for that one connection to
    that one replica, a WELCOME back; both prove they hold a key derived from
@@ -200,10 +202,21 @@ class Links:
 
     # -- sending -----------------------------------------------------------------
 
-    def send(self, channel: str, data: bytes) -> bool:
-        """Write ``data`` to the link ``channel`` was hinted on; ``False``: use Redis."""
+    def send(self, channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
+        """Write ``data`` to the link ``channel`` was hinted on; ``False``: use Redis.
+
+        ``reply_to``: a channel held here (the sender's, a client of this replica), hinted on
+        that link first if it is not yet: the other replica's answer comes straight back
+        the way the call went, never through Redis, which a replica cut off from it could
+        not wait for without holding up the sender's every later frame.
+        """
         link = self._routes.get(channel)
-        if link is None or not link.deliver(channel, data):
+        if link is None:
+            return False
+        if reply_to is not None and not link.closed and reply_to not in (hinted := self._hinted[link]):
+            hinted.add(reply_to)
+            link.hint(reply_to)
+        if not link.deliver(channel, data):
             return False
         self.stats.direct += 1
         return True

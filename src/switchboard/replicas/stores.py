@@ -39,9 +39,14 @@ class OwnedRegistry(Protocol):
         """``<ws>/<cid>`` → id of the replica that owns it."""
         ...
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
         """Whether the store lost its data since the previous call (the first only records); the
-        first replica to notice marks the store settling for ``settle`` seconds."""
+        first replica to notice marks the store settling for at most ``settle`` seconds, until it
+        and the replicas ``expect`` names have called :meth:`settled` (``None``: unknown, all of it)."""
+        ...
+
+    async def settled(self) -> None:
+        """This replica re-wrote its registrations after a loss."""
         ...
 
     async def reassert(self, infos: Iterable[ServiceInfo]) -> int:

@@ -100,9 +100,12 @@ class Unicast:
 
     # -- sending -----------------------------------------------------------------
 
-    def send(self, channel: str, data: bytes) -> bool:
-        """Over a link, now, if ``channel`` has a route that takes it; ``False``: publish it."""
-        return self.links is not None and self.links.send(channel, data)
+    def send(self, channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
+        """Over a link, now, if ``channel`` has a route that takes it; ``False``: publish it.
+        ``reply_to``: the sender's channel, offered on that link if the sender is here."""
+        if self.links is None:
+            return False
+        return self.links.send(channel, data, reply_to=reply_to if reply_to in self._here else None)
 
     async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
         """How many replicas received ``data`` (0 = nobody); :class:`BackendError` if the bus failed.

@@ -21,6 +21,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
+from switchboard.backends.patience import patience
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.send_queue import ClientConnection
 from switchboard.protocol.handshake import Hello
@@ -71,7 +72,8 @@ class ClientSession:
         self._hello = self._transport = None
         # from before the stores are read until the join: a deletion or revocation notice meanwhile refuses it
         with hub.joining() as joining:
-            admitted = await hub.admit(hello, joining)
+            with patience():  # a silent Redis turns the client away (to retry) within a second
+                admitted = await hub.admit(hello, joining)
             self.admitted = True
             peer = Peer(
                 workspace=admitted.workspace,
@@ -81,9 +83,10 @@ class ClientSession:
                 max_queue_bytes=hub.settings.send_queue_bytes,
                 replica_id=hub.replica_id,
             )
-            self.info = await hub.attach(
-                peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival, joining=joining
-            )
+            with patience():
+                self.info = await hub.attach(
+                    peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival, joining=joining
+                )
         self._peer = peer
         self.attached = True
         self._state.track(peer)

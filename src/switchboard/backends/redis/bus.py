@@ -83,7 +83,7 @@ class RedisBus:
         subscribe_timeout: float = 2.0,
         op_timeout: float = 2.0,
         backoff_initial: float = 0.1,
-        backoff_max: float = 2.0,
+        backoff_max: float = 0.5,  # a Redis back is heard within half a second: clients back at once
         breaker: CircuitBreaker | None = None,
         key_prefix: str = "sb:",
         sharded: bool = False,

@@ -22,6 +22,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from switchboard.backends.redis.patient import patient_client
+
 PubSubConnectionFactory = Callable[[], AbstractConnection]
 
 
@@ -52,7 +54,7 @@ def make_client(
         socket_connect_timeout=timeout,
         **kwargs,
     )
-    return aredis.Redis.from_pool(pool)  # the client owns (and closes) its pool
+    return patient_client(pool)  # owns (and closes) its pool; a client's request waits only while Redis answers
 
 
 def client_name(replica_id: str, role: str) -> str:

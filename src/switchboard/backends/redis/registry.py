@@ -11,7 +11,7 @@ Layout (``p`` = ``key_prefix``, default ``sb:``):
 * ``p holder``                 hash ``<ws>/<cid>`` → id of the user holding the client id (until it leaves)
 * ``p replica:<rid>:clients``  set of ``<ws>/<cid>`` that replica owns
 * ``p epoch``                  a random token; a new one means Redis lost its data
-* ``p epoch:settling``         set for a few seconds by the replica that noticed a loss first
+* ``p epoch:settling``         the replicas yet to re-write their registrations after a loss (:mod:`.epoch`)
 * ``p transit``, ``p transit:left``  clients in transit (:mod:`switchboard.backends.redis.transit`)
 
 Every multi-key change is one Lua script, so no reader ever sees half of it
@@ -22,7 +22,6 @@ Nothing here ever deletes keys it does not own (no FLUSH, no broad DEL).
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,6 +33,7 @@ from switchboard.backends.redis.batch import Batcher
 from switchboard.backends.redis.claim import CLAIM_LUA
 from switchboard.backends.redis.client_fields import INDEX_LUA
 from switchboard.backends.redis.connection import make_client
+from switchboard.backends.redis.epoch import RedisEpoch
 from switchboard.backends.redis.stale import RedisStale
 from switchboard.backends.redis.transit import RedisTransit, TransitKeys
 from switchboard.errors import BackendError, ProtocolError
@@ -209,7 +209,7 @@ class RedisRegistry:
         self._p = key_prefix
         self._ws_key = f"{key_prefix}workspaces"
         self._owner_key = f"{key_prefix}owner"
-        self._epoch: bytes | None = None
+        self._epoch = RedisEpoch(self._r, prefix=key_prefix, replica_id=replica_id, call=self._call)
         self._register = self._r.register_script(_REGISTER)
         self._unregister = self._r.register_script(_UNREGISTER)
         self._remove_client = self._r.register_script(_REMOVE_CLIENT)
@@ -429,33 +429,18 @@ class RedisRegistry:
             await self._call("reassert", pipe.execute())
         return count
 
-    async def check_reset(self, *, settle: float = 0.0) -> bool:
-        """True if Redis lost its data since this replica's previous call (then :meth:`reassert`).
+    async def check_reset(self, *, settle: float = 0.0, expect: Iterable[str] | None = None) -> bool:
+        """True if Redis lost its data since this replica's previous call (then :meth:`reassert`, then
+        :meth:`settled`); see :class:`~switchboard.backends.redis.epoch.RedisEpoch`."""
+        return await self._epoch.check_reset(settle=settle, expect=expect)
 
-        The first call only records the current epoch (creating one if needed).
-        The replica that finds the loss first also marks the store as settling
-        for ``settle`` seconds: the time every other replica takes to notice
-        and re-assert, during which :meth:`lost_data` stays true.
-        """
-        key = f"{self._p}epoch"
-        fresh = uuid.uuid4().hex.encode()
-        created = await self._call("check_reset", self._r.set(key, fresh, nx=True))
-        current = fresh if created else await self._call("check_reset", self._r.get(key))
-        known, self._epoch = self._epoch, current
-        reset = known is not None and current != known
-        if reset and created and settle > 0:
-            marker = self._r.set(f"{self._p}epoch:settling", b"1", px=max(1, int(settle * 1000)), nx=True)
-            await self._call("check_reset", marker)
-        return reset
+    async def settled(self) -> None:
+        """This replica's registrations are written back after a loss."""
+        await self._epoch.settled()
 
     async def lost_data(self) -> bool:
-        """True if the epoch this replica recorded is gone or replaced, or the store is settling
-        after a loss (read-only, unlike :meth:`check_reset`): re-assertion has not caught up."""
-        if self._epoch is None:
-            return False
-        keys = (f"{self._p}epoch", f"{self._p}epoch:settling")
-        current, settling = await self._call("lost_data", self._r.mget(keys))
-        return current != self._epoch or settling is not None
+        """True while a loss is not yet made good by every replica (read-only)."""
+        return await self._epoch.lost_data()
 
     def __repr__(self) -> str:
         return f"RedisRegistry(replica={self.replica_id!r}, prefix={self._p!r})"

@@ -27,6 +27,11 @@ so it must act for nobody but the client that called it:
   with the ``resolve`` or ``reject`` the RPC would have sent. Anything
   else (keyword arguments, encoded objects, encryption, an explicit
   promise) goes to the RPC as before.
+* **A silent Redis is not waited for.** The manager's work for a frame (and
+  every task it starts) runs within :func:`~switchboard.backends.patience.patience`:
+  a lookup, a listing, a registration fails with a retryable error once Redis
+  has answered nobody for 0.75 s, instead of holding the client for the
+  whole command timeout.
 * **The manager's service is encoded once.** ``get_service("default")``,
   asked twice by every connecting client, is answered with the bytes of
   the RPC's first answer (:mod:`switchboard.hub.manager.manager_service_answer`).
@@ -43,6 +48,7 @@ from typing import Any
 
 import msgpack
 
+from switchboard.backends.patience import patience
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.manager_service_answer import ManagerServiceAnswer
@@ -129,15 +135,17 @@ class ManagerDoor:
                 if "/" in sender:
                     self._send(answer)
                 return
-        if op is None and self._call_plain(env, extra, sender, caller):
-            return
-        token = CALLER.set(caller)
-        try:
-            handler(message)
-        except Exception as exc:  # a bad frame must not take the router down
-            log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
-        finally:
-            CALLER.reset(token)
+        # a client's request waits for a silent Redis only briefly (the tasks started for it as well)
+        with patience():
+            if op is None and self._call_plain(env, extra, sender, caller):
+                return
+            token = CALLER.set(caller)
+            try:
+                handler(message)
+            except Exception as exc:  # a bad frame must not take the router down
+                log.info("manager dropped a frame it could not process: %s: %.200s", type(exc).__name__, exc)
+            finally:
+                CALLER.reset(token)
 
     def _call_plain(self, env: envelope.Envelope, extra: dict[str, Any], sender: str, caller: Peer | None) -> bool:
         """Run a plain call (see the module docstring) as a task; False: it is the RPC's to handle."""

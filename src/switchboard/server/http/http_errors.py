@@ -31,8 +31,6 @@ from switchboard.errors import (
     RequestRefused,
 )
 
-BACKEND_DOWN = "Hub backend unavailable, please retry: "
-
 # (class, status, detail); the first row the error is an instance of applies
 STATUS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], ...] = (
     (NotFound, 404, lambda exc: f"KeyError: {exc}"),
@@ -40,7 +38,7 @@ STATUS: tuple[tuple[type[BaseException], int, Callable[[BaseException], str]], .
     (AuthError, 401, lambda exc: f"Authentication error: {exc}"),
     (FrameTooLarge, 413, str),
     (ProtocolError, 400, lambda exc: f"ValueError: {exc}"),
-    (BackendError, 503, lambda exc: f"{BACKEND_DOWN}{exc}"),
+    (BackendError, 503, str),  # its message says to retry already
     (RateLimited, 429, str),
     (TimeoutError, 504, lambda exc: "TimeoutError: the service did not answer in time"),
 )
