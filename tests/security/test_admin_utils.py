@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
@@ -134,3 +135,15 @@ async def test_nobody_but_root_reaches_admin_utils_not_even_by_asking_the_manage
     with pytest.raises(Exception, match="Permission denied"):  # noqa: PT011
         await direct.list_workspaces()
     assert raw_client.close_code is None, "the victim was kicked out"
+
+
+async def test_over_http_only_the_root_token_reaches_admin_utils(server: RunningServer) -> None:
+    base = f"{server.url}/ws-user-root/services/admin-utils"
+    async with httpx.AsyncClient(timeout=10) as http:
+        listed = await http.get(f"{base}/list_servers", headers={"Authorization": f"Bearer {root_token()}"})
+        assert listed.status_code == 200, listed.text
+        assert listed.json() == [server.hub.replica_id]
+        for headers in ({}, {"Authorization": f"Bearer {_workspace_admin()}"}):
+            for path in ("", "/list_workspaces", "/kickout_client?workspace=public&client_id=x"):
+                refused = await http.get(base + path, headers=headers)
+                assert refused.status_code == 403, (path, refused.text)

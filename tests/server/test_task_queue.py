@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from hypha_rpc import connect_to_server
 
@@ -161,3 +162,21 @@ async def test_queued_items_expire_and_free_their_charges() -> None:
     assert await store.pop("w", "q") is None
     assert store.held_by("p") == 0
     assert len(store) == 0
+
+
+async def test_over_http_the_queues_are_the_tokens_workspaces_and_an_anonymous_request_pushes_nothing(
+    server: RunningServer, connect: Any
+) -> None:
+    api = await connect()
+    token = await api.generate_token()
+    base = f"{server.url}/public/services/queue"
+    auth = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        pushed = await http.post(f"{base}/push", json={"queue_name": "jobs", "task": {"n": 1}}, headers=auth)
+        assert pushed.status_code == 200, pushed.text
+        assert (await http.get(f"{base}/get_length", params={"queue_name": "jobs"}, headers=auth)).json() == 1
+        info = await http.get(base, headers=auth)
+        assert info.json()["id"].endswith(":queue")
+        refused = await http.post(f"{base}/push", json={"queue_name": "jobs", "task": {"n": 2}})
+        assert refused.status_code == 403, refused.text
+    assert await (await api.get_service("public/queue")).pop("jobs", 0) == {"n": 1}

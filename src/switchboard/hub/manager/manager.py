@@ -213,6 +213,11 @@ class WorkspaceManager:
         methods.update(self._record_methods())
         return methods
 
+    def built_in_methods(self, key: tuple[str, str]) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
+        """The functions of the built-in service ``key`` (:data:`~.builtin_services.BUILT_IN`), by name."""
+        spec = self.queue.service() if key[1] == "queue" else self.admin.service()
+        return {name: value for name, value in spec.items() if isinstance(value, tuple)}
+
     def _service(self) -> dict[str, Any]:
         s = self.hub.settings
         return schema_service(
