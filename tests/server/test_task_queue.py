@@ -16,8 +16,10 @@ from hypha_rpc import connect_to_server
 
 from switchboard.backends.queues import MemoryQueues, QueueBounds
 from switchboard.errors import LimitExceeded
+from switchboard.hub.manager import task_queue
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
+from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,3 +182,27 @@ async def test_over_http_the_queues_are_the_tokens_workspaces_and_an_anonymous_r
         refused = await http.post(f"{base}/push", json={"queue_name": "jobs", "task": {"n": 2}})
         assert refused.status_code == 403, refused.text
     assert await (await api.get_service("public/queue")).pop("jobs", 0) == {"n": 1}
+
+
+async def test_one_client_holds_a_few_waiting_pops_and_one_more_is_refused_at_once(
+    server: RunningServer, connect: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(task_queue, "MAX_WAITING_POPS_PER_CLIENT", 3)  # fewer than a workspace's tasks here
+    api = await connect()
+    q = await api.get_service("public/queue")
+    waiting = [asyncio.ensure_future(q.pop("jobs", 10)) for _ in range(task_queue.MAX_WAITING_POPS_PER_CLIENT)]
+    other = await (await connect(workspace=api.config["workspace"], token=await api.generate_token())).get_service(
+        "public/queue"
+    )
+    queue = server.hub.manager.queue
+    await eventually(lambda: queue.waiting == task_queue.MAX_WAITING_POPS_PER_CLIENT, "every pop of the client waiting")
+    started = time.monotonic()
+    with pytest.raises(Exception, match="Too many pops waiting for this client"):  # noqa: PT011
+        await q.pop("jobs", 10)
+    assert time.monotonic() - started < 3, "refused at once, not after waiting"
+    assert await other.pop("jobs", 0.3) is None, "another client still waits"
+    for n in range(task_queue.MAX_WAITING_POPS_PER_CLIENT):
+        await other.push("jobs", {"n": n})
+    assert sorted(t["n"] for t in await asyncio.wait_for(asyncio.gather(*waiting), 10)) == list(
+        range(task_queue.MAX_WAITING_POPS_PER_CLIENT)
+    )

@@ -9,8 +9,9 @@ the pusher's accountable principal for :data:`QUEUE_ITEM_LIFETIME` at most.
 ``pop`` with a ``timeout`` waits for an item by looking again every
 :data:`POP_POLL` seconds (no Redis connection is held while it waits), and
 returns ``None`` when the time is up or the caller has gone; at most
-:data:`MAX_WAITING_POPS` wait on a replica at once, and one more is refused at
-once (retry later). The checks of the arguments are plain functions.
+:data:`MAX_WAITING_POPS_PER_CLIENT` of one caller and :data:`MAX_WAITING_POPS`
+in all wait on a replica at once, and one more is refused at once (retry
+later). The checks of the arguments are plain functions.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ POP_POLL = 0.2
 # Pops waiting on one replica at once: each costs a task and a look every POP_POLL (5,000 looks a
 # second at most), far below what one replica serves.
 MAX_WAITING_POPS = 1000
+# Of one caller (a worker pops one task at a time; a few in parallel at most): no client takes every place.
+MAX_WAITING_POPS_PER_CLIENT = 16
 
 
 def check_queue_name(name: object) -> str:
@@ -102,6 +105,7 @@ class TaskQueue:
         self.clock = clock
         self.max_item_bytes = max_item_bytes
         self.waiting = 0  # pops waiting on this replica
+        self._waiting_by: dict[str, int] = {}  # caller address -> its pops waiting
 
     def service(self) -> dict[str, Any]:
         """The service registered as ``public/queue``: its functions, with their parameters."""
@@ -137,11 +141,18 @@ class TaskQueue:
         wait = check_pop_timeout(timeout)
         text = await self.store.pop(peer.workspace, name)
         if text is None and wait > 0:
+            mine = self._waiting_by.get(peer.id, 0)
+            if mine >= MAX_WAITING_POPS_PER_CLIENT:
+                raise LimitExceeded(
+                    f"Too many pops waiting for this client ({MAX_WAITING_POPS_PER_CLIENT}): let one end first, "
+                    "or pop with timeout=0"
+                )
             if self.waiting >= MAX_WAITING_POPS:
                 raise LimitExceeded(
                     f"Too many pops waiting on this server ({MAX_WAITING_POPS}): retry later, or pop with timeout=0"
                 )
             self.waiting += 1
+            self._waiting_by[peer.id] = mine + 1
             try:
                 deadline = self.clock.monotonic() + wait
                 for _ in range(math.ceil(wait / POP_POLL) + 1):
@@ -156,6 +167,11 @@ class TaskQueue:
                         break
             finally:
                 self.waiting -= 1
+                left = self._waiting_by[peer.id] - 1
+                if left:
+                    self._waiting_by[peer.id] = left
+                else:
+                    del self._waiting_by[peer.id]
         return None if text is None else json.loads(text)
 
     async def get_length(self, queue_name: Any, context: dict[str, Any] | None = None) -> int:
