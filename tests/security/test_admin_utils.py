@@ -69,6 +69,8 @@ async def _closed(ws: Any) -> tuple[int, str]:
 async def test_the_root_user_reaches_admin_utils_from_its_workspace_as_in_hypha(
     root: Any, server: RunningServer
 ) -> None:
+    listed = await root.list_services({"workspace": "ws-user-root"})
+    assert [s["config"]["visibility"] for s in listed if s["id"].endswith(":admin-utils")] == ["protected"]
     admin = await root.get_service("admin-utils")
     assert admin["id"].startswith("ws-user-root/")
     assert admin["id"].endswith(":admin-utils")
@@ -127,6 +129,8 @@ async def test_nobody_but_root_reaches_admin_utils_not_even_by_asking_the_manage
         attacker = await connect(token=minted, workspace="ws-user-root")
     with pytest.raises(Exception, match="Permission denied"):  # noqa: PT011
         await attacker.get_service("ws-user-root/admin-utils")
+    for query in ({"workspace": "ws-user-root"}, {"workspace": "*", "service_id": "admin-utils"}):
+        assert not [s for s in await attacker.list_services(query) if "admin-utils" in s["id"]], query
     with pytest.raises(Exception, match="Permission denied|Service not found"):  # noqa: PT011
         await attacker.get_service("admin-utils")  # its own workspace's: none, or root's refused
     direct = await attacker.rpc.get_remote_service(f"*/{server.hub.manager_id}:admin-utils")

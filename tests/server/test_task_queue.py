@@ -65,6 +65,7 @@ async def test_hyphas_queue_flow_works_and_a_member_with_a_generated_token_share
     assert await q2.peek("test", 2) == [{"n": 1}, {"n": 2}], "oldest first, left in the queue"
     assert [await q2.pop("test") for _ in range(3)] == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert await q2.pop("test", 0) is None
+    assert [s["id"] for s in await api.list_services({"workspace": "public"}) if s["id"].endswith(":queue")]
     info = await api.get_service_info("public/queue")
     assert info["id"].startswith("public/")
     assert info["id"].endswith(":queue")

@@ -70,6 +70,10 @@ class BuiltIns:
             return key
         return None
 
+    def listed(self, user: User) -> list[ServiceInfo]:
+        """The built-in services ``user`` may see in a listing: ``public/queue``; ``admin-utils`` for root."""
+        return [self.info(key) for key in BUILT_IN if key[0] != ROOT_WORKSPACE or is_root(user)]
+
     def _local(self, key: tuple[str, str]) -> dict[str, Any]:
         rpc = self._rpc()
         assert rpc is not None
@@ -85,7 +89,12 @@ class BuiltIns:
             "name": service.get("name"),
             "type": "generic",
             "description": service.get("description"),
-            "config": {**dict.get(service, "config", {}), "workspace": ws},
+            "config": {
+                **dict.get(service, "config", {}),
+                "workspace": ws,
+                # admin-utils is shown as Hypha shows it: a protected service of the root user's workspace
+                **({"visibility": "protected"} if ws == ROOT_WORKSPACE else {}),
+            },
             "app_id": "*",
             "service_schema": {k: v.__schema__ for k, v in service.items() if callable(v) and hasattr(v, "__schema__")},
         }

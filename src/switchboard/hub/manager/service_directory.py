@@ -239,6 +239,12 @@ class ServiceDirectory:
         found = await self.hub.registry.find(listing.lookup)
         everywhere = listing.patterns.get("workspace", "*") == "*"
         result = []
+        for info in self.builtins.listed(peer.user) if self.builtins is not None else ():
+            ws = info["id"].partition("/")[0]
+            if listing.admits(info) and not (
+                everywhere and ws != peer.workspace and svc_ids.visibility(info) != "public"
+            ):
+                result.append(info)
         for info in found:
             ws = info["id"].partition("/")[0]
             if everywhere and ws != peer.workspace and svc_ids.visibility(info) != "public":
