@@ -14,7 +14,8 @@ client could withdraw or replace them): ``get_service`` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from hypha_rpc import RPC
@@ -27,7 +28,9 @@ from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceInfo
 
 # (workspace, service name) -> the id of the manager's local service
-BUILT_IN: dict[tuple[str, str], str] = {("public", "queue"): "queue", (ROOT_WORKSPACE, "admin-utils"): "admin-utils"}
+BUILT_IN: Mapping[tuple[str, str], str] = MappingProxyType(
+    {("public", "queue"): "queue", (ROOT_WORKSPACE, "admin-utils"): "admin-utils"}
+)
 
 
 def schema_service(spec: dict[str, Any]) -> dict[str, Any]:
