@@ -54,6 +54,20 @@ async def test_a_token_from_another_state_dir_is_refused(tmp_path: Path) -> None
         assert reply["type"] == "error"
 
 
+async def test_a_root_token_opens_the_root_users_workspace_and_reaches_admin_utils(tmp_path: Path) -> None:
+    status, token = _token("--root", "--expires-in", "600", "--state-dir", str(tmp_path))
+    assert status == 0, token
+    assert claims(token)["sub"] == "root"
+    async with running(settings_for_tests(jwt_secret="", state_dir=str(tmp_path))) as hub:
+        client = await connect_to_server({"server_url": hub.url, "token": token})
+        try:
+            assert client.config["workspace"] == "ws-user-root"
+            admin = await client.get_service("admin-utils")
+            assert await admin.list_servers() == [hub.hub.replica_id]
+        finally:
+            await client.disconnect()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -65,6 +79,8 @@ async def test_a_token_from_another_state_dir_is_refused(tmp_path: Path) -> None
         (["--user", "u", "--workspace", "w", "--expires-in", "1e12"], "--expires-in"),
         (["--user", "u", "--workspace", "w", "--jwt-secret", "short"], "at least 32"),
         (["--workspace", "w"], "Missing option '--user'"),
+        (["--root", "--user", "u"], "--root stands for the root user"),
+        (["--root", "--permission", "read"], "--root stands for the root user"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_a_non_zero_exit(tmp_path: Path, args: list[str], message: str) -> None:

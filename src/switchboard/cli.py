@@ -129,15 +129,22 @@ def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> 
 @click.option(
     "--user",
     "user_id",
-    required=True,
+    default=None,
     help="Name of the operator's user the token stands for (letters, digits, _ - | .); its id is op.<name>, "
     "never the id of a provider's user.",
 )
 @click.option(
     "--workspace",
-    required=True,
+    default=None,
     help="Workspace the token grants: a name users cannot create (e.g. lab_shared, LabShared); access to a "
     "workspace a user created is handed out by its owner (generate_token).",
+)
+@click.option(
+    "--root",
+    is_flag=True,
+    help="A token of the hub's root user instead (admin of every workspace, the only one to reach admin-utils); "
+    "it opens the root user's workspace ws-user-root. Keep it as safe as the hub's secret. Not with --user, "
+    "--workspace or --permission.",
 )
 @click.option(
     "--permission",
@@ -150,30 +157,48 @@ def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> 
 @click.option("--jwt-secret", default=None, metavar="TEXT", help=f"As for serve. [env var: {env_name('jwt_secret')}]")
 @click.option("--state-dir", default=None, metavar="TEXT", help=f"As for serve. [env var: {env_name('state_dir')}]")
 def token(
-    user_id: str, workspace: str, permission: str, expires_in: float, jwt_secret: str | None, state_dir: str | None
+    user_id: str | None,
+    workspace: str | None,
+    root: bool,
+    permission: str,
+    expires_in: float,
+    jwt_secret: str | None,
+    state_dir: str | None,
 ) -> None:
     """Print a token signed with the hub's secret (the settings and state directory of serve), for scripts, CI
     and handing out access to a shared workspace."""
     from switchboard.clock import SystemClock
     from switchboard.errors import ProtocolError
     from switchboard.hub.identity.auth import TokenIssuer
-    from switchboard.hub.identity.users import Permission, User, operator_user_id
+    from switchboard.hub.identity.users import ROOT, Permission, User, operator_user_id, user_workspace
     from switchboard.hub.manager.manager import MAX_TOKEN_LIFETIME
     from switchboard.hub.manager.ownership import anyone_may_create
     from switchboard.protocol import ids
     from switchboard.server.process.state_dir import token_secret
 
-    try:
-        ids.check_id(user_id, "user id")
-        ids.check_id(workspace, "workspace")
-    except ProtocolError as exc:
-        raise click.UsageError(str(exc)) from None
-    if anyone_may_create(workspace):
-        raise click.UsageError(
-            f"--workspace={workspace} is a name any user may create (lowercase letters, digits and hyphens): while "
-            "it has no record, the first user to create it would own it and every token for it. Use a name users "
-            f"cannot create (e.g. {workspace.replace('-', '_')}), or have its owner create it and call generate_token."
-        )
+    if root:
+        if user_id is not None or workspace is not None or permission != "read_write":
+            raise click.UsageError("--root stands for the root user: give no --user, --workspace or --permission")
+        user, workspace, grant = ROOT, user_workspace(ROOT.id), Permission.ADMIN
+    else:
+        if user_id is None:
+            raise click.UsageError("Missing option '--user' (or --root).")
+        if workspace is None:
+            raise click.UsageError("Missing option '--workspace' (or --root).")
+        try:
+            ids.check_id(user_id, "user id")
+            ids.check_id(workspace, "workspace")
+        except ProtocolError as exc:
+            raise click.UsageError(str(exc)) from None
+        if anyone_may_create(workspace):
+            raise click.UsageError(
+                f"--workspace={workspace} is a name any user may create (lowercase letters, digits and hyphens): "
+                "while it has no record, the first user to create it would own it and every token for it. Use a "
+                f"name users cannot create (e.g. {workspace.replace('-', '_')}), or have its owner create it and "
+                "call generate_token."
+            )
+        grant = Permission.parse(permission)
+        user = User(id=operator_user_id(user_id), grants={workspace: grant})
     if not 0 < expires_in <= MAX_TOKEN_LIFETIME:
         raise click.UsageError(f"--expires-in={expires_in:g}: use a number of seconds from 0 to {MAX_TOKEN_LIFETIME:g}")
     try:
@@ -182,8 +207,6 @@ def token(
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     issuer = TokenIssuer(secret=secret, clock=SystemClock())
-    grant = Permission.parse(permission)
-    user = User(id=operator_user_id(user_id), grants={workspace: grant})
     click.echo(issuer.issue(user, workspace=workspace, permission=grant, expires_in=expires_in))
 
 

@@ -313,6 +313,34 @@ class Settings:
         "the store without bound",
         minimum=1,
     )
+    max_queue_item_bytes: int = setting(
+        16 * 1024,
+        "Bytes of one task pushed to public/queue (its JSON); an anonymous user's workspace takes a sixteenth. "
+        "A larger one is refused.",
+        "16 KiB: a task names its work (ids, parameters, a URL), the data itself travels by a service call or "
+        "storage, and the hub's ceiling of tasks then holds at most 256 MiB",
+        minimum=256,
+    )
+    max_queue_items_per_workspace: int = setting(
+        1000,
+        "Tasks the queues of one workspace hold at once (public/queue); a push past it is refused until some are popped.",
+        "1000: a backlog of work for a pool of workers, at most 16 MiB per workspace, while a producer without "
+        "consumers stops at a bound instead of filling the hub",
+        minimum=1,
+    )
+    max_queue_items_per_user: int = setting(
+        4000,
+        "Tasks charged to one user at once, in every workspace (the root of the pusher's token chain; every "
+        "anonymous user shares one allowance); a push past it is refused until some are popped or expire.",
+        "4000: four full workspaces' worth, so one account's queues hold at most about 64 MiB",
+        minimum=1,
+    )
+    max_queue_items: int = setting(
+        16_384,
+        "Tasks the hub keeps at once in all queues, all users together; a push past it is refused (retry later).",
+        "16,384: at most 256 MiB of tasks in memory or Redis, so no crowd of accounts can make the hub run out of memory",
+        minimum=1,
+    )
     max_deletions_per_user: int = setting(
         10_000,
         "Workspace deletions charged to one user that the hub remembers at once (each for a year, so that no token "

@@ -151,6 +151,9 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
         def credential_revoked(self, token_id: str) -> None:
             seen.append(("credential_revoked", token_id))
 
+        def kicked(self, data: bytes) -> None:
+            seen.append(("kicked", data.decode()))
+
         def transit_notice(self, data: bytes) -> None:
             seen.append(("transit_notice", data))
 
@@ -161,6 +164,7 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
     assert hand(port, f"sb:ws:{WS}", b"r\nevent")
     assert hand(port, "sb:deleted", WS.encode())
     assert hand(port, "sb:revoked", b"jti-1")
+    assert hand(port, "sb:kick", b"ws/c\n1000\nbye")
     assert hand(port, "sb:transit", b"{}")
     assert not hand(port, "sb:elsewhere", b"?")
     assert seen == [
@@ -170,6 +174,7 @@ def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
         ("broadcast", b"r\nevent"),
         ("workspace_deleted", WS),
         ("credential_revoked", "jti-1"),
+        ("kicked", "ws/c\n1000\nbye"),
         ("transit_notice", b"{}"),
     ]
 

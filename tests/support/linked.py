@@ -88,6 +88,9 @@ class LinkedReplica:
     def credential_revoked(self, token_id: str) -> None:
         raise AssertionError(f"not subscribed: {token_id}")
 
+    def kicked(self, data: bytes) -> None:
+        raise AssertionError(f"not subscribed: {data!r}")
+
     def transit_notice(self, data: bytes) -> None:
         raise AssertionError(f"not subscribed: {data!r}")
 

@@ -102,8 +102,26 @@ class FromReplicas:
         for peer in self._holders.of(token_id):
             peer.close(CLOSE_POLICY, f"Authentication error: {REVOKED}")
 
+    def kicked(self, data: bytes) -> None:
+        """Close the connections a kick names (:func:`kick_notice`): one client, or a workspace's every one."""
+        try:
+            address, code_text, reason = data.decode().split("\n", 2)
+            workspace, _, client_id = address.partition("/")
+            code = int(code_text)
+        except ValueError:
+            self.log.info("dropped a malformed kick notice")
+            return
+        for peer in list(self._members.get(workspace, ())):
+            if client_id in ("*", peer.client_id):
+                peer.close(code, reason)
+
     def transit_notice(self, data: bytes) -> None:
         self._moves.on_notice(data)
 
     def __repr__(self) -> str:
         return f"<FromReplicas channels={len(self._listening)}>"
+
+
+def kick_notice(workspace: str, client_id: str | None, code: int, reason: str) -> bytes:
+    """What :meth:`FromReplicas.kicked` reads: ``None`` closes every client of ``workspace``."""
+    return f"{workspace}/{client_id or '*'}\n{code}\n{reason}".encode()

@@ -31,12 +31,13 @@ from switchboard.backends.base import (
 from switchboard.backends.entrance import StoreEntrance
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
+from switchboard.backends.queues import MemoryQueues, QueueBounds, QueueStore
 from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
-from switchboard.hub.from_replicas import FromReplicas
+from switchboard.hub.from_replicas import FromReplicas, kick_notice
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
@@ -63,7 +64,7 @@ from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
-from switchboard.replicas.inbound import DELETED_CHANNEL, REVOKED_CHANNEL
+from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
 from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
@@ -80,6 +81,15 @@ TOKEN_REUSE = 60.0
 # Seconds a connection that revoked its own credential stays open, so the answer to its call reaches it:
 # plenty for a frame already queued on loopback or a LAN, and short for a leaked credential's holder.
 ANSWER_GRACE = 1.0
+
+
+def queue_bounds(settings: Settings) -> QueueBounds:
+    """The bounds of the task queues (``--max-queue-items*``)."""
+    return QueueBounds(
+        per_workspace=settings.max_queue_items_per_workspace,
+        per_principal=settings.max_queue_items_per_user,
+        total=settings.max_queue_items,
+    )
 
 
 class Hub:
@@ -99,6 +109,7 @@ class Hub:
         workspaces: WorkspaceStore | None = None,
         revocations: Revocations | None = None,
         entrance: Entrance | None = None,
+        queues: QueueStore | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -123,6 +134,8 @@ class Hub:
             ),
             OidcVerifier(settings, clock) if settings.oidc_issuer else None,
         )
+        # the task queues of public/queue (hub/manager/task_queue.py)
+        self.queues = queues or MemoryQueues(clock, queue_bounds(settings))
         self.gate = Gatekeeper(
             settings=settings,
             issuer=issuer,
@@ -283,6 +296,7 @@ class Hub:
         await self.unicast.subscribe_own(REPLICA_CHANNEL + self.replica_id)
         await self.bus.subscribe(DELETED_CHANNEL)
         await self.bus.subscribe(REVOKED_CHANNEL)
+        await self.bus.subscribe(KICK_CHANNEL)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
         # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
@@ -570,6 +584,19 @@ class Hub:
             spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
         self.from_replicas.credential_revoked(token_id)
         await self.remote.publish(REVOKED_CHANNEL, token_id.encode())
+
+    async def kick(self, workspace: str, client_id: str | None, code: int, reason: str) -> None:
+        """Close a client's connection (``None``: every client of ``workspace``) on every replica."""
+        notice = kick_notice(workspace, client_id, code, reason)
+        self.from_replicas.kicked(notice)
+        await self.remote.publish(KICK_CHANNEL, notice)
+
+    async def replica_ids(self) -> list[str]:
+        """The live replicas of this hub, by id (this one alone on the embedded backends)."""
+        if self.cluster is None:
+            return [self.replica_id]
+        records, _ = await self.cluster.presence.read_all()
+        return sorted({str(r["id"]) for r in records if "id" in r} | {self.replica_id})
 
     async def _close_after_answer(self, peer: Peer) -> None:
         await self.clock.sleep(ANSWER_GRACE)

@@ -18,6 +18,9 @@ REPLICA_CHANNEL = "sb:replica:"  # + replica id: replies to calls its manager ma
 WORKSPACE_CHANNEL = "sb:ws:"  # + workspace: broadcasts, heard by every replica with members there
 DELETED_CHANNEL = "sb:deleted"  # which workspace was deleted: every replica ends its clients' sessions there
 REVOKED_CHANNEL = "sb:revoked"  # which credential (jti) was revoked: every replica ends the sessions standing on it
+KICK_CHANNEL = (
+    "sb:kick"  # which client (or every client of a workspace) the root user closed: "<ws>/<cid|*>\n<code>\n<reason>"
+)
 TRANSIT_CHANNEL = "sb:transit"  # clients in transit: left, back, gone, abandoned, taken
 
 
@@ -41,6 +44,10 @@ class Inbound(Protocol):
 
     def credential_revoked(self, token_id: str) -> None: ...
 
+    def kicked(self, data: bytes) -> None:
+        """The root user closed a client, or every client of a workspace (``admin-utils``)."""
+        ...
+
     def transit_notice(self, data: bytes) -> None:
         """A notice about a client in transit (:mod:`switchboard.hub.transit.moves`)."""
         ...
@@ -61,6 +68,8 @@ def hand(port: Inbound, channel: str, data: bytes) -> bool:
         port.workspace_deleted(data.decode(errors="replace"))
     elif channel == REVOKED_CHANNEL:
         port.credential_revoked(data.decode(errors="replace"))
+    elif channel == KICK_CHANNEL:
+        port.kicked(data)
     else:
         return False
     return True

@@ -20,7 +20,7 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.clock import Clock, SystemClock
 from switchboard.config import Settings
-from switchboard.hub.hub import Hub
+from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
@@ -72,9 +72,11 @@ def build_hub(
     workspaces: WorkspaceStore | None = None
     revocations = None
     entrance = None
+    queues = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis.assemble import redis_backends
         from switchboard.backends.redis.entrance import RedisEntrance
+        from switchboard.backends.redis.queues import RedisQueues
         from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
 
@@ -104,6 +106,7 @@ def build_hub(
         )
         # an admission's reads in one pipeline, its count and claim in one script (keys as above)
         entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
+        queues = RedisQueues(parts.client, clock=clock, bounds=queue_bounds(settings))  # public/queue, shared
         if settings.links:
             links = LinkSettings(
                 secret=settings.jwt_secret,
@@ -138,6 +141,7 @@ def build_hub(
         issuer=TokenIssuer(secret=secret, clock=clock),
         revocations=revocations,
         entrance=entrance,
+        queues=queues,
     )
     if parts is not None:
         hub.cluster = _cluster(hub, parts)

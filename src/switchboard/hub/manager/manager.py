@@ -17,18 +17,21 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hypha_rpc import RPC
-from hypha_rpc.utils.schema import schema_function
 
 from switchboard.backends.base import WorkspaceStore
+from switchboard.backends.queues import QueueStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.manager.admin_utils import AdminHost, AdminUtils
+from switchboard.hub.manager.builtin_services import BuiltIns, schema_service
 from switchboard.hub.manager.event_log import EventLog
 from switchboard.hub.manager.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.manager.ownership import anyone_may_create
 from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDirectory
+from switchboard.hub.manager.task_queue import TaskQueue
 from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
@@ -45,7 +48,7 @@ from switchboard.tasks import cancel_and_wait, spawn
 log = logging.getLogger(__name__)
 
 
-class ManagerHost(DirectoryHost, Protocol):
+class ManagerHost(DirectoryHost, AdminHost, Protocol):
     """What the manager needs of the hub that hosts it (the hub is :class:`switchboard.hub.hub.Hub`)."""
 
     clock: Clock
@@ -55,6 +58,7 @@ class ManagerHost(DirectoryHost, Protocol):
     workspaces: WorkspaceStore
     subscribers: Subscribers
     gate: Gatekeeper
+    queues: QueueStore
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
@@ -115,7 +119,12 @@ class WorkspaceManager:
         self.hub = hub
         self.link = _RouterLink(hub)
         self.rpc: RPC | None = None
-        self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc)  # the methods about services
+        # the hub's built-in services besides this one: public/queue, ws-user-root/admin-utils
+        self.queue = TaskQueue(hub.queues, clock=hub.clock, max_item_bytes=hub.settings.max_queue_item_bytes)
+        self.admin = AdminUtils(hub)
+        self.builtins = BuiltIns(hub.manager_id, hub.manager_address, rpc=lambda: self.rpc)
+        # the methods about services
+        self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc, builtins=self.builtins)
         # workspaces as records, their event log, their environment and service types
         self.records = WorkspaceRecords(
             hub,
@@ -161,6 +170,8 @@ class WorkspaceManager:
             method_timeout=hub.settings.call_timeout,
         )
         await self.rpc.register_service(self._service(), {"notify": False})
+        for built_in in (self.queue.service(), self.admin.service()):
+            await self.rpc.register_service(schema_service(built_in), {"notify": False})
 
     async def stop(self) -> None:
         await cancel_and_wait(self.door.calls)
@@ -203,27 +214,28 @@ class WorkspaceManager:
         methods.update(self._record_methods())
         return methods
 
+    def built_in_methods(self, key: tuple[str, str]) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
+        """The functions of the built-in service ``key`` (:data:`~.builtin_services.BUILT_IN`), by name."""
+        spec = self.queue.service() if key[1] == "queue" else self.admin.service()
+        return {name: value for name, value in spec.items() if isinstance(value, tuple)}
+
     def _service(self) -> dict[str, Any]:
         s = self.hub.settings
-        methods = self.methods()
-        service: dict[str, Any] = {
-            "id": "default",
-            "name": "Default workspace management service",
-            "description": "Services for managing workspace.",
-            "config": {
-                "require_context": True,
-                "visibility": "public",
-                "server_id": s.server_id,
-                "public_base_url": s.public_base_url,
-                "hypha_version": HYPHA_VERSION,
-            },
-        }
-        for name, (fn, props) in methods.items():
-            doc = (fn.__doc__ or name).strip().splitlines()[0]
-            service[name] = schema_function(
-                fn, name=name, description=doc, parameters={"type": "object", "properties": props}
-            )
-        return service
+        return schema_service(
+            {
+                "id": "default",
+                "name": "Default workspace management service",
+                "description": "Services for managing workspace.",
+                "config": {
+                    "require_context": True,
+                    "visibility": "public",
+                    "server_id": s.server_id,
+                    "public_base_url": s.public_base_url,
+                    "hypha_version": HYPHA_VERSION,
+                },
+                **self.methods(),
+            }
+        )
 
     def _record_methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         r, e, d = self.records, self.events, self.data

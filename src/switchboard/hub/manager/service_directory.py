@@ -26,6 +26,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.manager.builtin_services import BuiltIns
 from switchboard.hub.manager.manager_door import calling_peer, require
 from switchboard.hub.manager.shared_values import SharedValues
 from switchboard.hub.routing.limits import Allowance, TokenBucket
@@ -85,9 +86,10 @@ class ServiceDirectory:
     from its provider through it.
     """
 
-    def __init__(self, hub: DirectoryHost, *, rpc: Callable[[], RPC | None]) -> None:
+    def __init__(self, hub: DirectoryHost, *, rpc: Callable[[], RPC | None], builtins: BuiltIns | None = None) -> None:
         self.hub = hub
         self._rpc = rpc
+        self.builtins = builtins  # the hub's built-in services, found before the registry
         self._rng = random.Random()
         self._schemas = SharedValues(SHARED_SCHEMAS)
 
@@ -175,6 +177,11 @@ class ServiceDirectory:
         config = plain(config) or {}
         if _names_manager(service_id):
             return self.manager_info()
+        if (
+            self.builtins is not None
+            and (key := self.builtins.named(service_id, peer.workspace, peer.user)) is not None
+        ):
+            return self.builtins.info(key)
         return await self.resolve(
             service_id,
             workspace=peer.workspace,
@@ -190,6 +197,11 @@ class ServiceDirectory:
         config = plain(config) or {}
         if _names_manager(service_id):
             return self._manager_service()
+        if (
+            self.builtins is not None
+            and (key := self.builtins.named(service_id, peer.workspace, peer.user)) is not None
+        ):
+            return self.builtins.service(key, self.hub.settings.public_base_url)
 
         info = await self.resolve(
             service_id,
@@ -227,6 +239,12 @@ class ServiceDirectory:
         found = await self.hub.registry.find(listing.lookup)
         everywhere = listing.patterns.get("workspace", "*") == "*"
         result = []
+        for info in self.builtins.listed(peer.user) if self.builtins is not None else ():
+            ws = info["id"].partition("/")[0]
+            if listing.admits(info) and not (
+                everywhere and ws != peer.workspace and svc_ids.visibility(info) != "public"
+            ):
+                result.append(info)
         for info in found:
             ws = info["id"].partition("/")[0]
             if everywhere and ws != peer.workspace and svc_ids.visibility(info) != "public":

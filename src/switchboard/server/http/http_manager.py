@@ -26,6 +26,7 @@ from switchboard.errors import NotFound, RequestRefused
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User, new_anonymous_user
 from switchboard.hub.manager.manager_door import CALLER
+from switchboard.hub.manager.task_queue import MAX_POP_TIMEOUT
 from switchboard.hub.sessions.peer import Peer
 
 # These act on the caller's connection (its subscriptions, its services): an HTTP request has none.
@@ -88,17 +89,31 @@ async def call_manager(hub: Hub, caller: Peer, function: str, kwargs: dict[str, 
     found = hub.manager.methods().get(function)
     if found is None:
         raise NotFound(f"{function} not found.")
-    method = found[0]
+    if function == "list_services" and kwargs.get("query") is None:
+        kwargs = {**kwargs, "query": {"workspace": workspace}}
+    return await _run(found[0], caller, function, kwargs, timeout=hub.settings.call_timeout)
+
+
+async def call_built_in(hub: Hub, caller: Peer, key: tuple[str, str], function: str, kwargs: dict[str, Any]) -> Any:
+    """Run a function of a built-in service (``public/queue``, ``admin-utils``) for ``caller``: each acts on
+    the caller's own workspace and checks its rights there, as for a connection. A pop may wait its own
+    timeout besides the call's."""
+    found = hub.manager.built_in_methods(key).get(function)
+    if found is None:
+        raise NotFound(f"{function} not found.")
+    timeout = hub.settings.call_timeout + (MAX_POP_TIMEOUT if function == "pop" else 0.0)
+    return await _run(found[0], caller, function, kwargs, timeout=timeout)
+
+
+async def _run(method: Any, caller: Peer, function: str, kwargs: dict[str, Any], *, timeout: float) -> Any:
     if "context" in kwargs:
         raise RequestRefused(400, "context is set by the hub, not by the caller")
     try:
         inspect.signature(method).bind(**kwargs)
     except TypeError as exc:
         raise RequestRefused(400, f"Bad arguments for {function}: {exc}") from None
-    if function == "list_services" and kwargs.get("query") is None:
-        kwargs = {**kwargs, "query": {"workspace": workspace}}
     token = CALLER.set(caller)  # the call's task inherits it, as the RPC's tasks do
     try:
-        return await asyncio.wait_for(method(**kwargs), hub.settings.call_timeout)
+        return await asyncio.wait_for(method(**kwargs), timeout)
     finally:
         CALLER.reset(token)

@@ -24,7 +24,7 @@ from switchboard.protocol import services as svc_ids
 from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.server.http.http_errors import error_response, refusal, status_of
-from switchboard.server.http.http_manager import call_manager, http_caller
+from switchboard.server.http.http_manager import call_built_in, call_manager, http_caller
 from switchboard.server.process.server_state import ServerState
 
 log = logging.getLogger(__name__)
@@ -174,6 +174,9 @@ async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowan
     directory = server_state(request).hub.manager.directory
     if service_id == "~":  # the workspace manager, as in Hypha
         return directory.manager_info()
+    builtins = server_state(request).hub.manager.builtins
+    if (key := builtins.named(f"{ws}/{service_id}", own_ws, user)) is not None:
+        return builtins.info(key)
     # resolve chooses among the services the caller may use (svc_ids.may_use) alone
     return await directory.resolve(
         f"{ws}/{service_id}",
@@ -302,6 +305,17 @@ async def _call(request: Request, user: User, own_ws: str, allowance: Allowance)
         caller.allowance = allowance  # its select: lookups are calls of the request's user or address
         hub.metrics.http_calls.inc()
         done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
+        return _respond(done, as_msgpack)
+    named = f"{_workspace(request)}/{request.path_params['service_id']}"
+    if (key := hub.manager.builtins.named(named, own_ws, user)) is not None:  # public/queue, admin-utils
+        await _not_deleted(request, user, _workspace(request))
+        # in the caller's own workspace, whose queues are its own: the path's is the service's
+        caller = await http_caller(
+            hub, user=user, own_workspace=own_ws, workspace=own_ws, anonymous=user is ANONYMOUS_HTTP
+        )
+        caller.allowance = allowance
+        hub.metrics.http_calls.inc()
+        done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
         return _respond(done, as_msgpack)
     info = await _resolve(request, user, own_ws, allowance)
     _check_built_in(info, user)
