@@ -315,8 +315,10 @@ def child_user(
     extra_scopes: tuple[str, ...] = (),
     email: str | None = None,
 ) -> User:
-    """The user a generated token stands for: a new id that inherits roles (and the email,
-    unless one is given: the caller checked it may set one), and carries the ids of the
+    """The user a generated token stands for: a new id that inherits roles but the hub's
+    ``admin`` (which would make a token minted for one workspace and permission admin
+    everywhere), and the email unless one is given (the caller checked it may set one);
+    it carries the ids of the
     credentials it descends from (:attr:`User.lineage`), so revoking any of them revokes it;
     :class:`AuthError` past :data:`MAX_TOKEN_CHAIN` generations."""
     chain = parent.lineage
@@ -328,7 +330,7 @@ def child_user(
         )
     return User(
         id=shortuuid.uuid()[:16].lower(),
-        roles=parent.roles,
+        roles=tuple(role for role in parent.roles if role != "admin"),
         grants={workspace: permission},
         parent=parent.parent or parent.id,
         email=email or parent.email,
