@@ -197,7 +197,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
         Middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],  # an app takes any
             allow_headers=["*"],
             allow_credentials=False,
             max_age=600,
