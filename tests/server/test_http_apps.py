@@ -15,9 +15,10 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
+from hypha_rpc import connect_to_server
 
 from switchboard.config import Settings
-from switchboard.testing.hub import RunningServer, settings_for_tests
+from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import scaled
 
 pytestmark = pytest.mark.timeout(60)
@@ -177,6 +178,31 @@ async def test_a_response_above_the_bound_is_cut_off(connect, http):
     with pytest.raises(httpx.RemoteProtocolError):  # the body never completes
         await download()
     assert sum(map(len, received)) <= MAX_RESPONSE
+
+
+async def test_an_app_that_does_not_start_its_response_in_time_gets_a_504_and_its_late_answer_goes_nowhere():
+    async with running(settings_for_tests(call_timeout=0.5)) as srv, httpx.AsyncClient(base_url=srv.url) as http:
+        api = await connect_to_server({"server_url": srv.url, "client_id": "laptop"})
+        release, late = asyncio.Event(), asyncio.get_running_loop().create_future()
+
+        async def serve(args: dict[str, Any]) -> None:
+            await release.wait()
+            try:
+                await args["send"]({"type": "http.response.start", "status": 200, "headers": []})
+            except Exception as exc:
+                late.set_result(str(exc))
+                raise
+
+        try:
+            await api.register_service(
+                {"id": "slow", "type": "asgi", "config": {"visibility": "public"}, "serve": serve}
+            )
+            answer = await http.get(f"/{api.config['workspace']}/apps/slow/", timeout=scaled(10))
+            assert answer.status_code == 504, answer.text
+            release.set()
+            assert "answered the request itself" in await asyncio.wait_for(late, scaled(10))
+        finally:
+            await api.disconnect()
 
 
 async def test_concurrent_requests_are_all_answered(connect, http):

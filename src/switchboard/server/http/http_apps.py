@@ -73,6 +73,7 @@ class Exchange:
         self._reading = asyncio.Lock()
         self._watch: asyncio.Task[None] | None = None
         self._pending_empty = False  # a bodiless request's one message, answered without a read
+        self.closed = False  # the hub answers (or answered) the request itself: the app's sends are refused
 
     def expect(self, headers: Any) -> None:
         """What the request's head announces: no body (then a disconnect is watched for at once), or
@@ -112,8 +113,8 @@ class Exchange:
     async def send(self, message: Any) -> None:
         """The app's ``send``: checked (:class:`~switchboard.server.http.app_exchange.ResponseGuard`), then
         written; an app sending to a client that went away is told so."""
-        if self.gone.is_set() and self.response.started:
-            raise ConnectionError("the HTTP client went away")
+        if self.closed or (self.gone.is_set() and self.response.started):
+            raise ConnectionError("the HTTP client went away, or the hub answered the request itself")
         checked = self.response.accept(message)
         await self._send(checked)
         if checked["type"] == "http.response.start":
@@ -137,6 +138,7 @@ class Exchange:
 
     async def close(self) -> None:
         """The app is done (or given up on): a ``receive`` still waiting returns ``http.disconnect``."""
+        self.closed = True
         self.gone.set()
         if self._watch is not None:
             self._watch.cancel()
@@ -240,6 +242,7 @@ class AppGateway:
             if not exchange.response.finished:
                 await exchange.send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            exchange.closed = True  # before an error is answered: the app cannot start a response meanwhile
             for task in (call, started, gone):
                 task.cancel()
             await asyncio.gather(call, started, gone, return_exceptions=True)
