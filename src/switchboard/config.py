@@ -391,6 +391,14 @@ class Settings:
         "30 s, the hypha-rpc default method timeout: callers see the same patience either way",
         minimum=0.1,
     )
+    max_app_response_bytes: int = setting(
+        1024 * 1024 * 1024,
+        "Largest response body an app served at /{workspace}/apps/ may send to one request, in bytes; past it the "
+        "response is cut off (its request bodies are bounded by --max-message-bytes).",
+        "1 GiB: a model or data file streams through whole, while a runaway stream ends; the hub holds one piece "
+        "of a response at a time whatever the total, so the bound is on traffic, not memory",
+        minimum=1024,
+    )
     undeliverable_retry_window: float = setting(
         6.0,
         "Seconds a frame for a registered but unreachable client is retried before its caller is failed.",

@@ -47,7 +47,7 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.protocol import envelope, handshake
+from switchboard.protocol import envelope, handshake, relay
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Dispatch:
         aliases: Mapping[str, Acting],
         metrics: HubMetrics,
         token: Callable[[Peer], str],
+        manager_user: dict[str, Any] | None = None,
     ) -> None:
         self.router = router
         self.remote = remote
@@ -104,6 +105,7 @@ class Dispatch:
         self.aliases = aliases
         self.metrics = metrics
         self.token = token
+        self.manager_user = manager_user or {}  # the user the manager's frames carry (root)
         self.replica_id = router.replica_id
         self._background: set[asyncio.Task[Any]] = set()
         self._broadcasts: deque[tuple[list[Peer], bytes]] = deque()  # waiting for their turns, oldest first
@@ -141,7 +143,7 @@ class Dispatch:
             elif type(action) is RetryIfClaimed:
                 return self._retry_if_claimed(action.target, action.item)
             elif type(action) is ToManager:
-                self.to_manager(action.frame, action.caller, action.env)
+                self._to_manager(action)
                 return None
             elif type(action) is ToAlias:
                 if (acting := self.aliases.get(action.address)) is not None:
@@ -204,6 +206,26 @@ class Dispatch:
         """
         if action.behind or not self.remote.send_to_replica(action.replica, action.frame):
             self.replies.add(action.replica, Undelivered(action.frame, None, ""))
+
+    def _to_manager(self, action: ToManager) -> None:
+        """Into the manager's door; a callback addressed to the manager within a workspace
+        (:func:`~switchboard.protocol.relay.manager_in_workspace`) is answered from that address."""
+        env = action.env
+        if env is None:
+            try:
+                env = envelope.decode(action.frame)
+            except ProtocolError:
+                self.to_manager(action.frame, action.caller, None)  # the door drops it, saying why
+                return
+        ws = relay.manager_in_workspace(env.main.get("to"), env.main.get("method"), self.router.manager_id)
+        if ws is None or ACTING_AS.get() is not None:
+            self.to_manager(action.frame, action.caller, env)
+            return
+        token = ACTING_AS.set(Acting(f"{ws}/{self.router.manager_id}", ws, self.manager_user))
+        try:
+            self.to_manager(action.frame, action.caller, env)
+        finally:
+            ACTING_AS.reset(token)
 
     def receive_as(self, acting: Acting, frame: bytes) -> None:
         """A frame for an HTTP caller: its calls live in the manager's RPC, which answers as the caller.

@@ -255,6 +255,7 @@ class Hub:
             aliases=self._acting,
             metrics=metrics,
             token=self.reconnection_token,
+            manager_user=self.root_wire,
         )
         released.connect(self.dispatch)
         # what other replicas send here, whichever way it comes: the one port the unicast is handed

@@ -92,3 +92,17 @@ def manager_session(method: object, extra: bytes | memoryview) -> str | None:
     if key is not None:
         return key.partition(".")[0]
     return session_root(method)
+
+
+def manager_in_workspace(target: object, method: object, manager_id: str) -> str | None:
+    """The workspace of a callback call addressed to the manager as a member of it, else ``None``.
+
+    hypha-rpc addresses a function the manager passed as an argument (an app's ``receive`` and
+    ``send``) as ``<workspace>/<manager id>``, the workspace of the caller the manager acted
+    for, and accepts an answer only from that address. Session calls only
+    (``<session>.<function>``): a call of the manager's services is answered as the manager.
+    """
+    if not isinstance(target, str) or session_root(method) is None:
+        return None
+    ws, _, cid = target.partition("/")
+    return ws if cid == manager_id and ws not in ("", "*") else None

@@ -24,7 +24,7 @@ from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server.http import http_rpc, http_services, hypha_routes, status_api, web_console
+from switchboard.server.http import http_apps, http_rpc, http_services, hypha_routes, status_api, web_console
 from switchboard.server.process.server_state import Phase, ServerState
 from switchboard.server.process.state_dir import WORKSPACES_FILE, state_path, token_secret
 from switchboard.server.ws.websocket import PATH, websocket_endpoint
@@ -201,7 +201,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
         Middleware(
             CORSMiddleware,
             allow_origins=origins,
-            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],  # an app takes any
             allow_headers=["*"],
             allow_credentials=False,
             max_age=600,
@@ -239,6 +239,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         *http_rpc.routes(),
         *status_api.routes(),
         *http_services.routes(),
+        *http_apps.routes(),
         *web_console.routes(),  # after: a workspace named "console" keeps /console/services
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=_middleware(settings))

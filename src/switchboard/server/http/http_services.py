@@ -157,13 +157,13 @@ async def service_info(request: Request) -> Response:
         user, own_ws = await request_user(request)
         allowance = caller_allowance(request, user)
         with allowance.holding(1):
-            info = await _resolve(request, user, own_ws, allowance)
+            info = await resolve_service(request, user, own_ws, allowance)
         return JSONResponse(_jsonable(info))
 
     return await _guard(request, handler)
 
 
-async def _resolve(request: Request, user: User, own_ws: str, allowance: Allowance) -> svc_ids.ServiceInfo:
+async def resolve_service(request: Request, user: User, own_ws: str, allowance: Allowance) -> svc_ids.ServiceInfo:
     """The service the path names (``?_mode=`` among several); a ``select:`` mode's candidates
     are calls of the caller, admitted by its ``allowance`` while they run."""
     ws = _workspace(request)
@@ -317,7 +317,7 @@ async def _call(request: Request, user: User, own_ws: str, allowance: Allowance)
         hub.metrics.http_calls.inc()
         done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
         return _respond(done, as_msgpack)
-    info = await _resolve(request, user, own_ws, allowance)
+    info = await resolve_service(request, user, own_ws, allowance)
     _check_built_in(info, user)
     hub.metrics.http_calls.inc()
     timeout = hub.settings.call_timeout
