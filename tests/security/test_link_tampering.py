@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -248,8 +249,20 @@ async def test_half_open_handshakes_from_many_addresses_leave_descriptors_for_cl
         # 70 addresses, 16 each (as many as one address may hold): 1,120 handshakes held open
         holders = [asyncio.create_task(hold(f"127.0.0.{i}")) for i in range(2, 72) for _ in range(16)]
         await eventually(lambda: len(opened) >= 1120, "the flood of half-open handshakes", timeout=20)
-        # a client arrives while the flood holds
-        client = await asyncio.wait_for(connect_to_server({"server_url": b.url, "client_id": "after"}), scaled(10.0))
+        # while the flood holds, the replica keeps descriptors to spare for clients (read off /proc for
+        # 3.5 s, its handshake deadline and more, so every held handshake is counted; at most 40 looks)
+        assert b.proc is not None
+        loop = asyncio.get_running_loop()
+        most, until = 0, loop.time() + 3.5
+        for _ in range(40):
+            most = max(most, len(os.listdir(f"/proc/{b.proc.pid}/fd")))
+            if loop.time() > until:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.1)
+        assert most <= 1024 - 128, f"the flood took the replica to {most} of its 1024 descriptors"
+        # and a client arriving while the flood holds connects
+        client = await asyncio.wait_for(connect_to_server({"server_url": b.url, "client_id": "after"}), scaled(20.0))
         assert client.config["workspace"]
     finally:
         stop.set()
