@@ -76,11 +76,11 @@ class WorkspaceRecords:
         self.ping = ping  # the manager's ping(client_id, timeout) -> "pong" | why not
 
     async def permission(self, user: User, workspace: str) -> Permission:
-        """The user's permission, with ``admin`` for an owner named in the record."""
+        """The user's permission, with ``admin`` for an owner named in the record (as at admission)."""
         have = user.permission(workspace)
-        if have < Permission.ADMIN and owns(user, await self.store.get(workspace)):
-            return Permission.ADMIN
-        return have
+        if have >= Permission.ADMIN:
+            return have
+        return user.with_ownership(workspace, await self.store.get(workspace)).permission(workspace)
 
     async def require(self, peer: Peer, workspace: str, need: Permission) -> None:
         if await self.permission(peer.user, workspace) < need:

@@ -9,7 +9,6 @@ names: a client id belongs to the user that first connected with it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -188,7 +187,7 @@ class Gatekeeper:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
         arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token), joining=joining)
-        user = self._with_ownership(user, workspace, arrival.record)
+        user = user.with_ownership(workspace, arrival.record)
         if not user.can(workspace, Permission.READ):
             if await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
@@ -244,10 +243,10 @@ class Gatekeeper:
         return None if record is not None and user.named_in(record.get("owners")) else refusal
 
     async def as_owner(self, user: User, workspace: str) -> User:
-        """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.
-
-        Resolved once, at admission: the connection's permission checks read
-        the grant without asking the store again.
+        """``user`` with ``admin`` in ``workspace`` if its record names the user an owner
+        (:meth:`User.with_ownership`, as at admission): for a request with no connection, an
+        HTTP call into ``workspace``. A connection's is resolved once, at admission: its
+        permission checks read the grant without asking the store again.
         """
         if self.workspaces is None or user.is_anonymous or user.can(workspace, Permission.ADMIN):
             return user
@@ -255,15 +254,7 @@ class Gatekeeper:
             record = await self.workspaces.get(workspace)
         except BackendError:
             return user  # the store is away: the user keeps what its token grants, no more
-        return self._with_ownership(user, workspace, record)
-
-    @staticmethod
-    def _with_ownership(user: User, workspace: str, record: dict[str, object] | None) -> User:
-        if user.is_anonymous or user.can(workspace, Permission.ADMIN):
-            return user
-        if record is not None and user.named_in(record.get("owners")):
-            return dataclasses.replace(user, grants={**user.grants, workspace: Permission.ADMIN})
-        return user
+        return user.with_ownership(workspace, record)
 
     async def plan(
         self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool, arrival: Arrival | None = None
