@@ -102,9 +102,10 @@ def deletion_refusal(user: User, workspace: str, deleted_at: float | None) -> st
 
 
 def held_by_another(client: str) -> str:
-    """The refusal of a connection naming a client id that another user holds."""
+    """The refusal of a connection naming a client id that another user holds (a held id is a
+    client connected or in transit: active, in Hypha's words)."""
     return (
-        f"Failed to establish connection: Client already exists: {client} belongs to another user "
+        f"Failed to establish connection: Client already exists and is active: {client} belongs to another user "
         "(only that user, or the client's reconnection token, may take it over)"
     )
 
@@ -156,7 +157,7 @@ class Gatekeeper:
             user = await self._identify(hello.reconnection_token)
             if user.client_id != hello.client_id or not user.current_workspace:
                 raise HandshakeError(
-                    "Authentication error: reconnection token was issued to another client",
+                    "Authentication error: Client id mismatch: the reconnection token was issued to another client",
                     CLOSE_POLICY,
                 )
             workspace = user.current_workspace
@@ -172,7 +173,8 @@ class Gatekeeper:
             user = await self._identify(hello.token)
             if user.client_id and user.client_id != hello.client_id:
                 raise HandshakeError(
-                    f"Authentication error: token is bound to client id {user.client_id}",
+                    "Authentication error: Client id mismatch: this token is restricted to client with "
+                    f"client_id='{user.client_id}'",
                     CLOSE_POLICY,
                 )
             if user.current_workspace and hello.workspace and hello.workspace != user.current_workspace:
@@ -189,7 +191,8 @@ class Gatekeeper:
         arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token), joining=joining)
         user = user.with_ownership(workspace, arrival.record)
         if not user.can(workspace, Permission.READ):
-            if await self._workspace_exists(workspace, workspace_here):
+            # a workspace someone created exists, as one in use does (Hypha says so of its records)
+            if arrival.record is not None or await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
                     f"Failed to establish connection: Permission denied for workspace: {workspace}",
                     CLOSE_GOING_AWAY,
