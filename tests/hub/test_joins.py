@@ -28,7 +28,7 @@ def test_a_revocation_refuses_who_joins_with_that_credential_or_one_it_descends_
     descendant.expect(MEMBER, "team-a")
     stranger.expect(User(id="sam", token_id="jti-sam"), "team-a")
     joins.revoked("jti-root")
-    assert own.refusal == descendant.refusal == "Authentication error: token has been revoked"
+    assert own.refusal == descendant.refusal == "Authentication error: Token has been revoked"
     assert stranger.refusal is None
 
 
@@ -38,7 +38,7 @@ def test_the_first_notice_stands_and_a_joined_connection_is_no_longer_reached() 
     joining.expect(MEMBER, "team-a")
     joins.revoked("jti-member")
     joins.deleted("team-a")
-    assert joining.refusal == "Authentication error: token has been revoked"
+    assert joining.refusal == "Authentication error: Token has been revoked"
     joined = joins.begin()
     joined.expect(MEMBER, "team-b")
     joins.end(joined)

@@ -691,7 +691,7 @@ async def test_a_reconnection_token_is_bound_to_its_client_id_and_workspace(sing
     reader = single.actors["read"]
     token = reader.api.config["reconnection_token"]
     message = await _refused_at_connect(single.actor_url, client_id="not-the-reader", reconnection_token=token)
-    assert "reconnection token was issued to another client" in message
+    assert "Client id mismatch: the reconnection token was issued to another client" in message
     other_ws = single.actors["anonymous"].ws
     message = await _refused_at_connect(
         single.actor_url, client_id=reader.cid, workspace=other_ws, reconnection_token=token
@@ -704,7 +704,7 @@ async def test_a_token_bound_to_a_client_id_admits_only_that_client(single: Scen
     owner = single.actors["owner"]
     token = await owner.api.generate_token({"permission": "read_write", "client_id": "the-one"})
     message = await _refused_at_connect(single.actor_url, client_id="another-one", token=token)
-    assert "token is bound to client id the-one" in message
+    assert "Client id mismatch: this token is restricted to client with client_id='the-one'" in message
     api = await connect_to_server({"server_url": single.actor_url, "client_id": "the-one", "token": token})
     assert api.config["workspace"] == single.workspace
     await api.disconnect()

@@ -321,7 +321,7 @@ async def test_a_second_live_client_with_the_same_id_is_refused(connect):
     with pytest.raises(ConnectionAbortedError, match="already exists and is active"):
         await connect(client_id="twin", token=token, workspace=ws)
     # another user may not have the id at all, live or not (tests/security/test_client_id_ownership.py)
-    with pytest.raises(ConnectionAbortedError, match="already exists: .* belongs to another user"):
+    with pytest.raises(ConnectionAbortedError, match="already exists and is active: .* belongs to another user"):
         await connect(client_id="twin", token=await owner.generate_token(), workspace=ws)
 
 

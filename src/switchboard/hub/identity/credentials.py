@@ -21,7 +21,7 @@ from switchboard.hub.identity.auth import ISSUER, TokenIssuer
 from switchboard.hub.identity.oidc import LEEWAY, OidcVerifier
 from switchboard.hub.identity.users import Permission, User, user_workspace
 
-REVOKED = "token has been revoked"
+REVOKED = "Token has been revoked"  # Hypha's words (hypha/core/store.py)
 # Who every anonymous user's revocations are charged to: anonymous identities cost nothing to make,
 # so together they hold one user's allowance (and their tokens live a day at most, so it empties).
 ANONYMOUS_PRINCIPAL = "anonymous users"

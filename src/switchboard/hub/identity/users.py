@@ -7,7 +7,7 @@ reads or signs a token (:mod:`switchboard.hub.identity.auth` does, with PyJWT).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import shortuuid
@@ -123,6 +123,16 @@ class User:
         if not isinstance(owners, list):
             return False
         return self.id in owners or (self.parent is None and bool(self.email) and self.email in owners)
+
+    def with_ownership(self, workspace: str, record: dict[str, Any] | None) -> User:
+        """This user as it stands in ``workspace`` whose record is ``record``: with ``admin`` there
+        if the record names it an owner (a registered user only). Every door decides with this:
+        the WebSocket and ``/rpc`` admission, the HTTP routes, the manager's checks."""
+        if self.is_anonymous or self.can(workspace, Permission.ADMIN):
+            return self
+        if record is not None and self.named_in(record.get("owners")):
+            return replace(self, grants={**self.grants, workspace: Permission.ADMIN})
+        return self
 
     def to_wire(self, workspace: str | None = None, client_id: str | None = None) -> dict[str, Any]:
         """The user object stamped on messages and shown in ``connection_info``."""

@@ -340,7 +340,7 @@ class WorkspaceManager:
         # what a token is minted from is checked at each mint: no revoked credential (nor one it
         # descends from), none older than the workspace's deletion (a new token would launder it)
         if await self.hub.credentials.revocations.any_revoked(peer.user.revocation_ids):
-            raise PermissionDenied(f"Cannot generate a token: your {REVOKED}")
+            raise PermissionDenied(f"Cannot generate a token: {REVOKED}")
         if (refusal := await self.hub.gate.deletion(peer.user, ws)) is not None:
             raise PermissionDenied(f"Cannot generate a token: {refusal} after your token was issued")
         extra_scopes, email = self._token_labels(peer.user, config)
@@ -443,8 +443,9 @@ class WorkspaceManager:
                     f"Event type too long ({len(name)} characters, {name[:40]!r}...): event types may have at most "
                     f"{s.max_event_type_length} characters (--max-event-type-length/SWITCHBOARD_MAX_EVENT_TYPE_LENGTH)"
                 )
-            if not may_subscribe(name, peer.workspace):
-                raise PermissionDenied(f"Cannot subscribe to events of another workspace: {name}")
+            refusal = subscription_refusal(name, peer.workspace)
+            if refusal is not None:
+                raise PermissionDenied(refusal)
         added = set(names) - peer.subscriptions
         if len(peer.subscriptions) + len(added) > s.max_subscriptions_per_client:
             raise LimitExceeded(
@@ -470,11 +471,27 @@ class WorkspaceManager:
 def may_subscribe(name: str, workspace: str) -> bool:
     """Whether a client of ``workspace`` may subscribe to the event type ``name``, as Hypha decides:
     a server event type, or a name that names no workspace (``<ws>/...``, ``ws-...``) but its own."""
+    return subscription_refusal(name, workspace) is None
+
+
+def subscription_refusal(name: str, workspace: str) -> str | None:
+    """Why a client of ``workspace`` may not subscribe to ``name`` (``None``: it may), in Hypha's words."""
     if name in envelope.SERVER_EVENT_TYPES:
-        return True
+        return None
     if "/" in name:
-        return name.partition("/")[0] == workspace
-    return not name.startswith("ws-") or name == workspace
+        named = name.partition("/")[0]
+        if named == workspace:
+            return None
+        return (
+            f"Subscription to event '{name}' is forbidden. Event workspace '{named}' does not match your "
+            f"workspace '{workspace}'. Clients can only subscribe to events within their own workspace or system events."
+        )
+    if not name.startswith("ws-") or name == workspace:
+        return None
+    return (
+        f"Subscription to event '{name}' is forbidden as it contains workspace identifiers. Clients can only "
+        f"subscribe to events within their own workspace ({workspace}) or system events."
+    )
 
 
 def _event_names(event_type: Any) -> list[str]:

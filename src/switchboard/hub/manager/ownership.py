@@ -2,6 +2,7 @@
 
 The rules (docs/authorization.md, "Workspace records"):
 
+- A config names the workspace by its ``id``, else by its ``name`` (:func:`workspace_id_in`).
 - A name in the grammar users create in (:func:`anyone_may_create`) is free for any registered
   user while it has no record and nobody is in it; ``switchboard token`` hands out no such name,
   so no token grants rights in one before its record exists. Any other name (an operator's) needs
@@ -27,6 +28,19 @@ from switchboard.hub.identity.users import Permission, User, user_workspace
 # (so a created name never looks like a service or a built-in one).
 _CREATED_NAME = re.compile(r"[a-z0-9][a-z0-9-]*-[a-z0-9-]*")
 CREATED_NAME_RULE = "only lowercase letters, numbers and hyphens, with at least one hyphen (e.g. my-workspace)"
+
+
+def workspace_id_in(config: dict[str, Any]) -> str:
+    """The id a ``create_workspace`` config names: its ``id``, else (as Hypha) its ``name``, used as
+    it is (not lowercased), so the name is held to every rule an id is."""
+    named = config.get("id")
+    if named is None:
+        named = config.get("name")
+    if not isinstance(named, str):
+        raise ProtocolError("Workspace id must be provided: create_workspace expects a config with an 'id' or a 'name'")
+    if not named:
+        raise ProtocolError("Workspace name must not be empty.")
+    return named
 
 
 def anyone_may_create(workspace: str) -> bool:

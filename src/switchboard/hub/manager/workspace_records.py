@@ -21,7 +21,13 @@ from switchboard.hub.identity.credentials import payer
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.manager.data_charges import may_store, refusal_to_store
 from switchboard.hub.manager.manager_door import calling_peer
-from switchboard.hub.manager.ownership import Naming, check_may_create, naming_after, record_payer
+from switchboard.hub.manager.ownership import (
+    Naming,
+    check_may_create,
+    naming_after,
+    record_payer,
+    workspace_id_in,
+)
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
@@ -70,11 +76,11 @@ class WorkspaceRecords:
         self.ping = ping  # the manager's ping(client_id, timeout) -> "pong" | why not
 
     async def permission(self, user: User, workspace: str) -> Permission:
-        """The user's permission, with ``admin`` for an owner named in the record."""
+        """The user's permission, with ``admin`` for an owner named in the record (as at admission)."""
         have = user.permission(workspace)
-        if have < Permission.ADMIN and owns(user, await self.store.get(workspace)):
-            return Permission.ADMIN
-        return have
+        if have >= Permission.ADMIN:
+            return have
+        return user.with_ownership(workspace, await self.store.get(workspace)).permission(workspace)
 
     async def require(self, peer: Peer, workspace: str, need: Permission) -> None:
         if await self.permission(peer.user, workspace) < need:
@@ -96,9 +102,9 @@ class WorkspaceRecords:
         if user.is_anonymous:
             raise PermissionDenied("Only registered user can create workspace.")
         config = plain(config)
-        if not isinstance(config, dict) or not isinstance(config.get("id"), str):
-            raise ProtocolError("create_workspace expects a config object with an 'id'")
-        ws = ids.check_id(config["id"], "workspace")
+        if not isinstance(config, dict):
+            raise ProtocolError("create_workspace expects a config object with an 'id' or a 'name'")
+        ws = ids.check_id(workspace_id_in(config), "workspace")
         existing = await self.store.get(ws)
         have = Permission.ADMIN if owns(user, existing) else user.permission(ws)
         check_may_create(user, ws, have, new=existing is None)

@@ -9,7 +9,6 @@ names: a client id belongs to the user that first connected with it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,9 +102,10 @@ def deletion_refusal(user: User, workspace: str, deleted_at: float | None) -> st
 
 
 def held_by_another(client: str) -> str:
-    """The refusal of a connection naming a client id that another user holds."""
+    """The refusal of a connection naming a client id that another user holds (a held id is a
+    client connected or in transit: active, in Hypha's words)."""
     return (
-        f"Failed to establish connection: Client already exists: {client} belongs to another user "
+        f"Failed to establish connection: Client already exists and is active: {client} belongs to another user "
         "(only that user, or the client's reconnection token, may take it over)"
     )
 
@@ -157,7 +157,7 @@ class Gatekeeper:
             user = await self._identify(hello.reconnection_token)
             if user.client_id != hello.client_id or not user.current_workspace:
                 raise HandshakeError(
-                    "Authentication error: reconnection token was issued to another client",
+                    "Authentication error: Client id mismatch: the reconnection token was issued to another client",
                     CLOSE_POLICY,
                 )
             workspace = user.current_workspace
@@ -173,7 +173,8 @@ class Gatekeeper:
             user = await self._identify(hello.token)
             if user.client_id and user.client_id != hello.client_id:
                 raise HandshakeError(
-                    f"Authentication error: token is bound to client id {user.client_id}",
+                    "Authentication error: Client id mismatch: this token is restricted to client with "
+                    f"client_id='{user.client_id}'",
                     CLOSE_POLICY,
                 )
             if user.current_workspace and hello.workspace and hello.workspace != user.current_workspace:
@@ -188,9 +189,10 @@ class Gatekeeper:
             user = new_anonymous_user()
             workspace = hello.workspace or user_workspace(user.id)
         arrival = await self._arrival(user, workspace, hello.client_id, token=bool(hello.token), joining=joining)
-        user = self._with_ownership(user, workspace, arrival.record)
+        user = user.with_ownership(workspace, arrival.record)
         if not user.can(workspace, Permission.READ):
-            if await self._workspace_exists(workspace, workspace_here):
+            # a workspace someone created exists, as one in use does (Hypha says so of its records)
+            if arrival.record is not None or await self._workspace_exists(workspace, workspace_here):
                 raise HandshakeError(
                     f"Failed to establish connection: Permission denied for workspace: {workspace}",
                     CLOSE_GOING_AWAY,
@@ -244,10 +246,10 @@ class Gatekeeper:
         return None if record is not None and user.named_in(record.get("owners")) else refusal
 
     async def as_owner(self, user: User, workspace: str) -> User:
-        """``user`` with ``admin`` in ``workspace`` if its record names the user an owner.
-
-        Resolved once, at admission: the connection's permission checks read
-        the grant without asking the store again.
+        """``user`` with ``admin`` in ``workspace`` if its record names the user an owner
+        (:meth:`User.with_ownership`, as at admission): for a request with no connection, an
+        HTTP call into ``workspace``. A connection's is resolved once, at admission: its
+        permission checks read the grant without asking the store again.
         """
         if self.workspaces is None or user.is_anonymous or user.can(workspace, Permission.ADMIN):
             return user
@@ -255,15 +257,7 @@ class Gatekeeper:
             record = await self.workspaces.get(workspace)
         except BackendError:
             return user  # the store is away: the user keeps what its token grants, no more
-        return self._with_ownership(user, workspace, record)
-
-    @staticmethod
-    def _with_ownership(user: User, workspace: str, record: dict[str, object] | None) -> User:
-        if user.is_anonymous or user.can(workspace, Permission.ADMIN):
-            return user
-        if record is not None and user.named_in(record.get("owners")):
-            return dataclasses.replace(user, grants={**user.grants, workspace: Permission.ADMIN})
-        return user
+        return user.with_ownership(workspace, record)
 
     async def plan(
         self, peer: Peer, *, resuming: bool, live_here: bool, in_transit: bool, arrival: Arrival | None = None

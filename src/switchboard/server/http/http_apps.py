@@ -184,7 +184,7 @@ class AppGateway:
         ws = ids.check_id(request.path_params["workspace"], "workspace")
         allowance = caller_allowance(request, user)
         with allowance.holding(1):  # one call of the caller's while the app serves it
-            info = await self._find(request, user, own_ws, ws, allowance)
+            info, user = await self._find(request, user, own_ws, ws, allowance)  # an owner stands as admin
             kind = info.get("type")
             if kind not in rules.APP_TYPES:
                 raise RequestRefused(
@@ -208,8 +208,9 @@ class AppGateway:
                 else:
                     await self._run_app(service, app_scope, exchange, timeout)
 
-    async def _find(self, request: Request, user: User, own_ws: str, ws: str, allowance: Allowance) -> Any:
-        """The service, or a 404 that says whether the workspace itself is unknown (Hypha's texts)."""
+    async def _find(self, request: Request, user: User, own_ws: str, ws: str, allowance: Allowance) -> tuple[Any, User]:
+        """The service and the caller as it stands in ``ws`` (its ownership counted), or a 404 that
+        says whether the workspace itself is unknown (Hypha's texts)."""
         try:
             return await resolve_service(request, user, own_ws, allowance)
         except NotFound as exc:

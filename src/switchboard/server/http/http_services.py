@@ -73,6 +73,12 @@ async def request_user(request: Request) -> tuple[User, str]:
     return user, user.current_workspace or user_workspace(user.id)
 
 
+async def as_owner(request: Request, user: User, workspace: str) -> User:
+    """The caller as it stands in ``workspace``: its token's grants, and ``admin`` if the
+    workspace's record names it an owner, decided as at a WebSocket admission."""
+    return await server_state(request).hub.gate.as_owner(user, workspace)
+
+
 async def _not_deleted(request: Request, user: User, workspace: str) -> None:
     """A token issued before ``workspace`` was deleted grants nothing there (403), as at admission."""
     if user is ANONYMOUS_HTTP or not user.can(workspace, Permission.READ):
@@ -139,6 +145,7 @@ async def list_services(request: Request) -> Response:
         user, own_ws = await request_user(request)
         allowance = caller_allowance(request, user)
         with allowance.holding(1):
+            user = await as_owner(request, user, ws)
             await _not_deleted(request, user, ws)
             found = await server_state(request).hub.registry.find(ServiceQuery(ws))
         has_read = user.can(ws, Permission.READ)
@@ -157,28 +164,32 @@ async def service_info(request: Request) -> Response:
         user, own_ws = await request_user(request)
         allowance = caller_allowance(request, user)
         with allowance.holding(1):
-            info = await resolve_service(request, user, own_ws, allowance)
+            info, _ = await resolve_service(request, user, own_ws, allowance)
         return JSONResponse(_jsonable(info))
 
     return await _guard(request, handler)
 
 
-async def resolve_service(request: Request, user: User, own_ws: str, allowance: Allowance) -> svc_ids.ServiceInfo:
-    """The service the path names (``?_mode=`` among several); a ``select:`` mode's candidates
-    are calls of the caller, admitted by its ``allowance`` while they run."""
+async def resolve_service(
+    request: Request, user: User, own_ws: str, allowance: Allowance
+) -> tuple[svc_ids.ServiceInfo, User]:
+    """The service the path names (``?_mode=`` among several) and the caller as it stands in the
+    path's workspace (:func:`as_owner`); a ``select:`` mode's candidates are calls of the caller,
+    admitted by its ``allowance`` while they run."""
     ws = _workspace(request)
+    user = await as_owner(request, user, ws)
     await _not_deleted(request, user, ws)
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
     directory = server_state(request).hub.manager.directory
     if service_id == "~":  # the workspace manager, as in Hypha
-        return directory.manager_info()
+        return directory.manager_info(), user
     builtins = server_state(request).hub.manager.builtins
     if (key := builtins.named(f"{ws}/{service_id}", own_ws, user)) is not None:
-        return builtins.info(key)
+        return builtins.info(key), user
     # resolve chooses among the services the caller may use (svc_ids.may_use) alone
-    return await directory.resolve(
+    info = await directory.resolve(
         f"{ws}/{service_id}",
         workspace=own_ws,
         user=user,
@@ -188,6 +199,7 @@ async def resolve_service(request: Request, user: User, own_ws: str, allowance: 
         else None,
         charge=allowance.holding,
     )
+    return info, user
 
 
 async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
@@ -317,7 +329,7 @@ async def _call(request: Request, user: User, own_ws: str, allowance: Allowance)
         hub.metrics.http_calls.inc()
         done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
         return _respond(done, as_msgpack)
-    info = await resolve_service(request, user, own_ws, allowance)
+    info, user = await resolve_service(request, user, own_ws, allowance)
     _check_built_in(info, user)
     hub.metrics.http_calls.inc()
     timeout = hub.settings.call_timeout

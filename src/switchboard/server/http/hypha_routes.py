@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, BackendError, ProtocolError, RateLimited
 from switchboard.hub.identity.users import Permission
-from switchboard.hub.manager.workspace_records import implicit_record, owns
+from switchboard.hub.manager.workspace_records import implicit_record
 from switchboard.protocol import ids
 from switchboard.protocol.handshake import HYPHA_VERSION
 from switchboard.server.http.http_errors import error_response
@@ -82,7 +82,7 @@ async def workspace_info(request: Request) -> Response:
     try:
         with caller_allowance(request, user).holding(1):
             record = await store.get(ws)
-            if not (user.can(ws, Permission.READ) or owns(user, record)):
+            if not user.with_ownership(ws, record).can(ws, Permission.READ):  # an owner reads it
                 return _refused(403, f"{user.id} has no permission to access {ws}")
             types = await store.table(ws, "types")
     except BackendError as exc:

@@ -2,7 +2,7 @@
 
 The viewer is whoever the request's token says (``Authorization: Bearer``
 or Basic, as for HTTP service calls; never a cookie), or the anonymous HTTP
-user. A workspace the viewer may read (``read`` or more) shows
+user. A workspace the viewer may read (``read`` or more, or as an owner its record names) shows
 its clients and every service a listing would show it (protected ones
 included); any other workspace shows only its public services, and not its
 clients (``list_clients`` needs ``read``). Replicas and rates are the hub's
@@ -216,7 +216,8 @@ async def workspaces_for(hub: Hub, request: Request) -> tuple[dict[str, Any], li
         by_workspace.setdefault(info["id"].partition("/")[0], []).append(info)
     shown = []
     for ws in sorted(by_workspace):
-        readable = not anonymous and user.can(ws, Permission.READ)
+        # an owner named in the workspace's record reads it, as on every other door
+        readable = not anonymous and (await http_services.as_owner(request, user, ws)).can(ws, Permission.READ)
         infos = by_workspace[ws]
         # as list_services(include_unlisted=True) would show them: unlisted only in one's own workspace
         services = [
