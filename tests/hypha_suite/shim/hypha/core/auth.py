@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 
+import jwt
+
 from hypha.core import ScopeInfo, UserInfo, UserPermission
 from switchboard.clock import SystemClock
-from switchboard.hub.identity.auth import TokenIssuer
+from switchboard.hub.identity.auth import AUDIENCE, ISSUER, TokenIssuer
 from switchboard.hub.identity.users import Permission, User
 
 # Hypha's tests assign it; Switchboard's issuer reads the hubs' secret instead
@@ -31,8 +33,8 @@ def create_scope(
     )
 
 
-def switchboard_user(user_info: UserInfo) -> tuple[User, str]:
-    """The Switchboard user ``user_info`` describes, and the workspace its token is for."""
+def switchboard_user(user_info: UserInfo) -> tuple[User, str | None]:
+    """The Switchboard user ``user_info`` describes, and the workspace its token names (if any)."""
     scope = user_info.scope or ScopeInfo()
     grants = {ws: Permission.parse(UserPermission(p).value) for ws, p in scope.workspaces.items()}
     roles = list(user_info.roles) + (["anonymous"] if user_info.is_anonymous else [])
@@ -44,17 +46,29 @@ def switchboard_user(user_info: UserInfo) -> tuple[User, str]:
         parent=user_info.parent,
         extra_scopes=tuple(scope.extra_scopes or ()),
     )
-    return user, scope.current_workspace or user_info.current_workspace or f"ws-user-{user_info.id}"
+    return user, scope.current_workspace or user_info.current_workspace
 
 
 async def generate_auth_token(user_info: UserInfo, expires_in: float) -> str:
+    """A token with the claims Hypha's helper would give ``user_info``, signed by Switchboard's issuer.
+
+    Hypha's tests mint their users' tokens without a current workspace (the user picks one at
+    connect); Switchboard's issuer always names one, so for those the ``wid:`` entry is taken out
+    of the scope it signed and the claims are signed again with the same secret.
+    """
     user, workspace = switchboard_user(user_info)
-    issuer = TokenIssuer(secret=os.environ["SWITCHBOARD_JWT_SECRET"], clock=SystemClock())
-    scope = user_info.scope or ScopeInfo()
-    return issuer.issue(
+    secret = os.environ["SWITCHBOARD_JWT_SECRET"]
+    issuer = TokenIssuer(secret=secret, clock=SystemClock())
+    named = workspace or f"ws-user-{user.id}"
+    token = issuer.issue(
         user,
-        workspace=workspace,
-        permission=user.grants.get(workspace, Permission.NONE),
+        workspace=named,
+        permission=user.grants.get(named, Permission.NONE),
         expires_in=expires_in,
-        client_id=scope.client_id,
+        client_id=(user_info.scope or ScopeInfo()).client_id,
     )
+    if workspace is not None:
+        return token
+    claims = jwt.decode(token, secret, algorithms=["HS256"], audience=AUDIENCE, issuer=ISSUER)
+    claims["scope"] = " ".join(part for part in claims["scope"].split(" ") if not part.startswith("wid:"))
+    return jwt.encode(claims, secret, algorithm="HS256")
