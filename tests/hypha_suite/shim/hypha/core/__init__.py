@@ -1,5 +1,6 @@
-"""The names Hypha's tests import from ``hypha.core``: the user and scope values the
-token helpers take (:mod:`hypha.core.auth`), and placeholders for server classes."""
+"""The names Hypha's tests import from ``hypha.core``: the values they build (users and
+scopes for the token helpers of :mod:`hypha.core.auth`, a service config), and placeholders
+for server classes."""
 
 from __future__ import annotations
 
@@ -49,8 +50,16 @@ class UserInfo:
         return dataclasses.replace(self)
 
 
+@dataclass
+class ServiceConfig:
+    """A service's ``config`` as the tests build it (the fields they set)."""
+
+    visibility: VisibilityEnum = VisibilityEnum.protected
+    require_context: bool = False
+    authorized_workspaces: list[str] | None = None
+
+
 RedisRPCConnection = internal("hypha.core.RedisRPCConnection")
-ServiceConfig = internal("hypha.core.ServiceConfig")
 
 from hypha.core import auth  # noqa: E402  (it imports the values above)
 
