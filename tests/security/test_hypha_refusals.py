@@ -94,3 +94,14 @@ async def test_subscribing_to_another_workspaces_events_stays_refused(connect) -
     for name in (f"{ws}/news", ws, "ws-user-someone-else/news", f"{ws}:news"):
         with pytest.raises(RemoteException, match=f"Subscription to event .{re.escape(name)}. is forbidden"):
             await client.subscribe([name])
+
+
+@pytest.mark.parametrize("visibility", ["protected", "unlisted"])
+async def test_listing_every_workspace_for_protected_or_unlisted_services_is_refused(connect, visibility) -> None:
+    """As Hypha: a search of every workspace gives public services only, so asking it for others is an error,
+    not an answer that silently leaves them out (Hypha's test_workspace.py::test_unlisted_services)."""
+    await _victim(connect)
+    outsider = await connect(client_id="outsider")
+    with pytest.raises(RemoteException, match="Cannot list protected or unlisted services in all workspaces."):
+        await outsider.list_services({"workspace": "*", "visibility": visibility})
+    assert "shown" in ids(await outsider.list_services({"workspace": "*", "visibility": "public"}))

@@ -341,3 +341,13 @@ def check_include_unlisted(listing: Listing, caller_workspace: str) -> None:
             f"Cannot include unlisted services from workspace {ws}. "
             f"Only services from your current workspace ({caller_workspace}) can include unlisted services."
         )
+
+
+def check_listing_everywhere(listing: Listing) -> None:
+    """Refuse, as Hypha does, a search of every workspace for protected or unlisted services: such a
+    search answers public services only, so the caller learns it asked for what it cannot have there."""
+    if listing.patterns.get("workspace", "*") == "*" and listing.patterns.get("visibility") in (
+        "protected",
+        "unlisted",
+    ):
+        raise ProtocolError("Cannot list protected or unlisted services in all workspaces.")

@@ -233,6 +233,7 @@ class ServiceDirectory:
         """Services visible to the caller, filtered by ``query`` (whose values may hold ``*``)."""
         peer = calling_peer()
         listing = list_query(plain(query), peer.workspace)
+        svc_ids.check_listing_everywhere(listing)
         if include_unlisted:
             svc_ids.check_include_unlisted(listing, peer.workspace)
         await self._settled()
