@@ -26,7 +26,9 @@ FACTS = HealthFacts(
 def test_a_serving_replica_is_healthy_with_hyphas_fields():
     status, body = report(FACTS)
     assert status == 200
-    assert body["status"] == "HEALTHY" and body["health_score"] == 100 and body["issues"] == []
+    assert body["status"] == "HEALTHY"
+    assert body["health_score"] == 100
+    assert body["issues"] == []
     assert body["timestamp"] == "1970-01-01T00:00:00Z"
     assert body["memory"] == {"rss_mb": 100.0, "vms_mb": 300.0, "percent": 41.5}
     assert body["connections"] == {"active": 3}
@@ -38,7 +40,8 @@ def test_a_serving_replica_is_healthy_with_hyphas_fields():
 
 def test_hyphas_thresholds_lower_the_score_and_name_the_issue_but_do_not_take_the_replica_down():
     status, body = report(replace(FACTS, rss=3 * 1024 * MB, tasks=5000))
-    assert status == 200 and body["status"] == "HEALTHY"
+    assert status == 200
+    assert body["status"] == "HEALTHY"
     assert body["health_score"] == 65
     assert body["issues"] == ["High memory usage (>2GB)", "High active task count (5000)"]
 
