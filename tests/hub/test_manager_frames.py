@@ -63,9 +63,8 @@ def _call(hub: Any, method: str, session: str, args: list[Any]) -> bytes:
 async def test_the_manager_answers_a_subscribe_before_a_get_service_sent_after_it() -> None:
     """A client's calls are answered in the order they came when none waits on I/O, as Hypha
     answers them: hypha-rpc subscribes to ``client_disconnected`` and then asks for the manager's
-    service as it connects, and registers its handler for the event only once the subscribe is
-    answered; answered after the service, the handler is registered after the client has
-    returned from connecting, and outlives a disconnect that follows at once."""
+    service as it connects, and adds its handler for the event only once the subscribe is
+    answered."""
     hub = build_hub(settings_for_tests(), clock=FakeClock())
     await hub.start()
     try:

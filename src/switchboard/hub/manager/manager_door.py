@@ -27,6 +27,12 @@ so it must act for nobody but the client that called it:
   with the ``resolve`` or ``reject`` the RPC would have sent. Anything
   else (keyword arguments, encoded objects, encryption, an explicit
   promise) goes to the RPC as before.
+* **Calls decided without I/O are answered in order.** ``subscribe`` and
+  ``unsubscribe`` (``immediate_calls``) are run and answered before the
+  client's next frame is read, so a client's calls are answered in the
+  order they came, as Hypha answers them: hypha-rpc subscribes to
+  ``client_disconnected`` and asks for the manager's service right after,
+  as it connects; in a task, the subscribe was answered after the service.
 * **The manager's service is encoded once.** ``get_service("default")``,
   asked twice by every connecting client, is answered with the bytes of
   the RPC's first answer (:mod:`switchboard.hub.manager.manager_service_answer`).
