@@ -157,6 +157,8 @@ async def test_a_slow_reader_holds_the_generator_back_and_its_leaving_closes_it(
         await eventually(stopped, "the generator stopped while the reader did not read", interval=0.3)
         assert gens.given < ENDLESS / 4, f"{gens.given} items given to a reader that took one"
         assert not gens.closed.is_set()
+        calls = server.app.state.switchboard.allowances.of(f"address:{address_key('127.0.0.1')}", "this test")
+        assert calls.in_flight == 1, "the stream is one of its reader's calls in flight while it lasts"
     await client.aclose()  # the reader goes away mid-stream
     await asyncio.wait_for(gens.closed.wait(), scaled(10))
     assert gens.given < ENDLESS / 4
