@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,37 @@ def setting(default: Any, help: str, why: str, *, minimum: float | None = None, 
     """A setting; ``kind`` only where the default (``None``: decided at run time) does not tell the type."""
     meta = {"help": help, "why": why, "minimum": minimum, "kind": kind or type(default)}
     return field(default=default, metadata=meta)
+
+
+# Top-level paths the hub serves itself: a static mount there would hide them.
+RESERVED_PATHS = frozenset({"ws", "rpc", "health", "metrics", "assets", "api", "console"})
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]*$")
+
+
+@dataclass(frozen=True)
+class StaticMount:
+    path: str  # "/docs"
+    directory: str  # as given
+
+
+def parse_static_mounts(spec: str) -> list[StaticMount]:
+    """The mounts ``spec`` names (``"/docs:./site,/img:/srv/img"``); :class:`ConfigError` names a bad one."""
+    mounts: list[StaticMount] = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        path, sep, directory = item.partition(":")
+        segment = path.strip("/")
+        if not sep or not directory:
+            raise ConfigError(f"static mount {item!r}: write it PATH:DIR, e.g. /docs:./site")
+        if not path.startswith("/") or not _SEGMENT.match(segment):
+            raise ConfigError(f"static mount {item!r}: PATH must be one top-level segment, e.g. /docs")
+        if segment in RESERVED_PATHS:
+            raise ConfigError(f"static mount {item!r}: /{segment} is one of the hub's own routes")
+        if any(m.path == "/" + segment for m in mounts):
+            raise ConfigError(f"static mount {item!r}: /{segment} is mounted twice")
+        mounts.append(StaticMount("/" + segment, directory))
+    return mounts
 
 
 def setting_kind(f: dataclasses.Field[Any]) -> type:
@@ -68,6 +100,12 @@ class Settings:
         "any, as Hypha: every endpoint authenticates with a token the page itself must hold, never with a visitor's "
         "cookies across origins, so a foreign page can do only what its own token allows; list origins to keep other "
         "pages from using the hub at all",
+    )
+    static_mounts: str = setting(
+        "",
+        "Directories to serve as static files, PATH:DIR (comma-separated for several), e.g. /docs:./site: the files "
+        "under DIR at /PATH/..., DIR/index.html at /PATH/; PATH is one top-level segment (Hypha's --static-mounts).",
+        "none: the hub serves no file from disk unless told to; nothing outside DIR is ever served (.., links)",
     )
     redis_url: str = setting(
         "",
@@ -571,6 +609,10 @@ class Settings:
                     f"{_named('cors_origins')}={self.cors_origins!r}: {origin!r} is not an origin "
                     "(scheme://host[:port], no path), nor '*'"
                 )
+        try:
+            parse_static_mounts(self.static_mounts)
+        except ConfigError as exc:
+            raise ConfigError(f"{_named('static_mounts')}={self.static_mounts!r}: {exc}") from None
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
             raise ConfigError(f"{_named('public_url')}={self.public_url!r}: must start with http:// or https://")
 

@@ -51,3 +51,31 @@ async def test_a_clients_call_to_the_manager_is_decoded_once_on_its_way_to_the_d
         writer.cancel()
     finally:
         await hub.stop()
+
+
+def _call(hub: Any, method: str, session: str, args: list[Any]) -> bytes:
+    return envelope.encode(
+        {"type": "method", "to": f"*/{hub.manager_id}", "method": method, "session": session},
+        msgpack.packb({"args": args, "promise": "*"}),
+    )
+
+
+async def test_the_manager_answers_a_subscribe_before_a_get_service_sent_after_it() -> None:
+    """A client's calls are answered in the order they came when none waits on I/O, as Hypha
+    answers them: hypha-rpc subscribes to ``client_disconnected`` and then asks for the manager's
+    service as it connects, and adds its handler for the event only once the subscribe is
+    answered."""
+    hub = build_hub(settings_for_tests(), clock=FakeClock())
+    await hub.start()
+    try:
+        peer, wire, writer = await attach_client(hub, WS, "c", USER)
+        # the manager's service as the door keeps it once the RPC has encoded it for a first client
+        hub.manager.door.service_answer.payload = msgpack.packb({"args": [{"id": "default"}]})
+        await hub.handle_binary(peer, _call(hub, "services.default.subscribe", "s1", [["client_disconnected"]]))
+        await hub.handle_binary(peer, _call(hub, "services.built-in.get_service", "s2", ["default"]))
+        await settle()
+
+        assert wire.methods() == ["s1.resolve", "s2.resolve"]
+        writer.cancel()
+    finally:
+        await hub.stop()

@@ -127,6 +127,33 @@ async def test_readiness_is_503_with_a_reason_while_draining(http, server):
     assert (await http.get("/health/liveness")).status_code == 200, "draining is not dead"
 
 
+async def test_health_has_hyphas_fields_beside_switchboards(http, server, provider):
+    """Hypha's ``/health`` fields (memory, connections, objects, tasks, score) for monitoring
+    written against it; ``status`` stays Switchboard's ``HEALTHY``/``DOWN``."""
+    response = await http.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["detail"], body["replica"]) == ("HEALTHY", "ready", server.hub.replica_id)
+    assert (body["health_score"], body["issues"]) == (100, [])
+    assert body["memory"]["rss_mb"] > 1
+    assert body["memory"]["vms_mb"] >= body["memory"]["rss_mb"]
+    assert 0 < body["memory"]["percent"] <= 100
+    assert body["connections"]["active"] == body["objects"]["connection_objects"] == 1  # the provider
+    assert body["objects"]["rpc_objects"] == 4  # its built-in service, pub, prot and hidden
+    assert body["tasks"]["active"] > 0
+    assert body["uptime_seconds"] >= 0
+    assert set(body["system"]) == {"memory_percent", "disk_usage", "load_average"}
+
+    state = server.app.state.switchboard
+    state.phase = Phase.DRAINING
+    try:
+        down = await http.get("/health")
+    finally:
+        state.phase = Phase.READY
+    assert down.status_code == 503
+    assert (down.json()["status"], down.json()["health_score"], down.json()["issues"]) == ("DOWN", 0, ["draining"])
+
+
 def connected_clients(metrics_text: str, replica: str) -> float:
     pattern = rf'^switchboard_connected_clients\{{replica="{re.escape(replica)}"\}} (\S+)$'
     match = re.search(pattern, metrics_text, re.MULTILINE)

@@ -152,8 +152,11 @@ class WorkspaceManager:
             # the calls every client makes while connecting: plain data in, plain data out
             plain_calls={
                 "services.default.register_service": self.directory.register_service,
-                "services.default.subscribe": self.subscribe,
-                "services.default.unsubscribe": self.unsubscribe,
+            },
+            # of which decided without I/O: answered before the client's next frame is read
+            immediate_calls={
+                "services.default.subscribe": self.subscribe_now,
+                "services.default.unsubscribe": self.unsubscribe_now,
             },
         )
 
@@ -434,6 +437,10 @@ class WorkspaceManager:
         names of at most ``--max-event-type-length`` characters) and freed
         when it closes; a call that would pass a bound is refused whole.
         """
+        return self.subscribe_now(event_type)
+
+    def subscribe_now(self, event_type: Any) -> bool:
+        """:meth:`subscribe`, decided without I/O (the door answers it before the caller's next frame)."""
         peer = calling_peer()
         s = self.hub.settings
         names = _event_names(event_type)
@@ -458,6 +465,10 @@ class WorkspaceManager:
 
     async def unsubscribe(self, event_type: Any, context: dict[str, Any] | None = None) -> bool:
         """Stop receiving these event types."""
+        return self.unsubscribe_now(event_type)
+
+    def unsubscribe_now(self, event_type: Any) -> bool:
+        """:meth:`unsubscribe`, decided without I/O."""
         peer = calling_peer()
         self.hub.subscribers.remove(peer, _event_names(event_type))
         return True

@@ -32,6 +32,12 @@ so it must act for nobody but the client that called it:
   a lookup, a listing, a registration fails with a retryable error once Redis
   has answered nobody for 0.75 s, instead of holding the client for the
   whole command timeout.
+* **Calls decided without I/O are answered in order.** ``subscribe`` and
+  ``unsubscribe`` (``immediate_calls``) are run and answered before the
+  client's next frame is read, so a client's calls are answered in the
+  order they came, as Hypha answers them: hypha-rpc subscribes to
+  ``client_disconnected`` and asks for the manager's service right after,
+  as it connects; in a task, the subscribe was answered after the service.
 * **The manager's service is encoded once.** ``get_service("default")``,
   asked twice by every connecting client, is answered with the bytes of
   the RPC's first answer (:mod:`switchboard.hub.manager.manager_service_answer`).
@@ -92,11 +98,13 @@ class ManagerDoor:
         send: Callable[[bytes], object],
         uploads: Uploads,
         plain_calls: Mapping[str, Callable[..., Awaitable[Any]]] | None = None,
+        immediate_calls: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
         self._handler = handler  # the RPC's message handler, once it runs
         self._send = send  # a frame from the manager to a client, stamped and routed
         self.uploads = uploads
         self._plain_calls = dict(plain_calls or {})  # method id -> the manager's function
+        self._immediate_calls = dict(immediate_calls or {})  # method id -> a function decided without I/O
         self.calls: set[asyncio.Task[Any]] = set()  # plain calls running
         self.service_answer = ManagerServiceAnswer()  # get_service("default"), encoded once
 
@@ -149,7 +157,9 @@ class ManagerDoor:
 
     def _call_plain(self, env: envelope.Envelope, extra: dict[str, Any], sender: str, caller: Peer | None) -> bool:
         """Run a plain call (see the module docstring) as a task; False: it is the RPC's to handle."""
-        function = self._plain_calls.get(env.main.get("method"))  # type: ignore[arg-type]
+        method = env.main.get("method")
+        immediate = self._immediate_calls.get(method)  # type: ignore[arg-type]
+        function = immediate or self._plain_calls.get(method)  # type: ignore[arg-type]
         if function is None or caller is None or extra.get("with_kwargs") or "_enc" in extra or "_enc" in env.main:
             return False
         promise = extra.get("promise")
@@ -157,12 +167,25 @@ class ManagerDoor:
         if promise not in (None, "*") or type(args) is not list or b"_rtype" in bytes(env.rest):
             return False  # an explicit promise, or encoded objects among the arguments
         session = env.session if promise == "*" else None
-        token = CALLER.set(caller)  # the task starts with the caller as its context
+        token = CALLER.set(caller)  # the call (or the task) starts with the caller as its context
         try:
-            spawn(self.calls, self._run_plain(function, args, sender, session))
+            if immediate is not None:
+                self._answer_plain(lambda: immediate(*args), sender, session)
+            else:
+                spawn(self.calls, self._run_plain(function, args, sender, session))
         finally:
             CALLER.reset(token)
         return True
+
+    def _answer_plain(self, call: Callable[[], Any], sender: str, session: str | None) -> None:
+        """Run an immediate call now and send its answer (see the module docstring)."""
+        try:
+            value = call()
+            answer = self._resolve(session, sender, value) if session else None
+        except Exception as exc:
+            answer = self._rejection(exc, sender, session)
+        if answer is not None and "/" in sender:
+            self._send(answer)
 
     async def _run_plain(
         self, function: Callable[..., Awaitable[Any]], args: list[Any], sender: str, session: str | None
@@ -170,15 +193,18 @@ class ManagerDoor:
         try:
             value = await function(*args)  # run even when no answer is wanted (no promise)
             answer = self._resolve(session, sender, value) if session else None
-        except Exception as exc:  # the caller's to see, as the RPC would reject it (named, without the stack)
-            trace = "".join(traceback.format_exception_only(type(exc), exc))
-            answer = (
-                envelope.reject_frame(session=session, target="", caller=sender, message=str(exc), trace=trace)
-                if session
-                else None
-            )
+        except Exception as exc:
+            answer = self._rejection(exc, sender, session)
         if answer is not None and "/" in sender:
             self._send(answer)
+
+    @staticmethod
+    def _rejection(exc: Exception, sender: str, session: str | None) -> bytes | None:
+        """The caller's to see, as the RPC would reject it (named, without the stack)."""
+        if not session:
+            return None
+        trace = "".join(traceback.format_exception_only(type(exc), exc))
+        return envelope.reject_frame(session=session, target="", caller=sender, message=str(exc), trace=trace)
 
     def forget(self, sender: str) -> None:
         """A client left: the pieces of its unfinished messages go."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import inspect
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import msgpack
 from starlette.requests import Request
@@ -25,10 +27,12 @@ from switchboard.protocol.services import ServiceQuery
 from switchboard.protocol.values import plain
 from switchboard.server.http.http_errors import error_response, refusal, status_of
 from switchboard.server.http.http_manager import call_built_in, call_manager, http_caller
+from switchboard.server.http.http_streams import EventStream
 from switchboard.server.process.server_state import ServerState
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 ANONYMOUS_HTTP = User(id="anonymouz-http", roles=("anonymous",))
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack")
 
@@ -112,7 +116,7 @@ def _respond(value: Any, as_msgpack: bool) -> Response:
     return JSONResponse(_jsonable(value))
 
 
-async def _guard(request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
+async def _guard(request: Request, handler: Callable[[], Awaitable[R]]) -> R | Response:
     if not server_state(request).accepting:
         response = refusal(503, "Server is draining or starting, please retry")
         response.headers["Retry-After"] = "1"
@@ -294,17 +298,23 @@ def _check_built_in(info: svc_ids.ServiceInfo, user: User) -> None:
         )
 
 
-async def call_function(request: Request) -> Response:
-    async def handler() -> Response:
+async def call_function(request: Request) -> Response | EventStream:
+    async def handler() -> Response | EventStream:
         user, own_ws = await request_user(request)
         allowance = caller_allowance(request, user)
-        with allowance.holding(1):  # a call of the caller's from before its body is read
-            return await _call(request, user, own_ws, allowance)
+        async with contextlib.AsyncExitStack() as held:
+            held.enter_context(allowance.holding(1))  # a call of the caller's from before its body is read
+            answer = await _call(request, user, own_ws, allowance, held)
+            if isinstance(answer, EventStream):
+                answer.exit = held.pop_all()  # a stream holds the call until its generator is closed
+            return answer
 
     return await _guard(request, handler)
 
 
-async def _call(request: Request, user: User, own_ws: str, allowance: Allowance) -> Response:
+async def _call(
+    request: Request, user: User, own_ws: str, allowance: Allowance, held: contextlib.AsyncExitStack
+) -> Response | EventStream:
     """``/{workspace}/services/{service_id}/{function}``: the function called as the request's user."""
     hub = server_state(request).hub
     kwargs, as_msgpack = await _read_kwargs(request)
@@ -348,6 +358,15 @@ async def _call(request: Request, user: User, own_ws: str, allowance: Allowance)
         # service's workspace if the caller may read it, else within its own
         ws = info["id"].partition("/")[0]
         acting_ws = ws if user.can(ws, Permission.READ) else own_ws
-        async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws):
-            target = await asyncio.wait_for(target(**kwargs), timeout)
+        # held open while a generator streams: its items are calls from the same address
+        await held.enter_async_context(hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws))
+        target = await asyncio.wait_for(target(**kwargs), timeout)
+        if inspect.isasyncgen(target):  # hypha-rpc's remote generator: streamed as it is read
+            return EventStream(
+                cast(AsyncGenerator[Any, None], target),
+                as_msgpack=as_msgpack,
+                encode=_jsonable,
+                item_timeout=timeout,
+                exit=contextlib.AsyncExitStack(),
+            )
     return _respond(target, as_msgpack)

@@ -8,7 +8,6 @@ without one.
 from __future__ import annotations
 
 import json
-import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,6 +18,7 @@ from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.workspace_records import implicit_record
 from switchboard.protocol import ids
 from switchboard.protocol.handshake import HYPHA_VERSION
+from switchboard.server.http import health_report
 from switchboard.server.http.http_errors import error_response
 from switchboard.server.http.http_services import caller_allowance, request_user, server_state
 
@@ -36,17 +36,21 @@ def _refused(status: int, detail: str) -> Response:
 
 
 async def health(request: Request) -> Response:
-    """Whether this replica serves (``status``: ``HEALTHY`` or ``DOWN``), and its connections."""
+    """Whether this replica serves (``status``: ``HEALTHY`` or ``DOWN``), with Hypha's diagnostic
+    fields beside it (memory, connections, objects, tasks: :mod:`health_report`)."""
     state = server_state(request)
     ready, why = state.readiness()
-    body = {
-        "status": "HEALTHY" if ready else "DOWN",
-        "detail": why,
-        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "replica": state.hub.replica_id,
-        "connections": {"active": len(state.hub.peers)},
-    }
-    return JSONResponse(body, status_code=200 if ready else 503)
+    hub = state.hub
+    facts = health_report.measure(
+        ready=ready,
+        why=why,
+        replica=hub.replica_id,
+        connections=len(hub.peers),
+        services=sum(len(peer.services) for peer in hub.peers.values()),
+        started=state.created,
+    )
+    status, body = health_report.report(facts)
+    return JSONResponse(body, status_code=status)
 
 
 async def config(request: Request) -> Response:

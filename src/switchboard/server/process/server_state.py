@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import functools
+import time
 
 from switchboard.hub.hub import Hub
 from switchboard.hub.routing.limits import Allowances
@@ -29,6 +30,7 @@ class ServerState:
         #: filled by the server's protocols (:func:`switchboard.server.process.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
+        self.created = time.monotonic()  # for /health's uptime
 
     @functools.cached_property
     def allowances(self) -> Allowances:
