@@ -24,7 +24,7 @@ from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server.http import http_apps, http_rpc, http_services, hypha_routes, status_api, web_console
+from switchboard.server.http import http_apps, http_mcp, http_rpc, http_services, hypha_routes, status_api, web_console
 from switchboard.server.process.server_state import Phase, ServerState
 from switchboard.server.process.state_dir import WORKSPACES_FILE, state_path, token_secret
 from switchboard.server.ws.websocket import PATH, websocket_endpoint
@@ -238,6 +238,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         WebSocketRoute(PATH, websocket_endpoint),  # the hub's own protocol serves it directly (runner.py)
         *http_rpc.routes(),
         *status_api.routes(),
+        *http_mcp.routes(),
         *http_services.routes(),
         *http_apps.routes(),
         *web_console.routes(),  # after: a workspace named "console" keeps /console/services
