@@ -88,7 +88,9 @@ async def _message(request: Request) -> dict[str, Any]:
     return message
 
 
-async def _serve(request: Request, methods: Callable[[User, str, Allowance], Awaitable[dict[str, Handler]]]) -> Response:
+async def _serve(
+    request: Request, methods: Callable[[User, str, Allowance], Awaitable[dict[str, Handler]]]
+) -> Response:
     """One POSTed message answered as the request's caller; a refusal keeps its HTTP status."""
     if request.method == "GET":  # no stream of the server's own: every answer rides its request
         return Response(status_code=405, headers={"Allow": "POST"})
@@ -153,7 +155,9 @@ def _streams(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "")
 
 
-def _streamed(request: Request, msg_id: Any, params: dict[str, Any], handler: Handler, allowance: Allowance) -> Response:
+def _streamed(
+    request: Request, msg_id: Any, params: dict[str, Any], handler: Handler, allowance: Allowance
+) -> Response:
     """``tools/call`` answered as a stream: a progress notification per generated item, then the result."""
     token = _progress_token(params)
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=16)

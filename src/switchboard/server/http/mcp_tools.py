@@ -111,8 +111,17 @@ def _string_resources(service: dict[str, Any], name: str) -> dict[str, Entry]:
     found = {}
     for key, text in strings.items():
         uri = f"resource://{key}"
-        title = f"Documentation for {name}" if key == "docs" else " ".join(p.replace("_", " ").title() for p in key.split("/"))
-        listed = {"uri": uri, "name": title, "description": f"String resource at path '{key}'", "mimeType": "text/plain"}
+        title = (
+            f"Documentation for {name}"
+            if key == "docs"
+            else " ".join(p.replace("_", " ").title() for p in key.split("/"))
+        )
+        listed = {
+            "uri": uri,
+            "name": title,
+            "description": f"String resource at path '{key}'",
+            "mimeType": "text/plain",
+        }
         found[uri] = Entry(name=key, listed=listed, path=None, text=text)
     return found
 
@@ -130,7 +139,7 @@ def _inline(service: dict[str, Any], schema: dict[str, Any]) -> Catalog:
         if not isinstance(config, dict) or "read" not in config:
             raise RequestRefused(400, f"Resource '{key}' must be a dictionary with a 'read' function")
         uri = str(config.get("uri", key))
-        listed = {
+        listed: dict[str, Any] = {
             "uri": uri,
             "name": str(config.get("name", key)),
             "description": str(config.get("description", "")),
@@ -149,7 +158,11 @@ def _inline(service: dict[str, Any], schema: dict[str, Any]) -> Catalog:
             for arg, spec in (parameters.get("properties") or {}).items()
         ]
         name = str(config.get("name", key))
-        listed = {"name": name, "description": str(config.get("description", "")), "arguments": arguments}
+        listed = {
+            "name": name,
+            "description": str(config.get("description", "")),
+            "arguments": arguments,
+        }
         prompts[name] = Entry(name=key, listed=listed, path=("prompts", key, "read"))
     return Catalog(tools, resources, prompts)
 
@@ -191,4 +204,8 @@ def prompt_result(name: str, value: Any) -> dict[str, Any]:
 
 def resource_result(entry: Entry, value: Any) -> dict[str, Any]:
     mime = entry.listed.get("mimeType", "text/plain")
-    return {"contents": [{"uri": entry.listed["uri"], "mimeType": mime, "text": value if isinstance(value, str) else str(value)}]}
+    return {
+        "contents": [
+            {"uri": entry.listed["uri"], "mimeType": mime, "text": value if isinstance(value, str) else str(value)}
+        ]
+    }
