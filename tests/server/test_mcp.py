@@ -7,17 +7,13 @@ token's, anonymous without one), with the rules of ``/{workspace}/services``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from hypha_rpc.utils.schema import schema_function
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from support.mcp_client import mcp_session, refusal
 from support.tokens import credential
 from switchboard.config import Settings
 from switchboard.server.process.runner import RunningServer
@@ -31,34 +27,6 @@ MAX_BODY = 256 * 1024
 @pytest.fixture
 def settings() -> Settings:
     return make_settings(max_message_bytes=MAX_BODY)
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with (
-        create_mcp_http_client(headers=headers, timeout=httpx2.Timeout(20)) as http,
-        streamable_http_client(url, http_client=http) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-async def refusal(url: str, token: str | None = None) -> str:
-    """The error an MCP client meets when it connects to ``url``, or ``""`` if it gets in."""
-    try:
-        async with mcp_session(url, token):
-            return ""
-    except MCPError as exc:
-        return str(exc)
-    except BaseExceptionGroup as group:
-        matched, _ = group.split(MCPError)
-        if matched is None:
-            raise
-        while isinstance(matched, BaseExceptionGroup):
-            matched = matched.exceptions[0]
-        return str(matched)
 
 
 @schema_function
@@ -86,10 +54,15 @@ def big(size: int) -> str:
     return "x" * size
 
 
-@schema_function
-def whoami(context: Any = None) -> str:
-    """The id of the caller, as the hub tells the provider."""
-    return str(context["user"]["id"])
+def whoami() -> Any:
+    """A function of its own for each service (hypha-rpc files a function under the last service holding it)."""
+
+    @schema_function
+    def whoami(context: Any = None) -> str:
+        """The id of the caller, as the hub tells the provider."""
+        return str(context["user"]["id"])
+
+    return whoami
 
 
 class Alice:
@@ -105,10 +78,10 @@ async def alice(connect: Any) -> Alice:
     tools = {"add": add, "fail": fail, "count": count, "big": big, "nested": {"add": add}}
     await api.register_service({"id": "pub", "config": {"visibility": "public"}, "docs": "How to add.", **tools})
     await api.register_service(
-        {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "whoami": whoami}
+        {"id": "prot", "config": {"visibility": "protected", "require_context": True}, "whoami": whoami()}
     )
     await api.register_service(
-        {"id": "who", "config": {"visibility": "public", "require_context": True}, "whoami": whoami}
+        {"id": "who", "config": {"visibility": "public", "require_context": True}, "whoami": whoami()}
     )
     return Alice(api, token)
 
