@@ -209,6 +209,36 @@ async def test_an_mcp_service_offers_its_tools_resources_and_prompts(server, inl
     assert got.messages[0].content.text == "Say hello to Ada"
 
 
+async def test_a_service_answering_mcp_itself_is_forwarded_its_requests(server, connect) -> None:
+    api = await connect(client_id="native")
+
+    def call_tool(name: str, arguments: dict[str, Any]) -> Any:
+        if name != "shout":
+            raise ValueError(f"no tool {name}")
+        return [{"type": "text", "text": arguments["text"].upper()}]
+
+    tool = {"name": "shout", "description": "Upper-case a text.", "inputSchema": {"type": "object"}}
+    await api.register_service(
+        {
+            "id": "native",
+            "type": "mcp",
+            "config": {"visibility": "public"},
+            "list_tools": lambda: [tool],
+            "call_tool": call_tool,
+            "list_resources": lambda: [{"uri": "resource://motd", "name": "motd"}],
+            "read_resource": lambda uri: {"contents": [{"uri": uri, "text": "hello"}]},
+        }
+    )
+    async with mcp_session(endpoint(server, api.config["workspace"], "native")) as mcp:
+        assert [(t.name, t.description) for t in (await mcp.list_tools()).tools] == [("shout", "Upper-case a text.")]
+        assert (await mcp.call_tool("shout", {"text": "hi"})).content[0].text == "HI"
+        failed = await mcp.call_tool("whisper", {})
+        assert failed.is_error
+        assert "no tool whisper" in failed.content[0].text
+        assert [str(r.uri) for r in (await mcp.list_resources()).resources] == ["resource://motd"]
+        assert (await mcp.read_resource("resource://motd")).contents[0].text == "hello"
+
+
 async def test_the_workspace_endpoint_lists_the_services_its_caller_may_use(server, alice) -> None:
     async with mcp_session(f"{server.url}/{alice.ws}/mcp") as mcp:
         assert [t.name for t in (await mcp.list_tools()).tools] == ["list_services"]

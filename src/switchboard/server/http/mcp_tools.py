@@ -51,6 +51,22 @@ class Catalog:
     prompts: dict[str, Entry]  # by name
 
 
+NATIVE = (
+    "list_tools",
+    "call_tool",
+    "list_resources",
+    "list_resource_templates",
+    "read_resource",
+    "list_prompts",
+    "get_prompt",
+)
+"""Functions by which a service answers MCP's requests itself (Hypha's "native" MCP service)."""
+
+
+def is_native(service: Any) -> bool:
+    return isinstance(service, dict) and any(callable(service.get(name)) for name in NATIVE)
+
+
 def protocol_version(requested: Any) -> str:
     """The revision to answer ``initialize`` with: the client's if spoken here, else the newest."""
     return requested if requested in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
