@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
+from hypha_rpc import connect_to_server
 from hypha_rpc.utils.schema import schema_function
 from mcp.shared.exceptions import MCPError
 
@@ -17,6 +19,7 @@ from support.mcp_client import mcp_session, refusal
 from support.tokens import credential
 from switchboard.config import Settings
 from switchboard.server.process.runner import RunningServer
+from switchboard.testing.hub import running
 from switchboard.testing.hub import settings_for_tests as make_settings
 
 pytestmark = pytest.mark.timeout(60)
@@ -166,8 +169,24 @@ async def test_a_body_above_the_message_limit_is_refused_before_the_call(server,
             await mcp.call_tool("big", {"size": 1, "pad": "y" * (MAX_BODY + 1)})
 
 
-class Inline:
-    """A ``type: "mcp"`` service naming its tools, resources and prompts, as Hypha's docs show."""
+async def test_requests_past_the_callers_rate_are_refused_fast_with_429() -> None:
+    """Anonymous requests from one address are one caller, as on /{workspace}/services: past its burst, 429."""
+    async with running(make_settings(max_messages_per_second=1, message_burst=20)) as srv:
+        provider = await connect_to_server({"server_url": srv.url, "client_id": "prov"})
+        try:
+            await provider.register_service({"id": "pub", "config": {"visibility": "public"}, "add": add})
+            url = endpoint(srv, provider.config["workspace"], "pub")
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            async with httpx.AsyncClient(timeout=10) as http:
+                answers = [await http.post(url, json=ping) for _ in range(30)]
+        finally:
+            await provider.disconnect()
+    codes = [a.status_code for a in answers]
+    assert codes[0] == 200
+    assert 429 in codes, codes
+    refused = answers[codes.index(429)]
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert "rate" in refused.json()["error"]["message"].lower()
 
 
 @pytest.fixture

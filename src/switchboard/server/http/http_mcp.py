@@ -29,7 +29,7 @@ from switchboard.hub.identity.users import User
 from switchboard.hub.routing.limits import Allowance
 from switchboard.protocol import services as svc_ids
 from switchboard.server.http import mcp_tools
-from switchboard.server.http.http_errors import status_of
+from switchboard.server.http.http_errors import error_response, status_of
 from switchboard.server.http.http_services import (
     acting_for,
     caller_allowance,
@@ -131,7 +131,10 @@ async def _serve(
         status, detail = status_of(exc)
         if status >= 500:
             log.warning("MCP %s failed: %s", request.url.path, detail)
-        return _error(msg_id, REFUSED if status < 500 else -32603, detail, status)
+        response = _error(msg_id, REFUSED if status < 500 else -32603, detail, status)
+        if "Retry-After" in (said := error_response(exc).headers):
+            response.headers["Retry-After"] = said["Retry-After"]
+        return response
 
 
 def _initialized(params: dict[str, Any], handlers: dict[str, Handler]) -> dict[str, Any]:
