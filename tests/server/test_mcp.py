@@ -169,6 +169,23 @@ async def test_a_body_above_the_message_limit_is_refused_before_the_call(server,
             await mcp.call_tool("big", {"size": 1, "pad": "y" * (MAX_BODY + 1)})
 
 
+async def test_what_is_not_an_mcp_request_gets_a_clear_error(server, alice) -> None:
+    url = endpoint(server, alice.ws, "pub")
+    async with httpx.AsyncClient(timeout=10) as http:
+        garbage = await http.post(url, content=b"{not json")
+        batch = await http.post(url, json=[{"jsonrpc": "2.0", "id": 1, "method": "ping"}])
+        unknown = await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/run"})
+        stream = await http.get(url)
+    assert (garbage.status_code, garbage.json()["error"]["code"]) == (400, -32700)
+    assert (batch.status_code, batch.json()["error"]["code"]) == (400, -32600)
+    assert unknown.json() == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {"code": -32601, "message": "Method not found: tools/run"},
+    }
+    assert stream.status_code == 405  # no stream of the server's own: answers ride their requests
+
+
 async def test_requests_past_the_callers_rate_are_refused_fast_with_429() -> None:
     """Anonymous requests from one address are one caller, as on /{workspace}/services: past its burst, 429."""
     async with running(make_settings(max_messages_per_second=1, message_burst=20)) as srv:

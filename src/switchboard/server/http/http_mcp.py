@@ -125,8 +125,9 @@ async def _serve(
                 return _streamed(request, msg_id, params, handlers[method], allowance)
             with allowance.holding(1):
                 return _result(msg_id, await handlers[method](params))
-    except Failure as failure:
-        return _error(msg_id, failure.code, failure.message)
+    except Failure as failure:  # a body that is no JSON-RPC request is the client's mistake: 400
+        status = 400 if failure.code in (PARSE_ERROR, INVALID_REQUEST) else 200
+        return _error(msg_id, failure.code, failure.message, status)
     except Exception as exc:
         status, detail = status_of(exc)
         if status >= 500:
@@ -174,16 +175,16 @@ def _streamed(
             note = {"progressToken": token, "progress": count, "message": mcp_tools.content(jsonable(item))[0]["text"]}
             await queue.put({"jsonrpc": "2.0", "method": "notifications/progress", "params": note})
 
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id}
         try:
             with allowance.holding(1):
-                result = await handler({**params, "_each": each})
-            return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+                answer["result"] = await handler({**params, "_each": each})
         except Failure as failure:
-            return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": failure.code, "message": failure.message}}
+            answer["error"] = {"code": failure.code, "message": failure.message}
         except Exception as exc:
-            return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": REFUSED, "message": status_of(exc)[1]}}
-        finally:
-            await queue.put(None)
+            answer["error"] = {"code": REFUSED, "message": status_of(exc)[1]}
+        await queue.put(None)  # not when cancelled: then no one reads the queue any more
+        return answer
 
     async def events() -> AsyncIterator[bytes]:
         task = asyncio.ensure_future(run())
@@ -233,7 +234,12 @@ def _service_methods(
             if not hasattr(answer, "__aiter__"):
                 return answer
             items, size = [], 0
-            async for item in answer:  # a generator: every item, bounded as one message is
+            items_left = aiter(answer)
+            while True:  # a generator: every item, each within the call timeout, all bounded as one message is
+                try:
+                    item = await asyncio.wait_for(anext(items_left), hub.settings.call_timeout)
+                except StopAsyncIteration:
+                    break
                 size += len(json.dumps(jsonable(item)))
                 if size > limit:
                     raise FrameTooLarge(f"The generated items are above the limit of {limit} bytes")
