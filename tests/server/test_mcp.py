@@ -169,6 +169,18 @@ async def test_a_body_above_the_message_limit_is_refused_before_the_call(server,
             await mcp.call_tool("big", {"size": 1, "pad": "y" * (MAX_BODY + 1)})
 
 
+async def test_a_service_describes_its_endpoint_and_tools_to_whoever_may_use_it(server, alice) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        public = await http.get(f"/{alice.ws}/mcp/pub")
+        protected = await http.get(f"/{alice.ws}/mcp/prot")
+        owned = await http.get(f"/{alice.ws}/mcp/prot", headers={"Authorization": f"Bearer {alice.token}"})
+    assert public.status_code == 200
+    assert public.json()["endpoints"]["streamable_http"] == f"/{alice.ws}/mcp/pub/mcp"
+    assert "add" in {t["name"] for t in public.json()["capabilities"]["tools"]}
+    assert protected.status_code == 403
+    assert [t["name"] for t in owned.json()["capabilities"]["tools"]] == ["whoami"]
+
+
 async def test_what_is_not_an_mcp_request_gets_a_clear_error(server, alice) -> None:
     url = endpoint(server, alice.ws, "pub")
     async with httpx.AsyncClient(timeout=10) as http:

@@ -24,16 +24,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from switchboard.backends.patience import patience
-from switchboard.errors import FrameTooLarge
+from switchboard.errors import FrameTooLarge, JsonRpcError
 from switchboard.hub.identity.users import User
 from switchboard.hub.routing.limits import Allowance
 from switchboard.protocol import services as svc_ids
-from switchboard.server.http import mcp_tools
+from switchboard.server.http import mcp_native, mcp_tools
 from switchboard.server.http.http_errors import error_response, status_of
 from switchboard.server.http.http_services import (
     acting_for,
     caller_allowance,
     fetch_for_caller,
+    guard,
     jsonable,
     path_workspace,
     read_body,
@@ -41,13 +42,13 @@ from switchboard.server.http.http_services import (
     server_state,
     visible_services,
 )
+from switchboard.server.http.mcp_native import Handler
 
 log = logging.getLogger(__name__)
 
 # JSON-RPC's codes, and the one the MCP SDKs use for a refused request
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 REFUSED = -32001
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 def routes() -> list[Route]:
@@ -55,16 +56,8 @@ def routes() -> list[Route]:
         Route("/{workspace}/mcp", workspace_endpoint, methods=["GET", "POST", "DELETE"]),
         Route("/{workspace}/mcp/", workspace_endpoint, methods=["GET", "POST", "DELETE"]),
         Route("/{workspace}/mcp/{service_id}/mcp", service_endpoint, methods=["GET", "POST", "DELETE"]),
+        Route("/{workspace}/mcp/{service_id}", service_description, methods=["GET"]),
     ]
-
-
-class Failure(Exception):
-    """A JSON-RPC error answer (not an HTTP refusal)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _error(msg_id: Any, code: int, message: str, status: int = 200) -> JSONResponse:
@@ -82,9 +75,9 @@ async def _message(request: Request) -> dict[str, Any]:
     try:
         message = json.loads(body)
     except (ValueError, RecursionError) as exc:
-        raise Failure(PARSE_ERROR, f"Request body is not valid JSON: {exc}") from None
+        raise JsonRpcError(PARSE_ERROR, f"Request body is not valid JSON: {exc}") from None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        raise Failure(INVALID_REQUEST, "Expected one JSON-RPC 2.0 message object")
+        raise JsonRpcError(INVALID_REQUEST, "Expected one JSON-RPC 2.0 message object")
     return message
 
 
@@ -113,19 +106,19 @@ async def _serve(
                 handlers = await methods(user, own_ws, allowance)
             params = message.get("params") or {}
             if not isinstance(params, dict):
-                raise Failure(INVALID_PARAMS, "params must be an object")
+                raise JsonRpcError(INVALID_PARAMS, "params must be an object")
             params = {k: v for k, v in params.items() if k != "_each"}  # the stream's own, never the client's
             if method == "initialize":
                 return _result(msg_id, _initialized(params, handlers))
             if method == "ping":
                 return _result(msg_id, {})
             if method not in handlers:
-                raise Failure(METHOD_NOT_FOUND, f"Method not found: {method}")
+                raise JsonRpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
             if method == "tools/call" and _progress_token(params) is not None and _streams(request):
                 return _streamed(request, msg_id, params, handlers[method], allowance)
             with allowance.holding(1):
                 return _result(msg_id, await handlers[method](params))
-    except Failure as failure:  # a body that is no JSON-RPC request is the client's mistake: 400
+    except JsonRpcError as failure:  # a body that is no JSON-RPC request is the client's mistake: 400
         status = 400 if failure.code in (PARSE_ERROR, INVALID_REQUEST) else 200
         return _error(msg_id, failure.code, failure.message, status)
     except Exception as exc:
@@ -179,7 +172,7 @@ def _streamed(
         try:
             with allowance.holding(1):
                 answer["result"] = await handler({**params, "_each": each})
-        except Failure as failure:
+        except JsonRpcError as failure:
             answer["error"] = {"code": failure.code, "message": failure.message}
         except Exception as exc:
             answer["error"] = {"code": REFUSED, "message": status_of(exc)[1]}
@@ -209,6 +202,28 @@ async def service_endpoint(request: Request) -> Response:
     return await _serve(request, methods)
 
 
+async def service_description(request: Request) -> Response:
+    """``GET /{workspace}/mcp/{service_id}``: the service's MCP endpoint and what it offers, as JSON
+    (Hypha's shape), for the caller the service's endpoint would serve."""
+
+    async def handler() -> Response:
+        user, own_ws = await request_user(request)
+        allowance = caller_allowance(request, user)
+        with allowance.holding(1):
+            info, user, service = await fetch_for_caller(request, user, own_ws, allowance)
+            methods = _service_methods(request, info, user, own_ws, service)
+            offered = {}
+            for kind, key in (("tools", "tools"), ("resources", "resources"), ("prompts", "prompts")):
+                listing = methods.get(f"{kind}/list")
+                offered[kind] = (await listing({}))[key] if listing is not None else []
+        ws, service_id = path_workspace(request), request.path_params["service_id"]
+        described = {k: info.get(k) for k in ("id", "name", "type", "description")}
+        endpoints = {"streamable_http": f"/{ws}/mcp/{service_id}/mcp"}
+        return JSONResponse(jsonable({"service": described, "endpoints": endpoints, "capabilities": offered}))
+
+    return await guard(request, handler)
+
+
 def _at(service: Any, path: tuple[str, ...]) -> Any:
     target = service
     for part in path:
@@ -226,7 +241,7 @@ def _service_methods(
     async def call(path: tuple[str, ...], kwargs: dict[str, Any], each: Any = None) -> Any:
         target = _at(service, path)
         if not callable(target):
-            raise Failure(INVALID_PARAMS, f"{'.'.join(path)} is not a function of this service")
+            raise JsonRpcError(INVALID_PARAMS, f"{'.'.join(path)} is not a function of this service")
         async with acting_for(request, info, user, own_ws):
             answer = target(**kwargs)
             if inspect.isawaitable(answer):
@@ -254,12 +269,12 @@ def _service_methods(
     async def tools_call(params: dict[str, Any]) -> Any:
         name, arguments = params.get("name"), params.get("arguments") or {}
         if name not in found.tools:
-            raise Failure(INVALID_PARAMS, f"Unknown tool: {name}")
+            raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         if not isinstance(arguments, dict):
-            raise Failure(INVALID_PARAMS, "arguments must be an object")
+            raise JsonRpcError(INVALID_PARAMS, "arguments must be an object")
         try:
             answer = await call(found.tools[name].path, arguments, params.get("_each"))
-        except Failure:
+        except JsonRpcError:
             raise
         except Exception as exc:  # the function's own failure: a tool result the agent reads
             return {"content": [{"type": "text", "text": status_of(exc)[1]}], "isError": True}
@@ -271,7 +286,7 @@ def _service_methods(
     async def resources_read(params: dict[str, Any]) -> Any:
         entry = found.resources.get(str(params.get("uri")))
         if entry is None:
-            raise Failure(INVALID_PARAMS, f"Resource '{params.get('uri')}' not found")
+            raise JsonRpcError(INVALID_PARAMS, f"Resource '{params.get('uri')}' not found")
         value = entry.text if entry.path is None else await call(entry.path, {})
         return mcp_tools.resource_result(entry, jsonable(value))
 
@@ -285,11 +300,11 @@ def _service_methods(
         name, arguments = params.get("name"), params.get("arguments") or {}
         entry = found.prompts.get(str(name))
         if entry is None or entry.path is None:
-            raise Failure(INVALID_PARAMS, f"Prompt '{name}' not found")
+            raise JsonRpcError(INVALID_PARAMS, f"Prompt '{name}' not found")
         return mcp_tools.prompt_result(str(name), jsonable(await call(entry.path, dict(arguments))))
 
     if mcp_tools.is_native(service):
-        return _native_methods(service, call)
+        return mcp_native.methods(service, call)
     handlers: dict[str, Handler] = {"tools/list": tools_list, "tools/call": tools_call}
     if found.resources:
         handlers |= {"resources/list": resources_list, "resources/read": resources_read}
@@ -297,58 +312,6 @@ def _service_methods(
     if found.prompts:
         handlers |= {"prompts/list": prompts_list, "prompts/get": prompts_get}
     return handlers
-
-
-def _native_methods(service: Any, call: Callable[..., Awaitable[Any]]) -> dict[str, Handler]:
-    """A service answering MCP's requests itself (``list_tools``, ``call_tool``, ...), as Hypha forwards them."""
-
-    def forward(function: str, shape: Callable[[dict[str, Any], Any], Any], *keys: str) -> Handler:
-        async def handler(params: dict[str, Any]) -> Any:
-            kwargs = {k: params.get(k) or ({} if k == "arguments" else None) for k in keys}
-            try:
-                value = await call((function,), kwargs)
-            except Failure:
-                raise
-            except Exception as exc:
-                if function != "call_tool":
-                    raise
-                return {"content": [{"type": "text", "text": status_of(exc)[1]}], "isError": True}
-            return shape(params, jsonable(value))
-
-        return handler
-
-    def listed(kind: str) -> Callable[[dict[str, Any], Any], Any]:
-        return lambda params, value: {kind: value if isinstance(value, list) else []}
-
-    def tool_result(params: dict[str, Any], value: Any) -> Any:
-        if isinstance(value, dict) and isinstance(value.get("content"), list):
-            return value
-        return {"content": mcp_tools.content(value), "isError": False}
-
-    def resource(params: dict[str, Any], value: Any) -> Any:
-        if isinstance(value, dict) and isinstance(value.get("contents"), list):
-            return value
-        uri = str(params.get("uri"))
-        return mcp_tools.resource_result(mcp_tools.Entry(uri, {"uri": uri, "mimeType": "text/plain"}, None), value)
-
-    table = {
-        "list_tools": ("tools/list", listed("tools"), ()),
-        "call_tool": ("tools/call", tool_result, ("name", "arguments")),
-        "list_resources": ("resources/list", listed("resources"), ()),
-        "list_resource_templates": ("resources/templates/list", listed("resourceTemplates"), ()),
-        "read_resource": ("resources/read", resource, ("uri",)),
-        "list_prompts": ("prompts/list", listed("prompts"), ()),
-        "get_prompt": (
-            "prompts/get",
-            lambda p, v: mcp_tools.prompt_result(str(p.get("name")), v),
-            ("name", "arguments"),
-        ),
-    }
-    return {
-        method: forward(function, shape, *keys)
-        for function, (method, shape, keys) in table.items()
-        if callable(service.get(function))
-    }
 
 
 # -- the workspace's endpoint ---------------------------------------------------------------------
@@ -372,7 +335,7 @@ async def workspace_endpoint(request: Request) -> Response:
 
         async def tools_call(params: dict[str, Any]) -> Any:
             if params.get("name") != LIST_SERVICES["name"]:
-                raise Failure(INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
+                raise JsonRpcError(INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
             found = []
             for info in await visible_services(request, user, own_ws, ws):
                 service_id = info["id"].partition("/")[2]
