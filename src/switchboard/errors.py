@@ -18,6 +18,7 @@
     ├── BackendError                      the registry or bus failed (e.g. Redis down)
     │   └── LeaseLost                         this replica no longer holds a lease (replicas/lease.py)
     ├── RequestRefused                    an HTTP request answered with a status of its own
+    ├── JsonRpcError                      an MCP request answered with a JSON-RPC error (server/http/http_mcp.py)
     └── client errors (client/errors.py):  GaveUp (ConnectionError), Refused (ConnectionAbortedError),
                                            CallInterrupted, ClientClosed
 
@@ -120,3 +121,11 @@ class RequestRefused(SwitchboardError):
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(detail)
         self.status, self.detail = status, detail
+
+
+class JsonRpcError(SwitchboardError):
+    """A JSON-RPC request (MCP's) answered with an error ``code`` and ``message``, not an HTTP refusal."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message

@@ -26,6 +26,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
 from switchboard.server.http import (
     http_apps,
+    http_mcp,
     http_rpc,
     http_services,
     hypha_routes,
@@ -246,6 +247,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         WebSocketRoute(PATH, websocket_endpoint),  # the hub's own protocol serves it directly (runner.py)
         *http_rpc.routes(),
         *status_api.routes(),
+        *http_mcp.routes(),
         *http_services.routes(),
         *http_apps.routes(),
         *web_console.routes(),  # after: a workspace named "console" keeps /console/services

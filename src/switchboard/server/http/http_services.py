@@ -92,19 +92,19 @@ async def _not_deleted(request: Request, user: User, workspace: str) -> None:
         raise PermissionDenied(refusal)
 
 
-def _workspace(request: Request) -> str:
+def path_workspace(request: Request) -> str:
     """The path's workspace, in the id grammar before it names a key (``*`` would query them all): else 400."""
     return ids.check_id(request.path_params["workspace"], "workspace")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     value = plain(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode()
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, str | int | float | bool) or value is None:
         return value
     return str(value)
@@ -113,10 +113,10 @@ def _jsonable(value: Any) -> Any:
 def _respond(value: Any, as_msgpack: bool) -> Response:
     if as_msgpack:
         return Response(msgpack.packb(plain(value), use_bin_type=True, default=str), media_type="application/msgpack")
-    return JSONResponse(_jsonable(value))
+    return JSONResponse(jsonable(value))
 
 
-async def _guard(request: Request, handler: Callable[[], Awaitable[R]]) -> R | Response:
+async def guard(request: Request, handler: Callable[[], Awaitable[R]]) -> R | Response:
     if not server_state(request).accepting:
         response = refusal(503, "Server is draining or starting, please retry")
         response.headers["Retry-After"] = "1"
@@ -145,22 +145,27 @@ def caller_allowance(request: Request, user: User) -> Allowance:
 
 async def list_services(request: Request) -> Response:
     async def handler() -> Response:
-        ws = _workspace(request)
+        ws = path_workspace(request)
         user, own_ws = await request_user(request)
         allowance = caller_allowance(request, user)
         with allowance.holding(1):
-            user = await as_owner(request, user, ws)
-            await _not_deleted(request, user, ws)
-            found = await server_state(request).hub.registry.find(ServiceQuery(ws))
-        has_read = user.can(ws, Permission.READ)
-        visible = [
-            svc_ids.shown(i, has_read=has_read)
-            for i in found
-            if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
-        ]
-        return JSONResponse(_jsonable(visible))
+            visible = await visible_services(request, user, own_ws, ws)
+        return JSONResponse(jsonable(visible))
 
-    return await _guard(request, handler)
+    return await guard(request, handler)
+
+
+async def visible_services(request: Request, user: User, own_ws: str, ws: str) -> list[svc_ids.ServiceInfo]:
+    """The services of ``ws`` its listing shows the caller, as ``GET /{workspace}/services`` answers."""
+    user = await as_owner(request, user, ws)
+    await _not_deleted(request, user, ws)
+    found = await server_state(request).hub.registry.find(ServiceQuery(ws))
+    has_read = user.can(ws, Permission.READ)
+    return [
+        svc_ids.shown(i, has_read=has_read)
+        for i in found
+        if svc_ids.may_list(i, caller_workspace=own_ws, has_read=has_read, include_unlisted=False)
+    ]
 
 
 async def service_info(request: Request) -> Response:
@@ -169,9 +174,9 @@ async def service_info(request: Request) -> Response:
         allowance = caller_allowance(request, user)
         with allowance.holding(1):
             info, _ = await resolve_service(request, user, own_ws, allowance)
-        return JSONResponse(_jsonable(info))
+        return JSONResponse(jsonable(info))
 
-    return await _guard(request, handler)
+    return await guard(request, handler)
 
 
 async def resolve_service(
@@ -180,7 +185,7 @@ async def resolve_service(
     """The service the path names (``?_mode=`` among several) and the caller as it stands in the
     path's workspace (:func:`as_owner`); a ``select:`` mode's candidates are calls of the caller,
     admitted by its ``allowance`` while they run."""
-    ws = _workspace(request)
+    ws = path_workspace(request)
     user = await as_owner(request, user, ws)
     await _not_deleted(request, user, ws)
     service_id = request.path_params["service_id"]
@@ -212,15 +217,7 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     as_msgpack = content_type in MSGPACK_TYPES
     if request.method == "GET":
         return {k: _query_value(v) for k, v in request.query_params.items() if not k.startswith("_")}, as_msgpack
-    limit = server_state(request).hub.settings.max_message_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise FrameTooLarge(f"Request body of {declared} bytes is above the limit of {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise FrameTooLarge(f"Request body is above the limit of {limit} bytes")
+    body = await read_body(request)
     if not body:
         return {}, as_msgpack
     try:
@@ -235,6 +232,20 @@ async def _read_kwargs(request: Request) -> tuple[dict[str, Any], bool]:
     if not isinstance(data, dict):
         raise RequestRefused(400, f"Request body must be an object of keyword arguments, got {type(data).__name__}")
     return data, as_msgpack
+
+
+async def read_body(request: Request) -> bytes:
+    """The request's body, refused (413) past the hub's message size limit before it is all read."""
+    limit = server_state(request).hub.settings.max_message_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise FrameTooLarge(f"Request body of {declared} bytes is above the limit of {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise FrameTooLarge(f"Request body is above the limit of {limit} bytes")
+    return bytes(body)
 
 
 def _not_json(name: str) -> Any:
@@ -309,7 +320,7 @@ async def call_function(request: Request) -> Response | EventStream:
                 answer.exit = held.pop_all()  # a stream holds the call until its generator is closed
             return answer
 
-    return await _guard(request, handler)
+    return await guard(request, handler)
 
 
 async def _call(
@@ -319,7 +330,7 @@ async def _call(
     hub = server_state(request).hub
     kwargs, as_msgpack = await _read_kwargs(request)
     if request.path_params["service_id"] == "~":  # the workspace manager, as the request's user
-        caller_ws = _workspace(request)
+        caller_ws = path_workspace(request)
         await _not_deleted(request, user, caller_ws)
         caller = await http_caller(
             hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
@@ -328,9 +339,9 @@ async def _call(
         hub.metrics.http_calls.inc()
         done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
         return _respond(done, as_msgpack)
-    named = f"{_workspace(request)}/{request.path_params['service_id']}"
+    named = f"{path_workspace(request)}/{request.path_params['service_id']}"
     if (key := hub.manager.builtins.named(named, own_ws, user)) is not None:  # public/queue, admin-utils
-        await _not_deleted(request, user, _workspace(request))
+        await _not_deleted(request, user, path_workspace(request))
         # in the caller's own workspace, whose queues are its own: the path's is the service's
         caller = await http_caller(
             hub, user=user, own_workspace=own_ws, workspace=own_ws, anonymous=user is ANONYMOUS_HTTP
@@ -339,13 +350,7 @@ async def _call(
         hub.metrics.http_calls.inc()
         done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
         return _respond(done, as_msgpack)
-    info, user = await resolve_service(request, user, own_ws, allowance)
-    _check_built_in(info, user)
-    hub.metrics.http_calls.inc()
-    timeout = hub.settings.call_timeout
-    reads = user.can(info["id"].partition("/")[0], Permission.READ)
-    fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
-    service = await asyncio.wait_for(fetching, timeout)
+    info, user, service = await fetch_for_caller(request, user, own_ws, allowance)
     key = request.path_params["function"]
     target: Any = service
     for part in key.split("."):
@@ -354,19 +359,38 @@ async def _call(
         else:
             raise NotFound(f"{key} not found.")
     if callable(target):
-        # the provider sees the HTTP caller, not the manager: acting within the
-        # service's workspace if the caller may read it, else within its own
-        ws = info["id"].partition("/")[0]
-        acting_ws = ws if user.can(ws, Permission.READ) else own_ws
         # held open while a generator streams: its items are calls from the same address
-        await held.enter_async_context(hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws))
-        target = await asyncio.wait_for(target(**kwargs), timeout)
+        await held.enter_async_context(acting_for(request, info, user, own_ws))
+        target = await asyncio.wait_for(target(**kwargs), hub.settings.call_timeout)
         if inspect.isasyncgen(target):  # hypha-rpc's remote generator: streamed as it is read
             return EventStream(
                 cast(AsyncGenerator[Any, None], target),
                 as_msgpack=as_msgpack,
-                encode=_jsonable,
-                item_timeout=timeout,
+                encode=jsonable,
+                item_timeout=hub.settings.call_timeout,
                 exit=contextlib.AsyncExitStack(),
             )
     return _respond(target, as_msgpack)
+
+
+async def fetch_for_caller(
+    request: Request, user: User, own_ws: str, allowance: Allowance
+) -> tuple[svc_ids.ServiceInfo, User, Any]:
+    """The service the path names, fetched for the caller (:func:`resolve_service`'s rules), and the
+    caller as it stands in the service's workspace; one HTTP call counted."""
+    hub = server_state(request).hub
+    info, user = await resolve_service(request, user, own_ws, allowance)
+    _check_built_in(info, user)
+    hub.metrics.http_calls.inc()
+    timeout = hub.settings.call_timeout
+    reads = user.can(info["id"].partition("/")[0], Permission.READ)
+    fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
+    return info, user, await asyncio.wait_for(fetching, timeout)
+
+
+def acting_for(request: Request, info: svc_ids.ServiceInfo, user: User, own_ws: str) -> Any:
+    """The block in which the service's functions are called as the HTTP caller, not the manager:
+    acting within the service's workspace if the caller may read it, else within its own."""
+    ws = info["id"].partition("/")[0]
+    acting_ws = ws if user.can(ws, Permission.READ) else own_ws
+    return server_state(request).hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws)
