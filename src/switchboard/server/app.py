@@ -24,7 +24,15 @@ from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
-from switchboard.server.http import http_apps, http_rpc, http_services, hypha_routes, status_api, web_console
+from switchboard.server.http import (
+    http_apps,
+    http_rpc,
+    http_services,
+    hypha_routes,
+    login_page,
+    status_api,
+    web_console,
+)
 from switchboard.server.process.server_state import Phase, ServerState
 from switchboard.server.process.state_dir import WORKSPACES_FILE, state_path, token_secret
 from switchboard.server.ws.websocket import PATH, websocket_endpoint
@@ -73,9 +81,11 @@ def build_hub(
     revocations = None
     entrance = None
     queues = None
+    logins = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis.assemble import redis_backends
         from switchboard.backends.redis.entrance import RedisEntrance
+        from switchboard.backends.redis.logins import RedisLogins
         from switchboard.backends.redis.queues import RedisQueues
         from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
@@ -107,6 +117,7 @@ def build_hub(
         # an admission's reads in one pipeline, its count and claim in one script (keys as above)
         entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
         queues = RedisQueues(parts.client, clock=clock, bounds=queue_bounds(settings))  # public/queue, shared
+        logins = RedisLogins(parts.client, clock=clock)  # public/hypha-login: a sign-in ends on any replica
         if settings.links:
             links = LinkSettings(
                 secret=settings.jwt_secret,
@@ -142,6 +153,7 @@ def build_hub(
         revocations=revocations,
         entrance=entrance,
         queues=queues,
+        logins=logins,
     )
     if parts is not None:
         hub.cluster = _cluster(hub, parts)
@@ -239,6 +251,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         *http_rpc.routes(),
         *status_api.routes(),
         *http_services.routes(),
+        *login_page.routes(),  # before the apps': the hub serves its own login page at /public/apps/hypha-login
         *http_apps.routes(),
         *web_console.routes(),  # after: a workspace named "console" keeps /console/services
     ]
