@@ -1,0 +1,71 @@
+"""A certified OpenID Connect provider (npm ``oidc-provider``, run by Node on loopback) for the sign-in tests,
+and a person signing in at it over HTTP (its development login form takes any login and password)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = ROOT / ".cache" / "js" / "node_modules"
+SCRIPT = ROOT / "tests" / "js" / "oidc_provider.mjs"
+CLIENT_ID = "switchboard-hub"
+CLIENT_SECRET = "a-client-secret-of-the-test-provider-0123456789"
+
+
+@contextmanager
+def node_provider(redirect_uris: list[str]) -> Iterator[str]:
+    """The provider's issuer URL while it runs, with one confidential client and one other client."""
+    if not (MODULES / "oidc-provider").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail("oidc-provider is not installed: run scripts/js-deps")
+        pytest.skip("oidc-provider is not installed: run scripts/js-deps")
+    clients = [
+        {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "redirect_uris": redirect_uris},
+        {"client_id": "another-app", "client_secret": CLIENT_SECRET + "-other", "redirect_uris": redirect_uris},
+    ]
+    proc = subprocess.Popen(
+        ["node", str(SCRIPT), json.dumps({"clients": clients})],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "SB_JS_MODULES": str(MODULES)},
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for _ in range(20):  # a few warnings, then READY
+            line = proc.stdout.readline()
+            if not line or line.startswith("READY "):
+                break
+        assert line.startswith("READY "), f"the provider did not start: {line!r}"
+        yield line.split()[1]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+async def sign_in(login_url: str, login: str, *, http: httpx.AsyncClient | None = None) -> httpx.Response:
+    """Open ``login_url`` and sign in as ``login`` at the provider's form, consenting; the last answer
+    (the hub's callback page, or a refusal)."""
+    async with httpx.AsyncClient(follow_redirects=True, timeout=10) as own:
+        http = http or own
+        page = await http.get(login_url)
+        for prompt in ("login", "consent"):
+            if "/interaction/" not in str(page.url):
+                return page
+            form = {"prompt": prompt, "login": login, "password": "any"} if prompt == "login" else {"prompt": prompt}
+            page = await http.post(str(page.url), data=form)
+        return page
