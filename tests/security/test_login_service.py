@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import httpx
 import jwt
@@ -60,7 +61,8 @@ async def _login(hub: RunningServer, who: str = ALICE, **config: Any) -> Any:
         asyncio.get_running_loop().create_task(person())
 
     result = await login({"server_url": hub.url, "login_callback": open_browser, "login_timeout": 20, **config})
-    assert pages and pages[0].status_code == 200, pages and pages[0].text
+    assert pages, "the person never got an answer"
+    assert pages[0].status_code == 200, pages[0].text
     return result
 
 
@@ -85,10 +87,13 @@ async def test_login_with_profile_and_workspace_over_http_gives_a_scoped_token_a
 ) -> None:
     mine = f"ws-user-{ALICE}"
     profile = await _login(hub, profile=True, workspace=mine, expires_in=600, transport="http")
-    assert profile["user_id"] == ALICE and profile["email"] == f"{ALICE}@example.org"
-    assert profile["workspace"] == mine and profile["expires_in"] == 600
+    assert profile["user_id"] == ALICE
+    assert profile["email"] == f"{ALICE}@example.org"
+    assert profile["workspace"] == mine
+    assert profile["expires_in"] == 600
     claims = jwt.decode(profile["token"], options={"verify_signature": False})
-    assert mine in claims["scope"] and 590 <= claims["exp"] - claims["iat"] <= 600
+    assert mine in claims["scope"]
+    assert 590 <= claims["exp"] - claims["iat"] <= 600
 
 
 async def test_a_workspace_the_user_may_not_read_is_refused_to_the_login(hub: RunningServer) -> None:
@@ -114,20 +119,22 @@ async def test_a_key_is_used_once_and_answers_only_its_own_flow(hub: RunningServ
         svc = await api.get_service("public/hypha-login")
         mine, other = await svc.start(), await svc.start()
         assert await svc.check(other["key"], timeout=0) is None
-        async with httpx.AsyncClient(follow_redirects=True, timeout=10) as browser:
+        async with httpx.AsyncClient(timeout=10) as browser:
             page = await sign_in(mine["login_url"], ALICE, http=browser)
             assert page.status_code == 200
             # the provider's redirect replayed (the same state and code) finishes nothing again
             assert "/public/apps/hypha-login/callback" in str(page.url)
             replay = await browser.get(str(page.url))
-            assert replay.status_code == 400 and "unknown or was finished already" in replay.text
+            assert replay.status_code == 400
+            assert "unknown or was finished already" in replay.text
         assert await svc.check(other["key"], timeout=0) is None  # the other key got nothing
         assert await svc.check(mine["key"], timeout=5)
         with pytest.raises(Exception, match="Invalid key"):  # a replayed key
             await svc.check(mine["key"], timeout=0)
         async with httpx.AsyncClient(timeout=10) as http:  # a used key starts no flow
             used = await http.get(mine["login_url"])
-            assert used.status_code == 400 and "expired or was used" in used.text
+            assert used.status_code == 400
+            assert "expired or was used" in used.text
     finally:
         await api.disconnect()
 
@@ -177,3 +184,28 @@ async def test_without_a_provider_the_login_service_says_what_to_set() -> None:
                 await svc.start()
         finally:
             await api.disconnect()
+
+
+async def test_a_code_sent_back_with_the_state_of_another_flow_is_refused(hub: RunningServer) -> None:
+    api = await connect_to_server({"server_url": hub.url})
+    try:
+        svc = await api.get_service("public/hypha-login")
+        mine, theirs = await svc.start(), await svc.start()
+        async with httpx.AsyncClient(timeout=10) as http:
+            to_provider = await http.get(theirs["login_url"])  # another flow's state, taken from its redirect
+            their_state = parse_qs(urlsplit(to_provider.headers["location"]).query)["state"][0]
+
+        def swap_state(url: str) -> str:
+            parts = urlsplit(url)
+            if not parts.path.endswith("/callback"):
+                return url
+            query = {k: v[0] for k, v in parse_qs(parts.query).items()} | {"state": their_state}
+            return urlunsplit(parts._replace(query=urlencode(query)))
+
+        page = await sign_in(mine["login_url"], ALICE, route=swap_state)
+        assert page.status_code == 403  # PKCE: the code is not that flow's
+        assert "refused the code" in page.text
+        for ctx in (mine, theirs):
+            assert await svc.check(ctx["key"], timeout=0) is None
+    finally:
+        await api.disconnect()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = ROOT / ".cache" / "js" / "node_modules"
 SCRIPT = ROOT / "tests" / "js" / "oidc_provider.mjs"
 CLIENT_ID = "switchboard-hub"
+MAX_HOPS = 12  # a sign-in is 5 or 6 redirects
 CLIENT_SECRET = "a-client-secret-of-the-test-provider-0123456789"
 
 
@@ -57,15 +57,33 @@ def node_provider(redirect_uris: list[str]) -> Iterator[str]:
                 pipe.close()
 
 
-async def sign_in(login_url: str, login: str, *, http: httpx.AsyncClient | None = None) -> httpx.Response:
-    """Open ``login_url`` and sign in as ``login`` at the provider's form, consenting; the last answer
+async def sign_in(
+    login_url: str,
+    login: str,
+    *,
+    http: httpx.AsyncClient | None = None,
+    route: Callable[[str], str] = lambda url: url,
+) -> httpx.Response:
+    """Open ``login_url`` and sign in as ``login`` at the provider's form, consenting, following each
+    redirect through ``route`` (which may send the hub's public URL to one replica); the last answer
     (the hub's callback page, or a refusal)."""
-    async with httpx.AsyncClient(follow_redirects=True, timeout=10) as own:
+    async with httpx.AsyncClient(timeout=10) as own:
         http = http or own
-        page = await http.get(login_url)
+        page = await _follow(http, "GET", login_url, route)
         for prompt in ("login", "consent"):
             if "/interaction/" not in str(page.url):
                 return page
             form = {"prompt": prompt, "login": login, "password": "any"} if prompt == "login" else {"prompt": prompt}
-            page = await http.post(str(page.url), data=form)
+            page = await _follow(http, "POST", str(page.url), route, data=form)
         return page
+
+
+async def _follow(
+    http: httpx.AsyncClient, method: str, url: str, route: Callable[[str], str], **kw: Any
+) -> httpx.Response:
+    for _ in range(MAX_HOPS):
+        response = await http.request(method, route(url), follow_redirects=False, **kw)
+        if not response.is_redirect:
+            return response
+        url, method, kw = str(response.url.join(response.headers["location"])), "GET", {}
+    raise AssertionError(f"more than {MAX_HOPS} redirects from {url}")
