@@ -102,8 +102,6 @@ LEFT_OUT = {
     "test_server.py::test_plugin_runner": "runs Hypha's plugin runner (python -m hypha.runner)",
     "test_server.py::test_plugin_runner_subpath": "runs Hypha's plugin runner (python -m hypha.runner)",
     "test_server.py::test_plugin_runner_workspace": "runs Hypha's plugin runner (python -m hypha.runner)",
-    "test_services.py::test_login_service": "Hypha's login service (public/hypha-login)",
-    "test_services.py::test_login": "Hypha's login service (public/hypha-login)",
     "test_workspace.py::test_workspace": "expects Hypha's public services hypha-login and s3-storage",
     "test_workspace.py::test_service_selection_mode": "the artifact manager (public/artifact-manager)",
     "test_workspace.py::test_parse_token_workspace_validation": "Hypha's own module (hypha.core.auth._parse_token)",
@@ -111,9 +109,6 @@ LEFT_OUT = {
     "test_workspace_security.py::test_artifact_manager_workspace_isolation": "the artifact manager",
     "test_workspace_security.py::test_permission_escalation_prevention": "the artifact manager (its second half)",
     "test_http.py::test_http_proxy": SERVER_APPS,
-    "test_http_cross_workspace.py::test_generic_token_access_public_workspace_services": (
-        "Hypha's login service (public/hypha-login)"
-    ),
     "test_asgi.py::test_asgi_serverapp": SERVER_APPS,
     "test_asgi.py::test_functions": SERVER_APPS,
     "test_asgi.py::test_nested_functions": SERVER_APPS,

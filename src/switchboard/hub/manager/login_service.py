@@ -64,11 +64,13 @@ def profile_of(
         return value[:_LABEL_MAX] if isinstance(value, str) else None
 
     picture = labels.get("picture")
+    email = labels.get("email")
     return {
         "token": token,
         "workspace": workspace,
         "expires_in": int(expires_in),
-        "email": user.email,
+        # the token's verified address, else the one reported with it (as Hypha keeps it): never marked verified
+        "email": user.email or (email[:254] if isinstance(email, str) else None),
         "email_verified": user.email is not None,
         "name": label("name"),
         "nickname": label("nickname") or label("preferred_username"),
@@ -120,8 +122,7 @@ class LoginService:
         return self.client
 
     async def start(self, workspace: Any = None, expires_in: Any = None, context: Any = None) -> dict[str, Any]:
-        """Start a sign-in: a login key, and the page its holder opens."""
-        self._configured()
+        """Start a sign-in: a login key, and the page its holder opens (or a token is reported for it)."""
         if workspace is not None:
             ids.check_id(workspace, "workspace")
         lifetime = check_expires_in(expires_in)
@@ -166,7 +167,8 @@ class LoginService:
                 if self.clock.monotonic() >= deadline:
                     break
                 await self.clock.sleep(min(CHECK_POLL, max(0.0, deadline - self.clock.monotonic())))
-            raise ProtocolError(f"Login timeout, waited for {timeout} seconds")
+            hint = f"; {oidc_login.not_configured()}" if self.client is None else ""
+            raise ProtocolError(f"Login timeout, waited for {timeout} seconds{hint}")
         finally:
             self.waiting -= 1
 

@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from switchboard.errors import AuthError
+from switchboard.hub.identity import oidc_login
 from switchboard.hub.manager.login_service import LOGIN_PATH
 from switchboard.server.http.http_errors import status_of
 from switchboard.server.http.http_services import server_state
@@ -39,7 +40,7 @@ async def to_slash(request: Request) -> Response:
 
 def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
     body = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>Switchboard sign-in</title></head>"
+        "<!doctype html><html><head><meta charset='utf-8'><title>Hypha Account: Switchboard sign-in</title></head>"
         f"<body><h1>{html.escape(title)}</h1><p id='message'>{html.escape(text)}</p></body></html>"
     )
     # never cached, never framed: each answer belongs to one sign-in
@@ -58,6 +59,8 @@ async def page(request: Request) -> Response:
     login = server_state(request).hub.manager.login
     if request.query_params.get("logout"):
         return _page("Signed out", "The hub keeps no session in this browser: you may close this window.")
+    if login.client is None:  # the page says what the operator sets (a client may report a token meanwhile)
+        return _page("Hypha Account: signing in is not set up", oidc_login.not_configured())
     key = request.query_params.get("key")
     if not key:
         return _page("Sign in", "Open this page with the key your client gave (login_url).", 400)
