@@ -13,8 +13,8 @@ from switchboard.backends.logins import LOGIN_TIME, MAX_ENTRY_BYTES, MemoryLogin
 from switchboard.backends.redis import make_client
 from switchboard.backends.redis.logins import RedisLogins
 from switchboard.clock import SystemClock
-from switchboard.errors import LimitExceeded, ProtocolError
-from switchboard.hub.identity.oidc_login import Client
+from switchboard.errors import AuthError, LimitExceeded, ProtocolError
+from switchboard.hub.identity.oidc_login import Client, Flow, check_nonce
 from switchboard.hub.manager.login_service import LoginService
 from switchboard.testing import ValkeyServer
 from switchboard.testing.clock import FakeClock
@@ -89,7 +89,7 @@ async def test_a_login_key_expires_after_180_seconds() -> None:
     login = _service(clock)
     ctx = await login.start()
     assert ctx["login_url"] == f"https://hub.example/public/apps/hypha-login/?key={ctx['key']}"
-    clock.advance(LOGIN_TIME - 1)
+    clock.advance(179)  # Hypha's login time: 180 s
     assert await login.check(ctx["key"], timeout=0) is None
     clock.advance(1)
     with pytest.raises(ProtocolError, match="does not exist or expired"):
@@ -107,4 +107,14 @@ async def test_a_check_gives_up_at_its_timeout_and_when_the_key_expires() -> Non
     assert clock.monotonic() == pytest.approx(10)
     with pytest.raises(ProtocolError, match="Login session expired"):
         await login.check(ctx["key"], timeout=LOGIN_TIME)
+    assert clock.monotonic() == pytest.approx(180)
     assert login.waiting == 0
+
+
+def test_pkce_s256_is_rfc_7636s_and_a_nonce_must_be_the_flows() -> None:
+    flow = Flow(state="s", nonce="n-of-this-flow", verifier="dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk")
+    assert flow.challenge == "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"  # RFC 7636, appendix B
+    check_nonce({"nonce": "n-of-this-flow"}, flow.nonce)
+    for claims in ({}, {"nonce": "n-of-another-flow"}, {"nonce": 1}):
+        with pytest.raises(AuthError, match="nonce"):
+            check_nonce(claims, flow.nonce)

@@ -102,7 +102,7 @@ LEFT_OUT = {
     "test_server.py::test_plugin_runner": "runs Hypha's plugin runner (python -m hypha.runner)",
     "test_server.py::test_plugin_runner_subpath": "runs Hypha's plugin runner (python -m hypha.runner)",
     "test_server.py::test_plugin_runner_workspace": "runs Hypha's plugin runner (python -m hypha.runner)",
-    "test_workspace.py::test_workspace": "expects Hypha's public services hypha-login and s3-storage",
+    "test_workspace.py::test_workspace": "expects Hypha's public service s3-storage",
     "test_workspace.py::test_service_selection_mode": "the artifact manager (public/artifact-manager)",
     "test_workspace.py::test_parse_token_workspace_validation": "Hypha's own module (hypha.core.auth._parse_token)",
     "test_workspace_security.py::test_public_artifact_manager_context": "the artifact manager",

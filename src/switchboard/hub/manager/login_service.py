@@ -69,9 +69,10 @@ def profile_of(
         "token": token,
         "workspace": workspace,
         "expires_in": int(expires_in),
-        # the token's verified address, else the one reported with it (as Hypha keeps it): never marked verified
-        "email": user.email or (email[:254] if isinstance(email, str) else None),
-        "email_verified": user.email is not None,
+        # the address reported with the token (as Hypha keeps it), else the token's verified one; marked
+        # verified only when it is the token's
+        "email": email[:254] if isinstance(email, str) and email else user.email,
+        "email_verified": user.email is not None and (not email or email == user.email),
         "name": label("name"),
         "nickname": label("nickname") or label("preferred_username"),
         "user_id": user.id,
