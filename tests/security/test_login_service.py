@@ -42,7 +42,7 @@ async def hub(issuer: str, hub_port: int, tmp_path: Any) -> AsyncIterator[Runnin
         port=hub_port,
         oidc_issuer=issuer,
         oidc_allow_http=True,
-        oidc_audience=CLIENT_ID,
+        oidc_audience="switchboard-api",  # the provider's access tokens' audience: the sign-in checks the client id
         oidc_client_id=CLIENT_ID,
         oidc_client_secret_file=str(secret),
     )
@@ -171,6 +171,22 @@ async def test_report_accepts_only_a_token_the_hub_verifies(hub: RunningServer) 
         mine = await api.generate_token({"expires_in": 300})
         await svc.report(ctx["key"], mine)
         assert await svc.check(ctx["key"], timeout=0) == mine
+        # scoped to a workspace, the token made from a reported one expires no later than it, whatever is asked
+        ctx = await svc.start()
+        await svc.report(ctx["key"], mine, workspace=api.config["workspace"], expires_in=3600)
+        scoped = jwt.decode(await svc.check(ctx["key"], timeout=0), options={"verify_signature": False})
+        assert scoped["exp"] <= jwt.decode(mine, options={"verify_signature": False})["exp"]
+
+    finally:
+        await api.disconnect()
+
+
+async def test_a_login_asks_for_a_bounded_lifetime(hub: RunningServer) -> None:
+    api = await connect_to_server({"server_url": hub.url})
+    try:
+        svc = await api.get_service("public/hypha-login")
+        with pytest.raises(Exception, match="expires_in must be a number of seconds from 0 to 604800"):
+            await svc.start(workspace=f"ws-user-{ALICE}", expires_in=365 * 24 * 3600)
     finally:
         await api.disconnect()
 
