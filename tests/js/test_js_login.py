@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,13 @@ from support.node_oidc import CLIENT_ID, CLIENT_SECRET, MODULES, node_provider, 
 from switchboard.config import Settings
 from switchboard.testing.hub import RunningServer, settings_for_tests
 from switchboard.testing.ports import free_port
+from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.timeout(90)]
 
 ALICE = "alice-js"
+PUBLIC = "http://switchboard.test"  # the public URL of the replicas below (a load balancer's)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,8 @@ def hub_port() -> int:
 
 @pytest.fixture(scope="module")
 def issuer(hub_port: int, js_tools: None) -> Iterator[str]:
-    with node_provider([f"http://127.0.0.1:{hub_port}/public/apps/hypha-login/callback"]) as url:
+    callbacks = [f"{base}/public/apps/hypha-login/callback" for base in (f"http://127.0.0.1:{hub_port}", PUBLIC)]
+    with node_provider(callbacks) as url:
         yield url
 
 
@@ -51,12 +54,12 @@ def settings(issuer: str, hub_port: int, tmp_path: Any) -> Settings:
     )
 
 
-async def _calls_a_protected_service_of_alices_workspace(server: RunningServer, token: str) -> None:
-    owner = await connect_to_server({"server_url": server.url, "token": token, "client_id": "lab"})
+async def _calls_a_protected_service_of_alices_workspace(url: str, token: str) -> None:
+    owner = await connect_to_server({"server_url": url, "token": token, "client_id": "lab"})
     try:
         assert owner.config["workspace"] == f"ws-user-{ALICE}"
         await owner.register_service({"id": "notes", "config": {"visibility": "protected"}, "read": lambda: "mine"})
-        other = await connect_to_server({"server_url": server.url, "token": token, "client_id": "desk"})
+        other = await connect_to_server({"server_url": url, "token": token, "client_id": "desk"})
         try:
             assert await (await other.get_service(f"ws-user-{ALICE}/lab:notes")).read() == "mine"
         finally:
@@ -93,14 +96,15 @@ async def test_login_in_chromium_with_the_providers_form_filled_in_another_tab(
         await person.evaluate("document.querySelector('form').submit()")
         await eventually(lambda: at("You are signed in"), what="the hub's callback page", timeout=15)
         token = await eventually(lambda: reported("token"), what="login() returning the token", timeout=20)
-    await _calls_a_protected_service_of_alices_workspace(server, token)
+    await _calls_a_protected_service_of_alices_workspace(server.url, token)
 
 
-async def test_login_in_node(server: RunningServer, js_tools: None) -> None:
+async def _node_login(server_url: str, route: Callable[[str], str] = lambda url: url) -> str:
+    """``login()`` in Node against ``server_url``; the person signs in over HTTP at the URL it prints."""
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(Path(__file__).parent / "node_login.mjs"),
-        json.dumps({"server_url": server.url}),
+        json.dumps({"server_url": server_url}),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "SB_JS_MODULES": str(MODULES)},
@@ -113,13 +117,40 @@ async def test_login_in_node(server: RunningServer, js_tools: None) -> None:
             line = raw.decode().rstrip()
             lines.append(line)
             if line.startswith("URL "):
-                page = await sign_in(line[4:], ALICE)
+                page = await sign_in(route(line[4:]), ALICE, route=route)
                 assert page.status_code == 200, page.text
             if not raw or line.startswith(("TOKEN ", "ERROR ")):
                 break
         assert lines[-1].startswith("TOKEN "), "\n".join(lines)
+        return lines[-1][6:]
     finally:
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-    await _calls_a_protected_service_of_alices_workspace(server, lines[-1][6:])
+
+
+async def test_login_in_node(server: RunningServer, js_tools: None) -> None:
+    await _calls_a_protected_service_of_alices_workspace(server.url, await _node_login(server.url))
+
+
+async def test_login_in_node_started_on_one_replica_finishes_on_the_other(issuer: str, redis_server: Any) -> None:
+    args = ["--oidc-issuer", issuer, "--oidc-audience", CLIENT_ID, "--oidc-allow-http", "--oidc-client-id", CLIENT_ID]
+    env = {"SWITCHBOARD_OIDC_CLIENT_SECRET": CLIENT_SECRET}
+    a = ReplicaProcess(replica_id="js-login-a", redis_url=redis_server.url, args=args, env=env, public_url=PUBLIC)
+    b = ReplicaProcess(replica_id="js-login-b", redis_url=redis_server.url, args=args, env=env, public_url=PUBLIC)
+    try:
+        a.start()
+        b.start()
+        # the page opened on A (login_url names the public URL), the provider's redirect reaching B
+        opened: list[str] = []
+
+        def route(url: str) -> str:
+            opened.append(url)
+            return url.replace(PUBLIC, b.url if len(opened) > 1 else a.url)
+
+        token = await _node_login(a.url, route)
+        assert any(u.startswith(f"{PUBLIC}/public/apps/hypha-login/callback") for u in opened)  # reached B
+        await _calls_a_protected_service_of_alices_workspace(b.url, token)
+    finally:
+        a.kill()
+        b.kill()

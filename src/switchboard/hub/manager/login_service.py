@@ -37,6 +37,8 @@ MAX_LOGIN_EXPIRES_IN = 7 * 24 * 3600.0
 CHECK_POLL = 0.5
 # Checks waiting on one replica at once: each costs a look every CHECK_POLL; more are refused (retry).
 MAX_WAITING_CHECKS = 1000
+# The provider's endpoints are fetched again after an hour, as its keys are (hub/identity/oidc.py).
+DISCOVERY_MAX_AGE = 3600.0
 _LABEL_MAX = 64  # Hypha's bound of a profile's name, nickname and user id
 
 
@@ -103,6 +105,7 @@ class LoginService:
         self.page_url = public_base_url + LOGIN_PATH
         self.service_url = public_base_url + "/public/services/hypha-login"
         self.waiting = 0
+        self._endpoints: tuple[float, dict[str, str]] | None = None  # (fetched at, monotonic), the provider's
 
     def service(self) -> dict[str, Any]:
         key: dict[str, Any] = {"key": {"type": "string"}}
@@ -141,8 +144,9 @@ class LoginService:
     async def check(self, key: Any, timeout: Any = LOGIN_TIME, profile: Any = False, context: Any = None) -> Any:
         """The key's token once someone signed in (``profile``: with the user's profile), waiting ``timeout`` s."""
         name = "k:" + check_key(key)
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout <= LOGIN_TIME:
-            raise ProtocolError(f"timeout must be a number of seconds up to {LOGIN_TIME:g}")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout != timeout:  # NaN
+            raise ProtocolError("timeout must be a number of seconds")
+        timeout = min(timeout, LOGIN_TIME)  # no key outlives it
         if await self.store.get(name) is None:
             raise ProtocolError("Invalid key, key does not exist or expired")
         if timeout > 0 and self.waiting >= MAX_WAITING_CHECKS:
@@ -218,6 +222,14 @@ class LoginService:
 
     # the page's two steps
 
+    async def _discovered(self, client: Client) -> dict[str, str]:
+        """The provider's endpoints, fetched at most once per :data:`DISCOVERY_MAX_AGE` (a page opened
+        for each of many keys costs the provider nothing more)."""
+        now = self.clock.monotonic()
+        if self._endpoints is None or now - self._endpoints[0] >= DISCOVERY_MAX_AGE:
+            self._endpoints = (now, await oidc_login.endpoints(client))
+        return self._endpoints[1]
+
     async def begin(self, key: str) -> str:
         """Where the browser holding ``key`` goes to sign in: the provider, with a new flow for that key."""
         client = self._configured()
@@ -225,7 +237,7 @@ class LoginService:
         entry = await self.store.get(name)
         if entry is None or json.loads(entry)["s"] != "pending":
             raise ProtocolError("This sign-in link has expired or was used: start again from your client")
-        found = await oidc_login.endpoints(client)
+        found = await self._discovered(client)
         flow = oidc_login.new_flow()
         until = json.loads(entry)["until"]
         kept = {"key": key, "nonce": flow.nonce, "verifier": flow.verifier}
@@ -247,7 +259,7 @@ class LoginService:
             raise ProtocolError("This sign-in link has expired or was used: start again from your client")
         asked = json.loads(entry)
         flow = Flow(state=state, nonce=kept["nonce"], verifier=kept["verifier"])
-        found = await oidc_login.endpoints(client)
+        found = await self._discovered(client)
         id_token = await oidc_login.exchange_code(found["token_endpoint"], client, code, flow)
         verifier = self.credentials.oidc
         assert verifier is not None  # a client is configured only with an issuer
