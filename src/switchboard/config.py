@@ -199,6 +199,19 @@ class Settings:
         "off: many providers let a user type any address, and one claimed but unverified would make its claimant "
         "an owner of the records naming that address",
     )
+    oidc_client_id: str = setting(
+        "",
+        "Client id of this hub at the --oidc-issuer provider, for signing people in (public/hypha-login, "
+        "hypha_rpc.login()); register {public-url}/public/apps/hypha-login/callback as its redirect URI. A "
+        "confidential client's secret comes from SWITCHBOARD_OIDC_CLIENT_SECRET or --oidc-client-secret-file.",
+        "none: the hub signs no one in until the operator registers it at the provider",
+    )
+    oidc_client_secret_file: str = setting(
+        "",
+        "File holding the --oidc-client-id client's secret (its first line); SWITCHBOARD_OIDC_CLIENT_SECRET "
+        "wins. Empty: none (a public client, PKCE alone).",
+        "a file or a variable, never a flag: a command line is readable by every user of the machine",
+    )
     oidc_key_refetch_interval: float = setting(
         5.0,
         "Seconds at least between two fetches of the provider's keys that tokens with an unknown key id (kid) "
@@ -594,6 +607,10 @@ class Settings:
             raise ConfigError(
                 f"{_named('oidc_issuer')} and {_named('oidc_audience')} go together: the audience is the id this "
                 "hub has at the provider, and without it a token the provider made for any application would do"
+            )
+        if self.oidc_client_id and not self.oidc_issuer:
+            raise ConfigError(
+                f"{_named('oidc_client_id')} needs {_named('oidc_issuer')}: the client id is this hub's at that provider"
             )
         if not self.replica_id:
             object.__setattr__(self, "replica_id", _default_replica_id())

@@ -29,6 +29,7 @@ from switchboard.backends.base import (
     WorkspaceStore,
 )
 from switchboard.backends.entrance import StoreEntrance
+from switchboard.backends.logins import LoginStore, MemoryLogins
 from switchboard.backends.memory import MemoryConnectionCounts
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.queues import MemoryQueues, QueueBounds, QueueStore
@@ -110,6 +111,7 @@ class Hub:
         revocations: Revocations | None = None,
         entrance: Entrance | None = None,
         queues: QueueStore | None = None,
+        logins: LoginStore | None = None,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -136,6 +138,8 @@ class Hub:
         )
         # the task queues of public/queue (hub/manager/task_queue.py)
         self.queues = queues or MemoryQueues(clock, queue_bounds(settings))
+        # the pending sign-ins of public/hypha-login (hub/manager/login_service.py)
+        self.logins: LoginStore = logins or MemoryLogins(clock)
         self.gate = Gatekeeper(
             settings=settings,
             issuer=issuer,

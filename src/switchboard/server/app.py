@@ -30,6 +30,7 @@ from switchboard.server.http import (
     http_rpc,
     http_services,
     hypha_routes,
+    login_page,
     static_mounts,
     status_api,
     web_console,
@@ -82,9 +83,11 @@ def build_hub(
     revocations = None
     entrance = None
     queues = None
+    logins = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis.assemble import redis_backends
         from switchboard.backends.redis.entrance import RedisEntrance
+        from switchboard.backends.redis.logins import RedisLogins
         from switchboard.backends.redis.queues import RedisQueues
         from switchboard.backends.redis.revoked import RedisRevocations
         from switchboard.backends.redis.workspaces import RedisWorkspaceStore
@@ -116,6 +119,7 @@ def build_hub(
         # an admission's reads in one pipeline, its count and claim in one script (keys as above)
         entrance = RedisEntrance(parts.client, replica_id=settings.replica_id, registry_prefix=parts.key_prefix)
         queues = RedisQueues(parts.client, clock=clock, bounds=queue_bounds(settings))  # public/queue, shared
+        logins = RedisLogins(parts.client, clock=clock)  # public/hypha-login: a sign-in ends on any replica
         if settings.links:
             links = LinkSettings(
                 secret=settings.jwt_secret,
@@ -151,6 +155,7 @@ def build_hub(
         revocations=revocations,
         entrance=entrance,
         queues=queues,
+        logins=logins,
     )
     if parts is not None:
         hub.cluster = _cluster(hub, parts)
@@ -249,6 +254,7 @@ def create_app(settings: Settings, hub: Hub | None = None) -> Starlette:
         *status_api.routes(),
         *http_mcp.routes(),
         *http_services.routes(),
+        *login_page.routes(),  # before the apps': the hub serves its own login page at /public/apps/hypha-login
         *http_apps.routes(),
         *web_console.routes(),  # after: a workspace named "console" keeps /console/services
         *static_mounts.routes(settings.static_mounts),  # last: the hub's routes and workspaces' win

@@ -153,6 +153,10 @@ class OidcVerifier:
 
     async def verify(self, token: str) -> User:
         """The user a provider's token stands for, or :class:`AuthError` with the reason."""
+        return self.rules.user(await self.claims(token, self.audience))
+
+    async def claims(self, token: str, audience: str) -> dict[str, Any]:
+        """The claims of a provider's token for ``audience``, checked (signature, issuer, times)."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -166,13 +170,13 @@ class OidcVerifier:
                 token,
                 key,
                 algorithms=[alg],
-                audience=self.audience,
+                audience=audience,
                 issuer=self.issuer,
                 # times are checked below against the injected clock, not the system's
                 options={"require": ["exp", "iss", "aud", "sub"], "verify_exp": False, "verify_nbf": False},
             )
         except jwt.InvalidAudienceError:
-            raise AuthError(f"wrong audience: this hub accepts tokens for {self.audience!r}") from None
+            raise AuthError(f"wrong audience: this hub accepts tokens for {audience!r}") from None
         except jwt.InvalidIssuerError:
             raise AuthError("unknown issuer") from None
         except jwt.InvalidSignatureError:
@@ -185,7 +189,7 @@ class OidcVerifier:
         nbf = claims.get("nbf")
         if nbf is not None and (not isinstance(nbf, int | float) or nbf - LEEWAY > now):
             raise AuthError("token is not valid yet (nbf)")
-        return self.rules.user(claims)
+        return claims
 
     async def _key(self, kid: Any) -> jwt.PyJWK:
         cache = self._cache
@@ -212,7 +216,7 @@ class OidcVerifier:
         self._cache.tried_at = self.clock.time()
         try:
             async with asyncio.timeout(FETCH_TIMEOUT), httpx.AsyncClient(follow_redirects=False) as http:
-                discovery = await _get_json(http, self.issuer.rstrip("/") + "/.well-known/openid-configuration")
+                discovery = await get_json(http, self.issuer.rstrip("/") + "/.well-known/openid-configuration")
                 if discovery.get("issuer") != self.issuer:
                     raise ValueError(f"discovery names issuer {discovery.get('issuer')!r}, not {self.issuer!r}")
                 jwks_uri = discovery.get("jwks_uri")
@@ -220,7 +224,7 @@ class OidcVerifier:
                     raise ValueError("discovery has no jwks_uri")
                 if not jwks_uri.startswith(self.schemes):
                     raise ValueError(f"discovery names jwks_uri {jwks_uri!r}: keys are fetched over https only")
-                jwks = await _get_json(http, jwks_uri)
+                jwks = await get_json(http, jwks_uri)
             keys = {
                 k.key_id or "": k
                 for k in jwt.PyJWKSet.from_dict(jwks).keys
@@ -258,7 +262,7 @@ def _find(keys: dict[str, jwt.PyJWK], kid: Any) -> jwt.PyJWK | None:
     return None
 
 
-async def _get_json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
+async def get_json(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
     """The JSON object at ``url``, read as it streams in and dropped at :data:`MAX_FETCH_BYTES`."""
     # asked uncompressed: the cap counts decoded bytes, and a compressed chunk may inflate a thousandfold first
     async with http.stream("GET", url, headers={"Accept-Encoding": "identity"}) as response:

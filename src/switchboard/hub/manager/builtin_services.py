@@ -8,6 +8,7 @@ client could withdraw or replace them): ``get_service`` and
 ``get_service_info`` find them here first, by the ids Hypha gives them:
 
 * ``public/queue`` (:mod:`~switchboard.hub.manager.task_queue`), public;
+* ``public/hypha-login`` (:mod:`~switchboard.hub.manager.login_service`), public;
 * ``ws-user-root/admin-utils`` (:mod:`~switchboard.hub.manager.admin_utils`),
   for the root user alone, who reaches it as ``admin-utils`` from its own workspace.
 """
@@ -29,7 +30,11 @@ from switchboard.protocol.services import ServiceInfo
 
 # (workspace, service name) -> the id of the manager's local service
 BUILT_IN: Mapping[tuple[str, str], str] = MappingProxyType(
-    {("public", "queue"): "queue", (ROOT_WORKSPACE, "admin-utils"): "admin-utils"}
+    {
+        ("public", "queue"): "queue",
+        ("public", "hypha-login"): "hypha-login",
+        (ROOT_WORKSPACE, "admin-utils"): "admin-utils",
+    }
 )
 
 
@@ -74,7 +79,7 @@ class BuiltIns:
         return None
 
     def listed(self, user: User) -> list[ServiceInfo]:
-        """The built-in services ``user`` may see in a listing: ``public/queue``; ``admin-utils`` for root."""
+        """The built-in services ``user`` may see in a listing: the public ones; ``admin-utils`` for root."""
         return [self.info(key) for key in BUILT_IN if key[0] != ROOT_WORKSPACE or is_root(user)]
 
     def _local(self, key: tuple[str, str]) -> dict[str, Any]:

@@ -19,15 +19,18 @@ from typing import Any, Protocol
 from hypha_rpc import RPC
 
 from switchboard.backends.base import WorkspaceStore
+from switchboard.backends.logins import LoginStore
 from switchboard.backends.queues import QueueStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.identity import oidc_login
 from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.admin_utils import AdminHost, AdminUtils
 from switchboard.hub.manager.builtin_services import BuiltIns, schema_service
 from switchboard.hub.manager.event_log import EventLog
+from switchboard.hub.manager.login_service import LOGIN_PATH, LoginService
 from switchboard.hub.manager.manager_door import ManagerDoor, calling_peer, require
 from switchboard.hub.manager.ownership import anyone_may_create
 from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDirectory
@@ -58,6 +61,7 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
     workspaces: WorkspaceStore
     subscribers: Subscribers
     gate: Gatekeeper
+    logins: LoginStore
     queues: QueueStore
 
     async def route_from_manager(self, data: bytes) -> None: ...
@@ -136,6 +140,16 @@ class WorkspaceManager:
         self.events = EventLog(hub, keep=self.records.keep, require=self.records.require)
         self.records.events = self.events
         self.data = WorkspaceData(hub.workspaces, self.records)
+        s0 = hub.settings  # public/hypha-login: signing people in at the operator's provider
+        self.login = LoginService(
+            hub.logins,
+            clock=hub.clock,
+            issuer=hub.issuer,
+            credentials=hub.credentials,
+            permission=self.records.permission,
+            client=oidc_login.login_client(s0, f"{s0.public_base_url}{LOGIN_PATH}/callback"),
+            public_base_url=s0.public_base_url,
+        )
         self._sending: set[asyncio.Task[Any]] = set()  # answers the door sends
         s = hub.settings
         self.door = ManagerDoor(
@@ -173,7 +187,7 @@ class WorkspaceManager:
             method_timeout=hub.settings.call_timeout,
         )
         await self.rpc.register_service(self._service(), {"notify": False})
-        for built_in in (self.queue.service(), self.admin.service()):
+        for built_in in (self.queue.service(), self.login.service(), self.admin.service()):
             await self.rpc.register_service(schema_service(built_in), {"notify": False})
 
     async def stop(self) -> None:
@@ -219,7 +233,13 @@ class WorkspaceManager:
 
     def built_in_methods(self, key: tuple[str, str]) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         """The functions of the built-in service ``key`` (:data:`~.builtin_services.BUILT_IN`), by name."""
-        spec = self.queue.service() if key[1] == "queue" else self.admin.service()
+        spec = (
+            self.queue.service()
+            if key[1] == "queue"
+            else self.login.service()
+            if key[1] == "hypha-login"
+            else self.admin.service()
+        )
         return {name: value for name, value in spec.items() if isinstance(value, tuple)}
 
     def _service(self) -> dict[str, Any]:
