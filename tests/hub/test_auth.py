@@ -189,11 +189,12 @@ class TestChildUser:
 
         assert grandchild.parent == "alice"
 
-    def test_child_of_admin_is_admin(self) -> None:
+    def test_a_child_of_a_hub_admin_holds_its_grant_and_not_the_admin_role(self) -> None:
         child = child_user(ROOT, workspace="w", permission=Permission.READ)
 
-        assert child.roles == ("admin",)
-        assert child.permission("elsewhere") is Permission.ADMIN
+        assert child.roles == ()
+        assert child.permission("w") is Permission.READ
+        assert child.permission("elsewhere") is Permission.NONE
 
     def test_each_child_is_new(self) -> None:
         a = child_user(ALICE, workspace="w", permission=Permission.READ)
