@@ -26,6 +26,7 @@ from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_e
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.admin_utils import AdminHost, AdminUtils
+from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.builtin_services import BuiltIns, schema_service
 from switchboard.hub.manager.event_log import EventLog
 from switchboard.hub.manager.manager_door import ManagerDoor, calling_peer, require
@@ -34,6 +35,7 @@ from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDire
 from switchboard.hub.manager.task_queue import TaskQueue
 from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
+from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.hub.sessions.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
@@ -60,7 +62,11 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
     gate: Gatekeeper
     queues: QueueStore
 
+    balanced: Balanced
+
     async def route_from_manager(self, data: bytes) -> None: ...
+
+    def balanced_steps(self, steps: list[Resend | Refuse]) -> None: ...
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
@@ -125,6 +131,9 @@ class WorkspaceManager:
         self.builtins = BuiltIns(hub.manager_id, hub.manager_address, rpc=lambda: self.rpc)
         # the methods about services
         self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc, builtins=self.builtins)
+        self.balancing = BalancedLookups(hub.balanced, clock=hub.clock, instances=self.directory.instances)
+        self.balancing.on_steps = hub.balanced_steps
+        self.directory.balancing = self.balancing
         # workspaces as records, their event log, their environment and service types
         self.records = WorkspaceRecords(
             hub,
@@ -174,6 +183,7 @@ class WorkspaceManager:
             await self.rpc.register_service(schema_service(built_in), {"notify": False})
 
     async def stop(self) -> None:
+        await self.balancing.close()
         await cancel_and_wait(self.door.calls)
         if self.rpc is not None:
             self.rpc.close()
@@ -191,6 +201,7 @@ class WorkspaceManager:
     def forget(self, client: str) -> None:
         """``client``'s connection ended: what the door kept for it (its pieces of a chunked message) goes."""
         self.door.forget(client)
+        self.balancing.forget(client)
 
     def methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         """The ``default`` service's functions by name, with their parameters' schema."""

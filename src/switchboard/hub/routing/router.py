@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from switchboard.errors import EncryptedPayload, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import (
     Action,
     Broadcast,
@@ -85,6 +86,7 @@ class Router:
         retry: RetryWindow,
         replies: RetryWindow | None = None,
         inflight: InFlight | None = None,
+        balanced: balance.Balanced | None = None,
         uploads: Receivers | None = None,
     ) -> None:
         self.settings = settings
@@ -107,6 +109,8 @@ class Router:
             alive=lambda c: c in self.peers or c in self.transit,
             allow_encrypted=settings.allow_encrypted_payloads,
         )
+        self.balanced = balanced if balanced is not None else balance.Balanced()
+        metrics.watch_balanced(self.balanced)  # the balanced handles of our callers, and their calls in flight
         self.draining = False
         s = settings
         self._rate_refusal = (
@@ -143,6 +147,16 @@ class Router:
                 route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
+            virtual = instance = None
+            if route.kind == "client" and balance.is_virtual(route.target):
+                virtual, instance = route.target, self._instance_for(peer, env)
+                if instance is None:
+                    why = (
+                        f"{virtual} is a balanced handle: it takes calls only, from the connection that looked "
+                        "the service up, while an instance it may reach is left (look the service up again)"
+                    )
+                    return Send(peer, self._refusal(peer, env.session, virtual, why))
+                route = envelope.Route("client", instance, instance.partition("/")[0])
             frame = envelope.stamp(
                 env, identity=peer.identity, to=route.target, allow_encrypted=self.settings.allow_encrypted_payloads
             )
@@ -176,6 +190,15 @@ class Router:
             new_call = traits.kind is CALL
             if new_call:
                 self.inflight.opened(peer.id, session, target, self.peers)  # type: ignore[arg-type]
+                if virtual is not None:
+                    function = balance.function_of(method)
+                    self.balanced.opened(peer.id, session, virtual, target, function, frame)  # type: ignore[arg-type]
+            elif self.balanced and (handle := self.balanced.relabel(target, method, peer.id)) is not None:
+                env.main["from"] = handle  # within a balanced call: from the handle the caller called
+                frame = envelope.encode(env.main, env.rest)
+                if traits.answers is not None:
+                    self.inflight.closed(target, traits.answers)
+                    self.balanced.closed(target, traits.answers)
             elif traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
             item = Undelivered(frame, session, peer.id, env.type != "method", traits.op)
@@ -388,10 +411,15 @@ class Router:
         self.metrics.undeliverable.inc()
         if not session:
             return None
+        message = f"Target peer {target} is not connected"
+        if self.balanced.has(caller, session):
+            step = self.balanced.failed(caller, session, target)
+            if isinstance(step, balance.Resend):
+                return self._resent(step)
+            if step is not None:
+                message, target = step.message, step.target
         self.inflight.closed(caller, session)
-        reject = envelope.reject_frame(
-            session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
-        )
+        reject = envelope.reject_frame(session=session, target=target, caller=caller, message=message)
         if caller == self.manager_address or caller in self.aliases:
             return ToManager(reject)
         if (sender := self.peers.get(caller)) is not None:
@@ -399,6 +427,58 @@ class Router:
         if "/" in caller:  # a frame another replica sent here (held for a client in transit)
             return self.toward(caller, Undelivered(reject, None, target))
         return None
+
+    # -- balanced handles (hub/routing/balance.py) ----------------------------
+
+    def _instance_for(self, peer: Peer, env: envelope.Envelope) -> str | None:
+        """The instance a call through one of ``peer``'s balanced handles goes to (``None``: none).
+        Only a call is balanced: its callbacks and generators then address the instance itself."""
+        target = str(env.main.get("to"))
+        if "/" not in target:
+            target = f"{peer.workspace}/{target}"
+        if classify(env.main.get("method"), env.session, env.rest).kind is not CALL:
+            return None
+        avoid = self.transit_instances(peer.id, target)
+        return self.balanced.pick(peer.id, target, self._load, avoid=avoid)
+
+    def transit_instances(self, caller: str, target: str) -> list[str]:
+        """Instances of the handle that are moving between connections: new calls go to the others."""
+        pool = self.balanced.pool(caller, target)
+        return [i for i in pool.instances if i in self.transit] if pool is not None and len(self.transit) else []
+
+    def _load(self, instance: str) -> int:
+        """Calls in flight to ``instance``: all of them if it is here, else those sent from here."""
+        if instance in self.peers:
+            return self.inflight.load(instance)
+        return self.balanced.sent_to(instance)
+
+    def _resent(self, step: balance.Resend) -> Action | None:
+        """A balanced call whose instance died, sent to another one."""
+        env = envelope.decode(step.frame)
+        env.main["to"] = step.instance
+        frame = envelope.encode(env.main, env.rest)
+        self.inflight.opened(step.caller, step.session, step.instance, self.peers)
+        return self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
+
+    def instance_left(self, instance: str) -> list[Action]:
+        """A client left for good: the balanced calls it had are resent elsewhere or fail now."""
+        return self.balanced_steps(self.balanced.gone(instance, loads=self._load))
+
+    def balanced_steps(self, steps: list[balance.Resend | balance.Refuse]) -> list[Action]:
+        actions: list[Action] = []
+        for step in steps:
+            if isinstance(step, balance.Resend):
+                action = self._resent(step)
+            else:
+                self.inflight.closed(step.caller, step.session)
+                reject = envelope.reject_frame(
+                    session=step.session, target=step.target, caller=step.caller, message=step.message
+                )
+                caller = self.peers.get(step.caller)
+                action = Send(caller, reject) if caller is not None else None
+            if action is not None:
+                actions.append(action)
+        return actions
 
     # -- frames other replicas routed here -------------------------------------
 
@@ -440,8 +520,14 @@ class Router:
                 return self._refused(peer.id, Undelivered(frame, session, str(caller or "")), refused)
         if traits.kind is CALL:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
-        elif traits.answers is not None and self.inflight.busy(peer.id):
-            self.inflight.closed(peer.id, traits.answers)
+        else:
+            if self.balanced and (handle := self.balanced.relabel(peer.id, env.main.get("method"), caller)) is not None:
+                env.main["from"] = handle  # within a balanced call: from the handle the caller called
+                frame = envelope.encode(env.main, env.rest)
+                if traits.answers is not None:
+                    self.balanced.closed(peer.id, traits.answers)
+            if traits.answers is not None and self.inflight.busy(peer.id):
+                self.inflight.closed(peer.id, traits.answers)
         send = Send(peer, frame)
         return self._noted(send) if traits.kind is REPLY else send
 
