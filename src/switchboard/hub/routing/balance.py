@@ -177,11 +177,11 @@ class Balanced:
         pool = self.pool(caller, target)
         if pool is None:
             return []
-        left = [i for i in pool.instances if i not in instances]
+        before = pool.instances
         pool.instances = instances
         out: list[Resend | Refuse] = []
-        for instance in left:
-            out.extend(self.gone(instance, only_caller=caller))
+        for instance in [i for i in before if i not in instances]:
+            out.extend(self.gone(instance, only_caller=caller, declared=before[instance]))
         return out
 
     # -- calls -------------------------------------------------------------------
@@ -206,7 +206,7 @@ class Balanced:
     def closed(self, caller: str, session: str) -> None:
         self._drop((caller, session))
 
-    def relabel(self, caller: str, method: object, sender: str) -> str | None:
+    def relabel(self, caller: str, method: object, sender: object) -> str | None:
         """The handle's address for a frame ``sender`` sends ``caller`` within a balanced call's session
         (its answer, heartbeat, a callback): hypha-rpc takes them only from the target it called.
         ``None``: not such a frame."""
@@ -223,15 +223,21 @@ class Balanced:
         return (caller, session) in self._calls
 
     def gone(
-        self, instance: str, *, loads: Callable[[str], int] = lambda _: 0, only_caller: str | None = None
+        self,
+        instance: str,
+        *,
+        loads: Callable[[str], int] = lambda _: 0,
+        only_caller: str | None = None,
+        declared: frozenset[str] | None = None,
     ) -> list[Resend | Refuse]:
-        """``instance`` died with calls in flight: each is resent elsewhere or refused."""
+        """``instance`` died with calls in flight: each is resent elsewhere or refused (``declared``:
+        the functions it declared idempotent, if its handles no longer list it)."""
         out: list[Resend | Refuse] = []
         if only_caller is None:
             self.per_instance.pop(instance, None)
         for key in list(self._by_instance.get(instance, ())):
             if only_caller is None or key[0] == only_caller:
-                out.append(self._failover(key, instance, loads))
+                out.append(self._failover(key, instance, loads, declared))
         return out
 
     def failed(self, caller: str, session: str, instance: str) -> Resend | Refuse | None:
@@ -242,11 +248,15 @@ class Balanced:
             return None
         return self._failover(key, instance, lambda _: 0)
 
-    def _failover(self, key: tuple[str, str], instance: str, loads: Callable[[str], int]) -> Resend | Refuse:
+    def _failover(
+        self, key: tuple[str, str], instance: str, loads: Callable[[str], int], declared: frozenset[str] | None = None
+    ) -> Resend | Refuse:
         call = self._calls[key]
         caller, session = key
         pool = self.pool(caller, call.target)
-        idempotent = pool is not None and call.function in pool.instances.get(instance, frozenset())
+        if declared is None:
+            declared = pool.instances.get(instance, frozenset()) if pool is not None else frozenset()
+        idempotent = call.function in declared
         name = pool.name if pool is not None else call.target.rpartition("|")[2]
         if not idempotent:
             self._drop(key)
