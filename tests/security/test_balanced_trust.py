@@ -103,3 +103,8 @@ async def test_nobody_calls_through_a_handle_it_did_not_look_up(connect):
     with pytest.raises(Exception, match="is a balanced handle"):
         await member.rpc.get_remote_service(address)
     assert not any(calls.values())  # no instance ran anything
+
+
+async def test_no_client_may_take_a_handles_address(connect):
+    with pytest.raises(Exception, match="is reserved: 'balance"):
+        await connect(client_id="balance|round_robin|calc")
