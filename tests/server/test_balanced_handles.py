@@ -171,3 +171,12 @@ async def test_metrics_count_balanced_calls_per_instance(connect, server):
     assert len(per) == 2, per
     assert all(line.endswith(" 2.0") for line in per), per
     assert "switchboard_balanced_failovers_total" in text
+
+
+async def test_a_call_and_an_answer_too_large_for_one_frame_go_through_the_handle(connect):
+    big = {"size": lambda data: len(data), "big": lambda: b"y" * 3_000_000}
+    apis, token = await _instances(connect, 2, extra={0: big, 1: big})
+    caller = await connect(client_id="caller", token=token)
+    calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
+    assert await asyncio.wait_for(calc.size(b"x" * 3_000_000), 10) == 3_000_000  # sent in pieces
+    assert len(await asyncio.wait_for(calc.big(), 10)) == 3_000_000  # answered in pieces

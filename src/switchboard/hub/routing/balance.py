@@ -32,6 +32,10 @@ _VIRTUAL = "balance|"
 # Times one call is sent on after its instance died: each time to another instance, so a pool
 # of a few is walked once; more would only resend a call every instance fails.
 MAX_FAILOVERS = 3
+# A call too large for one frame: hypha-rpc first asks the handle for the instance's built-in
+# service, then sends it the pieces and ``process``; this many such asks are remembered at once.
+MAX_PIECES_EXPECTED = 10_000
+BUILT_IN_LOOKUP = "services.built-in.get_service"
 # Balanced handles one connection may hold at once (one per name and policy looked up);
 # a lookup beyond forgets the least recently bound.
 MAX_POOLS_PER_CALLER = 64
@@ -150,6 +154,7 @@ class Balanced:
         self._pools: dict[str, dict[str, Pool]] = {}  # caller -> virtual target -> pool
         self._calls: dict[tuple[str, str], Call] = {}  # (caller, session) -> call
         self._by_instance: dict[str, set[tuple[str, str]]] = {}
+        self._pieces: dict[tuple[str, str], str] = {}  # (caller, instance) -> handle: a call in pieces comes
         self.balanced_calls = 0  # ever sent, and resent after their instance died (for /metrics)
         self.failovers = 0
         self.per_instance: dict[str, int] = {}  # balanced calls sent to each instance still known
@@ -167,6 +172,10 @@ class Balanced:
 
     def pool(self, caller: str, target: str) -> Pool | None:
         return self._pools.get(caller, {}).get(target)
+
+    def pools_of(self, caller: str) -> bool:
+        """Does ``caller`` hold a balanced handle?"""
+        return caller in self._pools
 
     def pools(self) -> list[tuple[str, str, Pool]]:
         """Every (caller, target, pool): what the manager refreshes."""
@@ -202,6 +211,28 @@ class Balanced:
         self._by_instance.setdefault(instance, set()).add(key)
         self.balanced_calls += 1
         self.per_instance[instance] = self.per_instance.get(instance, 0) + 1
+
+    def expect_pieces(self, caller: str, instance: str, target: str) -> None:
+        """The handle gave ``caller`` ``instance``'s built-in service: a call in pieces may follow."""
+        if len(self._pieces) >= MAX_PIECES_EXPECTED:
+            self._pieces.pop(next(iter(self._pieces)))
+        self._pieces[(caller, instance)] = target
+
+    def expects_pieces(self, caller: str, instance: str) -> bool:
+        return (caller, instance) in self._pieces
+
+    def piece_header(self, caller: str, instance: str, header: Mapping[str, object]) -> None:
+        """The header of the message ``caller`` sends ``instance`` in pieces (read from its first
+        piece): a call through the handle whose built-in service the caller asked for is
+        balanced like any other (its answer then speaks for the handle). It cannot be re-sent:
+        its pieces are the instance's."""
+        target = self._pieces.get((caller, instance))
+        session, to = header.get("session"), header.get("to")
+        if target is None or not isinstance(session, str) or not isinstance(to, str):
+            return
+        del self._pieces[(caller, instance)]
+        if to == target or to.endswith("/" + target.partition("/")[2]):
+            self.opened(caller, session, target, instance, function_of(header.get("method")), b"")
 
     def closed(self, caller: str, session: str) -> None:
         self._drop((caller, session))
@@ -256,7 +287,7 @@ class Balanced:
         pool = self.pool(caller, call.target)
         if declared is None:
             declared = pool.instances.get(instance, frozenset()) if pool is not None else frozenset()
-        idempotent = call.function in declared
+        idempotent = call.function in declared and bool(call.frame)  # no frame: sent in pieces
         name = pool.name if pool is not None else call.target.rpartition("|")[2]
         if not idempotent:
             self._drop(key)
@@ -287,6 +318,8 @@ class Balanced:
 
     def forget_caller(self, caller: str) -> None:
         self._pools.pop(caller, None)
+        for pair in [p for p in self._pieces if p[0] == caller]:
+            del self._pieces[pair]
         for key in [k for k in self._calls if k[0] == caller]:
             self._drop(key)
 

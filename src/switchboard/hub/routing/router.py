@@ -50,7 +50,7 @@ from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.chunks import overwriting, parse_cache_call
+from switchboard.protocol.chunks import overwriting, parse_cache_call, piece_header
 from switchboard.protocol.payload import payload_map
 
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
@@ -193,7 +193,12 @@ class Router:
                 if virtual is not None:
                     function = balance.function_of(method)
                     self.balanced.opened(peer.id, session, virtual, target, function, frame)  # type: ignore[arg-type]
-            elif self.balanced and (handle := self.balanced.relabel(target, method, peer.id)) is not None:
+                    if method == balance.BUILT_IN_LOOKUP:
+                        self.balanced.expect_pieces(peer.id, target, virtual)
+            elif traits.op in ("set", "append") and self.balanced.expects_pieces(peer.id, target):
+                if (header := piece_header(traits.op, env.rest)) is not None:
+                    self.balanced.piece_header(peer.id, target, header)
+            elif self.balanced and (handle := self.balanced.relabel(target, _session_method(method, traits), peer.id)):
                 env.main["from"] = handle  # within a balanced call: from the handle the caller called
                 frame = envelope.encode(env.main, env.rest)
                 if traits.answers is not None:
@@ -521,7 +526,8 @@ class Router:
         if traits.kind is CALL:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
         else:
-            if self.balanced and (handle := self.balanced.relabel(peer.id, env.main.get("method"), caller)) is not None:
+            method = _session_method(env.main.get("method"), traits)
+            if self.balanced and (handle := self.balanced.relabel(peer.id, method, caller)) is not None:
                 env.main["from"] = handle  # within a balanced call: from the handle the caller called
                 frame = envelope.encode(env.main, env.rest)
                 if traits.answers is not None:
@@ -562,3 +568,10 @@ class Router:
 
     def __repr__(self) -> str:
         return f"<Router replica={self.replica_id} in_flight={len(self.inflight)} draining={self.draining}>"
+
+
+def _session_method(method: Any, traits: Traits) -> Any:
+    """The method a frame's session is read from: a reply in pieces names it as the key of its ``process``."""
+    if traits.op == "process" and traits.answers is not None:
+        return f"{traits.answers}.resolve"
+    return method
