@@ -144,3 +144,13 @@ def test_the_balance_modes_are_exactly_two(mode, expected):
 def test_an_unknown_balance_policy_is_refused():
     with pytest.raises(ValueError, match="balance:round_robin' or 'balance:least_busy"):
         balance.policy_of("balance:random")
+
+
+def test_a_call_that_reached_no_replica_goes_elsewhere_at_once_idempotent_or_not():
+    b = Balanced()
+    b.bind("caller", HANDLE, Pool(ROUND_ROBIN, "calc", {A: frozenset(), B: frozenset()}))
+    b.opened("caller", "s1", HANDLE, A, "add", b"frame")  # not idempotent, but it never ran
+    step = b.undelivered("caller", "s1", A, now=10.0)
+    assert step == Resend("caller", "s1", B, b"frame")
+    assert b.suspects(10.0 + balance.SUSPECT_FOR - 0.1) == {A}  # new calls keep away from it a while
+    assert b.suspects(10.0 + balance.SUSPECT_FOR) == set()

@@ -36,6 +36,10 @@ MAX_FAILOVERS = 3
 # service, then sends it the pieces and ``process``; this many such asks are remembered at once.
 MAX_PIECES_EXPECTED = 10_000
 BUILT_IN_LOOKUP = "services.built-in.get_service"
+# Seconds an instance a call could not reach is left out of new choices (unless every instance is):
+# a replica SIGKILLed keeps its clients registered until its presence expires (6 s); its
+# instances should not take new calls meanwhile. One merely moving is back within this.
+SUSPECT_FOR = 2.0
 # Balanced handles one connection may hold at once (one per name and policy looked up);
 # a lookup beyond forgets the least recently bound.
 MAX_POOLS_PER_CALLER = 64
@@ -154,6 +158,7 @@ class Balanced:
         self._pools: dict[str, dict[str, Pool]] = {}  # caller -> virtual target -> pool
         self._calls: dict[tuple[str, str], Call] = {}  # (caller, session) -> call
         self._by_instance: dict[str, set[tuple[str, str]]] = {}
+        self._suspects: dict[str, float] = {}  # instance -> until when no new call goes to it
         self._pieces: dict[tuple[str, str], str] = {}  # (caller, instance) -> handle: a call in pieces comes
         self.balanced_calls = 0  # ever sent, and resent after their instance died (for /metrics)
         self.failovers = 0
@@ -278,6 +283,34 @@ class Balanced:
         if call is None or call.instance != instance:
             return None
         return self._failover(key, instance, lambda _: 0)
+
+    def undelivered(self, caller: str, session: str, instance: str, now: float) -> Resend | None:
+        """A balanced call never reached ``instance`` (no replica took it): it goes to another
+        instance at once, idempotent or not, since it did not run; ``instance`` is left out of new
+        choices for :data:`SUSPECT_FOR` seconds. ``None``: not such a call, or no other instance."""
+        key = (caller, session)
+        call = self._calls.get(key)
+        if call is None or call.instance != instance or not call.frame:
+            return None
+        self._suspects[instance] = now + SUSPECT_FOR
+        if len(self._suspects) > MAX_PIECES_EXPECTED:
+            self._suspects = {i: t for i, t in self._suspects.items() if t > now}
+        nxt = self.pick(caller, call.target, lambda _: 0, avoid=call.tried | self.suspects(now))
+        if nxt is None:
+            return None
+        self._unindex(key, call.instance)
+        call.instance = nxt
+        call.tried.add(nxt)
+        self._by_instance.setdefault(nxt, set()).add(key)
+        self.per_instance[nxt] = self.per_instance.get(nxt, 0) + 1
+        self.failovers += 1
+        return Resend(caller, session, nxt, call.frame)
+
+    def suspects(self, now: float) -> set[str]:
+        """Instances a call lately could not reach."""
+        if not self._suspects:
+            return set()
+        return {i for i, until in self._suspects.items() if until > now}
 
     def _failover(
         self, key: tuple[str, str], instance: str, loads: Callable[[str], int], declared: frozenset[str] | None = None

@@ -351,6 +351,8 @@ class Router:
         transit, else is retried while some replica claims the client (its subscription may be
         seconds from repair), as it was wrapped for the trip, else its caller fails."""
         target, item = forward.target, forward.item
+        if (resent := self._balanced_elsewhere(target, item)) is not None:
+            return resent
         travelling = item if forward.wire is item.frame else item._replace(frame=forward.wire)
         otherwise = self._if_claimed(target, travelling)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
@@ -359,6 +361,8 @@ class Router:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
+        if (resent := self._balanced_elsewhere(target, item)) is not None:
+            return resent
         travelling = self._travelling(item)
         otherwise = (
             RetryLater(target, travelling) if self.retry.pending(target) else self._if_claimed(target, travelling)
@@ -444,6 +448,9 @@ class Router:
         if classify(env.main.get("method"), env.session, env.rest).kind is not CALL:
             return None
         avoid = self.transit_instances(peer.id, target)
+        suspects = self.balanced.suspects(self.clock.monotonic())
+        if suspects and (pick := self.balanced.pick(peer.id, target, self._load, avoid=[*avoid, *suspects])):
+            return pick
         return self.balanced.pick(peer.id, target, self._load, avoid=avoid)
 
     def transit_instances(self, caller: str, target: str) -> list[str]:
@@ -456,6 +463,17 @@ class Router:
         if instance in self.peers:
             return self.inflight.load(instance)
         return self.balanced.sent_to(instance)
+
+    def _balanced_elsewhere(self, target: str, item: Undelivered) -> Action | None:
+        """A balanced call that reached no replica goes to another instance now (``None``: not one,
+        or none other is left): its instance's replica may be dead, and it did not run."""
+        if not self.balanced or not item.session:
+            return None
+        step = self.balanced.undelivered(item.caller, item.session, target, self.clock.monotonic())
+        if step is None:
+            return None
+        self.inflight.closed(item.caller, item.session)
+        return self._resent(step)
 
     def _resent(self, step: balance.Resend) -> Action | None:
         """A balanced call whose instance died, sent to another one."""
