@@ -154,3 +154,23 @@ def test_a_call_that_reached_no_replica_goes_elsewhere_at_once_idempotent_or_not
     assert step == Resend("caller", "s1", B, b"frame")
     assert b.suspects(10.0 + balance.SUSPECT_FOR - 0.1) == {A}  # new calls keep away from it a while
     assert b.suspects(10.0 + balance.SUSPECT_FOR) == set()
+
+
+def test_calls_in_flight_to_an_instance_a_later_call_could_not_reach_are_failed_over_at_once():
+    b = Balanced()
+    b.bind("caller", HANDLE, Pool(ROUND_ROBIN, "calc", {A: frozenset({"get"}), B: frozenset({"get"})}))
+    b.opened("caller", "running-get", HANDLE, A, "get", b"g")
+    b.opened("caller", "running-add", HANDLE, A, "add", b"a")
+    b.opened("caller", "new", HANDLE, A, "add", b"n")
+    assert b.undelivered("caller", "new", A, now=0.0) == Resend("caller", "new", B, b"n")
+    steps = {s.session: s for s in b.stranded(now=0.1)}
+    assert steps["running-get"] == Resend("caller", "running-get", B, b"g")
+    assert isinstance(steps["running-add"], Refuse)
+    assert "not re-sent" in steps["running-add"].message
+
+
+def test_a_call_nobody_could_be_given_is_sent_elsewhere_even_if_not_idempotent():
+    b = Balanced()
+    b.bind("caller", HANDLE, Pool(ROUND_ROBIN, "calc", {A: frozenset(), B: frozenset()}))
+    b.opened("caller", "s1", HANDLE, A, "add", b"frame")
+    assert b.failed("caller", "s1", A) == Resend("caller", "s1", B, b"frame")

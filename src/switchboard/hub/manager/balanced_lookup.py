@@ -87,6 +87,8 @@ class BalancedLookups:
         while self._users:
             await self.clock.sleep(REFRESH)
             try:
+                if steps := self.balanced.stranded(self.clock.monotonic()):
+                    self.on_steps(steps)
                 await self.refresh()
             except Exception:  # one bad round must not end the refreshes
                 log.exception("balanced handles refresh failed")

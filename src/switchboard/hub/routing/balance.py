@@ -277,12 +277,13 @@ class Balanced:
         return out
 
     def failed(self, caller: str, session: str, instance: str) -> Resend | Refuse | None:
-        """A balanced call could not be delivered to ``instance`` (nobody has it): resend or refuse."""
+        """A balanced call could not be delivered to ``instance`` (nobody has it): it did not run,
+        so it goes to another instance, idempotent or not; refused if none is left."""
         key = (caller, session)
         call = self._calls.get(key)
         if call is None or call.instance != instance:
             return None
-        return self._failover(key, instance, lambda _: 0)
+        return self._failover(key, instance, lambda _: 0, undelivered=True)
 
     def undelivered(self, caller: str, session: str, instance: str, now: float) -> Resend | None:
         """A balanced call never reached ``instance`` (no replica took it): it goes to another
@@ -306,6 +307,16 @@ class Balanced:
         self.failovers += 1
         return Resend(caller, session, nxt, call.frame)
 
+    def stranded(self, now: float) -> list[Resend | Refuse]:
+        """The calls in flight to instances a later call could not reach: their replica is gone
+        with them, so they are resent (idempotent) or refused now, not when the registry forgets
+        the instance (a SIGKILLed replica's clients stay registered until its presence expires)."""
+        out: list[Resend | Refuse] = []
+        for instance in self.suspects(now):
+            if instance in self._by_instance:
+                out.extend(self.gone(instance))
+        return out
+
     def suspects(self, now: float) -> set[str]:
         """Instances a call lately could not reach."""
         if not self._suspects:
@@ -313,14 +324,21 @@ class Balanced:
         return {i for i, until in self._suspects.items() if until > now}
 
     def _failover(
-        self, key: tuple[str, str], instance: str, loads: Callable[[str], int], declared: frozenset[str] | None = None
+        self,
+        key: tuple[str, str],
+        instance: str,
+        loads: Callable[[str], int],
+        declared: frozenset[str] | None = None,
+        *,
+        undelivered: bool = False,
     ) -> Resend | Refuse:
         call = self._calls[key]
         caller, session = key
         pool = self.pool(caller, call.target)
         if declared is None:
             declared = pool.instances.get(instance, frozenset()) if pool is not None else frozenset()
-        idempotent = call.function in declared and bool(call.frame)  # no frame: sent in pieces
+        # never delivered: safe to send elsewhere; no frame: it was sent in pieces, to that instance
+        idempotent = (undelivered or call.function in declared) and bool(call.frame)
         name = pool.name if pool is not None else call.target.rpartition("|")[2]
         if not idempotent:
             self._drop(key)
