@@ -39,8 +39,8 @@ def _service(i: int, *, delay: float = 0.0) -> dict:
     }
 
 
-async def _setup(replicas, clients, *, delays=(0.0, 0.0, 0.0)):
-    a, b = replicas.start("ra"), replicas.start("rb")
+async def _setup(replicas, clients, *, delays=(0.0, 0.0, 0.0), b_args=()):
+    a, b = replicas.start("ra"), replicas.start("rb", *b_args)
     p0 = await clients(a.url, client_id="p0")
     token = await p0.generate_token()
     p1 = await clients(b.url, client_id="p1", token=token)
@@ -128,3 +128,31 @@ async def test_a_replica_sigkilled_under_200_calls_a_second(replicas, clients):
     slowest = max(t - killed for t, _ in refused)
     assert slowest < 1.0, f"a non-idempotent call failed {slowest:.2f}s after the kill"
     print(f"{total} calls, {len(ok)} answered, {len(refused)} non-idempotent refused, slowest {slowest:.2f}s after")
+
+
+async def test_a_drained_replica_costs_no_call(replicas, clients):
+    a, b, caller, token = await _setup(replicas, clients, delays=(0.02, 0.02, 0.02), b_args=("--transit-grace", "1"))
+    calc = await caller.get_service("calc", {"mode": "balance:least_busy"})
+    failed: list[str] = []
+    answered = 0
+    stop = asyncio.Event()
+
+    async def worker(fn):
+        nonlocal answered
+        while not stop.is_set():
+            try:
+                await getattr(calc, fn)()
+                answered += 1
+            except Exception as exc:
+                failed.append(f"{fn}: {exc}")
+
+    workers = [asyncio.ensure_future(worker(fn)) for fn in ("get", "add") * 4]
+    await eventually(lambda: answered >= 50, "calls flowing", timeout=5)
+    code = await asyncio.to_thread(b.terminate, 15.0)
+    before = answered
+    await eventually(lambda: answered >= before + 100, "calls after the drain", timeout=10)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*workers), 20)
+    assert code == 0
+    assert not failed, failed[:3]
+    print(f"drain: {answered} calls, none failed")
