@@ -180,3 +180,13 @@ async def test_a_call_and_an_answer_too_large_for_one_frame_go_through_the_handl
     calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
     assert await asyncio.wait_for(calc.size(b"x" * 3_000_000), 10) == 3_000_000  # sent in pieces
     assert len(await asyncio.wait_for(calc.big(), 10)) == 3_000_000  # answered in pieces
+
+
+async def test_a_caller_that_leaves_takes_its_handles_with_it(connect, server):
+    apis, token = await _instances(connect, 2)
+    caller = await connect(client_id="caller", token=token)
+    calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
+    await calc.who()
+    assert server.hub.balanced.pools()
+    await caller.disconnect()
+    await eventually(lambda: not server.hub.balanced.pools(), "the caller's handles forgotten", timeout=5)

@@ -640,6 +640,10 @@ class Hub:
     def peer_for(self, address: str) -> Peer | None:
         return self.peers.get(address)
 
+    def holds(self, client: str) -> bool:
+        """Is ``client`` connected here, or in transit (expected back)?"""
+        return client in self.peers or client in self.transit
+
     def balanced_steps(self, steps: list[Resend | Refuse]) -> None:
         """Balanced calls whose instance left: resent elsewhere or failed (:meth:`Router.balanced_steps`)."""
         for action in self.router.balanced_steps(steps):

@@ -22,7 +22,7 @@ from switchboard.errors import BackendError, NotFound, PermissionDenied, Protoco
 from switchboard.hub.routing import balance
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceInfo
-from switchboard.tasks import spawn
+from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,13 @@ Instances = Callable[[str, str, Any], Awaitable[list[ServiceInfo]]]
 class BalancedLookups:
     """Makes balanced handles and refreshes them (see the module docstring)."""
 
-    def __init__(self, balanced: balance.Balanced, *, clock: Clock, instances: Instances) -> None:
+    def __init__(
+        self, balanced: balance.Balanced, *, clock: Clock, instances: Instances, present: Callable[[str], bool]
+    ) -> None:
         self.balanced = balanced
         self.clock = clock
         self._instances = instances
+        self._present = present  # is the caller connected here, or in transit (its calls' answers held)?
         # (caller, target) -> (query, caller's workspace, caller's user)
         self._users: dict[tuple[str, str], tuple[str, str, Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -62,6 +65,7 @@ class BalancedLookups:
         return target, found[0]["id"]
 
     def forget(self, caller: str) -> None:
+        """``caller``'s handles and calls in flight go (it left)."""
         self.balanced.forget_caller(caller)
         for key in [k for k in self._users if k[0] == caller]:
             del self._users[key]
@@ -69,6 +73,9 @@ class BalancedLookups:
     async def refresh(self) -> None:
         """Look every handle's instances up again for its caller."""
         for (caller, target), known in list(self._users.items()):
+            if not self._present(caller):  # gone for good (or moved to another replica): its handles go
+                self.forget(caller)
+                continue
             if self.balanced.pool(caller, target) is None:  # forgotten meanwhile
                 self._users.pop((caller, target), None)
                 continue
@@ -94,8 +101,6 @@ class BalancedLookups:
                 log.exception("balanced handles refresh failed")
 
     async def close(self) -> None:
-        from switchboard.tasks import cancel_and_wait
-
         await cancel_and_wait(list(self._tasks))
 
 

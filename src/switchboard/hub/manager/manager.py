@@ -68,6 +68,8 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
 
     def balanced_steps(self, steps: list[Resend | Refuse]) -> None: ...
 
+    def holds(self, client: str) -> bool: ...
+
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
     async def end_workspace(self, workspace: str) -> None: ...
@@ -131,7 +133,9 @@ class WorkspaceManager:
         self.builtins = BuiltIns(hub.manager_id, hub.manager_address, rpc=lambda: self.rpc)
         # the methods about services
         self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc, builtins=self.builtins)
-        self.balancing = BalancedLookups(hub.balanced, clock=hub.clock, instances=self.directory.instances)
+        self.balancing = BalancedLookups(
+            hub.balanced, clock=hub.clock, instances=self.directory.instances, present=hub.holds
+        )
         self.balancing.on_steps = hub.balanced_steps
         self.directory.balancing = self.balancing
         # workspaces as records, their event log, their environment and service types
@@ -201,7 +205,6 @@ class WorkspaceManager:
     def forget(self, client: str) -> None:
         """``client``'s connection ended: what the door kept for it (its pieces of a chunked message) goes."""
         self.door.forget(client)
-        self.balancing.forget(client)
 
     def methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         """The ``default`` service's functions by name, with their parameters' schema."""

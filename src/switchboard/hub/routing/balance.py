@@ -368,7 +368,9 @@ class Balanced:
         return Resend(caller, session, nxt, call.frame)
 
     def forget_caller(self, caller: str) -> None:
-        self._pools.pop(caller, None)
+        """``caller`` left: its handles, and its calls in flight (none has a handle-less call)."""
+        if self._pools.pop(caller, None) is None:
+            return
         for pair in [p for p in self._pieces if p[0] == caller]:
             del self._pieces[pair]
         for key in [k for k in self._calls if k[0] == caller]:
