@@ -43,6 +43,7 @@ from switchboard.hub.routing.actions import (
     ToManager,
     ToReplica,
 )
+from switchboard.hub.routing.balanced_routes import BalancedRoutes
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.reply_routes import ReplyRoutes
 from switchboard.hub.routing.undelivered import Undelivered
@@ -65,7 +66,7 @@ log = logging.getLogger(__name__)
 # -- the router ---------------------------------------------------------------
 
 
-class Router:
+class Router(BalancedRoutes):
     """The routing decisions of one replica (see the module docstring).
 
     ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
@@ -436,72 +437,6 @@ class Router:
         if "/" in caller:  # a frame another replica sent here (held for a client in transit)
             return self.toward(caller, Undelivered(reject, None, target))
         return None
-
-    # -- balanced handles (hub/routing/balance.py) ----------------------------
-
-    def _instance_for(self, peer: Peer, env: envelope.Envelope) -> str | None:
-        """The instance a call through one of ``peer``'s balanced handles goes to (``None``: none).
-        Only a call is balanced: its callbacks and generators then address the instance itself."""
-        target = str(env.main.get("to"))
-        if "/" not in target:
-            target = f"{peer.workspace}/{target}"
-        if classify(env.main.get("method"), env.session, env.rest).kind is not CALL:
-            return None
-        avoid = self.transit_instances(peer.id, target)
-        suspects = self.balanced.suspects(self.clock.monotonic())
-        if suspects and (pick := self.balanced.pick(peer.id, target, self._load, avoid=[*avoid, *suspects])):
-            return pick
-        return self.balanced.pick(peer.id, target, self._load, avoid=avoid)
-
-    def transit_instances(self, caller: str, target: str) -> list[str]:
-        """Instances of the handle that are moving between connections: new calls go to the others."""
-        pool = self.balanced.pool(caller, target)
-        return [i for i in pool.instances if i in self.transit] if pool is not None and len(self.transit) else []
-
-    def _load(self, instance: str) -> int:
-        """Calls in flight to ``instance``: all of them if it is here, else those sent from here."""
-        if instance in self.peers:
-            return self.inflight.load(instance)
-        return self.balanced.sent_to(instance)
-
-    def _balanced_elsewhere(self, target: str, item: Undelivered) -> Action | None:
-        """A balanced call that reached no replica goes to another instance now (``None``: not one,
-        or none other is left): its instance's replica may be dead, and it did not run."""
-        if not self.balanced or not item.session:
-            return None
-        step = self.balanced.undelivered(item.caller, item.session, target, self.clock.monotonic())
-        if step is None:
-            return None
-        self.inflight.closed(item.caller, item.session)
-        return self._resent(step)
-
-    def _resent(self, step: balance.Resend) -> Action | None:
-        """A balanced call whose instance died, sent to another one."""
-        env = envelope.decode(step.frame)
-        env.main["to"] = step.instance
-        frame = envelope.encode(env.main, env.rest)
-        self.inflight.opened(step.caller, step.session, step.instance, self.peers)
-        return self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
-
-    def instance_left(self, instance: str) -> list[Action]:
-        """A client left for good: the balanced calls it had are resent elsewhere or fail now."""
-        return self.balanced_steps(self.balanced.gone(instance, loads=self._load))
-
-    def balanced_steps(self, steps: list[balance.Resend | balance.Refuse]) -> list[Action]:
-        actions: list[Action] = []
-        for step in steps:
-            if isinstance(step, balance.Resend):
-                action = self._resent(step)
-            else:
-                self.inflight.closed(step.caller, step.session)
-                reject = envelope.reject_frame(
-                    session=step.session, target=step.target, caller=step.caller, message=step.message
-                )
-                caller = self.peers.get(step.caller)
-                action = Send(caller, reject) if caller is not None else None
-            if action is not None:
-                actions.append(action)
-        return actions
 
     # -- frames other replicas routed here -------------------------------------
 
