@@ -14,8 +14,10 @@ import collections
 import time
 
 import pytest
+from hypha_rpc import connect_to_server
 from hypha_rpc.rpc import RemoteException
 
+from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -190,3 +192,23 @@ async def test_a_caller_that_leaves_takes_its_handles_with_it(connect, server):
     assert server.hub.balanced.pools()
     await caller.disconnect()
     await eventually(lambda: not server.hub.balanced.pools(), "the caller's handles forgotten", timeout=5)
+
+
+async def test_a_call_the_hub_refuses_fails_with_the_reason_not_a_timeout():
+    """The hub's refusal of a balanced call comes from the handle, the only sender its caller accepts."""
+    async with running(settings_for_tests(max_messages_per_second=20, message_burst=40)) as srv:
+        owner = await connect_to_server({"server_url": srv.url, "client_id": "p0"})
+        token = await owner.generate_token()
+        await owner.register_service({"id": "calc", "who": lambda: 0})
+        flood = await connect_to_server(
+            {"server_url": srv.url, "client_id": "flood", "token": token, "method_timeout": 10}
+        )
+        calc = await flood.get_service("calc", {"mode": "balance:round_robin"})
+        started = time.monotonic()
+        results = await asyncio.gather(*(calc.who() for _ in range(150)), return_exceptions=True)
+        refused = [r for r in results if isinstance(r, Exception)]
+        assert refused, "some calls must be refused"
+        assert all("Rate limit exceeded" in str(r) for r in refused), refused[:2]
+        assert time.monotonic() - started < 5
+        for client in (flood, owner):
+            await client.disconnect()

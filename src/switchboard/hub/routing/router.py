@@ -141,6 +141,7 @@ class Router(BalancedRoutes):
         A bad frame is answered with an error frame (the connection stays), a
         refused call with a reject for its session.
         """
+        virtual: str | None = None  # a balanced handle's address: the sender's refusals come from it
         try:
             env = envelope.decode(data)
             route = envelope.route(env.main.get("to"), sender_workspace=peer.workspace, manager_id=self.manager_id)
@@ -148,7 +149,6 @@ class Router(BalancedRoutes):
                 route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
-            virtual = instance = None
             if route.kind == "client" and balance.is_virtual(route.target):
                 virtual, instance = route.target, self._instance_for(peer, env)
                 if instance is None:
@@ -165,7 +165,7 @@ class Router(BalancedRoutes):
             self.metrics.bad_frames.inc()
             peer.log.info("rejected frame: %s", exc)
             if isinstance(exc, EncryptedPayload) and env.session:  # an honest client's call: it fails now, saying why
-                return Send(peer, self._refusal(peer, env.session, route.target, str(exc)))
+                return Send(peer, self._refusal(peer, env.session, virtual or route.target, str(exc)))
             return Send(peer, handshake.error_text(f"Invalid message: {exc}"))
         method, session, target = env.main.get("method"), env.session, route.target
         traits = classify(method, session, env.rest)
@@ -174,7 +174,8 @@ class Router(BalancedRoutes):
             self.metrics.rate_limited.inc()
             if session:
                 return Send(
-                    peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal)
+                    peer,
+                    envelope.reject_frame(session=session, target=virtual or target, caller=peer.id, message=refusal),
                 )
             return None
         if route.kind == "nowhere":
