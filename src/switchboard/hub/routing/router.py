@@ -425,10 +425,11 @@ class Router(BalancedRoutes):
         message = f"Target peer {target} is not connected"
         if self.balanced.has(caller, session):
             step = self.balanced.failed(caller, session, target)
+            if step is None:  # a frame for an instance the call has left: it goes on elsewhere
+                return None
             if isinstance(step, balance.Resend):
                 return self._resent(step)
-            if step is not None:
-                message, target = step.message, step.target
+            message, target = step.message, step.target
         self.inflight.closed(caller, session)
         reject = envelope.reject_frame(session=session, target=target, caller=caller, message=message)
         if caller == self.manager_address or caller in self.aliases:
