@@ -47,6 +47,7 @@ from switchboard.hub.manager.data_charges import lasts_only_while_connected
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
+from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.router import Router
@@ -182,6 +183,8 @@ class Hub:
         calls = InFlight(on_change=calls_ended.set)
         # calls in flight to each provider, for the min_load service selection
         self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
+        # the balanced handles of this replica's callers, and their calls in flight (the router's)
+        self.balanced = Balanced()
         self.manager = WorkspaceManager(self)
         # clients whose connection ended and that are expected back (switchboard.hub.transit.moves)
         self.transit: Transit[Undelivered] = Transit(
@@ -226,6 +229,7 @@ class Hub:
         self.router = Router(
             settings=settings,
             inflight=calls,
+            balanced=self.balanced,
             uploads=self.uploads,
             clock=clock,
             metrics=metrics,
@@ -639,6 +643,15 @@ class Hub:
 
     def peer_for(self, address: str) -> Peer | None:
         return self.peers.get(address)
+
+    def holds(self, client: str) -> bool:
+        """Is ``client`` connected here, or in transit (expected back)?"""
+        return client in self.peers or client in self.transit
+
+    def balanced_steps(self, steps: list[Resend | Refuse]) -> None:
+        """Balanced calls whose instance left: resent elsewhere or failed (:meth:`Router.balanced_steps`)."""
+        for action in self.router.balanced_steps(steps):
+            self.dispatch.carry(action)
 
     def __repr__(self) -> str:
         return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"

@@ -67,6 +67,10 @@ class HubMetrics:
         """Report a :class:`~switchboard.hub.transit.transit.Transit` at scrape time."""
         self.registry.register(_TransitCollector(transit, self._replica_id))
 
+    def watch_balanced(self, balanced: Any) -> None:
+        """Report a :class:`~switchboard.hub.routing.balance.Balanced` at scrape time."""
+        self.registry.register(_BalancedCollector(balanced, self._replica_id))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -187,6 +191,38 @@ class _TransitCollector:
         )
         held.add_metric(labels, t.held_total)
         yield from (clients, waiting, held)
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _BalancedCollector:
+    """Calls through balanced handles: in all, per instance (those still in a handle), and failed over."""
+
+    def __init__(self, balanced: Any, replica_id: str) -> None:
+        self.balanced = balanced
+        self.replica_id = replica_id
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        b, labels = self.balanced, [self.replica_id]
+        calls = CounterMetricFamily(
+            "switchboard_balanced_calls", "Calls this replica sent through balanced handles.", labels=["replica"]
+        )
+        calls.add_metric(labels, b.balanced_calls)
+        failovers = CounterMetricFamily(
+            "switchboard_balanced_failovers",
+            "Balanced calls re-sent to another instance after theirs died (idempotent functions only).",
+            labels=["replica"],
+        )
+        failovers.add_metric(labels, b.failovers)
+        per = CounterMetricFamily(
+            "switchboard_balanced_instance_calls",
+            "Balanced calls this replica sent to each instance (instances still alive).",
+            labels=["replica", "instance"],
+        )
+        for instance, count in list(b.per_instance.items()):
+            per.add_metric([self.replica_id, instance], count)
+        yield from (calls, failovers, per)
 
     def describe(self) -> list[Any]:
         return []

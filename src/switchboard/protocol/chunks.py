@@ -92,3 +92,22 @@ def overwriting(call: CacheCall, extra: dict[str, Any]) -> bytes:
     args = [call.key, call.heartbeat, True]
     packed: bytes = msgpack.packb({**extra, "args": args, "with_kwargs": False}, use_bin_type=True)
     return packed
+
+
+def piece_header(op: str, rest: bytes | memoryview) -> dict[str, Any] | None:
+    """The header a message in pieces starts with, read from its first piece (``set`` index 0,
+    or an ``append``: ``None`` if it is not the first), or ``None`` if it holds no header."""
+    try:
+        extra = msgpack.unpackb(rest, raw=False)
+        call = parse_cache_call(op, extra) if isinstance(extra, dict) else None
+    except (ProtocolError, ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if call is None or (op == "set" and call.index != 0):
+        return None
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(call.data))
+    unpacker.feed(call.data)
+    try:
+        header = unpacker.unpack()
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    return header if isinstance(header, dict) else None

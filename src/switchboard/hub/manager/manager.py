@@ -28,6 +28,7 @@ from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_e
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.admin_utils import AdminHost, AdminUtils
+from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.builtin_services import BuiltIns, schema_service
 from switchboard.hub.manager.event_log import EventLog
 from switchboard.hub.manager.login_service import LOGIN_PATH, LoginService
@@ -37,6 +38,7 @@ from switchboard.hub.manager.service_directory import DirectoryHost, ServiceDire
 from switchboard.hub.manager.task_queue import TaskQueue
 from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
+from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.hub.sessions.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
@@ -64,7 +66,13 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
     logins: LoginStore
     queues: QueueStore
 
+    balanced: Balanced
+
     async def route_from_manager(self, data: bytes) -> None: ...
+
+    def balanced_steps(self, steps: list[Resend | Refuse]) -> None: ...
+
+    def holds(self, client: str) -> bool: ...
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
 
@@ -129,6 +137,11 @@ class WorkspaceManager:
         self.builtins = BuiltIns(hub.manager_id, hub.manager_address, rpc=lambda: self.rpc)
         # the methods about services
         self.directory = ServiceDirectory(hub, rpc=lambda: self.rpc, builtins=self.builtins)
+        self.balancing = BalancedLookups(
+            hub.balanced, clock=hub.clock, instances=self.directory.instances, present=hub.holds
+        )
+        self.balancing.on_steps = hub.balanced_steps
+        self.directory.balancing = self.balancing
         # workspaces as records, their event log, their environment and service types
         self.records = WorkspaceRecords(
             hub,
@@ -191,6 +204,7 @@ class WorkspaceManager:
             await self.rpc.register_service(schema_service(built_in), {"notify": False})
 
     async def stop(self) -> None:
+        await self.balancing.close()
         await cancel_and_wait(self.door.calls)
         if self.rpc is not None:
             self.rpc.close()

@@ -26,9 +26,12 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.manager.balanced_lookup import BalancedLookups
+from switchboard.hub.manager.balanced_lookup import handle as balanced_handle
 from switchboard.hub.manager.builtin_services import BuiltIns
 from switchboard.hub.manager.manager_door import calling_peer, require
 from switchboard.hub.manager.shared_values import SharedValues
+from switchboard.hub.routing import balance
 from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import selection
@@ -92,6 +95,7 @@ class ServiceDirectory:
         self.builtins = builtins  # the hub's built-in services, found before the registry
         self._rng = random.Random()
         self._schemas = SharedValues(SHARED_SCHEMAS)
+        self.balancing: BalancedLookups | None = None  # set by the manager: balanced handles
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -203,6 +207,8 @@ class ServiceDirectory:
         ):
             return self.builtins.service(key, self.hub.settings.public_base_url)
 
+        if (policy := _balance_policy(config.get("mode"))) is not None and self.balancing is not None:
+            return await self._balanced(peer, service_id, policy, config)
         info = await self.resolve(
             service_id,
             workspace=peer.workspace,
@@ -226,6 +232,20 @@ class ServiceDirectory:
             # mode does not ask the candidates again).
             await self.resolve(info["id"], workspace=peer.workspace, user=peer.user, mode=None)
             raise
+
+    async def _balanced(self, peer: Peer, service_id: Any, policy: str, config: dict[str, Any]) -> Any:
+        """A balanced handle: one instance's service, its functions addressed to the handle
+        (:mod:`switchboard.hub.manager.balanced_lookup`)."""
+        assert self.balancing is not None
+        target, first = await self.balancing.bind(peer.id, peer.workspace, service_id, policy, peer.user)
+        info = await self.resolve(first, workspace=peer.workspace, user=peer.user, mode=None)
+        service = await self.fetch_service(
+            info,
+            timeout=float(config.get("timeout") or 10.0),
+            case_conversion=config.get("case_conversion"),
+            has_read=peer.user.can(info["id"].partition("/")[0], Permission.READ),
+        )
+        return balanced_handle(service, target=target, name=target.rpartition("|")[2])
 
     async def list_services(
         self, query: Any = None, include_unlisted: bool = False, context: dict[str, Any] | None = None
@@ -329,18 +349,7 @@ class ServiceDirectory:
             raise ProtocolError("workspace '*' is not allowed here: use list_services")
         chosen = selection.parse_mode(mode, workspace=query.workspace)  # refused even for one match
         wait = selection.parse_select_timeout(select_timeout)
-        found = await self.hub.registry.find(query)
-        if not found and await self.hub.registry.lost_data():
-            found = await self._find_once_settled(query)
-        has_read = user.can(query.workspace, Permission.READ)
-        # A client the caller may not list (its built-in service: svc_ids.may_use) is not there for it,
-        # by any id or mode: refused as absent, not as forbidden, which would tell that it is there.
-        found = [i for i in found if has_read or not svc_ids.is_presence(i)]
-        allowed = [i for i in found if svc_ids.may_use(i, caller_workspace=workspace, has_read=has_read)]
-        if not allowed:
-            if found:
-                raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
-            raise NotFound(f"Service not found: {query}")
+        allowed, has_read = await self._allowed(query, workspace=workspace, user=user)
         by_id = {i["id"]: i for i in allowed}
         ids = list(by_id)
         loads: Mapping[str, int] = {}
@@ -360,6 +369,31 @@ class ServiceDirectory:
                     answers = await self._ask(asked, chosen, wait, user=user, workspace=workspace)
         pick = selection.choose(ids, chosen, rng=self._rng, query=str(query), loads=loads, local=local, answers=answers)
         return svc_ids.shown(by_id[pick], has_read=has_read)
+
+    async def _allowed(self, query: ServiceQuery, *, workspace: str, user: User) -> tuple[list[ServiceInfo], bool]:
+        """The services ``query`` matches that a caller of ``workspace`` may use (at least one, or a
+        clear error), and whether it has read on the services' workspace."""
+        found = await self.hub.registry.find(query)
+        if not found and await self.hub.registry.lost_data():
+            found = await self._find_once_settled(query)
+        has_read = user.can(query.workspace, Permission.READ)
+        # A client the caller may not list (its built-in service: svc_ids.may_use) is not there for it,
+        # by any id or mode: refused as absent, not as forbidden, which would tell that it is there.
+        found = [i for i in found if has_read or not svc_ids.is_presence(i)]
+        allowed = [i for i in found if svc_ids.may_use(i, caller_workspace=workspace, has_read=has_read)]
+        if not allowed:
+            if found:
+                raise PermissionDenied(f"Permission denied for non-public service in workspace {query.workspace}")
+            raise NotFound(f"Service not found: {query}")
+        return allowed, has_read
+
+    async def instances(self, service_id: Any, workspace: str, user: User) -> list[ServiceInfo]:
+        """Every service ``service_id`` names that a caller of ``workspace`` may use, as for a direct lookup."""
+        query = svc_ids.parse_query(service_id, workspace)
+        if query.workspace == "*":
+            raise ProtocolError("workspace '*' is not allowed here: use list_services")
+        allowed, _ = await self._allowed(query, workspace=workspace, user=user)
+        return allowed
 
     def _asking_for(self, peer: Peer, calls: int) -> contextlib.AbstractContextManager[None]:
         """A caller's select: calls: a connection's are taken from its own frame rate and counted
@@ -489,6 +523,13 @@ class ServiceDirectory:
 
     def __repr__(self) -> str:
         return f"<ServiceDirectory registry={type(self.hub.registry).__name__}>"
+
+
+def _balance_policy(mode: Any) -> str | None:
+    try:
+        return balance.policy_of(mode)
+    except ValueError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def _names_manager(service_id: Any) -> bool:

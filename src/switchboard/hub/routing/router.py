@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from switchboard.errors import EncryptedPayload, LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission
+from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import (
     Action,
     Broadcast,
@@ -42,6 +43,7 @@ from switchboard.hub.routing.actions import (
     ToManager,
     ToReplica,
 )
+from switchboard.hub.routing.balanced_routes import BalancedRoutes
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.reply_routes import ReplyRoutes
 from switchboard.hub.routing.undelivered import Undelivered
@@ -49,7 +51,7 @@ from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.chunks import overwriting, parse_cache_call
+from switchboard.protocol.chunks import overwriting, parse_cache_call, piece_header
 from switchboard.protocol.payload import payload_map
 
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
@@ -64,7 +66,7 @@ log = logging.getLogger(__name__)
 # -- the router ---------------------------------------------------------------
 
 
-class Router:
+class Router(BalancedRoutes):
     """The routing decisions of one replica (see the module docstring).
 
     ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
@@ -85,6 +87,7 @@ class Router:
         retry: RetryWindow,
         replies: RetryWindow | None = None,
         inflight: InFlight | None = None,
+        balanced: balance.Balanced | None = None,
         uploads: Receivers | None = None,
     ) -> None:
         self.settings = settings
@@ -107,6 +110,8 @@ class Router:
             alive=lambda c: c in self.peers or c in self.transit,
             allow_encrypted=settings.allow_encrypted_payloads,
         )
+        self.balanced = balanced if balanced is not None else balance.Balanced()
+        metrics.watch_balanced(self.balanced)  # the balanced handles of our callers, and their calls in flight
         self.draining = False
         s = settings
         self._rate_refusal = (
@@ -136,6 +141,7 @@ class Router:
         A bad frame is answered with an error frame (the connection stays), a
         refused call with a reject for its session.
         """
+        virtual: str | None = None  # a balanced handle's address: the sender's refusals come from it
         try:
             env = envelope.decode(data)
             route = envelope.route(env.main.get("to"), sender_workspace=peer.workspace, manager_id=self.manager_id)
@@ -143,6 +149,15 @@ class Router:
                 route.workspace != peer.workspace or not peer.user.can(peer.workspace, Permission.READ_WRITE)
             ):  # events go to one's own workspace, and need read-write there (§3.5 rule 6)
                 raise PermissionDenied(f"Permission denied: cannot broadcast into workspace {route.workspace}")
+            if route.kind == "client" and balance.is_virtual(route.target):
+                virtual, instance = route.target, self._instance_for(peer, env)
+                if instance is None:
+                    why = (
+                        f"{virtual} is a balanced handle: it takes calls only, from the connection that looked "
+                        "the service up, while an instance it may reach is left (look the service up again)"
+                    )
+                    return Send(peer, self._refusal(peer, env.session, virtual, why))
+                route = envelope.Route("client", instance, instance.partition("/")[0])
             frame = envelope.stamp(
                 env, identity=peer.identity, to=route.target, allow_encrypted=self.settings.allow_encrypted_payloads
             )
@@ -150,7 +165,7 @@ class Router:
             self.metrics.bad_frames.inc()
             peer.log.info("rejected frame: %s", exc)
             if isinstance(exc, EncryptedPayload) and env.session:  # an honest client's call: it fails now, saying why
-                return Send(peer, self._refusal(peer, env.session, route.target, str(exc)))
+                return Send(peer, self._refusal(peer, env.session, virtual or route.target, str(exc)))
             return Send(peer, handshake.error_text(f"Invalid message: {exc}"))
         method, session, target = env.main.get("method"), env.session, route.target
         traits = classify(method, session, env.rest)
@@ -159,7 +174,8 @@ class Router:
             self.metrics.rate_limited.inc()
             if session:
                 return Send(
-                    peer, envelope.reject_frame(session=session, target=target, caller=peer.id, message=refusal)
+                    peer,
+                    envelope.reject_frame(session=session, target=virtual or target, caller=peer.id, message=refusal),
                 )
             return None
         if route.kind == "nowhere":
@@ -176,6 +192,20 @@ class Router:
             new_call = traits.kind is CALL
             if new_call:
                 self.inflight.opened(peer.id, session, target, self.peers)  # type: ignore[arg-type]
+                if virtual is not None:
+                    function = balance.function_of(method)
+                    self.balanced.opened(peer.id, session, virtual, target, function, frame)  # type: ignore[arg-type]
+                    if method == balance.BUILT_IN_LOOKUP:
+                        self.balanced.expect_pieces(peer.id, target, virtual)
+            elif traits.op in ("set", "append") and self.balanced.expects_pieces(peer.id, target):
+                if (header := piece_header(traits.op, env.rest)) is not None:
+                    self.balanced.piece_header(peer.id, target, header)
+            elif self.balanced and (handle := self.balanced.relabel(target, _session_method(method, traits), peer.id)):
+                env.main["from"] = handle  # within a balanced call: from the handle the caller called
+                frame = envelope.encode(env.main, env.rest)
+                if traits.answers is not None:
+                    self.inflight.closed(target, traits.answers)
+                    self.balanced.closed(target, traits.answers)
             elif traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
             item = Undelivered(frame, session, peer.id, env.type != "method", traits.op)
@@ -323,6 +353,8 @@ class Router:
         transit, else is retried while some replica claims the client (its subscription may be
         seconds from repair), as it was wrapped for the trip, else its caller fails."""
         target, item = forward.target, forward.item
+        if (resent := self._balanced_elsewhere(target, item)) is not None:
+            return resent
         travelling = item if forward.wire is item.frame else item._replace(frame=forward.wire)
         otherwise = self._if_claimed(target, travelling)
         return Hold(target, item, otherwise) if target in self.transit else otherwise
@@ -331,6 +363,8 @@ class Router:
         """A frame the bus had counted as delivered reached nobody after all (its connection
         ended first): held if the client is moving, else behind what already waits for it, else
         as a publish to nobody."""
+        if (resent := self._balanced_elsewhere(target, item)) is not None:
+            return resent
         travelling = self._travelling(item)
         otherwise = (
             RetryLater(target, travelling) if self.retry.pending(target) else self._if_claimed(target, travelling)
@@ -388,10 +422,16 @@ class Router:
         self.metrics.undeliverable.inc()
         if not session:
             return None
+        message = f"Target peer {target} is not connected"
+        if self.balanced.has(caller, session):
+            step = self.balanced.failed(caller, session, target)
+            if step is None:  # a frame for an instance the call has left: it goes on elsewhere
+                return None
+            if isinstance(step, balance.Resend):
+                return self._resent(step)
+            message, target = step.message, step.target
         self.inflight.closed(caller, session)
-        reject = envelope.reject_frame(
-            session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
-        )
+        reject = envelope.reject_frame(session=session, target=target, caller=caller, message=message)
         if caller == self.manager_address or caller in self.aliases:
             return ToManager(reject)
         if (sender := self.peers.get(caller)) is not None:
@@ -440,8 +480,15 @@ class Router:
                 return self._refused(peer.id, Undelivered(frame, session, str(caller or "")), refused)
         if traits.kind is CALL:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
-        elif traits.answers is not None and self.inflight.busy(peer.id):
-            self.inflight.closed(peer.id, traits.answers)
+        else:
+            method = _session_method(env.main.get("method"), traits)
+            if self.balanced and (handle := self.balanced.relabel(peer.id, method, caller)) is not None:
+                env.main["from"] = handle  # within a balanced call: from the handle the caller called
+                frame = envelope.encode(env.main, env.rest)
+                if traits.answers is not None:
+                    self.balanced.closed(peer.id, traits.answers)
+            if traits.answers is not None and self.inflight.busy(peer.id):
+                self.inflight.closed(peer.id, traits.answers)
         send = Send(peer, frame)
         return self._noted(send) if traits.kind is REPLY else send
 
@@ -476,3 +523,10 @@ class Router:
 
     def __repr__(self) -> str:
         return f"<Router replica={self.replica_id} in_flight={len(self.inflight)} draining={self.draining}>"
+
+
+def _session_method(method: Any, traits: Traits) -> Any:
+    """The method a frame's session is read from: a reply in pieces names it as the key of its ``process``."""
+    if traits.op == "process" and traits.answers is not None:
+        return f"{traits.answers}.resolve"
+    return method

@@ -19,6 +19,7 @@ from switchboard.errors import AuthError, BackendError, HandshakeError
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission, User, new_anonymous_user, user_workspace
+from switchboard.hub.routing.balance import is_virtual
 from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.sessions.joins import Joining
 from switchboard.hub.sessions.peer import Peer
@@ -151,6 +152,12 @@ class Gatekeeper:
         if hello.client_id == self.settings.manager_id:
             raise HandshakeError(
                 f"Failed to establish connection: client_id {hello.client_id!r} is reserved for the hub's manager",
+                CLOSE_GOING_AWAY,
+            )
+        if is_virtual(f"/{hello.client_id}"):
+            raise HandshakeError(
+                f"Failed to establish connection: client_id {hello.client_id[:64]!r} is reserved: "
+                "'balance|...' addresses the hub's balanced handles",
                 CLOSE_GOING_AWAY,
             )
         if hello.reconnection_token:
