@@ -154,3 +154,50 @@ async def test_login_in_node_started_on_one_replica_finishes_on_the_other(issuer
     finally:
         a.kill()
         b.kill()
+
+
+async def test_login_in_chromium_started_on_one_replica_finishes_on_the_other(
+    issuer: str, hub_port: int, redis_server: Any, chromium: Any, static_server: Any
+) -> None:
+    """The page's client starts and checks the login on replica A; the login page and the provider's
+    redirect are served by replica B, the public URL (as a load balancer may send them anywhere)."""
+    args = ["--oidc-issuer", issuer, "--oidc-audience", CLIENT_ID, "--oidc-allow-http", "--oidc-client-id", CLIENT_ID]
+    env = {"SWITCHBOARD_OIDC_CLIENT_SECRET": CLIENT_SECRET}
+    public = f"http://127.0.0.1:{hub_port}"  # B's address: one of the provider's registered redirects
+    a = ReplicaProcess(replica_id="js-page-a", redis_url=redis_server.url, args=args, env=env, public_url=public)
+    b = ReplicaProcess(
+        replica_id="js-page-b", redis_url=redis_server.url, args=args, env=env, public_url=public, port=hub_port
+    )
+    try:
+        a.start()
+        b.start()
+        async with chromium.tabs(2) as (app, person):
+            config = {"server_url": a.url}
+            await app.goto(f"{static_server.url}/login.html#{urllib.parse.quote(json.dumps(config))}")
+
+            async def reported(kind: str) -> Any:
+                state = await app.evaluate("window.login")
+                if state and state.get("error"):
+                    raise AssertionError(state["error"])
+                return state.get(kind) if state else None
+
+            login_url = await eventually(lambda: reported("url"), what="login() on A giving the login_url", timeout=20)
+            assert login_url.startswith(f"{public}/public/apps/hypha-login/"), login_url  # B's page
+            await person.goto(login_url)
+            await person.evaluate(
+                f"document.querySelector('input[name=login]').value = {json.dumps(ALICE)};"
+                "document.querySelector('input[name=password]').value = 'any';"
+                "document.querySelector('form').submit()"
+            )
+
+            async def at(text: str) -> bool:
+                return text in (await person.evaluate("document.body ? document.body.innerText : ''") or "")
+
+            await eventually(lambda: at("Continue"), what="the provider's consent page", timeout=15)
+            await person.evaluate("document.querySelector('form').submit()")
+            await eventually(lambda: at("You are signed in"), what="B's callback page", timeout=15)
+            token = await eventually(lambda: reported("token"), what="login() on A returning the token", timeout=20)
+        await _calls_a_protected_service_of_alices_workspace(b.url, token)
+    finally:
+        a.kill()
+        b.kill()
