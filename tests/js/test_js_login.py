@@ -68,10 +68,10 @@ async def _calls_a_protected_service_of_alices_workspace(url: str, token: str) -
         await owner.disconnect()
 
 
-async def test_login_in_chromium_with_the_providers_form_filled_in_another_tab(
-    server: RunningServer, chromium: Any, static_server: Any
-) -> None:
-    config = {"server_url": server.url}
+async def _chromium_login(chromium: Any, static_server: Any, server_url: str, page_at: str | None = None) -> str:
+    """``login()`` in a page whose client talks to ``server_url``; in another tab the person fills the
+    provider's form (``page_at``: where the login page must be served, if named)."""
+    config = {"server_url": server_url}
     async with chromium.tabs(2) as (app, person):
         await app.goto(f"{static_server.url}/login.html#{urllib.parse.quote(json.dumps(config))}")
 
@@ -82,6 +82,8 @@ async def test_login_in_chromium_with_the_providers_form_filled_in_another_tab(
             return state.get(kind) if state else None
 
         login_url = await eventually(lambda: reported("url"), what="login() giving the login_url", timeout=20)
+        if page_at is not None:
+            assert login_url.startswith(f"{page_at}/public/apps/hypha-login/"), login_url
         await person.goto(login_url)  # the hub's page sends the tab to the provider's login form
         await person.evaluate(
             f"document.querySelector('input[name=login]').value = {json.dumps(ALICE)};"
@@ -95,7 +97,14 @@ async def test_login_in_chromium_with_the_providers_form_filled_in_another_tab(
         await eventually(lambda: at("Continue"), what="the provider's consent page", timeout=15)
         await person.evaluate("document.querySelector('form').submit()")
         await eventually(lambda: at("You are signed in"), what="the hub's callback page", timeout=15)
-        token = await eventually(lambda: reported("token"), what="login() returning the token", timeout=20)
+        token: str = await eventually(lambda: reported("token"), what="login() returning the token", timeout=20)
+    return token
+
+
+async def test_login_in_chromium_with_the_providers_form_filled_in_another_tab(
+    server: RunningServer, chromium: Any, static_server: Any
+) -> None:
+    token = await _chromium_login(chromium, static_server, server.url)
     await _calls_a_protected_service_of_alices_workspace(server.url, token)
 
 
@@ -171,32 +180,7 @@ async def test_login_in_chromium_started_on_one_replica_finishes_on_the_other(
     try:
         a.start()
         b.start()
-        async with chromium.tabs(2) as (app, person):
-            config = {"server_url": a.url}
-            await app.goto(f"{static_server.url}/login.html#{urllib.parse.quote(json.dumps(config))}")
-
-            async def reported(kind: str) -> Any:
-                state = await app.evaluate("window.login")
-                if state and state.get("error"):
-                    raise AssertionError(state["error"])
-                return state.get(kind) if state else None
-
-            login_url = await eventually(lambda: reported("url"), what="login() on A giving the login_url", timeout=20)
-            assert login_url.startswith(f"{public}/public/apps/hypha-login/"), login_url  # B's page
-            await person.goto(login_url)
-            await person.evaluate(
-                f"document.querySelector('input[name=login]').value = {json.dumps(ALICE)};"
-                "document.querySelector('input[name=password]').value = 'any';"
-                "document.querySelector('form').submit()"
-            )
-
-            async def at(text: str) -> bool:
-                return text in (await person.evaluate("document.body ? document.body.innerText : ''") or "")
-
-            await eventually(lambda: at("Continue"), what="the provider's consent page", timeout=15)
-            await person.evaluate("document.querySelector('form').submit()")
-            await eventually(lambda: at("You are signed in"), what="B's callback page", timeout=15)
-            token = await eventually(lambda: reported("token"), what="login() on A returning the token", timeout=20)
+        token = await _chromium_login(chromium, static_server, a.url, page_at=public)  # B serves the page
         await _calls_a_protected_service_of_alices_workspace(b.url, token)
     finally:
         a.kill()
