@@ -229,3 +229,23 @@ async def test_a_code_sent_back_with_the_state_of_another_flow_is_refused(hub: R
             assert await svc.check(ctx["key"], timeout=0) is None
     finally:
         await api.disconnect()
+
+
+async def test_a_token_made_from_a_reported_one_is_revoked_with_it(hub: RunningServer) -> None:
+    """A reported token scoped to a workspace is derived from the reported credential: revoking that
+    credential revokes it too, so ``report`` launders no leaked token into a fresh one."""
+    api = await connect_to_server({"server_url": hub.url})
+    try:
+        svc = await api.get_service("public/hypha-login")
+        leaked = await api.generate_token({"expires_in": 300})
+        ctx = await svc.start()
+        await svc.report(ctx["key"], leaked, workspace=api.config["workspace"])
+        laundered = await svc.check(ctx["key"], timeout=0)
+        await api.revoke_token(leaked)
+        async with httpx.AsyncClient(base_url=hub.url, timeout=5) as http:
+            answer = await http.get(
+                f"/{api.config['workspace']}/services", headers={"Authorization": f"Bearer {laundered}"}
+            )
+        assert answer.status_code == 401, f"a token made from a revoked one still works: {answer.text}"
+    finally:
+        await api.disconnect()

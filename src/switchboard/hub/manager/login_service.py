@@ -203,18 +203,21 @@ class LoginService:
                 lifetime = min(lifetime, bound - self.clock.time())
                 if lifetime <= 0:
                     raise PermissionDenied("Invalid token provided to report_login: token has expired")
-            token = await self._token(user, ws, lifetime)
+            token = await self._token(user, ws, lifetime, derived=True)
         await self._fill(name, profile_of(token, user, workspace, lifetime, labels))
 
     async def logout(self, config: Any = None, context: Any = None) -> dict[str, str]:
         """The page that signs the browser out."""
         return {"logout_url": f"{self.page_url}/?logout=true&close=true"}
 
-    async def _token(self, user: User, workspace: str, lifetime: float) -> str:
+    async def _token(self, user: User, workspace: str, lifetime: float, *, derived: bool = False) -> str:
+        """A hub token for ``user`` in ``workspace``; ``derived``: made from a reported token, so it carries
+        that credential's bounds (expiry, issue time, ancestry), as a reconnection token does: revoking the
+        reported token, or deleting the workspace after it was issued, reaches this one too."""
         have = await self.permission(user, workspace)
         if have < Permission.READ:
             raise PermissionDenied(f"Invalid permission for the workspace {workspace}")
-        return self.issuer.issue(user, workspace=workspace, permission=have, expires_in=lifetime)
+        return self.issuer.issue(user, workspace=workspace, permission=have, expires_in=lifetime, resumes=derived)
 
     async def _fill(self, name: str, done: dict[str, Any]) -> None:
         if not await self.store.replace(name, json.dumps({"s": "done", "profile": done})):
