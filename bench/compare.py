@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Switchboard against Hypha (PyPI hypha==0.21.137), and both against the physical floor.
 
-    python bench/compare.py [--quick] [--only switchboard|hypha] [--rounds N] [--update-readme]
+    python bench/compare.py [--quick] [--only switchboard|hypha] [--rounds N] [--update-docs]
 
 Each round starts a fresh Valkey and two replicas of one server sharing it, all on
 127.0.0.1, runs every workload against them and stops them; rounds alternate
@@ -50,7 +50,7 @@ from _common import BENCH, calibrate, median_or_none, raise_fd_limit, ratio, say
 from _workloads import DEFAULT, KIND_LABEL, QUICK, Params, run_round  # noqa: E402
 
 RESULTS = BENCH / "results"
-README = BENCH.parent / "README.md"
+PERFORMANCE = BENCH.parent / "docs" / "explanation" / "performance.md"  # the docs page the table goes to
 
 
 # --------------------------------------------------------------------------- figures
@@ -461,28 +461,18 @@ def chart(res: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def update_readme(md: str) -> None:
-    """Put the table and chart between the markers of README.md's "## Performance" section
-    (created after "## How it is built" if missing); nothing else in the README changes."""
-    text = README.read_text()
+def update_docs(md: str) -> None:
+    """Put the table between the markers of docs/explanation/performance.md; nothing else there changes."""
+    text = PERFORMANCE.read_text()
     start, end = "<!-- bench:start -->", "<!-- bench:end -->"
     table, _, rest = md.partition("\nProblems seen during the run:")
     if rest:
         table += "\nThe run logged problems; they are listed in `bench/results/compare.md`.\n"
-    block = f"{start}\n{table}\n![Switchboard vs Hypha](bench/results/compare.png)\n{end}"
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        anchor = text.find("\n## ", text.index("## How it is built") + 1)
-        section = (
-            "## Performance\n\n`python bench/compare.py` (about 10 minutes; `--quick` about 1) runs "
-            "Switchboard and Hypha 0.21.137 side by side, each as two replicas sharing one Valkey on "
-            "loopback, driven by the same hypha-rpc 0.21.47 client code, and a raw WebSocket relay with "
-            "the same hops as the floor; it writes `bench/results/compare.{json,md,png}`. Latest run:\n\n"
-            f"{block}\n\n"
-        )
-        text = text[: anchor + 1] + section + text[anchor + 1 :] if anchor != -1 else text + "\n" + section
-    README.write_text(text)
+    block = f"{start}\n{table}\nThe chart of this run: `bench/results/compare.png`.\n{end}"
+    if start not in text or end not in text:
+        raise SystemExit(f"{PERFORMANCE} lost its markers {start} ... {end}")
+    text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    PERFORMANCE.write_text(text)
 
 
 # --------------------------------------------------------------------------- main
@@ -529,7 +519,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["switchboard", "hypha"], help="run one hub (and the floor)")
     ap.add_argument("--rounds", type=int, help="rounds per server (default 3, --quick 1)")
     ap.add_argument(
-        "--update-readme", action="store_true", help="put the table and chart into README.md's Performance section"
+        "--update-docs", action="store_true", help="put the table into docs/explanation/performance.md"
     )
     ap.add_argument(
         "--switchboard-ref",
@@ -586,8 +576,8 @@ def main() -> None:
         chart(res, RESULTS / "compare.png")
     except ImportError as exc:
         say(f"no chart: {exc} (pip install matplotlib)")
-    if args.update_readme:
-        update_readme(md)
+    if args.update_docs:
+        update_docs(md)
     print(md)
     say(f"total {res['meta']['total_seconds']:.0f}s; results in {RESULTS}")
 

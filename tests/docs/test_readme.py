@@ -1,4 +1,4 @@
-"""The README states what the code does."""
+"""The README and the settings reference state what the code does."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from pathlib import Path
 
 from switchboard.config import settings_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SETTINGS = ROOT / "docs" / "reference" / "settings.md"
 
 
-def test_readme_settings_table_matches_the_settings():
-    text = README.read_text()
+def test_the_settings_reference_table_matches_the_settings():
+    text = SETTINGS.read_text()
     table = re.search(r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", text, re.S)
-    assert table, "README lost its settings table markers"
+    assert table, "docs/reference/settings.md lost its settings table markers"
     assert table.group(1) == settings_table(), "regenerate with: python -m switchboard.config"
 
 

@@ -1,0 +1,66 @@
+"""Every code example of README.md and docs/ runs, against a real hub, as a reader would run it.
+
+Python and JavaScript examples run (``examples.py`` says how); shell blocks are shown, not
+run: they start servers, build images or need a cluster. One ``switchboard serve``
+process serves every page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from switchboard.testing.replica import ReplicaProcess
+
+from examples import JS_MODULES, PAGES, ROOT, fenced, run_page
+
+SHOWN_NOT_RUN = {"sh", "text", "json", "yaml"}
+WITH_EXAMPLES = [page for page in PAGES if fenced(page)]
+
+
+@pytest.fixture(scope="module")
+def hub_url() -> Iterator[str]:
+    """One ``switchboard serve`` for every page; it lets clients go at once when it stops."""
+    hub = ReplicaProcess(replica_id="docs", args=["--transit-grace", "0", "--drain-timeout", "1"]).start()
+    try:
+        yield hub.url
+    finally:
+        hub.terminate()
+
+
+def _need_node(page: Path) -> None:
+    if any(language == "js" for _, language, _ in fenced(page)) and (
+        shutil.which("node") is None or not (JS_MODULES / "hypha-rpc").exists()
+    ):
+        message = "JavaScript examples need node and .cache/js: run scripts/js-deps"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.mark.parametrize("page", WITH_EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_and_javascript_example_runs_against_a_hub(page: Path, hub_url: str) -> None:
+    _need_node(page)
+    run = run_page(page, hub_url)
+    expected = [line for line, _, reason in fenced(page) if reason is None]
+    assert run.ran == expected, "every example not marked 'not run' ran, in order"
+
+
+def test_every_code_block_names_a_language_the_suite_runs_or_only_shows() -> None:
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("```") and line.strip() != "```":
+                language = line[3:].strip()
+                assert language in SHOWN_NOT_RUN | {"python", "js"}, (
+                    f"{page.relative_to(ROOT)}:{number}: ```{language} would be neither run nor known"
+                )
+
+
+def test_examples_not_run_say_why_and_are_few() -> None:
+    skipped = [(page, line, reason) for page in PAGES for line, _, reason in fenced(page) if reason]
+    assert all(len(reason) > 10 for _, _, reason in skipped)
+    assert len(skipped) <= 1, skipped
