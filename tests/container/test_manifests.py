@@ -1,4 +1,4 @@
-"""deploy/ runs the image the Dockerfile builds, under the name the README gives, on clocks that fit the drain.
+"""deploy/ runs the image the Dockerfile builds, under the name the docs give, on clocks that fit the drain.
 
 Read as text (no YAML parser is a dependency): each pattern names the one line it checks.
 """
@@ -15,7 +15,7 @@ from switchboard.server.process.stop_deadline import REPORT_WAIT
 MANIFEST = (ROOT / "deploy" / "switchboard.yaml").read_text()
 VALKEY = (ROOT / "deploy" / "valkey.yaml").read_text()
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-README = (ROOT / "README.md").read_text()
+DEPLOY_DOC = (ROOT / "docs" / "how-to" / "kubernetes.md").read_text()
 
 
 def one(pattern: str, text: str = MANIFEST) -> str:
@@ -24,10 +24,10 @@ def one(pattern: str, text: str = MANIFEST) -> str:
     return str(found[0])
 
 
-def test_the_manifest_runs_the_image_the_readme_builds():
+def test_the_manifest_runs_the_image_the_docs_build():
     image = one(r"\n\s+image: (\S+)")
     assert image == f"switchboard:{VERSION}"
-    assert f"build -t {image} ." in README
+    assert f"build -t {image} ." in DEPLOY_DOC
     assert not re.search(r"\n\s+command:", MANIFEST), (
         "the image's entrypoint (switchboard serve, exec form) must run as PID 1"
     )

@@ -2,9 +2,8 @@
 
 Sybil finds the fenced blocks; this module says how each language runs:
 
-- ``python``: in one namespace per page, so a later block uses what an earlier one made;
-  top-level ``await`` works (as in a notebook or ``python -m asyncio``), on one event loop
-  per page, and a block that calls ``asyncio.run`` itself runs as it is;
+- ``python``: in one namespace per page, so a later block uses what an earlier one made,
+  in a process of the page's own (``python_examples.py``), with top-level ``await``;
 - ``js``: each block as an ES module in Node, with the npm packages ``scripts/js-deps``
   installed (``hypha-rpc``, and ``ws`` as ``globalThis.WebSocket``, which Node 20 lacks);
 - every other language (``sh``, ``text``, ...) is shown, not run.
@@ -16,29 +15,33 @@ A block preceded by ``<!-- example: not run (REASON) -->`` is skipped; the test 
 
 from __future__ import annotations
 
-import ast
-import asyncio
 import contextlib
-import inspect
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from sybil import Example, Sybil
 from sybil.parsers.markdown import CodeBlockParser
 
-from switchboard.testing.wait import scaled
+from switchboard.testing.wait import scaled, time_scale
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 DOCUMENTED_URL = "http://127.0.0.1:9527"
 JS_MODULES = ROOT / ".cache" / "js" / "node_modules"
 NOT_RUN = re.compile(r"<!-- example: not run \((?P<reason>[^)]+)\) -->\s*$")
 BLOCK_SECONDS = 20.0
+
+
+def shown(page: Path) -> str:
+    """The page's path as the reader knows it: from the repository's root."""
+    return str(page.relative_to(ROOT)) if page.is_relative_to(ROOT) else str(page)
 
 
 def fenced(page: Path, languages: tuple[str, ...] = ("python", "js")) -> list[tuple[int, str, str | None]]:
@@ -61,30 +64,34 @@ class PageRun:
         self.page = page
         self.hub_url = hub_url
         self.workdir = workdir
-        self.loop = asyncio.new_event_loop()
         self.skipped = {line for line, _, reason in fenced(page) if reason}
         self.ran: list[int] = []
-
-    def close(self) -> None:
-        pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-        for task in pending:
-            task.cancel()
-        if pending:
-            self.loop.run_until_complete(asyncio.wait(pending, timeout=scaled(5)))
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
+        self.python_blocks: list[dict[str, str]] = []
 
     def code(self, example: Example) -> str:
         return str(example.parsed).replace(DOCUMENTED_URL, self.hub_url)
 
     def python(self, example: Example) -> None:
+        """Kept for :meth:`run_python`: a page's Python blocks share one namespace and one process."""
         if self._skip(example):
             return
-        where = f"{self.page.relative_to(ROOT)}:{example.line}"
-        compiled = compile(self.code(example), where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(compiled, example.namespace)  # the reader's own code, from our own docs
-        if inspect.iscoroutine(result):
-            self.loop.run_until_complete(asyncio.wait_for(result, scaled(BLOCK_SECONDS)))
+        self.python_blocks.append({"where": f"{shown(self.page)}:{example.line}", "code": self.code(example)})
+
+    def run_python(self) -> None:
+        if not self.python_blocks:
+            return
+        blocks = self.workdir / "python_blocks.json"
+        blocks.write_text(json.dumps(self.python_blocks))
+        done = subprocess.run(
+            [sys.executable, str(HERE / "python_examples.py"), str(blocks), str(time_scale())],
+            capture_output=True,
+            text=True,
+            timeout=scaled(BLOCK_SECONDS) * len(self.python_blocks),
+            check=False,
+        )
+        assert done.returncode == 0, f"{shown(self.page)}: a Python example failed\n{done.stdout}\n{done.stderr}"
+        ran = [line.removeprefix("RAN ") for line in done.stdout.splitlines() if line.startswith("RAN ")]
+        assert ran == [block["where"] for block in self.python_blocks], done.stdout
 
     def js(self, example: Example) -> None:
         if self._skip(example):
@@ -100,7 +107,7 @@ class PageRun:
             check=False,
         )
         assert done.returncode == 0, (
-            f"{self.page.relative_to(ROOT)}:{example.line} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+            f"{shown(self.page)}:{example.line} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
         )
 
     def _skip(self, example: Example) -> bool:
@@ -126,14 +133,11 @@ def run_page(page: Path, hub_url: str) -> PageRun:
     """Run every python and js example of ``page`` against the hub at ``hub_url``."""
     with node_workdir() as workdir:
         run = PageRun(page, hub_url, workdir)
-        try:
-            parsers = [
-                CodeBlockParser(language="python", evaluator=run.python),
-                CodeBlockParser(language="js", evaluator=run.js),
-            ]
-            document = Sybil(parsers=parsers).parse(page)
-            for example in document.examples():
-                example.evaluate()
-        finally:
-            run.close()
+        parsers = [
+            CodeBlockParser(language="python", evaluator=run.python),
+            CodeBlockParser(language="js", evaluator=run.js),
+        ]
+        for example in Sybil(parsers=parsers).parse(page).examples():
+            example.evaluate()
+        run.run_python()
     return run

@@ -24,12 +24,12 @@ WITH_EXAMPLES = [page for page in PAGES if fenced(page)]
 
 @pytest.fixture(scope="module")
 def hub_url() -> Iterator[str]:
-    """One ``switchboard serve`` for every page; it lets clients go at once when it stops."""
-    hub = ReplicaProcess(replica_id="docs", args=["--transit-grace", "0", "--drain-timeout", "1"]).start()
+    """One ``switchboard serve`` for every page, killed at the end: its drain is not what these test."""
+    hub = ReplicaProcess(replica_id="docs").start()
     try:
         yield hub.url
     finally:
-        hub.terminate()
+        hub.kill()
 
 
 def _need_node(page: Path) -> None:
@@ -64,3 +64,18 @@ def test_examples_not_run_say_why_and_are_few() -> None:
     skipped = [(page, line, reason) for page in PAGES for line, _, reason in fenced(page) if reason]
     assert all(len(reason) > 10 for _, _, reason in skipped)
     assert len(skipped) <= 1, skipped
+
+
+@pytest.mark.parametrize(
+    ("language", "broken"),
+    [
+        ("python", 'from hypha_rpc import connect_to_server\n\nserver = await connect_to_server({"server_url": "http://127.0.0.1:9527"})\nawait server.get_service("no-such-service")\n'),
+        ("js", 'import { hyphaWebsocketClient } from "hypha-rpc";\n\nconst server = await hyphaWebsocketClient.connectToServer({ server_url: "http://127.0.0.1:9527" });\nawait server.getService("no-such-service");\n'),
+    ],
+)
+def test_a_broken_example_fails_the_test(tmp_path: Path, hub_url: str, language: str, broken: str) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"# A page\n\n```{language}\n{broken}```\n")
+    _need_node(page)
+    with pytest.raises(Exception, match="no-such-service|exited"):
+        run_page(page, hub_url)

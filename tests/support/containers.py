@@ -30,7 +30,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "container"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-IMAGE = f"localhost/switchboard:{VERSION}"  # what the README's `podman build -t switchboard:<version>` makes
+IMAGE = f"localhost/switchboard:{VERSION}"  # what docs/how-to/kubernetes.md's `podman build -t switchboard:<version>` makes
 BASE_REPOSITORY = "localhost/switchboard-test-base"
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
@@ -97,7 +97,7 @@ def base_image() -> str:
 
 
 def build_image(base: str) -> str:
-    """``podman build`` of the repository's Dockerfile on ``base``, tagged as the README says.
+    """``podman build`` of the repository's Dockerfile on ``base``, tagged as docs/how-to/kubernetes.md says.
 
     The image it replaces (the source changed) is removed, so that runs do not pile up copies."""
     replaced = podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
