@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import resource
@@ -18,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,15 @@ JWT_SECRET = "bench-secret-0123456789abcdef0123456789"
 # --------------------------------------------------------------------------- statistics
 
 
-def pct(sorted_values: list[float], p: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, round(p / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
+def pct(values: Iterable[float], p: float) -> float | None:
+    """The ``p``-th percentile by nearest rank: the ceil(p/100 * n)-th smallest value; None if empty.
+
+    The one percentile of bench/: every program ranks the same way (p50 of 1..10 is 5, p90 is 9).
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))]
 
 
 def summarize_ms(samples: list[float]) -> dict[str, Any]:

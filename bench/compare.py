@@ -518,9 +518,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one round, smaller counts (about 1 min)")
     ap.add_argument("--only", choices=["switchboard", "hypha"], help="run one hub (and the floor)")
     ap.add_argument("--rounds", type=int, help="rounds per server (default 3, --quick 1)")
-    ap.add_argument(
-        "--update-docs", action="store_true", help="put the table into docs/explanation/performance.md"
-    )
+    ap.add_argument("--update-docs", action="store_true", help="put the table into docs/explanation/performance.md")
     ap.add_argument(
         "--switchboard-ref",
         metavar="GIT_REF",

@@ -62,6 +62,7 @@ from _common import (
     calibrate,
     commands,
     pid_cpu,
+    pct,
     pid_rss,
     raise_fd_limit,
     say,
@@ -177,11 +178,10 @@ class Echo:
             t0 = time.perf_counter()
             await self.service.echo(i)
             samples.append((time.perf_counter() - t0) * 1e3)
-        samples.sort()
         return {
             "calls": calls,
-            "p50_ms": samples[len(samples) // 2],
-            "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+            "p50_ms": pct(samples, 50),
+            "p99_ms": pct(samples, 99),
             "load": load(),
         }
 

@@ -43,18 +43,14 @@ from switchboard.testing import ValkeyServer
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.valkey_cluster import ValkeyCluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import pct  # noqa: E402  (the one percentile of bench/)
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
 class Hub:

@@ -51,6 +51,7 @@ import json
 import logging
 import re
 import signal as signals
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ from switchboard.testing import ValkeyServer
 from switchboard.testing.balancer import Balancer
 from switchboard.testing.ports import free_port
 from switchboard.testing.replica import ReplicaProcess
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import pct  # noqa: E402  (the one percentile of bench/)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "roll.json"
 FAST_REAPER = ["--orphan-reap-interval", "1", "--orphan-reap-min-failures", "2"]
@@ -286,13 +290,6 @@ class Load:
 
 
 # --------------------------------------------------------------------------- figures
-
-
-def pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))]
 
 
 def longest_gap(ends: list[float], lo: float, hi: float) -> float:

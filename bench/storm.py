@@ -127,7 +127,12 @@ class Echo:
     def between(self, lo: float, hi: float) -> dict[str, Any]:
         s = sorted(d for t, d, ok in self.samples if lo <= t < hi and ok)
         failed = sum(1 for t, _, ok in self.samples if lo <= t < hi and not ok)
-        return {"calls": len(s), "failed": failed, "p50_ms": pct(s, 50) * 1e3, "p99_ms": pct(s, 99) * 1e3}
+        return {
+            "calls": len(s),
+            "failed": failed,
+            "p50_ms": pct(s, 50) * 1e3 if s else None,
+            "p99_ms": pct(s, 99) * 1e3 if s else None,
+        }
 
 
 class Mover:

@@ -20,7 +20,8 @@ BLOCK_SECONDS = 20.0
 
 
 def main(blocks_file: str, scale: float) -> int:
-    blocks = json.loads(open(blocks_file).read())
+    with open(blocks_file) as file:
+        blocks = json.load(file)
     namespace: dict[str, object] = {"__name__": "__main__"}
     loop = asyncio.new_event_loop()
     try:

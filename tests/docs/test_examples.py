@@ -1,6 +1,6 @@
 """Every code example of README.md and docs/ runs, against a real hub, as a reader would run it.
 
-Python and JavaScript examples run (``examples.py`` says how); shell blocks are shown, not
+Python and JavaScript examples run (``doc_examples.py`` says how); shell blocks are shown, not
 run: they start servers, build images or need a cluster. One ``switchboard serve``
 process serves every page.
 """
@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from doc_examples import JS_MODULES, PAGES, ROOT, fenced, run_page
 
 from switchboard.testing.replica import ReplicaProcess
-
-from examples import JS_MODULES, PAGES, ROOT, fenced, run_page
 
 SHOWN_NOT_RUN = {"sh", "text", "json", "yaml"}
 WITH_EXAMPLES = [page for page in PAGES if fenced(page)]
@@ -69,8 +68,14 @@ def test_examples_not_run_say_why_and_are_few() -> None:
 @pytest.mark.parametrize(
     ("language", "broken"),
     [
-        ("python", 'from hypha_rpc import connect_to_server\n\nserver = await connect_to_server({"server_url": "http://127.0.0.1:9527"})\nawait server.get_service("no-such-service")\n'),
-        ("js", 'import { hyphaWebsocketClient } from "hypha-rpc";\n\nconst server = await hyphaWebsocketClient.connectToServer({ server_url: "http://127.0.0.1:9527" });\nawait server.getService("no-such-service");\n'),
+        (
+            "python",
+            'from hypha_rpc import connect_to_server\n\nserver = await connect_to_server({"server_url": "http://127.0.0.1:9527"})\nawait server.get_service("no-such-service")\n',
+        ),
+        (
+            "js",
+            'import { hyphaWebsocketClient } from "hypha-rpc";\n\nconst server = await hyphaWebsocketClient.connectToServer({ server_url: "http://127.0.0.1:9527" });\nawait server.getService("no-such-service");\n',
+        ),
     ],
 )
 def test_a_broken_example_fails_the_test(tmp_path: Path, hub_url: str, language: str, broken: str) -> None:

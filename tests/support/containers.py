@@ -30,7 +30,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "container"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-IMAGE = f"localhost/switchboard:{VERSION}"  # what docs/how-to/kubernetes.md's `podman build -t switchboard:<version>` makes
+IMAGE = f"localhost/switchboard:{VERSION}"  # what docs/how-to/kubernetes.md's podman build makes
 BASE_REPOSITORY = "localhost/switchboard-test-base"
 SUITE = "bookworm"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")

@@ -123,9 +123,7 @@ def node_workdir() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="sb-docs-js-") as name:
         workdir = Path(name)
         os.symlink(JS_MODULES, workdir / "node_modules")
-        (workdir / "websocket.mjs").write_text(
-            'import WebSocket from "ws";\nglobalThis.WebSocket ??= WebSocket;\n'
-        )
+        (workdir / "websocket.mjs").write_text('import WebSocket from "ws";\nglobalThis.WebSocket ??= WebSocket;\n')
         yield workdir
 
 
