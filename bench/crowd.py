@@ -23,6 +23,10 @@ way), raw WebSocket clients that do the hypha handshake and announce their ``bui
 dropped half is announced gone when it ends, and that is in the time too). ``--pool`` is
 ``--redis-max-connections``. Writes ``bench/results/crowd.json``. Loopback only; every phase is
 bounded in time (:data:`GIVE_UP`).
+
+History: 10,000 clients leaving once took 18-24 s and 9,900 "No connection available" warnings; the
+subscriber index, one UNSUBSCRIBE per loop turn and a tuned garbage collector
+(``server/process/collector.py``) brought it to 2.6 s.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ after Redis answered again. Nothing else may run on the machine for figures
 worth comparing (the 2-core machine these were measured on was shared).
 
     .venv/bin/python bench/redis_cut.py [--cut 10] [--before 5] [--after 5] [--only blackhole|restart]
+
+History (issue 40): before, a cut replica's calls took a 2 s median, lookups 2 s, new clients of the
+sibling up to 8 s, and list_services failed for 2 s after Valkey restarted empty.
 """
 
 from __future__ import annotations
