@@ -1,0 +1,42 @@
+"""The reference pages name everything the code has: every HTTP route, every metric."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from starlette.routing import Route, WebSocketRoute
+
+from switchboard.backends.redis.cluster_status import ShardCollector
+from switchboard.server.app import build_hub, create_app
+from switchboard.testing.hub import settings_for_tests
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "docs" / "reference"
+
+
+def documented(page: str) -> set[str]:
+    return set(re.findall(r"`([^`]+)`", (REFERENCE / page).read_text()))
+
+
+def test_every_http_route_is_in_the_http_reference() -> None:
+    settings = settings_for_tests()
+    app = create_app(settings, build_hub(settings))
+    paths = {
+        re.sub(r"\{(\w+):path\}", r"{\1}", route.path)
+        for route in app.routes
+        if isinstance(route, Route | WebSocketRoute)
+    }
+    assert paths - documented("http.md") == set()
+
+
+def test_every_metric_is_in_the_metrics_reference() -> None:
+    source = "\n".join(path.read_text() for path in (ROOT / "src").rglob("*.py"))
+    context_vars = set(re.findall(r'ContextVar\[[^\]]*\]\s*=\s*ContextVar\(\s*"(switchboard_\w+)"', source))
+    context_vars |= set(re.findall(r'ContextVar\(\s*"(switchboard_\w+)"', source))
+    names = set(re.findall(r'"(switchboard_\w+)"', source)) - context_vars
+    bus = SimpleNamespace(shard_report=lambda: [], replica_id="r", refreshes=0)
+    names |= {family.name for family in ShardCollector(bus).collect()}  # type: ignore[arg-type]
+    assert len(names) > 40
+    assert names - documented("metrics.md") == set()
