@@ -1,4 +1,4 @@
-"""The reference pages name everything the code has: every HTTP route, every metric."""
+"""The reference pages name everything the code has: every HTTP route, metric, flag and variable."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+from click.testing import CliRunner
 from starlette.routing import Route, WebSocketRoute
 
 from switchboard.backends.redis.cluster_status import ShardCollector
+from switchboard.cli import main
 from switchboard.server.app import build_hub, create_app
 from switchboard.testing.hub import settings_for_tests
 
@@ -40,3 +42,13 @@ def test_every_metric_is_in_the_metrics_reference() -> None:
     names |= {family.name for family in ShardCollector(bus).collect()}  # type: ignore[arg-type]
     assert len(names) > 40
     assert names - documented("metrics.md") == set()
+
+
+def test_every_flag_and_variable_is_in_the_settings_reference() -> None:
+    page = (REFERENCE / "settings.md").read_text()
+    help_text = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200).output
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", help_text)) - {"--help"}
+    variables = set(re.findall(r"SWITCHBOARD_[A-Z_]+", "\n".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))))
+    assert len(flags) > 40
+    assert {f for f in flags if f not in page} == set()
+    assert {v for v in variables if v not in page} == set()
