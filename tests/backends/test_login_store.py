@@ -4,35 +4,18 @@ the injected clock, expires after Hypha's 180 s, and a check gives up at its tim
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from switchboard.backends.logins import LOGIN_TIME, MAX_ENTRY_BYTES, MemoryLogins
-from switchboard.backends.redis import make_client
 from switchboard.backends.redis.logins import RedisLogins
 from switchboard.clock import SystemClock
 from switchboard.errors import AuthError, LimitExceeded, ProtocolError
 from switchboard.hub.identity.oidc_login import Client, Flow, check_nonce
 from switchboard.hub.manager.login_service import LoginService
-from switchboard.testing import ValkeyServer
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.wait import eventually
-
-
-@pytest.fixture(scope="module")
-def valkey() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def redis(valkey: ValkeyServer) -> AsyncIterator[Any]:
-    client = make_client(valkey.url)
-    await client.flushall()
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture(params=["memory", "redis"])

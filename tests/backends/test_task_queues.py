@@ -4,34 +4,17 @@ charges, and so does its expiry; nothing is left in Redis once the tasks are gon
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 from switchboard.backends.queues import MemoryQueues, QueueBounds
-from switchboard.backends.redis import make_client
 from switchboard.backends.redis.queues import RedisQueues
 from switchboard.clock import SystemClock
 from switchboard.errors import LimitExceeded
-from switchboard.testing import ValkeyServer
 from switchboard.testing.wait import eventually
 
 BOUNDS = QueueBounds(per_workspace=3, per_principal=4, total=5)
-
-
-@pytest.fixture(scope="module")
-def valkey() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def redis(valkey: ValkeyServer) -> AsyncIterator[Any]:
-    client = make_client(valkey.url)
-    await client.flushall()
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture(params=["memory", "redis"])
