@@ -307,17 +307,19 @@ async def metric(url: str, name: str) -> float:
     return float(found.group(1))
 
 
-@pytest.mark.cluster
-async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_as_a_forged_user(
-    valkey_tamper, mitm
-) -> None:
-    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
+@contextlib.asynccontextmanager
+async def through_the_host_processes(
+    valkey: ValkeyServer, mitm: LinkMitm, name: str
+) -> AsyncIterator[tuple[ReplicaProcess, ReplicaProcess, Any, list[Any]]]:
+    """Replica processes A and B whose one link is A's, through the host (A advertises a port
+    nobody listens on, so B's dial to it fails), and a hypha-rpc client ``prov`` on A. Yields
+    A, B, the provider and a list of clients to disconnect at the end."""
     a = ReplicaProcess(
-        replica_id="tamper-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
+        replica_id=f"{name}-a", redis_url=valkey.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
     )
     b = ReplicaProcess(
-        replica_id="tamper-b",
-        redis_url=valkey_tamper.url,
+        replica_id=f"{name}-b",
+        redis_url=valkey.url,
         args=["--link-port", str(mitm.upstream), "--link-advertise", f"127.0.0.1:{mitm.port}"],
     )
     made: list[Any] = []
@@ -326,6 +328,20 @@ async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_a
         b.start()
         provider = await connect_to_server({"server_url": a.url, "client_id": "prov", "method_timeout": 20})
         made.append(provider)
+        yield a, b, provider, made
+    finally:
+        for api in reversed(made):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.disconnect(), 5)
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.cluster
+async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_as_a_forged_user(
+    valkey_tamper, mitm
+) -> None:
+    async with through_the_host_processes(valkey_tamper, mitm, "tamper") as (a, b, provider, made):
         workspace = provider.config["workspace"]
         ran: list[tuple[str, str]] = []
 
@@ -361,12 +377,6 @@ async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_a
         assert [user for _, user in ran[legit:]] == [ran[0][1]] * 3, f"the provider ran {ran[legit:]}"
         assert all(sender != f"{workspace}/forged" for sender, _ in ran)
         assert await metric(a.url, "switchboard_link_forged") == 1
-    finally:
-        for api in reversed(made):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(api.disconnect(), 5)
-        a.kill()
-        b.kill()
 
 
 @pytest.mark.cluster
@@ -374,21 +384,7 @@ async def test_a_deliver_injected_between_replicas_never_runs_a_protected_call_a
 async def test_a_call_reaches_its_provider_once_when_the_host_drops_the_link_between_replicas(
     valkey_tamper, mitm, attack: str
 ) -> None:
-    # A advertises a port nobody listens on: B's dial to it fails, so the one link is A's, through the host
-    a = ReplicaProcess(
-        replica_id="once-a", redis_url=valkey_tamper.url, args=["--link-advertise", f"127.0.0.1:{free_port()}"]
-    )
-    b = ReplicaProcess(
-        replica_id="once-b",
-        redis_url=valkey_tamper.url,
-        args=["--link-port", str(mitm.upstream), "--link-advertise", f"127.0.0.1:{mitm.port}"],
-    )
-    made: list[Any] = []
-    try:
-        a.start()
-        b.start()
-        provider = await connect_to_server({"server_url": a.url, "client_id": "prov", "method_timeout": 20})
-        made.append(provider)
+    async with through_the_host_processes(valkey_tamper, mitm, "once") as (a, b, provider, made):
         ran: list[str] = []
         await provider.register_service({"id": "bank", "pay": lambda what: ran.append(what) or "paid"})
         member = await connect_to_server(
@@ -424,9 +420,3 @@ async def test_a_call_reaches_its_provider_once_when_the_host_drops_the_link_bet
             assert await metric(a.url, "switchboard_link_frames_duplicate") == len(payments)
         else:  # A dropped the link at the copy (its reply, sent again through Redis, may beat B's own drop)
             assert await metric(a.url, "switchboard_link_forged") == 1
-    finally:
-        for api in reversed(made):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(api.disconnect(), 5)
-        a.kill()
-        b.kill()
