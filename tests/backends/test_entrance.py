@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from switchboard.backends.base import ConnectionCounts, Entrance, Registry, WorkspaceStore
+from switchboard.backends.base import ConnectionCounts, Entering, Entrance, Registry, WorkspaceStore
 from switchboard.backends.entrance import StoreEntrance
 from switchboard.backends.memory import MemoryConnectionCounts, MemoryRegistry
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
@@ -100,7 +100,7 @@ def built_in(client_id: str, creator: str) -> ServiceInfo:
 
 async def enter(stores: Stores, client_id: str, user: str, *, owner: str = "here", limit: int = 100) -> Any:
     return await stores.entrance.enter(
-        WS, client_id, user=user, owner=owner, max_per_user=limit, max_per_workspace=limit
+        Entering(WS, client_id, user=user, owner=owner, max_per_user=limit, max_per_workspace=limit)
     )
 
 
@@ -194,6 +194,8 @@ async def test_redis_away_refuses_the_admission_rather_than_pass_a_revoked_token
             with pytest.raises(BackendError, match="admission reads failed"):
                 await entrance.arrival(("jti-3",), WS, "c1")
             with pytest.raises(BackendError, match="admission failed"):
-                await entrance.enter(WS, "c1", user="alice", owner="here", max_per_user=9, max_per_workspace=9)
+                await entrance.enter(
+                    Entering(WS, "c1", user="alice", owner="here", max_per_user=9, max_per_workspace=9)
+                )
         finally:
             await client.aclose()

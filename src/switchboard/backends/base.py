@@ -61,6 +61,27 @@ class Arrival:
 
 
 @dataclass(frozen=True, slots=True)
+class Entering:
+    """A connection asking in (:meth:`Entrance.enter`): ``user``'s client ``client_id`` in
+    ``workspace``, live on replica ``owner``, within ``max_per_user`` connections of its
+    principal and ``max_per_workspace`` in the workspace. ``counted_as``: whom the per-user
+    limit counts (the accountable principal), else ``user``."""
+
+    workspace: str
+    client_id: str
+    user: str
+    owner: str
+    max_per_user: int
+    max_per_workspace: int
+    counted_as: str | None = None
+
+    @property
+    def principal(self) -> str:
+        """Whom the per-user limit counts."""
+        return self.counted_as or self.user
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     """What :meth:`Entrance.enter` did.
 
@@ -85,21 +106,10 @@ class Entrance(Protocol):
         """What is known about the token ids, the workspace and the client id (see :class:`Arrival`)."""
         ...
 
-    async def enter(
-        self,
-        workspace: str,
-        client_id: str,
-        *,
-        user: str,
-        owner: str,
-        max_per_user: int,
-        max_per_workspace: int,
-        counted_as: str | None = None,
-    ) -> Entry:
-        """Count the connection in and claim the client id for ``user`` through replica
-        ``owner``, unless either limit would be passed or another user holds the id (see
-        :class:`Entry`). The limits are checked before the claim, as one step on Redis.
-        ``counted_as``: whom the per-user limit counts (the accountable principal), else ``user``."""
+    async def enter(self, entering: Entering) -> Entry:
+        """Count the connection in and claim its client id for its user through its replica,
+        unless either limit would be passed or another user holds the id (see :class:`Entry`).
+        The limits are checked before the claim, as one step on Redis."""
         ...
 
 

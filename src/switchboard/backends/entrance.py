@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from switchboard.backends.base import Arrival, ConnectionCounts, Entry, Registry, WorkspaceStore
+from switchboard.backends.base import Arrival, ConnectionCounts, Entering, Entry, Registry, WorkspaceStore
 from switchboard.backends.revocations import Revocations
 from switchboard.errors import BackendError
 from switchboard.protocol.services import ServiceQuery
@@ -51,18 +51,9 @@ class StoreEntrance:
             registration=found[0] if found else None,
         )
 
-    async def enter(
-        self,
-        workspace: str,
-        client_id: str,
-        *,
-        user: str,
-        owner: str,
-        max_per_user: int,
-        max_per_workspace: int,
-        counted_as: str | None = None,
-    ) -> Entry:
-        counted_as = counted_as or user
+    async def enter(self, entering: Entering) -> Entry:
+        """See :meth:`~switchboard.backends.base.Entrance.enter`."""
+        workspace, counted_as = entering.workspace, entering.principal
         try:
             per_user, per_workspace = await self.counts.add(counted_as, workspace)
         except BackendError:
@@ -71,14 +62,14 @@ class StoreEntrance:
         else:
             counted = True
             over: Literal["user", "workspace"] | None = None
-            if per_user > max_per_user:
+            if per_user > entering.max_per_user:
                 over = "user"
-            elif per_workspace > max_per_workspace:
+            elif per_workspace > entering.max_per_workspace:
                 over = "workspace"
             if over is not None:
                 return Entry(counted=True, over=over, per_user=per_user, per_workspace=per_workspace)
         try:
-            claim = await self.registry.claim(workspace, client_id, user=user, owner=owner)
+            claim = await self.registry.claim(workspace, entering.client_id, user=entering.user, owner=entering.owner)
         except BackendError:
             if counted:
                 await self.counts.remove(counted_as, workspace)

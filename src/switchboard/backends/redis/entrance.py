@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from redis.exceptions import RedisError
 
-from switchboard.backends.base import Arrival, Claim, Entry
+from switchboard.backends.base import Arrival, Claim, Entering, Entry
 from switchboard.backends.redis.batch import Batcher
 from switchboard.backends.redis.claim import CLAIM_LUA
 from switchboard.backends.redis.counts import counter_keys
@@ -116,20 +116,12 @@ class RedisEntrance:
             registration=None if registration is None else json.loads(registration),
         )
 
-    async def enter(
-        self,
-        workspace: str,
-        client_id: str,
-        *,
-        user: str,
-        owner: str,
-        max_per_user: int,
-        max_per_workspace: int,
-        counted_as: str | None = None,
-    ) -> Entry:
-        wc = f"{workspace}/{client_id}"
+    async def enter(self, entering: Entering) -> Entry:
+        """See :meth:`~switchboard.backends.base.Entrance.enter`."""
+        owner = entering.owner
+        wc = f"{entering.workspace}/{entering.client_id}"
         previous = owner  # guessed; a wrong guess costs one more round trip (every key is in KEYS)
-        users, workspaces, touched = counter_keys(self._registry_prefix, counted_as or user, workspace, owner)
+        users, workspaces, touched = counter_keys(self._registry_prefix, entering.principal, entering.workspace, owner)
         for _ in range(_GUESSES):
             keys = [
                 self._keys.holder,
@@ -140,7 +132,7 @@ class RedisEntrance:
                 workspaces,
                 touched,
             ]
-            args = [wc, user, owner, previous, max_per_user, max_per_workspace]
+            args = [wc, entering.user, owner, previous, entering.max_per_user, entering.max_per_workspace]
             try:
                 reply = await self._batch.run(self._enter, keys, args)
             except RedisError as exc:

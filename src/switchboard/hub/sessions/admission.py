@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from switchboard.backends.base import Arrival, Claim, ConnectionCounts, Entrance, Registry, WorkspaceStore
+from switchboard.backends.base import Arrival, Claim, ConnectionCounts, Entering, Entrance, Registry, WorkspaceStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import AuthError, BackendError, HandshakeError
@@ -318,7 +318,7 @@ class Gatekeeper:
         the id since :meth:`plan` looked."""
         s = self.settings
         peer.rate = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
-        entry = await self.entrance.enter(
+        entering = Entering(
             peer.workspace,
             peer.client_id,
             user=peer.user.id,
@@ -327,6 +327,7 @@ class Gatekeeper:
             max_per_workspace=s.max_connections_per_workspace,
             counted_as=peer.user.accountable,  # a generated token's holders count as its maker
         )
+        entry = await self.entrance.enter(entering)
         peer.counted = entry.counted
         if entry.over is not None:
             await self.count_out(peer)
