@@ -5,7 +5,7 @@ environment variable (the flag wins). :meth:`Settings.load` is the one parser
 of both: the command line hands it the flags' raw text, it casts and checks
 each value and names the flag or variable a bad one came from. Every default
 states the goal it serves; ``python -m switchboard.config`` prints the table
-the README shows.
+docs/reference/settings.md shows.
 """
 
 from __future__ import annotations
@@ -731,7 +731,7 @@ def _cast(f: dataclasses.Field[Any], raw: str, source: str) -> Any:
 
 
 def settings_table() -> str:
-    """The settings as a markdown table (the README embeds it)."""
+    """The settings as a markdown table (docs/reference/settings.md embeds it)."""
     rows = ["| flag / variable | default | what | why this default |", "|---|---|---|---|"]
     for f in dataclasses.fields(Settings):
         flag = flag_name(f.name)
