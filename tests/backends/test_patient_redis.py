@@ -8,7 +8,7 @@ behind a fault proxy that blackholes it (bytes and FINs dropped, sockets open).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -60,12 +60,6 @@ def test_patience_must_be_a_positive_number_of_seconds() -> None:
 
 
 # -- the client, against a blackholed Valkey --------------------------------------
-
-
-@pytest.fixture(scope="module")
-def valkey() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ revoke (issue 37)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,12 +19,6 @@ from switchboard.testing import ValkeyServer
 from switchboard.testing.clock import FakeClock
 
 BOUNDS = {"per_principal": 100, "total": 1_000}
-
-
-@pytest.fixture(scope="module")
-def valkey() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as srv:
-        yield srv
 
 
 @pytest.fixture
