@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,15 +21,9 @@ INCR = "return redis.call('INCRBY', KEYS[1], ARGV[1])"
 FAIL_ON_ZERO = "if ARGV[1] == '0' then return redis.error_reply('zero refused') end return ARGV[1]"
 
 
-@pytest.fixture(scope="module")
-def valkey_batch() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as srv:
-        yield srv
-
-
 @pytest.fixture
-async def redis(valkey_batch: ValkeyServer) -> AsyncIterator[Any]:
-    client = make_client(valkey_batch.url, max_connections=1)  # one connection: a pool a crowd would exhaust
+async def redis(valkey: ValkeyServer) -> AsyncIterator[Any]:
+    client = make_client(valkey.url, max_connections=1)  # one connection: a pool a crowd would exhaust
     yield client
     await client.aclose()
 
@@ -137,10 +131,10 @@ async def test_a_crowd_of_commands_goes_in_pipelines_each_with_its_own_reply(red
     assert isinstance(outcome[0], RedisError)
 
 
-async def test_a_closed_batcher_refuses_calls_and_opens_no_connection_again(valkey_batch: ValkeyServer) -> None:
+async def test_a_closed_batcher_refuses_calls_and_opens_no_connection_again(valkey: ValkeyServer) -> None:
     """A bus or registry closed its client right after its batcher: a late call (a probe whose
     cancel was swallowed) must not open a connection that nobody closes."""
-    client = make_client(valkey_batch.url, max_connections=1)
+    client = make_client(valkey.url, max_connections=1)
     batcher = Batcher(client)
     await batcher.close()
     await client.aclose()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -42,15 +42,9 @@ async def delivered(bus: RedisBus, publisher: Any, channel: str, got: list[bytes
     return True
 
 
-@pytest.fixture(scope="module")
-def valkey_bus() -> Iterator[ValkeyServer]:
-    with ValkeyServer() as srv:
-        yield srv
-
-
 @pytest.fixture
-async def publisher(valkey_bus: ValkeyServer) -> AsyncIterator[Any]:
-    client = make_client(valkey_bus.url)
+async def publisher(valkey: ValkeyServer) -> AsyncIterator[Any]:
+    client = make_client(valkey.url)
     yield client
     await client.aclose()
 
@@ -77,8 +71,8 @@ async def make_bus() -> AsyncIterator[Callable[..., RedisBus]]:
 
 
 @pytest.fixture
-async def proxy(valkey_bus: ValkeyServer) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy("127.0.0.1", valkey_bus.port, connect_timeout=2.0) as p:
+async def proxy(valkey: ValkeyServer) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy("127.0.0.1", valkey.port, connect_timeout=2.0) as p:
         yield p
 
 
@@ -93,8 +87,8 @@ def via_proxy(proxy: FaultProxy, publisher: Any) -> dict[str, Any]:
 # -- basics ----------------------------------------------------------------------
 
 
-async def test_publish_to_nobody_returns_zero_and_is_counted(make_bus, valkey_bus) -> None:
-    bus = make_bus(valkey_bus.url)
+async def test_publish_to_nobody_returns_zero_and_is_counted(make_bus, valkey) -> None:
+    bus = make_bus(valkey.url)
     assert await bus.start()
 
     assert await bus.publish(f"nobody-{uuid.uuid4().hex}", b"x") == 0
@@ -106,8 +100,8 @@ async def test_publish_to_nobody_returns_zero_and_is_counted(make_bus, valkey_bu
     assert bus.stats.publishes_to_nobody == 1
 
 
-async def test_health_lifecycle(make_bus, valkey_bus) -> None:
-    bus = make_bus(valkey_bus.url)
+async def test_health_lifecycle(make_bus, valkey) -> None:
+    bus = make_bus(valkey.url)
     assert bus.health == (False, "not started")
 
     assert await bus.start() is True
@@ -119,8 +113,8 @@ async def test_health_lifecycle(make_bus, valkey_bus) -> None:
         await on(bus).subscribe("after-close", lambda data: None)
 
 
-async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey_bus, publisher, caplog):
-    bus = make_bus(valkey_bus.url, replica_id="rep-handler")
+async def test_a_failing_handler_never_kills_the_reader(make_bus, valkey, publisher, caplog):
+    bus = make_bus(valkey.url, replica_id="rep-handler")
     await bus.start()
     got: list[bytes] = []
 
@@ -208,8 +202,8 @@ async def test_dropped_subscribe_is_reconciled_without_a_second_call(make_bus, p
 # -- convergence path 2: re-wiring on reconnect -----------------------------------------
 
 
-async def test_reconnect_rewires_every_desired_channel(make_bus, valkey_bus, publisher):
-    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+async def test_reconnect_rewires_every_desired_channel(make_bus, valkey, publisher):
+    bus = make_bus(valkey.url, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
     got: dict[str, list[bytes]] = {}
     names = [f"rewire-{i}" for i in range(50)]
@@ -217,7 +211,7 @@ async def test_reconnect_rewires_every_desired_channel(make_bus, valkey_bus, pub
         await on(bus).subscribe(name, got.setdefault(name, []).append)
     desired = set(bus.subs.desired)
 
-    assert valkey_bus.kill_clients(type_="pubsub") >= 1
+    assert valkey.kill_clients(type_="pubsub") >= 1
 
     await eventually(lambda: bus.stats.reconnects == 1, "reconnect")
     await eventually(lambda: bus.subs.confirmed == desired, "every channel re-wired")
@@ -251,8 +245,8 @@ class _Flaky:
         await self._conn.send_command(*args, **kwargs)
 
 
-async def test_failed_rewire_discards_nothing(make_bus, valkey_bus, publisher):
-    flaky = FlakySubscribes(valkey_bus.url)
+async def test_failed_rewire_discards_nothing(make_bus, valkey, publisher):
+    flaky = FlakySubscribes(valkey.url)
     bus = make_bus(flaky, publisher=publisher, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
     got: dict[str, list[bytes]] = {}
@@ -261,7 +255,7 @@ async def test_failed_rewire_discards_nothing(make_bus, valkey_bus, publisher):
     desired = set(bus.subs.desired)
 
     flaky.fail = 1  # the first re-wire after the kill fails
-    valkey_bus.kill_clients(type_="pubsub")
+    valkey.kill_clients(type_="pubsub")
 
     await eventually(lambda: bus.stats.reconnects == 2, "second reconnect after failed re-wire")
     await eventually(lambda: bus.subs.confirmed == desired, "every channel re-wired")
@@ -270,9 +264,9 @@ async def test_failed_rewire_discards_nothing(make_bus, valkey_bus, publisher):
         assert await delivered(bus, publisher, name, received), name
 
 
-async def test_stale_open_breaker_does_not_block_rewiring(make_bus, valkey_bus, publisher):
+async def test_stale_open_breaker_does_not_block_rewiring(make_bus, valkey, publisher):
     breaker = CircuitBreaker(SystemClock(), threshold=1, cooldown=3600.0)
-    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None, breaker=breaker)
+    bus = make_bus(valkey.url, reconcile_interval=None, probe_idle=None, breaker=breaker)
     assert await bus.start()
     got: list[bytes] = []
     await on(bus).subscribe("before-trip", got.append)
@@ -280,7 +274,7 @@ async def test_stale_open_breaker_does_not_block_rewiring(make_bus, valkey_bus, 
     await on(bus).subscribe("while-open", got.append)
     assert not bus.is_confirmed("while-open")  # refused by the open breaker
 
-    valkey_bus.kill_clients(type_="pubsub")
+    valkey.kill_clients(type_="pubsub")
 
     await eventually(lambda: bus.stats.reconnects == 1, "reconnect")
     await eventually(
@@ -342,13 +336,13 @@ async def test_the_readiness_reason_names_the_failed_probe_while_the_dropped_soc
     proxy.pass_through()
 
 
-async def test_a_late_probe_keeps_a_connection_that_delivers_meanwhile(make_bus, valkey_bus, proxy, publisher):
+async def test_a_late_probe_keeps_a_connection_that_delivers_meanwhile(make_bus, valkey, proxy, publisher):
     """A replica busy with a storm of clients queues the probe's publish behind theirs; its pub/sub
     connection, delivering all along, is not dropped for that (re-wiring every channel and turning
     new clients away, under the very load that made the probe late)."""
     slow = make_client(proxy.url_for_redis())  # the probe's publish goes this way, and gets no answer
     bus = make_bus(
-        pubsub_connection_factory(valkey_bus.url, timeout=0.5),
+        pubsub_connection_factory(valkey.url, timeout=0.5),
         publisher=slow,
         reconcile_interval=None,
         probe_idle=None,
@@ -639,8 +633,8 @@ async def test_probe_replaces_a_silent_connection_on_the_clock() -> None:
         await bus.close()
 
 
-async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(make_bus, valkey_bus, publisher):
-    bus = make_bus(valkey_bus.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
+async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired(make_bus, valkey, publisher):
+    bus = make_bus(valkey.url, subscribe_timeout=0, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
 
     await on(bus).subscribe("in-flight", lambda data: None)  # sent, ack not awaited
@@ -650,12 +644,10 @@ async def test_unsubscribe_right_after_an_unacked_subscribe_leaves_nothing_wired
     assert bus.subs.desired == {bus.probe_channel}
 
 
-async def test_a_subscribe_right_after_an_unsubscribe_of_the_same_channel_leaves_it_wired(
-    make_bus, valkey_bus, publisher
-):
+async def test_a_subscribe_right_after_an_unsubscribe_of_the_same_channel_leaves_it_wired(make_bus, valkey, publisher):
     """Unsubscribes wait for the loop's next turn, to go out together; a subscribe asked meanwhile
     sends them first, so Redis still sees the two in the order they were asked."""
-    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+    bus = make_bus(valkey.url, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
     got: list[bytes] = []
     await on(bus).subscribe("again", got.append)
@@ -670,8 +662,8 @@ async def test_a_subscribe_right_after_an_unsubscribe_of_the_same_channel_leaves
     assert await delivered(bus, publisher, "again", got)
 
 
-async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valkey_bus, publisher):
-    bus = make_bus(valkey_bus.url, reconcile_interval=None, probe_idle=None)
+async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valkey, publisher):
+    bus = make_bus(valkey.url, reconcile_interval=None, probe_idle=None)
     assert await bus.start()
     channels = [f"crowd-{n}" for n in range(250)]  # more than one SUBSCRIBE batch
     for channel in channels:
@@ -686,12 +678,12 @@ async def test_unsubscribes_asked_together_go_out_as_one_command(make_bus, valke
 
 
 async def test_the_readiness_check_counts_the_unconfirmed_channels_without_listing_them(
-    make_bus: Callable[..., RedisBus], valkey_bus: ValkeyServer, monkeypatch: pytest.MonkeyPatch
+    make_bus: Callable[..., RedisBus], valkey: ValkeyServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every WebSocket upgrade asks the bus whether it is healthy, and a replica desires a channel
     per client: listing the unconfirmed ones (a copy and a sort of them all) made each connect cost
     in proportion to the clients already there (issue 26)."""
-    bus = make_bus(valkey_bus.url)
+    bus = make_bus(valkey.url)
     assert await bus.start()
     for n in range(300):
         await on(bus).subscribe(f"client:{n}", lambda _data: None)
