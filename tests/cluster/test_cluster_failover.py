@@ -16,7 +16,7 @@ from support.on_cluster import Traffic, channel_of
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(120)]
 
 
 async def test_a_master_sigkilled_under_traffic_costs_calls_no_longer_than_the_failover(

@@ -31,7 +31,7 @@ from switchboard.testing.cut_drill import Drill, Sample, median, slowest
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import scaled
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(150)]
 
 CALLS = ("hypha-rpc call", "SDK call", "call from B")
 ELSEWHERE = ("new client of B",)  # served by B, whose Redis answers: it succeeds, within a second

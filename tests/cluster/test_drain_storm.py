@@ -25,7 +25,7 @@ from switchboard.hub.identity.users import user_workspace
 from switchboard.testing.crowd import admin_token
 from switchboard.testing.wait import eventually, scaled
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(150)]
 
 CLIENTS = 500
 GRACE = 5.0  # --transit-grace, the default (times the machine's test time scale)

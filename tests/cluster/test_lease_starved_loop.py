@@ -36,7 +36,7 @@ from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(120)]
 
 LEASE_TTL = 1.5  # renewed every 0.5 s, trusted until 1.2 s after a renewal
 STALL = PRESENCE_TTL + 2.0  # longer than the lease's life and the presence record's

@@ -22,7 +22,7 @@ from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(120)]
 
 LEASE_TTL = 3.0
 LATENCY = 0.02  # each way, between the replica and Valkey

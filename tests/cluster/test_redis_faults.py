@@ -118,6 +118,7 @@ async def keep_looking_up(client, service_id: str, seconds: float) -> list[str]:
     return [problem for problem in await asyncio.gather(*tasks) if problem]
 
 
+@pytest.mark.alone
 async def test_a_replica_cut_off_from_redis_serves_its_own_clients_at_full_speed(redis_server, clients):
     """With its Redis connection blackholed (no error, no close), a call between two clients of
     the same replica needs nothing from Redis: it stays as fast as before, while the replica

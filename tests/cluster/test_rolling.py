@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(180)]
 
 ROLL_PY = Path(__file__).resolve().parents[2] / "bench" / "roll.py"
 DRAIN_TIMEOUT = 10.0  # the replicas' default --drain-timeout

@@ -23,7 +23,7 @@ from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually, scaled
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(150)]
 
 STORE_SLOT = key_slot(b"sb")  # the registry's, presence's, lease's and counters' slot: keys are tagged {sb}
 

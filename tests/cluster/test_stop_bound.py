@@ -22,7 +22,7 @@ from switchboard.server.process import runner
 from switchboard.server.process.stop_deadline import REPORT_WAIT
 from switchboard.testing.replica import ReplicaProcess
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(90)]
 
 DRAIN, GRACE = 1.0, 1.0
 BUDGET = runner.stop_budget(drain_timeout=DRAIN, transit_grace=GRACE)

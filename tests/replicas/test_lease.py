@@ -87,6 +87,7 @@ async def test_release_by_non_owner_does_nothing(
     assert await b.try_acquire() is True
 
 
+@pytest.mark.alone
 async def test_another_acquires_once_the_owner_stops_renewing(
     make_lease: Callable[[str], RedisLease],
 ) -> None:
@@ -129,6 +130,7 @@ async def cancel(task: asyncio.Task[None]) -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
+@pytest.mark.alone
 async def test_two_electors_exactly_one_leads_and_failover_after_crash(
     make_lease: Callable[[str], RedisLease],
 ) -> None:

@@ -155,6 +155,7 @@ async def test_a_deliver_the_host_sends_twice_is_delivered_once_though_the_link_
 # -- handshakes nobody finishes -----------------------------------------------------------------
 
 
+@pytest.mark.alone
 async def test_four_hundred_silent_connections_hold_few_handshakes_and_write_few_warnings(buses, caplog) -> None:
     caplog.set_level(logging.INFO, "switchboard.replicas")
     b = await buses("b")
@@ -198,6 +199,7 @@ class FewDescriptors(ReplicaProcess):
 
 
 @pytest.mark.cluster
+@pytest.mark.alone
 async def test_half_open_handshakes_from_many_addresses_leave_descriptors_for_clients(valkey_tamper) -> None:
     link_port = free_port()
     b = FewDescriptors(

@@ -37,7 +37,7 @@ from support.stalled import collect_rejects, echo_p50, flood_call
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.wait import eventually
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.cluster, pytest.mark.alone, pytest.mark.timeout(120)]
 
 MiB = 1024 * 1024
 SEND_QUEUE = 4 * MiB
