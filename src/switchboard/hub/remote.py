@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
+from switchboard.protocol import replica_wire
+from switchboard.protocol.replica_wire import Message
 from switchboard.protocol.services import ServiceQuery
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.unicast import Unicast
@@ -52,6 +54,10 @@ class Remote:
         except BackendError as exc:
             self.log.warning("publish failed: %s", exc)
             return 0
+
+    async def announce(self, message: Message) -> int:
+        """Publish ``message`` (a notice every replica hears) on its channel; how many received it."""
+        return await self.publish(replica_wire.channel_of(message), replica_wire.encode(message))
 
     async def publish_to_replica(self, replica: str, frame: bytes, event: bool = False) -> bool:
         """A reply to a call ``replica``'s manager made, to its replica channel (over a link to it
