@@ -123,6 +123,17 @@ async def test_a_call_sent_over_a_link_offers_its_senders_channel_so_the_answer_
     assert a.links.stats.received == 1
 
 
+async def test_a_frame_a_link_cannot_decode_is_counted_and_dropped_and_the_link_goes_on(bus_with_links) -> None:
+    """The link hands on values, decoded once: a client's frame that claims to be a relayed manager
+    call but is not one reaches nobody (and is not sent back), and the next frame arrives."""
+    a, b, ch, got = await linked(bus_with_links)
+    assert a.unicast.send(ch, b"\x00not a manager call")
+    assert a.unicast.send(ch, b"after it")
+    await eventually(lambda: got[-1:] == [b"after it"], "the frame after it")
+    assert got == [b"first", b"after it"]
+    assert (b.links.stats.malformed, b.links.stats.nacked, b.links.stats.received) == (1, 0, 1)
+
+
 async def test_only_a_channel_held_here_is_offered(bus_with_links) -> None:
     a, b, ch, got = await linked(bus_with_links)
     elsewhere = channel()  # a client this replica does not hold
