@@ -30,7 +30,7 @@ from switchboard.protocol.replica_wire import (
 
 FRAME = b"\x83\xa4type\xa6method\xa2to\xa4ws/c\xa4from\xa4ws/p"  # a hypha-rpc frame's first map
 D = "0123456789abcdef01234567"  # a link direction's id
-CALL = ManagerCall("ws/c", "r1", "s1", rw.wrap_manager_call("r1", "s1", FRAME), sender="r1@10.0.0.1:4000", _at=7)
+CALL = ManagerCall("ws/c", "r1", "s1", rw.wrap_manager_call("r1", "s1", FRAME), sender="r1@10.0.0.1:4000")
 
 MESSAGES: list[Message] = [
     ClientFrame("ws/c", FRAME),

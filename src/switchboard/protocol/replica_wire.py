@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from switchboard.errors import ProtocolError
@@ -93,11 +93,11 @@ class ManagerCall:
     wrapped: bytes
     sender: str = ""  # the sending replica's link address, through the bus only
     replay: tuple[str, int] | None = None
-    _at: int = field(default=0, repr=False, compare=False)  # where the call starts in ``wrapped``
 
     @property
     def frame(self) -> bytes:
-        return self.wrapped[self._at :]
+        """The call, after ``0x00 origin \\n session \\n``."""
+        return self.wrapped[3 + len(self.origin.encode()) + len(self.session.encode()) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,7 +288,6 @@ def _client(address: str, data: bytes, start: int, linked: bool) -> ClientFrame 
         frame,
         origin,
         replay,
-        second + 1,
     )
 
 
