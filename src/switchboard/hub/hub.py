@@ -583,7 +583,7 @@ class Hub:
         """A workspace was deleted: every replica ends the sessions of its clients there (and refuses
         those joining it)."""
         self.from_replicas.workspace_deleted(workspace)
-        await self.remote.announce(WorkspaceDeleted(workspace))
+        await self.remote.publish_message(WorkspaceDeleted(workspace))
 
     async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None:
         """A credential was revoked: every replica ends the sessions standing on it or on what descends
@@ -593,13 +593,13 @@ class Hub:
             self.holders.discard(answering)  # no notice reaches it now, not even this replica's own
             spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
         self.from_replicas.credential_revoked(token_id)
-        await self.remote.announce(CredentialRevoked(token_id))
+        await self.remote.publish_message(CredentialRevoked(token_id))
 
     async def kick(self, workspace: str, client_id: str | None, code: int, reason: str) -> None:
         """Close a client's connection (``None``: every client of ``workspace``) on every replica."""
         kick = ClientKicked(workspace, client_id, code, reason)
         self.from_replicas.kicked(kick)
-        await self.remote.announce(kick)
+        await self.remote.publish_message(kick)
 
     async def replica_ids(self) -> list[str]:
         """The live replicas of this hub, by id (this one alone on the embedded backends)."""

@@ -164,22 +164,22 @@ class Unicast:
             origin = message.sender if type(message) is ManagerCall else message.origin
             if origin and self.links is not None:
                 self.links.heard(origin, channel)
-        self._hand(message)
+        self._hand(channel, message)
 
     def _deliver_here(self, channel: str, message: Message) -> bool:
         """A message that came over a link: ours only while we still want its channel."""
         if channel not in self._here:
             return False
         try:
-            self._hand(message)
+            self._hand(channel, message)
         except Exception:  # the port's bug, never the link's
             logger.exception("frame for %s failed", channel, extra=self._extra)
         return True
 
-    def _hand(self, message: Message) -> None:
+    def _hand(self, channel: str, message: Message) -> None:
         if self._inbound is None or not self._inbound.receive(message):
             self.dropped += 1
-            logger.debug("dropped a message: nobody here for it", extra=self._extra)
+            logger.debug("dropped a frame for %s: nobody here", channel, extra=self._extra)
 
     def _tagged(self, channel: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
         """A client channel's frame as it goes through the bus: with this replica's link address."""
