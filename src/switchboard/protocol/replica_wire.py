@@ -59,6 +59,7 @@ KICK_CHANNEL: Final = "sb:kick"  # which client (or every client of a workspace)
 TRANSIT_CHANNEL: Final = "sb:transit"  # clients in transit
 
 _MANAGER_CALL: Final = b"\x00"  # a hypha-rpc frame (a msgpack map) never starts with it
+_CLIENT_AT: Final = len(CLIENT_CHANNEL)
 TRANSITS: Final = ("left", "back", "gone", "abandoned", "taken")
 TransitKind = Literal["left", "back", "gone", "abandoned", "taken"]
 
@@ -243,8 +244,17 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
         if not 2 <= data[1] <= VERSION:
             raise ProtocolError(f"a message of wire version {data[1]}: this replica reads 1 to {VERSION}")
         start = 2
-    if channel.startswith(CLIENT_CHANNEL):
-        return _client(channel[len(CLIENT_CHANNEL) :], data, start, linked)
+    if channel.startswith(CLIENT_CHANNEL):  # the path of every frame: no call it can do without
+        address = channel[_CLIENT_AT:]
+        if linked:
+            frame = data[start:] if start else data
+            origin, replay = "", None
+        else:
+            origin, frame = untag(data, start)
+            origin, replay = split_replay(origin)
+        if frame and frame[0] == 0:
+            return _manager_call(address, frame, origin, replay)
+        return ClientFrame(address, frame, origin, replay)
     if start:
         data = data[start:]  # not a client's frame: small, copied once
     if channel.startswith(REPLICA_CHANNEL):
@@ -252,10 +262,10 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
             raise ProtocolError("an empty manager reply")
         return ManagerReply(channel[len(REPLICA_CHANNEL) :], data)
     if channel.startswith(WORKSPACE_CHANNEL):
-        origin, newline, frame = data.partition(b"\n")
-        if not newline or not frame:
+        sender, newline, event = data.partition(b"\n")
+        if not newline or not event:
             raise ProtocolError("a broadcast without its origin and frame")
-        return Broadcast(channel[len(WORKSPACE_CHANNEL) :], _text(origin, "a broadcast's origin"), frame)
+        return Broadcast(channel[len(WORKSPACE_CHANNEL) :], _text(sender, "a broadcast's origin"), event)
     if channel == TRANSIT_CHANNEL:
         return _transit(data)
     if channel == DELETED_CHANNEL:
@@ -267,27 +277,14 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
     raise ProtocolError(f"no message travels on channel {channel[:80]!r}")
 
 
-def _client(address: str, data: bytes, start: int, linked: bool) -> ClientFrame | ManagerCall:
-    """A client channel's message; its frame is sliced from ``data`` once (the path of every frame)."""
-    origin, replay = "", None
-    if linked:
-        frame = data[start:] if start else data
-    else:
-        origin, frame = untag(data, start)
-        origin, replay = split_replay(origin)
-    if frame[:1] != _MANAGER_CALL:
-        return ClientFrame(address, frame, origin, replay)
+def _manager_call(address: str, frame: bytes, sender: str, replay: tuple[str, int] | None) -> ManagerCall:
     first = frame.find(b"\n", 1)
     second = frame.find(b"\n", first + 1) if first > 0 else -1
     if second < 0:
         raise ProtocolError("malformed relayed manager call")
+    origin = _text(frame[1:first], "a manager call's origin")
     return ManagerCall(
-        address,
-        _text(frame[1:first], "a manager call's origin"),
-        _text(frame[first + 1 : second], "a manager call's session"),
-        frame,
-        origin,
-        replay,
+        address, origin, _text(frame[first + 1 : second], "a manager call's session"), frame, sender, replay
     )
 
 
@@ -305,14 +302,14 @@ def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
     """``(origin, session, frame)`` of a client frame's frame; ``None, None`` for a plain one."""
     if not data.startswith(_MANAGER_CALL):
         return None, None, data
-    call = _client("", data, 0, True)
-    if type(call) is not ManagerCall:
-        raise ProtocolError("malformed relayed manager call")  # not reached: it starts as one
+    call = _manager_call("", data, "", None)
     return call.origin, call.session, call.frame
 
 
 def split_replay(origin: str) -> tuple[str, tuple[str, int] | None]:
     """``(origin, (direction id, number))`` of an origin :func:`tag` marked as a replay, else ``(origin, None)``."""
+    if " " not in origin:  # nearly always
+        return origin, None
     origin, space, mark = origin.partition(" ")
     direction, dot, number = mark.partition(".")
     if not space or not dot or not direction or not (number.isascii() and number.isdigit()):
