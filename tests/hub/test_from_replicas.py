@@ -2,7 +2,7 @@
 a channel's name, and which client a client channel's frame is for is the hub's lookup.
 
 A hub on the embedded bus, on the fake clock; what the bus carries is published on it as another
-replica would (a client's frame tagged with its sender's link address, ``protocol/link_wire.py``).
+replica would (a client's frame tagged with its sender's link address, ``protocol/replica_wire.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,19 @@ from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope
-from switchboard.protocol import link_wire as wire
-from switchboard.replicas.inbound import CLIENT_CHANNEL, hand
+from switchboard.protocol import replica_wire as wire
+from switchboard.protocol.replica_wire import (
+    Broadcast,
+    ClientFrame,
+    ClientKicked,
+    CredentialRevoked,
+    ManagerReply,
+    Message,
+    TransitNotice,
+    WorkspaceDeleted,
+)
+from switchboard.replicas.inbound import CLIENT_CHANNEL
+from switchboard.replicas.unicast import Unicast
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
@@ -131,52 +142,42 @@ async def test_a_detached_clients_channel_is_forgotten_by_the_port(hub: Hub) -> 
     assert await hub.bus.publish(CLIENT_CHANNEL + peer.id, call(peer.id)) == 0
 
 
-def test_each_kind_of_channel_goes_to_its_method_of_the_port() -> None:
-    seen: list[tuple[str, Any]] = []
+async def test_each_kind_of_channel_reaches_the_port_as_its_value_decoded_once(hub: Hub) -> None:
+    """The bus's listener decodes what each channel carries and hands the port the value."""
+    seen: list[Message] = []
 
     class Port:
-        def to_client(self, address: str, frame: bytes) -> bool:
-            seen.append(("to_client", (address, frame)))
-            return address == f"{WS}/here"
+        def receive(self, message: Message) -> bool:
+            seen.append(message)
+            return not isinstance(message, ClientFrame) or message.address == f"{WS}/here"
 
-        def to_manager(self, frame: bytes) -> None:
-            seen.append(("to_manager", frame))
-
-        def broadcast(self, data: bytes) -> None:
-            seen.append(("broadcast", data))
-
-        def workspace_deleted(self, workspace: str) -> None:
-            seen.append(("workspace_deleted", workspace))
-
-        def credential_revoked(self, token_id: str) -> None:
-            seen.append(("credential_revoked", token_id))
-
-        def kicked(self, data: bytes) -> None:
-            seen.append(("kicked", data.decode()))
-
-        def transit_notice(self, data: bytes) -> None:
-            seen.append(("transit_notice", data))
-
-    port = Port()
-    assert hand(port, f"sb:client:{WS}/here", b"f")
-    assert not hand(port, f"sb:client:{WS}/away", b"f")
-    assert hand(port, "sb:replica:r", b"reply")
-    assert hand(port, f"sb:ws:{WS}", b"r\nevent")
-    assert hand(port, "sb:deleted", WS.encode())
-    assert hand(port, "sb:revoked", b"jti-1")
-    assert hand(port, "sb:kick", b"ws/c\n1000\nbye")
-    assert hand(port, "sb:transit", b"{}")
-    assert not hand(port, "sb:elsewhere", b"?")
+    bus = MemoryBus()
+    unicast = Unicast(bus, replica_id="r", clock=FakeClock(), calls=hub.inflight)
+    unicast.listen(Port())
+    for channel, data in [
+        (f"sb:client:{WS}/here", wire.tag("", b"f")),
+        (f"sb:client:{WS}/away", wire.tag("", b"f")),
+        ("sb:replica:r", b"reply"),
+        (f"sb:ws:{WS}", b"r\nevent"),
+        ("sb:deleted", WS.encode()),
+        ("sb:revoked", b"jti-1"),
+        ("sb:kick", b"ws/c\n1000\nbye"),
+        ("sb:transit", b'{"left": "ws/c", "from": "r2"}'),
+        ("sb:elsewhere", b"?"),
+    ]:
+        await bus.subscribe(channel)
+        assert await bus.publish(channel, data) == 1
     assert seen == [
-        ("to_client", (f"{WS}/here", b"f")),
-        ("to_client", (f"{WS}/away", b"f")),
-        ("to_manager", b"reply"),
-        ("broadcast", b"r\nevent"),
-        ("workspace_deleted", WS),
-        ("credential_revoked", "jti-1"),
-        ("kicked", "ws/c\n1000\nbye"),
-        ("transit_notice", b"{}"),
+        ClientFrame(f"{WS}/here", b"f"),
+        ClientFrame(f"{WS}/away", b"f"),
+        ManagerReply("r", b"reply"),
+        Broadcast(WS, "r", b"event"),
+        WorkspaceDeleted(WS),
+        CredentialRevoked("jti-1"),
+        ClientKicked("ws", "c", 1000, "bye"),
+        TransitNotice("left", "ws/c", "r2"),
     ]
+    assert (unicast.dropped, unicast.malformed) == (2, 1), "the client not here, and the unknown channel"
 
 
 async def test_an_http_caller_whose_channel_cannot_be_subscribed_leaves_nothing_behind(hub: Hub) -> None:

@@ -23,7 +23,7 @@ from switchboard.backends.redis.counts import RedisConnectionCounts
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import new_anonymous_user
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope, link_wire
+from switchboard.protocol import envelope, replica_wire
 from switchboard.protocol.ids import CLIENT_CHANNEL
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock, ValkeyServer
@@ -104,7 +104,7 @@ async def test_a_connection_that_attaches_while_the_last_one_is_cleaned_up_keeps
             {"type": "method", "from": f"{WS}/prov", "to": f"{WS}/caller", "method": f"q{round_}.resolve"}
         )
         # as another replica sends it: published on the client's channel
-        receivers = await hub.bus.publish(CLIENT_CHANNEL + f"{WS}/caller", link_wire.tag("rB", reply))
+        receivers = await hub.bus.publish(CLIENT_CHANNEL + f"{WS}/caller", replica_wire.tag("rB", reply))
         assert receivers == 1, f"round {round_}: the old connection's clean-up unsubscribed the new one's channel"
         await settle()
         assert [h["method"] for h in new.transport.heads()][-1] == f"q{round_}.resolve"

@@ -8,6 +8,7 @@ Redis) are in ``tests/security/test_link_tampering.py``.
 from __future__ import annotations
 
 from switchboard.protocol import link_wire as wire
+from switchboard.protocol import replica_wire
 from switchboard.protocol.link_arrivals import Arrivals
 
 D = "0123456789abcdef01234567"  # a direction's id
@@ -72,14 +73,14 @@ def test_past_its_bound_a_replay_is_dropped_rather_than_risk_a_second_copy() -> 
 
 
 def test_a_replay_mark_rides_the_origin_tag_and_old_readers_see_no_link_address() -> None:
-    tagged = wire.tag("r1@10.0.0.1:4000", b"frame", replay=(D, 7))
-    origin, data = wire.untag(tagged)
+    tagged = replica_wire.tag("r1@10.0.0.1:4000", b"frame", replay=(D, 7))
+    origin, data = replica_wire.untag(tagged)
     assert data == b"frame"
-    assert wire.split_replay(origin) == ("r1@10.0.0.1:4000", (D, 7))
+    assert replica_wire.split_replay(origin) == ("r1@10.0.0.1:4000", (D, 7))
     assert wire.parse_origin(origin) is None, "a replica without the mark would dial a made-up port"
-    assert wire.split_replay("r1@10.0.0.1:4000") == ("r1@10.0.0.1:4000", None)
+    assert replica_wire.split_replay("r1@10.0.0.1:4000") == ("r1@10.0.0.1:4000", None)
     long = "r" * 250 + "@h:1"
-    assert wire.split_replay(wire.untag(wire.tag(long, b"x", replay=(D, 1)))[0]) == ("", (D, 1))
+    assert replica_wire.split_replay(replica_wire.untag(replica_wire.tag(long, b"x", replay=(D, 1)))[0]) == ("", (D, 1))
 
 
 def test_both_ends_name_each_direction_alike_and_the_two_directions_apart() -> None:

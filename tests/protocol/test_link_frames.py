@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link_wire as link
+from switchboard.protocol import replica_wire
 
 SECRET = "s3cret"
 
@@ -223,18 +224,18 @@ def test_the_link_key_of_a_secret_is_the_same_bytes_in_every_release() -> None:
 
 
 def test_tag_and_untag_round_trip_even_without_an_origin() -> None:
-    assert link.untag(link.tag("r1@10.0.0.1:4000", b"\x81frame")) == (
+    assert replica_wire.untag(replica_wire.tag("r1@10.0.0.1:4000", b"\x81frame")) == (
         "r1@10.0.0.1:4000",
         b"\x81frame",
     )
-    assert link.untag(link.tag("", b"\x81frame")) == ("", b"\x81frame")
+    assert replica_wire.untag(replica_wire.tag("", b"\x81frame")) == ("", b"\x81frame")
 
 
 def test_a_truncated_tag_is_refused() -> None:
     with pytest.raises(ProtocolError):
-        link.untag(b"\x20short")
+        replica_wire.untag(b"\x20short")
     with pytest.raises(ProtocolError):
-        link.untag(b"")
+        replica_wire.untag(b"")
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,10 @@ import pytest
 
 from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, replica_wire
 from switchboard.protocol import link_state as links_mod
 from switchboard.protocol import link_wire as wire
+from switchboard.protocol.replica_wire import Broadcast
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
@@ -122,6 +123,17 @@ async def test_a_call_sent_over_a_link_offers_its_senders_channel_so_the_answer_
     assert a.links.stats.received == 1
 
 
+async def test_a_frame_a_link_cannot_decode_is_counted_and_dropped_and_the_link_goes_on(bus_with_links) -> None:
+    """The link hands on values, decoded once: a client's frame that claims to be a relayed manager
+    call but is not one reaches nobody (and is not sent back), and the next frame arrives."""
+    a, b, ch, got = await linked(bus_with_links)
+    assert a.unicast.send(ch, b"\x00not a manager call")
+    assert a.unicast.send(ch, b"after it")
+    await eventually(lambda: got[-1:] == [b"after it"], "the frame after it")
+    assert got == [b"first", b"after it"]
+    assert (b.links.stats.malformed, b.links.stats.nacked, b.links.stats.received) == (1, 0, 1)
+
+
 async def test_only_a_channel_held_here_is_offered(bus_with_links) -> None:
     a, b, ch, got = await linked(bus_with_links)
     elsewhere = channel()  # a client this replica does not hold
@@ -135,10 +147,11 @@ async def test_workspace_channels_always_go_through_redis(bus_with_links) -> Non
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []
     await b.subscribe_bus("sb:ws:shared", got.append)
+    event = replica_wire.encode(Broadcast("shared", a.replica_id, b"event"))  # as the hub publishes one
     for _ in range(3):
-        assert await a.bus.publish("sb:ws:shared", b"event") == 1
+        assert await a.bus.publish("sb:ws:shared", event) == 1
     await eventually(lambda: len(got) == 3, "broadcasts")
-    assert got == [b"event"] * 3  # untouched: no origin tag on broadcast channels
+    assert got == [event] * 3  # untouched: no origin tag on broadcast channels
     assert a.links.stats.direct == 0
     assert b.links.stats.dials == 0
 

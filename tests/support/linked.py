@@ -10,6 +10,8 @@ from typing import Any
 from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
+from switchboard.protocol import replica_wire
+from switchboard.protocol.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.links import Links, LinkSettings
 from switchboard.replicas.unicast import Unicast
@@ -69,30 +71,21 @@ class LinkedReplica:
 
     # -- Inbound -------------------------------------------------------------------
 
-    def to_client(self, address: str, frame: bytes) -> bool:
-        handler = self._handlers.get(CLIENT_CHANNEL + address)
-        if handler is None:
-            return False
-        handler(frame)
+    def receive(self, message: Message) -> bool:
+        """Each message to the test's callable for its channel, as it travelled (without the bus's tag)."""
+        data = replica_wire.encode(message, linked=True)
+        if isinstance(message, ClientFrame | ManagerCall):
+            handler = self._handlers.get(CLIENT_CHANNEL + message.address)
+            if handler is None:
+                return False
+            handler(data)
+        elif isinstance(message, ManagerReply):
+            self._first(REPLICA_CHANNEL, data)
+        elif isinstance(message, Broadcast):
+            self._first(WORKSPACE_CHANNEL, data)
+        else:
+            raise AssertionError(f"not subscribed: {message!r}")
         return True
-
-    def to_manager(self, frame: bytes) -> None:
-        self._first(REPLICA_CHANNEL, frame)
-
-    def broadcast(self, data: bytes) -> None:
-        self._first(WORKSPACE_CHANNEL, data)
-
-    def workspace_deleted(self, workspace: str) -> None:
-        raise AssertionError(f"not subscribed: {workspace}")
-
-    def credential_revoked(self, token_id: str) -> None:
-        raise AssertionError(f"not subscribed: {token_id}")
-
-    def kicked(self, data: bytes) -> None:
-        raise AssertionError(f"not subscribed: {data!r}")
-
-    def transit_notice(self, data: bytes) -> None:
-        raise AssertionError(f"not subscribed: {data!r}")
 
     @property
     def links(self) -> Links:

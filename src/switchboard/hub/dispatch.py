@@ -25,7 +25,7 @@ from typing import Any
 
 from switchboard.errors import ProtocolError
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import WORKSPACE_CHANNEL, Remote
+from switchboard.hub.remote import Remote
 from switchboard.hub.routing.actions import (
     Action,
     Broadcast,
@@ -47,7 +47,7 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.protocol import envelope, handshake, relay
+from switchboard.protocol import envelope, handshake, relay, replica_wire
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ class Dispatch:
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
         self._broadcast_here(workspace, event_type, frame)
-        await self.remote.publish(WORKSPACE_CHANNEL + workspace, self.replica_id.encode() + b"\n" + frame)
+        await self.remote.publish_message(replica_wire.Broadcast(workspace, self.replica_id, frame))
 
     def _broadcast_here(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Write ``frame`` to its listeners here (not the whole workspace): at once if they are
@@ -294,10 +294,9 @@ class Dispatch:
         """A reply to a call our manager made, via the provider's replica (our replica channel)."""
         self.carry(self.router.manager_reply(frame))
 
-    def from_replica_broadcast(self, data: bytes) -> None:
-        """A broadcast another replica published for a workspace with members here."""
-        origin, _, frame = data.partition(b"\n")
-        if origin == self.replica_id.encode():
+    def from_replica_broadcast(self, origin: str, frame: bytes) -> None:
+        """A broadcast another replica (``origin``) published for a workspace with members here."""
+        if origin == self.replica_id:
             return
         try:
             env = envelope.decode(frame)

@@ -1,7 +1,8 @@
 """The hub's one inbound port: what other replicas send here, each kind to what carries it out.
 
-The replica layer hands every message, off the bus or a direct link, to this
-one :class:`~switchboard.replicas.inbound.Inbound` by the name of its channel.
+The replica layer decodes every message, off the bus or a direct link, once
+(:mod:`switchboard.protocol.replica_wire`) and hands the value to this one
+:class:`~switchboard.replicas.inbound.Inbound`, which dispatches on its type.
 A client channel's frame finds its client here, in :class:`FromReplicas`'s table
 of the channels this replica listens on: no callable is registered per channel.
 """
@@ -11,14 +12,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
-from switchboard.errors import ProtocolError
 from switchboard.hub.dispatch import Acting, Dispatch
 from switchboard.hub.identity.credentials import REVOKED
 from switchboard.hub.sessions.joins import Holders, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.moves import Moves
-from switchboard.protocol import relay
+from switchboard.protocol import replica_wire
 from switchboard.protocol.handshake import CLOSE_POLICY
+from switchboard.protocol.replica_wire import (
+    Broadcast,
+    ClientFrame,
+    ClientKicked,
+    CredentialRevoked,
+    ManagerCall,
+    ManagerReply,
+    Message,
+    TransitNotice,
+    WorkspaceDeleted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +78,39 @@ class FromReplicas:
 
     # -- Inbound -------------------------------------------------------------------
 
-    def to_client(self, address: str, frame: bytes) -> bool:
-        target = self._listening.get(address)
+    def receive(self, message: Message) -> bool:
+        """Each kind of message to what carries it out; ``False``: no client here by its address."""
+        # type() and "is", not match: this runs for every frame
+        if type(message) is ClientFrame or type(message) is ManagerCall:
+            return self._to_client(message)
+        if type(message) is ManagerReply:
+            self._dispatch.from_replica_to_manager(message.frame)
+        elif type(message) is Broadcast:
+            self._dispatch.from_replica_broadcast(message.origin, message.frame)
+        elif type(message) is TransitNotice:
+            # Moves reads the notice as it travelled (hub/transit/ is to take the value next)
+            self._moves.on_notice(replica_wire.encode(message, version=1))
+        elif type(message) is WorkspaceDeleted:
+            self.workspace_deleted(message.workspace)
+        elif type(message) is CredentialRevoked:
+            self.credential_revoked(message.token_id)
+        elif type(message) is ClientKicked:
+            self.kicked(message)
+        else:
+            raise TypeError(f"not a message between replicas: {message!r}")
+        return True
+
+    def _to_client(self, message: ClientFrame | ManagerCall) -> bool:
+        target = self._listening.get(message.address)
         if target is None:
             return False
         if isinstance(target, Acting):
-            try:
-                _, _, inner = relay.unwrap(frame)
-            except ProtocolError as exc:
-                self.log.info("dropped a frame for %s: %s", address, exc)
-                return True
-            self._dispatch.receive_as(target, inner)
+            self._dispatch.receive_as(target, message.frame)
+        elif type(message) is ManagerCall:
+            self._dispatch.from_replica_to_client(target, message.wrapped)  # the router notes its way back
         else:
-            self._dispatch.from_replica_to_client(target, frame)
+            self._dispatch.from_replica_to_client(target, message.frame)
         return True
-
-    def to_manager(self, frame: bytes) -> None:
-        self._dispatch.from_replica_to_manager(frame)
-
-    def broadcast(self, data: bytes) -> None:
-        self._dispatch.from_replica_broadcast(data)
 
     def workspace_deleted(self, workspace: str) -> None:
         """Every client of ``workspace`` here is closed, and every one joining it refused (its deletion
@@ -102,26 +126,11 @@ class FromReplicas:
         for peer in self._holders.of(token_id):
             peer.close(CLOSE_POLICY, f"Authentication error: {REVOKED}")
 
-    def kicked(self, data: bytes) -> None:
-        """Close the connections a kick names (:func:`kick_notice`): one client, or a workspace's every one."""
-        try:
-            address, code_text, reason = data.decode().split("\n", 2)
-            workspace, _, client_id = address.partition("/")
-            code = int(code_text)
-        except ValueError:
-            self.log.info("dropped a malformed kick notice")
-            return
-        for peer in list(self._members.get(workspace, ())):
-            if client_id in ("*", peer.client_id):
-                peer.close(code, reason)
-
-    def transit_notice(self, data: bytes) -> None:
-        self._moves.on_notice(data)
+    def kicked(self, kick: ClientKicked) -> None:
+        """Close the connections a kick names: one client, or a workspace's every one."""
+        for peer in list(self._members.get(kick.workspace, ())):
+            if kick.client_id is None or kick.client_id == peer.client_id:
+                peer.close(kick.code, kick.reason)
 
     def __repr__(self) -> str:
         return f"<FromReplicas channels={len(self._listening)}>"
-
-
-def kick_notice(workspace: str, client_id: str | None, code: int, reason: str) -> bytes:
-    """What :meth:`FromReplicas.kicked` reads: ``None`` closes every client of ``workspace``."""
-    return f"{workspace}/{client_id or '*'}\n{code}\n{reason}".encode()

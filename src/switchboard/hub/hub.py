@@ -38,7 +38,7 @@ from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
-from switchboard.hub.from_replicas import FromReplicas, kick_notice
+from switchboard.hub.from_replicas import FromReplicas
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
@@ -65,6 +65,7 @@ from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
+from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
 from switchboard.replicas.links import LinkSettings
@@ -582,7 +583,7 @@ class Hub:
         """A workspace was deleted: every replica ends the sessions of its clients there (and refuses
         those joining it)."""
         self.from_replicas.workspace_deleted(workspace)
-        await self.remote.publish(DELETED_CHANNEL, workspace.encode())
+        await self.remote.publish_message(WorkspaceDeleted(workspace))
 
     async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None:
         """A credential was revoked: every replica ends the sessions standing on it or on what descends
@@ -592,13 +593,13 @@ class Hub:
             self.holders.discard(answering)  # no notice reaches it now, not even this replica's own
             spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
         self.from_replicas.credential_revoked(token_id)
-        await self.remote.publish(REVOKED_CHANNEL, token_id.encode())
+        await self.remote.publish_message(CredentialRevoked(token_id))
 
     async def kick(self, workspace: str, client_id: str | None, code: int, reason: str) -> None:
         """Close a client's connection (``None``: every client of ``workspace``) on every replica."""
-        notice = kick_notice(workspace, client_id, code, reason)
-        self.from_replicas.kicked(notice)
-        await self.remote.publish(KICK_CHANNEL, notice)
+        kick = ClientKicked(workspace, client_id, code, reason)
+        self.from_replicas.kicked(kick)
+        await self.remote.publish_message(kick)
 
     async def replica_ids(self) -> list[str]:
         """The live replicas of this hub, by id (this one alone on the embedded backends)."""

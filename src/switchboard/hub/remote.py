@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 
 from switchboard.backends.base import EventBus, Registry
 from switchboard.errors import BackendError
+from switchboard.protocol import replica_wire
+from switchboard.protocol.replica_wire import ManagerReply, Message
 from switchboard.protocol.services import ServiceQuery
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.unicast import Unicast
@@ -53,11 +55,15 @@ class Remote:
             self.log.warning("publish failed: %s", exc)
             return 0
 
+    async def publish_message(self, message: Message) -> int:
+        """Publish ``message`` on its channel, as :meth:`publish` (``protocol/replica_wire.py``)."""
+        return await self.publish(replica_wire.channel_of(message), replica_wire.encode(message))
+
     async def publish_to_replica(self, replica: str, frame: bytes, event: bool = False) -> bool:
         """A reply to a call ``replica``'s manager made, to its replica channel (over a link to it
         if one is open: a replica cut off from Redis still answers those it is linked to);
         ``False``: nobody heard it. (``event`` is never set: replies are RPC frames.)"""
-        return self.send_to_replica(replica, frame) or await self.publish(REPLICA_CHANNEL + replica, frame) > 0
+        return self.send_to_replica(replica, frame) or await self.publish_message(ManagerReply(replica, frame)) > 0
 
     def send_to_replica(self, replica: str, frame: bytes) -> bool:
         """Over a direct link to ``replica``, if one is open and takes it now."""

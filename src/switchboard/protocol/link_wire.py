@@ -181,7 +181,7 @@ def direction_id(key: bytes) -> str:
     """The id of one direction of a link, from the key that seals it: both ends know it, nobody else.
 
     A frame of that direction replayed through Redis carries it with the frame's number
-    (:func:`tag`), so the receiver can tell a frame the link delivered already
+    (:func:`~switchboard.protocol.replica_wire.tag`), so the receiver can tell a frame the link delivered already
     (``protocol/link_arrivals.py``).
     """
     return hmac.digest(key, b"direction id", "sha256")[:12].hex()
@@ -286,42 +286,7 @@ class Dial:
         raise _early(kind)
 
 
-# -- the origin tag on Redis messages -------------------------------------------
-
-
-def tag(origin: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
-    """Prefix a unicast message sent through Redis with ``replica@host:port`` of its sender.
-
-    ``replay``: the message is a DELIVER a lost link left unacked, ``(direction id, number)``,
-    written after the origin and a space (a replica that does not know it reads no link
-    address in such an origin, and offers no link). An origin too long to fit with it is
-    left out: the replay's mark matters, the offer of a link does not.
-    """
-    name = origin.encode()
-    if replay is not None:
-        mark = f" {replay[0]}.{replay[1]}".encode()
-        name = name + mark if len(name) + len(mark) <= 255 else mark
-    if len(name) > 255:
-        raise ProtocolError("link origin too long")
-    return bytes((len(name),)) + name + data
-
-
-def split_replay(origin: str) -> tuple[str, tuple[str, int] | None]:
-    """``(origin, (direction id, number))`` of an origin :func:`tag` marked as a replay, else ``(origin, None)``."""
-    origin, space, mark = origin.partition(" ")
-    direction, dot, number = mark.partition(".")
-    if not space or not dot or not direction or not (number.isascii() and number.isdigit()):
-        return origin, None
-    return origin, (direction, int(number))
-
-
-def untag(data: bytes) -> tuple[str, bytes]:
-    if not data:
-        raise ProtocolError("empty unicast message")
-    n = data[0]
-    if len(data) < 1 + n:
-        raise ProtocolError("unicast message shorter than its origin tag")
-    return data[1 : 1 + n].decode("utf-8", "replace"), data[1 + n :]
+# -- the origin a message through Redis carries (protocol/replica_wire.py) ------------------------
 
 
 def parse_origin(origin: str) -> tuple[str, str, int] | None:

@@ -18,31 +18,13 @@ from __future__ import annotations
 
 import msgpack
 
-from switchboard.errors import ProtocolError
+from switchboard.protocol import replica_wire
 from switchboard.protocol.chunks import MAX_KEY, MESSAGE_CACHE
 
-# A msgpack map never starts with 0x00, so one byte tells wrapped from raw.
-_MANAGER_CALL = b"\x00"
-
-
-def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
-    return b"".join((_MANAGER_CALL, origin.encode(), b"\n", session.encode(), b"\n", frame))
-
-
-def is_manager_call(data: bytes) -> bool:
-    """Whether ``data`` is a manager's call wrapped with its origin (:func:`wrap_manager_call`)."""
-    return data.startswith(_MANAGER_CALL)
-
-
-def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
-    """``(origin, session, frame)``; origin and session are ``None`` for a plain frame."""
-    if not data.startswith(_MANAGER_CALL):
-        return None, None, data
-    try:
-        origin, session, frame = data[1:].split(b"\n", 2)
-        return origin.decode(), session.decode(), frame
-    except ValueError:
-        raise ProtocolError("malformed relayed manager call") from None
+# The wrapping's layout is the replica wire's (``protocol/replica_wire.py``); the router wraps and reads it here.
+wrap_manager_call = replica_wire.wrap_manager_call
+unwrap = replica_wire.unwrap
+is_manager_call = replica_wire.is_manager_call
 
 
 def session_root(method: object) -> str | None:

@@ -44,9 +44,11 @@ from dataclasses import dataclass
 from switchboard.clock import Clock
 from switchboard.errors import ProtocolError
 from switchboard.protocol import link_wire as wire
+from switchboard.protocol import replica_wire
 from switchboard.protocol.link_arrivals import Arrivals
 from switchboard.protocol.link_gate import MAX_PENDING, HandshakeGate, RefusalLog
 from switchboard.protocol.link_state import HEARTBEAT, Delivered, Event, Hinted, Opened, SentBack
+from switchboard.protocol.replica_wire import Message
 from switchboard.replicas.link import Link
 from switchboard.tasks import cancel_and_wait, spawn
 
@@ -85,6 +87,7 @@ class LinkStats:
     turned_away: int = 0  # of those, closed unanswered: too many unfinished handshakes from their address
     forged: int = 0  # open links dropped because a frame failed its MAC or sequence number
     duplicates: int = 0  # frames not delivered again: a replay of one a link delivered, or the reverse
+    malformed: int = 0  # delivered frames whose message could not be read (or of a newer wire version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,7 @@ class Returned:
     ``unacked``: a lost link's frame, which may have arrived (so it may be
     known not to need sending again); else the receiver refused it (NACK).
     ``replay``: an unacked frame's (direction id, number) on its link, which
-    its replay through Redis carries (:func:`~switchboard.protocol.link_wire.tag`).
+    its replay through Redis carries (:func:`~switchboard.protocol.replica_wire.tag`).
     """
 
     channel: str
@@ -128,8 +131,10 @@ def advertised(advertise: str, bind_host: str, port: int) -> str:
 class Links:
     """This replica's link listener, its links, and the routes learned over them.
 
-    ``deliver(channel, data)`` hands a frame that came over a link to this
-    replica's subscriber and says whether there was one (else it goes back).
+    ``deliver(channel, message)`` hands what came over a link, decoded
+    (:func:`~switchboard.protocol.replica_wire.decode`), to this replica's
+    subscriber and says whether there was one (else the frame goes back). A
+    frame that cannot be decoded is counted (:attr:`LinkStats.malformed`) and dropped.
     """
 
     def __init__(
@@ -138,7 +143,7 @@ class Links:
         replica_id: str,
         settings: LinkSettings,
         clock: Clock,
-        deliver: Callable[[str, bytes], bool],
+        deliver: Callable[[str, Message], bool],
         descriptors: Callable[[], tuple[int, int] | None] = open_descriptors,
     ) -> None:
         if not settings.secret:
@@ -356,7 +361,9 @@ class Links:
             if type(event) is Delivered:
                 if not self._arrivals.from_link(link.state.receive_id, event.number):
                     self.stats.duplicates += 1  # its replay through Redis came first
-                elif self._deliver(event.channel, event.data):
+                elif (message := self._decoded(link, event.channel, event.data)) is None:
+                    continue  # counted: sent back, it would only come round again
+                elif self._deliver(event.channel, message):
                     self.stats.received += 1
                 else:
                     self._arrivals.sent_back(link.state.receive_id, event.number)
@@ -376,6 +383,16 @@ class Links:
                 self._returned.put_nowait(Returned(event.channel, event.data, unacked=False))
             elif type(event) is Opened:
                 self._opened(link, event.peer)
+
+    def _decoded(self, link: Link, channel: str, data: bytes) -> Message | None:
+        try:
+            return replica_wire.decode(channel, data, linked=True)
+        except ProtocolError as exc:
+            self.stats.malformed += 1
+            logger.warning(
+                "dropped a frame from %s on %s: %s", link.peer, channel[:120], exc, extra={"replica": self.replica_id}
+            )
+            return None
 
     def _opened(self, link: Link, peer: str) -> None:
         self._handshake_over(link)

@@ -56,13 +56,19 @@ class ReplicaCollector:
         yield counter(
             "switchboard_reasserted_registrations", "Registrations re-written after Redis lost its data.", c.reasserted
         )
+        u = self.unicast
+        yield counter(
+            "switchboard_replica_messages_malformed",
+            "Messages from other replicas (through Redis or a link) this replica could not read: malformed, "
+            "or of a newer wire version.",
+            u.malformed + (u.links.stats.malformed if u.links is not None else 0),
+        )
         if (lost := c.lost_deletes) is not None:
             yield counter(
                 "switchboard_undone_registrations",
                 "Registrations a failover brought back after they were deleted, removed again.",
                 lost.removed_services,
             )
-        u = self.unicast
         if u.links is not None:
             links = u.links.stats
             yield counter(

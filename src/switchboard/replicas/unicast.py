@@ -11,14 +11,16 @@ The hub asks, and gets answers as values:
   fail like a publish to nobody.
 
 Frames through the bus carry their sender's link address
-(``protocol.link_wire.tag``), so the replica holding the channel can offer a link
-back (:mod:`switchboard.replicas.links`). The bus itself knows nothing of
-links: it only publishes and subscribes.
+(:class:`~switchboard.protocol.replica_wire.ClientFrame`'s ``origin``), so the
+replica holding the channel can offer a link back (:mod:`switchboard.replicas.links`).
+The bus itself knows nothing of links: it only publishes and subscribes.
 
-What arrives, off the bus or a link, climbs through one port, an
-:class:`~switchboard.replicas.inbound.Inbound` handed to :meth:`Unicast.listen`,
-by the name of its channel (:func:`~switchboard.replicas.inbound.hand`): the bus
-is given one listener, and a subscription is a channel name.
+What arrives, off the bus or a link, is decoded once here (the links decode
+their own, :meth:`~switchboard.replicas.links.Links.on_events`) and climbs as a
+value through one port, an :class:`~switchboard.replicas.inbound.Inbound` handed
+to :meth:`Unicast.listen`: the bus is given one listener, and a subscription is
+a channel name. A message that cannot be read is counted (:attr:`Unicast.malformed`)
+and dropped.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from collections.abc import AsyncIterator
 from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
-from switchboard.protocol import link_wire as wire
-from switchboard.replicas.inbound import CLIENT_CHANNEL, Inbound, hand
+from switchboard.protocol import replica_wire
+from switchboard.protocol.replica_wire import ClientFrame, ManagerCall, Message
+from switchboard.replicas.inbound import CLIENT_CHANNEL, Inbound
 from switchboard.replicas.links import Links, LinkSettings, Returned
 from switchboard.replicas.replays import OpenCalls, worth_replaying
 from switchboard.tasks import cancel_and_wait, spawn
@@ -65,7 +68,8 @@ class Unicast:
         self._extra = {"replica": replica_id}
         self.replayed = 0  # unacked frames of a lost link published again
         self.not_replayed = 0  # unacked frames of a lost link known to have arrived (answered calls)
-        self.dropped = 0  # frames for a channel or a client this replica has no use for
+        self.dropped = 0  # messages not delivered: for a client this replica does not have, or unreadable
+        self.malformed = 0  # of those, off the bus and unreadable (malformed, unknown, of a newer wire version)
         self.links: Links | None = None
         if links is not None:
             self.links = Links(replica_id=replica_id, settings=links, clock=clock, deliver=self._deliver_here)
@@ -116,7 +120,7 @@ class Unicast:
         """
         if direct and self.links is not None and self.links.send(channel, data):
             return 1
-        return await self._bus.publish(channel, wire.tag(self.origin, data))
+        return await self._bus.publish(channel, self._tagged(channel, data))
 
     async def lost(self) -> AsyncIterator[tuple[str, bytes]]:
         """``(channel, frame)`` that a link gave back and the bus then delivered to nobody; ends at close."""
@@ -147,34 +151,39 @@ class Unicast:
 
     def _from_bus(self, channel: str, data: bytes) -> None:
         """The bus's one listener: a client's frame carries its sender's link address (offered a link)."""
-        if channel.startswith(CLIENT_CHANNEL):
-            try:
-                origin, data = wire.untag(data)
-            except ProtocolError as exc:
-                logger.warning("dropped a message on %s: %s", channel, exc, extra=self._extra)
-                self.dropped += 1
-                return
-            origin, replay = wire.split_replay(origin)
-            if replay is not None and self.links is not None and not self.links.replayed(replay):
+        try:
+            message = replica_wire.decode(channel, data)
+        except ProtocolError as exc:
+            self.malformed += 1
+            self.dropped += 1
+            logger.warning("dropped a message on %s: %s", channel[:120], exc, extra=self._extra)
+            return
+        if type(message) is ClientFrame or type(message) is ManagerCall:
+            if message.replay is not None and self.links is not None and not self.links.replayed(message.replay):
                 return  # a lost link's frame that the link (or an earlier replay) delivered here already
+            origin = message.sender if type(message) is ManagerCall else message.origin
             if origin and self.links is not None:
                 self.links.heard(origin, channel)
-        self._hand(channel, data)
+        self._hand(channel, message)
 
-    def _deliver_here(self, channel: str, data: bytes) -> bool:
-        """A frame that came over a link: ours only while we still want the channel."""
+    def _deliver_here(self, channel: str, message: Message) -> bool:
+        """A message that came over a link: ours only while we still want its channel."""
         if channel not in self._here:
             return False
         try:
-            self._hand(channel, data)
+            self._hand(channel, message)
         except Exception:  # the port's bug, never the link's
             logger.exception("frame for %s failed", channel, extra=self._extra)
         return True
 
-    def _hand(self, channel: str, data: bytes) -> None:
-        if self._inbound is None or not hand(self._inbound, channel, data):
+    def _hand(self, channel: str, message: Message) -> None:
+        if self._inbound is None or not self._inbound.receive(message):
             self.dropped += 1
             logger.debug("dropped a frame for %s: nobody here", channel, extra=self._extra)
+
+    def _tagged(self, channel: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
+        """A client channel's frame as it goes through the bus: with this replica's link address."""
+        return replica_wire.encode(ClientFrame(channel.removeprefix(CLIENT_CHANNEL), data, self.origin, replay))
 
     # -- frames links gave back --------------------------------------------------
 
@@ -199,7 +208,7 @@ class Unicast:
             if self._untagged_prefix is not None and item.channel.startswith(self._untagged_prefix):
                 receivers = await self._bus.publish(item.channel, item.data)
             elif item.replay is not None:
-                receivers = await self._bus.publish(item.channel, wire.tag(self.origin, item.data, item.replay))
+                receivers = await self._bus.publish(item.channel, self._tagged(item.channel, item.data, item.replay))
             else:
                 receivers = await self.publish(item.channel, item.data)
         except BackendError as exc:

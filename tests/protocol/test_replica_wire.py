@@ -1,0 +1,276 @@
+"""What one replica says to another: every kind round-trips, every malformed body is a clear
+ProtocolError, and replicas of this release and of the one before (main 8600616) read each other.
+
+Synchronous, no I/O. The previous release's writers and readers are reproduced below from its
+code (``protocol/link_wire.py``'s tag, ``protocol/relay.py``'s wrapping, the broadcast prefix
+in ``hub/dispatch.py``, ``hub/transit/moves.py``'s notices, ``hub/from_replicas.py``'s kick and
+``replicas/inbound.py``'s text notices), as a replica of that release runs them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from switchboard.errors import ProtocolError
+from switchboard.protocol import replica_wire as rw
+from switchboard.protocol.replica_wire import (
+    Broadcast,
+    ClientFrame,
+    ClientKicked,
+    CredentialRevoked,
+    ManagerCall,
+    ManagerReply,
+    Message,
+    TransitNotice,
+    WorkspaceDeleted,
+)
+
+FRAME = b"\x83\xa4type\xa6method\xa2to\xa4ws/c\xa4from\xa4ws/p"  # a hypha-rpc frame's first map
+D = "0123456789abcdef01234567"  # a link direction's id
+CALL = ManagerCall("ws/c", "r1", "s1", rw.wrap_manager_call("r1", "s1", FRAME), sender="r1@10.0.0.1:4000")
+
+MESSAGES: list[Message] = [
+    ClientFrame("ws/c", FRAME),
+    ClientFrame("ws/c", FRAME, origin="r1@10.0.0.1:4000"),
+    ClientFrame("ws/c", FRAME, origin="r1@10.0.0.1:4000", replay=(D, 7)),
+    ClientFrame("ws/c", b""),
+    CALL,
+    ManagerReply("r2", FRAME),
+    Broadcast("ws", "r1", FRAME),
+    Broadcast("ws", "r1", b"a\nframe with\nnewlines"),
+    TransitNotice("left", "ws/c", "r1", grace=30.0),
+    TransitNotice("left", "ws/c", "r1"),
+    TransitNotice("back", "ws/c", "r1"),
+    TransitNotice("gone", "ws/c", "r1"),
+    TransitNotice("abandoned", "ws/c", "r1"),
+    TransitNotice("taken", "ws/c", "r1"),
+    WorkspaceDeleted("ws-1"),
+    CredentialRevoked("jti-1"),
+    ClientKicked("ws", "c", 4000, "Kicked by the root user"),
+    ClientKicked("ws", None, 1000, "every client\nof it"),
+]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_kind_reads_back_as_the_value_written(message: Message, version: int) -> None:
+    data = rw.encode(message, version=version)
+    assert rw.decode(rw.channel_of(message), data) == message
+    if version == 2:
+        assert data[:2] == b"\xff\x02", "a later version says so in its first two bytes"
+
+
+@pytest.mark.parametrize("message", [ClientFrame("ws/c", FRAME), CALL])
+def test_over_a_link_a_clients_frame_travels_without_an_origin(message: Message) -> None:
+    data = rw.encode(message, linked=True)
+    assert data == (message.wrapped if isinstance(message, ManagerCall) else message.frame)  # type: ignore[union-attr]
+    got = rw.decode(rw.channel_of(message), data, linked=True)
+    assert isinstance(got, ClientFrame | ManagerCall)
+    assert (got.address, got.frame) == (message.address, message.frame)  # type: ignore[union-attr]
+
+
+def test_a_linked_frame_is_handed_on_without_a_copy() -> None:
+    """The hot path: a client's frame over a link is the very bytes the link read."""
+    got = rw.decode("sb:client:ws/c", FRAME, linked=True)
+    assert isinstance(got, ClientFrame)
+    assert got.frame is FRAME
+
+
+def test_a_manager_call_is_read_at_the_edge_with_where_its_reply_goes() -> None:
+    got = rw.decode("sb:client:ws/c", rw.tag("r1@h:1", rw.wrap_manager_call("r1", "s1", FRAME)))
+    assert isinstance(got, ManagerCall)
+    assert (got.origin, got.session, got.frame, got.sender) == ("r1", "s1", FRAME, "r1@h:1")
+    assert rw.unwrap(got.wrapped) == ("r1", "s1", FRAME)
+    assert rw.unwrap(FRAME) == (None, None, FRAME)
+
+
+MALFORMED: list[tuple[str, bytes, str]] = [
+    ("sb:client:ws/c", b"", "empty"),
+    ("sb:client:ws/c", b"\x20short", "shorter than its origin tag"),
+    ("sb:client:ws/c", b"\x02\xff\xfe" + FRAME, "origin is not UTF-8"),
+    ("sb:client:ws/c", b"\x00\x00no newline at all", "malformed relayed manager call"),
+    ("sb:client:ws/c", b"\x00\x00r1\nno second newline", "malformed relayed manager call"),
+    ("sb:client:ws/c", b"\x00\x00\xff\ns\n" + FRAME, "origin is not UTF-8"),
+    ("sb:client:ws/c", b"\xff\x02", "empty"),
+    ("sb:client:ws/c", b"\xff\x03\x00" + FRAME, "wire version 3"),
+    ("sb:client:ws/c", b"\xff\x01\x00" + FRAME, "wire version 1"),
+    ("sb:ws:ws", b"\xff\x1f", "wire version 31"),
+    ("sb:replica:r", b"", "empty manager reply"),
+    ("sb:ws:ws", b"no newline", "without its origin and frame"),
+    ("sb:ws:ws", b"r1\n", "without its origin and frame"),
+    ("sb:ws:ws", b"\xfe\n" + FRAME, "origin is not UTF-8"),
+    ("sb:transit", b"not json", "not JSON"),
+    ("sb:transit", b"\xfe{}", "not JSON"),
+    ("sb:transit", b"[1, 2]", "without its sender"),
+    ("sb:transit", b'{"left": "ws/c"}', "without its sender"),
+    ("sb:transit", b'{"left": "ws/c", "from": 7}', "without its sender"),
+    ("sb:transit", b'{"arrived": "ws/c", "from": "r1"}', "no kind"),
+    ("sb:transit", b'{"left": 7, "from": "r1"}', "no kind"),
+    ("sb:deleted", b"", "empty"),
+    ("sb:deleted", b"ws\xff", "not UTF-8"),
+    ("sb:revoked", b"", "empty"),
+    ("sb:revoked", b"\xc3", "not UTF-8"),
+    ("sb:kick", b"ws/c\n1000", "without its client, code and reason"),
+    ("sb:kick", b"ws\n1000\nbye", "without its client, code and reason"),
+    ("sb:kick", b"ws/c\nsoon\nbye", "close code is not a number"),
+    ("sb:kick", b"ws/c\n-1\nbye", "close code is not a number"),
+    ("sb:kick", b"ws/c\n99999999999\nbye", "close code is not a number"),
+    ("sb:kick", b"ws/c\n\xff\nbye", "not UTF-8"),
+    ("sb:elsewhere", b"?", "no message travels on channel"),
+    ("sb:client", b"\x00" + FRAME, "no message travels on channel"),
+]
+
+
+@pytest.mark.parametrize(("channel", "data", "why"), MALFORMED)
+def test_a_malformed_message_is_a_clear_protocol_error(channel: str, data: bytes, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        rw.decode(channel, data)
+
+
+def test_a_transit_notices_odd_grace_is_no_grace() -> None:
+    for grace in ("30", True, None, [1]):
+        body = json.dumps({"left": "ws/c", "from": "r1", "grace": grace}).encode()
+        assert rw.decode("sb:transit", body) == TransitNotice("left", "ws/c", "r1")
+    assert rw.decode("sb:transit", b'{"left": "ws/c", "from": "r1", "grace": 1e999}') == TransitNotice(
+        "left", "ws/c", "r1"
+    )
+
+
+def test_no_version_is_written_but_those_this_replica_reads() -> None:
+    for version in (0, rw.VERSION + 1):
+        with pytest.raises(ValueError, match="writes versions"):
+            rw.encode(WorkspaceDeleted("ws"), version=version)
+
+
+def test_this_release_writes_the_layout_the_previous_one_reads() -> None:
+    assert rw.SENDS == 1 < rw.VERSION, "the next release may write version 2: this one reads it"
+
+
+def test_a_real_origin_of_255_bytes_is_not_taken_for_a_version() -> None:
+    origin = "r" * 250 + "@h:12"  # the longest a tag carries; its first byte is printable
+    got = rw.decode("sb:client:ws/c", rw.tag(origin, FRAME))
+    assert isinstance(got, ClientFrame)
+    assert (got.origin, got.frame) == (origin, FRAME)
+
+
+# -- the previous release (main 8600616), as it reads and writes ------------------------------
+
+
+def old_tag(origin: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
+    name = origin.encode()
+    if replay is not None:
+        mark = f" {replay[0]}.{replay[1]}".encode()
+        name = name + mark if len(name) + len(mark) <= 255 else mark
+    if len(name) > 255:
+        raise ProtocolError("link origin too long")
+    return bytes((len(name),)) + name + data
+
+
+def old_untag(data: bytes) -> tuple[str, bytes]:
+    if not data:
+        raise ProtocolError("empty unicast message")
+    n = data[0]
+    if len(data) < 1 + n:
+        raise ProtocolError("unicast message shorter than its origin tag")
+    return data[1 : 1 + n].decode("utf-8", "replace"), data[1 + n :]
+
+
+def old_split_replay(origin: str) -> tuple[str, tuple[str, int] | None]:
+    origin, space, mark = origin.partition(" ")
+    direction, dot, number = mark.partition(".")
+    if not space or not dot or not direction or not (number.isascii() and number.isdigit()):
+        return origin, None
+    return origin, (direction, int(number))
+
+
+def old_wrap(origin: str, session: str, frame: bytes) -> bytes:
+    return b"".join((b"\x00", origin.encode(), b"\n", session.encode(), b"\n", frame))
+
+
+def old_unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
+    if not data.startswith(b"\x00"):
+        return None, None, data
+    try:
+        origin, session, frame = data[1:].split(b"\n", 2)
+        return origin.decode(), session.decode(), frame
+    except ValueError:
+        raise ProtocolError("malformed relayed manager call") from None
+
+
+def old_write(message: Message) -> tuple[str, bytes]:
+    """What a replica of the previous release publishes (over a link: the frame alone)."""
+    channel = rw.channel_of(message)
+    if isinstance(message, ClientFrame):
+        return channel, old_tag(message.origin, message.frame, message.replay)
+    if isinstance(message, ManagerCall):
+        return channel, old_tag(message.sender, old_wrap(message.origin, message.session, message.frame))
+    if isinstance(message, ManagerReply):
+        return channel, message.frame
+    if isinstance(message, Broadcast):
+        return channel, message.origin.encode() + b"\n" + message.frame
+    if isinstance(message, TransitNotice):
+        extra = {} if message.grace is None else {"grace": message.grace}
+        return channel, json.dumps({message.kind: message.client, "from": message.origin, **extra}).encode()
+    if isinstance(message, WorkspaceDeleted):
+        return channel, message.workspace.encode()
+    if isinstance(message, CredentialRevoked):
+        return channel, message.token_id.encode()
+    assert isinstance(message, ClientKicked)
+    return channel, f"{message.workspace}/{message.client_id or '*'}\n{message.code}\n{message.reason}".encode()
+
+
+def old_read(channel: str, data: bytes) -> Any:
+    """What a replica of the previous release makes of a message, in the terms of a value."""
+    if channel.startswith("sb:client:"):
+        tagged, rest = old_untag(data)
+        origin, replay = old_split_replay(tagged)
+        call_origin, session, frame = old_unwrap(rest)
+        if call_origin is not None:
+            return ("call", channel.removeprefix("sb:client:"), call_origin, session, frame, origin)
+        return ClientFrame(channel.removeprefix("sb:client:"), frame, origin, replay)
+    if channel.startswith("sb:replica:"):
+        return ManagerReply(channel.removeprefix("sb:replica:"), data)
+    if channel.startswith("sb:ws:"):
+        origin, _, frame = data.partition(b"\n")
+        return Broadcast(channel.removeprefix("sb:ws:"), origin.decode(), frame)
+    if channel == "sb:transit":
+        notice = json.loads(data)
+        for kind in ("left", "back", "gone", "abandoned", "taken"):
+            if isinstance(client := notice.get(kind), str):
+                grace = notice.get("grace")
+                return TransitNotice(kind, client, notice["from"], float(grace) if grace is not None else None)  # type: ignore[arg-type]
+    if channel == "sb:deleted":
+        return WorkspaceDeleted(data.decode(errors="replace"))
+    if channel == "sb:revoked":
+        return CredentialRevoked(data.decode(errors="replace"))
+    if channel == "sb:kick":
+        address, code_text, reason = data.decode().split("\n", 2)
+        workspace, _, client_id = address.partition("/")
+        return ClientKicked(workspace, None if client_id == "*" else client_id, int(code_text), reason)
+    raise AssertionError(channel)
+
+
+def as_old_reads(message: Message) -> Any:
+    if isinstance(message, ManagerCall):
+        return ("call", message.address, message.origin, message.session, message.frame, message.sender)
+    return message
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_what_this_release_sends_a_replica_of_the_previous_one_reads(message: Message) -> None:
+    assert old_read(rw.channel_of(message), rw.encode(message)) == as_old_reads(message)
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_what_a_replica_of_the_previous_release_sends_this_one_reads(message: Message) -> None:
+    channel, data = old_write(message)
+    assert rw.decode(channel, data) == message
+
+
+def test_over_a_link_both_releases_read_each_others_frames() -> None:
+    """A link carries a client's frame as it is (its DELIVER names the channel): unchanged."""
+    for frame in (FRAME, old_wrap("r1", "s1", FRAME)):
+        assert rw.encode(rw.decode("sb:client:ws/c", frame, linked=True), linked=True) == frame
