@@ -21,8 +21,11 @@ import msgpack
 from switchboard.errors import ProtocolError
 from switchboard.protocol.chunks import MAX_KEY, MESSAGE_CACHE
 
-# A msgpack map never starts with 0x00, so one byte tells wrapped from raw.
+# A msgpack map never starts with 0x00 or 0x01, so one byte tells wrapped from raw.
 _MANAGER_CALL = b"\x00"
+# A call that reached its callee's replica as the callee left, sent back to its caller's replica
+# undelivered: only replicas write it (a client's frame is always re-encoded, so never starts so).
+_BOUNCED = b"\x01"
 
 
 def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
@@ -32,6 +35,24 @@ def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
 def is_manager_call(data: bytes) -> bool:
     """Whether ``data`` is a manager's call wrapped with its origin (:func:`wrap_manager_call`)."""
     return data.startswith(_MANAGER_CALL)
+
+
+def wrap_bounced(callee: str, frame: bytes) -> bytes:
+    """A call for ``callee`` that never reached it, on its way back to its caller's replica, which
+    decides what becomes of it (a balanced call goes to another instance)."""
+    return b"".join((_BOUNCED, callee.encode(), b"\n", frame))
+
+
+def is_bounced(data: bytes) -> bool:
+    return data.startswith(_BOUNCED)
+
+
+def unwrap_bounced(data: bytes) -> tuple[str, bytes]:
+    """``(callee, frame)`` of :func:`wrap_bounced`."""
+    callee, sep, frame = data[1:].partition(b"\n")
+    if not sep:
+        raise ProtocolError("malformed bounced call")
+    return callee.decode(errors="replace"), frame
 
 
 def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:

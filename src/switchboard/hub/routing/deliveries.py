@@ -44,9 +44,9 @@ class Deliveries(ChunkRoutes):
             return ToAlias(target, item.frame)
         peer = self.peers.get(target)
         if peer is not None:
-            if item.session is None and relay.is_manager_call(item.frame):
-                # another replica's manager call, held wrapped for a client that came back here:
-                # it reaches the client as if it had just come off the bus (unwrapped, its reply's way noted)
+            if item.session is None and (relay.is_manager_call(item.frame) or relay.is_bounced(item.frame)):
+                # another replica's manager call (or a call of this client's bounced back), held
+                # wrapped for a client that came back here: as if it had just come off the bus
                 return self.relayed(peer, item.frame)
             if self.draining and new_call and not peer.closed:
                 # this replica is going away: the call waits for the client to reappear

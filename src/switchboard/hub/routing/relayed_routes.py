@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from switchboard.errors import ProtocolError
+from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import Action, Send, ToManager
 from switchboard.hub.routing.deliveries import Deliveries
 from switchboard.hub.routing.undelivered import Undelivered
@@ -32,6 +33,8 @@ class RelayedRoutes(Deliveries):
         connection that just ended waits for its client if it is in transit,
         and a call to a client that left fails at once, not at its timeout.
         """
+        if relay.is_bounced(data):
+            return self._bounced_back(peer, data)
         try:
             origin, origin_session, frame = relay.unwrap(data)
         except ProtocolError as exc:
@@ -55,7 +58,8 @@ class RelayedRoutes(Deliveries):
                 if origin is not None
                 else Undelivered(frame, session, str(caller or ""), env.type != "method", op)
             )
-            return self.hold(peer.id, item, self._bounce(peer.id, session, caller))
+            unrun = frame if traits.kind is CALL and origin is None else None  # a client's call: it never ran
+            return self.hold(peer.id, item, self._bounce(peer.id, unrun, session, caller))
         if op is not None:
             refused = self.upload_refusal(peer, str(caller or ""), op, env.rest)
             if refused is not None:
@@ -74,14 +78,43 @@ class RelayedRoutes(Deliveries):
         send = Send(peer, frame)
         return self._noted(send) if traits.kind is REPLY else send
 
-    def _bounce(self, target: str, session: str | None, caller: Any) -> Action | None:
-        """A call that reached this replica as its client left: its caller fails now."""
-        if session and isinstance(caller, str) and "/" in caller:
-            reject = envelope.reject_frame(
-                session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
-            )
-            return self.toward(caller, Undelivered(reject, None, target))
-        return None
+    def _bounce(self, target: str, call: bytes | None, session: str | None, caller: Any) -> Action | None:
+        """A frame that reached this replica as its client left: its caller is told. A client's
+        ``call`` never ran: it goes back to its caller's replica, which knows whether another
+        instance may take it (:meth:`_bounced_back`); any other frame's caller fails now."""
+        if not session or not isinstance(caller, str) or "/" not in caller:
+            return None
+        if call is not None:
+            return self.toward(caller, Undelivered(relay.wrap_bounced(target, call), None, target))
+        reject = envelope.reject_frame(
+            session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
+        )
+        return self.toward(caller, Undelivered(reject, None, target))
+
+    def _bounced_back(self, peer: Peer, data: bytes) -> Action | None:
+        """A call of ``peer``'s that reached its callee's replica as the callee left: a balanced one
+        goes to another instance, idempotent or not (it never ran), and fails with the clear error
+        only when none is left; any other fails now, the callee not connected."""
+        try:
+            callee, frame = relay.unwrap_bounced(data)
+            session = envelope.decode(frame).session
+        except ProtocolError as exc:
+            peer.log.warning("dropped a bounced call: %s", exc)
+            return None
+        if not session:
+            return None
+        message, target = f"Target peer {callee} is not connected", callee
+        if self.balanced.has(peer.id, session):
+            step = self.balanced.failed(peer.id, session, callee)
+            if step is None:  # the call went on elsewhere already
+                return None
+            self.inflight.closed(peer.id, session)
+            if isinstance(step, balance.Resend):
+                return self._resent(step)
+            message, target = step.message, step.target
+        self.inflight.closed(peer.id, session)
+        reject = envelope.reject_frame(session=session, target=target, caller=peer.id, message=message)
+        return self.toward(peer.id, Undelivered(reject, None, callee))
 
     def manager_reply(self, frame: bytes) -> Action | None:
         """A reply (or a piece of one) to a call our manager made, sent back by the provider's replica."""

@@ -1,10 +1,15 @@
-"""A balanced handle its caller made on another replica is bound here on first use, as decisions (issue 41).
+"""Balanced calls across replicas, as the router's decisions (issue 41).
 
-Synchronous, no I/O: a call through a handle with no pool here asks the hub to
-bind it first (:class:`BindFirst`); the caller's later calls wait for the bind,
-a bounded number; the bind's end routes them again, or answers each with the
-lookup's error. Nothing here looks anything up: the lookup is the caller's own,
-made by the manager (tests/server/test_balanced_handles.py, tests/security/test_balanced_trust.py).
+Synchronous, no I/O. A call through a handle with no pool here (its caller
+made it on another replica) asks the hub to bind it first (:class:`BindFirst`);
+the caller's later calls wait for the bind, a bounded number; the bind's end
+routes them again, or answers each with the lookup's error. Nothing here looks
+anything up: the lookup is the caller's own, made by the manager
+(tests/security/test_balanced_trust.py, tests/cluster/test_balanced_across_replicas.py).
+
+A balanced call that reached its instance's replica as the instance left comes
+back undelivered: it goes to another instance whatever its idempotency, and
+fails with the clear error only when none is left.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from switchboard.hub.routing.router import Router
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -162,3 +167,59 @@ def test_what_is_not_a_call_through_a_well_formed_handle_is_refused_not_bound(to
 )
 def test_a_virtual_target_carries_what_its_lookup_needs(target, parsed):
     assert binds.parse_virtual(target) == parsed
+
+
+def _bounced_back(r: Replica, session: str, instance: str = AWAY) -> Any:
+    """What the instance's replica sends back for a call that found its instance gone (Router._bounce)."""
+    main = {"type": "method", "from": r.caller.id, "to": instance, "method": "services.calc.add", "session": session}
+    return r.router.relayed(r.caller, relay.wrap_bounced(instance, envelope.encode(main, b"")))
+
+
+def _balanced_call_to_away(r: Replica, *instances: str) -> None:
+    r.bind(*instances)
+    sent = r.call("s1", method="services.calc.add")  # round robin: the first instance bound
+    assert isinstance(sent, Forward)
+    assert sent.target == AWAY
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_balanced_call_that_found_its_instance_gone_goes_to_another_whatever_its_idempotency(idempotent):
+    r = Replica()
+    _balanced_call_to_away(r, AWAY, HERE)
+    if idempotent:
+        r.router.balanced.pool(r.caller.id, HANDLE).instances[HERE] = frozenset({"add"})
+    resent = _bounced_back(r, "s1")
+    assert isinstance(resent, Deliver)
+    assert resent.peer is r.instance
+    assert envelope.decode(resent.item.frame).main["to"] == HERE
+    assert r.router.balanced.failovers == 1
+
+
+def test_a_balanced_call_that_found_its_instance_gone_fails_clearly_when_no_instance_is_left():
+    r = Replica()
+    _balanced_call_to_away(r, AWAY)
+    refused = _bounced_back(r, "s1")
+    assert isinstance(refused, Deliver)
+    assert refused.peer is r.caller
+    env = envelope.decode(refused.item.frame)
+    assert env.main["from"] == HANDLE
+    assert "no other instance is left to take it" in bytes(env.rest).decode(errors="replace")
+    assert not r.router.balanced.has(r.caller.id, "s1")
+    assert not r.router.inflight.pending(r.caller.id)
+
+
+def test_a_direct_call_that_found_its_callee_gone_fails_now_as_before():
+    r = Replica()
+    failed = _bounced_back(r, "d1", instance=f"{WS}/direct")
+    assert isinstance(failed, Deliver)
+    assert failed.peer is r.caller
+    assert "Target peer ws-1/direct is not connected" in bytes(envelope.decode(failed.item.frame).rest).decode(
+        errors="replace"
+    )
+
+
+def test_a_balanced_call_already_sent_elsewhere_ignores_a_late_bounce():
+    r = Replica()
+    _balanced_call_to_away(r, AWAY, HERE)
+    _bounced_back(r, "s1")
+    assert _bounced_back(r, "s1") is None  # its instance is HERE now: the call goes on there
