@@ -223,3 +223,31 @@ def test_a_balanced_call_already_sent_elsewhere_ignores_a_late_bounce():
     _balanced_call_to_away(r, AWAY, HERE)
     _bounced_back(r, "s1")
     assert _bounced_back(r, "s1") is None  # its instance is HERE now: the call goes on there
+
+
+ELSEWHERE_CALLER = f"{WS}/far-caller"  # a caller on another replica
+
+
+def test_a_balanced_call_crossing_replicas_carries_its_handle_and_its_answer_leaves_labelled():
+    """The instance's replica labels the instance's answer with the handle as it leaves, so the
+    caller's hypha-rpc takes it wherever the caller is by then (it may have moved replicas)."""
+    r = Replica()
+    r.bind(AWAY)
+    sent = r.call("s1")
+    assert isinstance(sent, Forward)
+    handle, call = relay.unwrap_balanced(sent.wire)
+    assert handle == HANDLE
+    assert envelope.decode(call).main["to"] == AWAY
+
+    there = Replica()  # the instance's replica: the call comes off the bus
+    main = {"type": "method", "from": ELSEWHERE_CALLER, "to": HERE, "method": "services.calc.who", "session": "s1"}
+    delivered = there.router.relayed(there.instance, relay.wrap_balanced(HANDLE, envelope.encode(main, b"")))
+    assert isinstance(delivered, Send)
+    assert envelope.decode(delivered.message).main == main  # the instance gets the call as hypha-rpc sent it
+    stranger = _peer("stranger")
+    for sender, labelled in ((stranger, False), (there.instance, True)):
+        answer = {"type": "method", "to": ELSEWHERE_CALLER, "method": "s1.resolve"}
+        out = there.router.route(sender, envelope.encode(answer, b""))
+        assert isinstance(out, Forward)
+        assert (envelope.decode(out.item.frame).main["from"] == HANDLE) is labelled
+    assert len(there.router.served) == 0  # gone with the answer

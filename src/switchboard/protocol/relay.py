@@ -26,6 +26,8 @@ _MANAGER_CALL = b"\x00"
 # A call that reached its callee's replica as the callee left, sent back to its caller's replica
 # undelivered: only replicas write it (a client's frame is always re-encoded, so never starts so).
 _BOUNCED = b"\x01"
+# A balanced call on its way to its instance's replica, with the handle it was made through.
+_BALANCED = b"\x02"
 
 
 def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
@@ -55,8 +57,27 @@ def unwrap_bounced(data: bytes) -> tuple[str, bytes]:
     return callee.decode(errors="replace"), frame
 
 
+def wrap_balanced(handle: str, frame: bytes) -> bytes:
+    """A call made through the balanced handle ``handle``, for the instance's replica
+    (:mod:`switchboard.hub.routing.served`)."""
+    return b"".join((_BALANCED, handle.encode(), b"\n", frame))
+
+
+def unwrap_balanced(data: bytes) -> tuple[str | None, bytes]:
+    """``(handle, frame)`` of :func:`wrap_balanced`; ``(None, data)`` for any other frame."""
+    if not data.startswith(_BALANCED):
+        return None, data
+    handle, sep, frame = data[1:].partition(b"\n")
+    if not sep:
+        raise ProtocolError("malformed balanced call")
+    return handle.decode(errors="replace"), frame
+
+
 def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
-    """``(origin, session, frame)``; origin and session are ``None`` for a plain frame."""
+    """``(origin, session, frame)``; origin and session are ``None`` for a plain frame (a balanced
+    call's handle is dropped: what keeps a frame to hand on keeps it as its instance gets it)."""
+    if data.startswith(_BALANCED):
+        return None, None, unwrap_balanced(data)[1]
     if not data.startswith(_MANAGER_CALL):
         return None, None, data
     try:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from switchboard.hub.routing import balance
-from switchboard.hub.routing.actions import Action, BindFirst, Send
+from switchboard.hub.routing.actions import Action, BindFirst, Forward, RetryLater, Send
 from switchboard.hub.routing.binds import Waiting, parse_virtual
 from switchboard.hub.routing.router_base import RouterBase
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, relay
 from switchboard.protocol.calls import CALL, classify
 
 if TYPE_CHECKING:
@@ -71,6 +71,21 @@ class BalancedRoutes(RouterBase):
                 actions.append(action)
         return actions
 
+    def handle_of(self, caller: str, method: object, sender: object) -> str | None:
+        """The handle a frame ``sender`` sends ``caller`` within a balanced call speaks for: a call made
+        here (:meth:`Balanced.relabel`), or one an instance here took from elsewhere (:class:`Served`)."""
+        return self.balanced.relabel(caller, method, sender) or self.served.relabel(caller, method, sender)
+
+    def with_handle(self, action: Action | None, handle: str) -> Action | None:
+        """A balanced call on its way to its instance's replica carries its handle there
+        (:mod:`~switchboard.hub.routing.served`): the instance's answers then speak for the handle
+        wherever the caller is by then."""
+        if type(action) is Forward:
+            action.wire = relay.wrap_balanced(handle, action.wire)
+        elif type(action) is RetryLater:
+            action.item = action.item._replace(frame=relay.wrap_balanced(handle, action.item.frame))
+        return action
+
     def transit_instances(self, caller: str, target: str) -> list[str]:
         """Instances of the handle that are moving between connections: new calls go to the others."""
         pool = self.balanced.pool(caller, target)
@@ -99,7 +114,8 @@ class BalancedRoutes(RouterBase):
         env.main["to"] = step.instance
         frame = envelope.encode(env.main, env.rest)
         self.inflight.opened(step.caller, step.session, step.instance, self.peers)
-        return self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
+        action = self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
+        return self.with_handle(action, step.handle)
 
     def balanced_steps(self, steps: list[balance.Resend | balance.Refuse]) -> list[Action]:
         """What becomes of balanced calls whose instance left: resent, or their caller told why."""

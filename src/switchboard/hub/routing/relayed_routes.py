@@ -36,6 +36,7 @@ class RelayedRoutes(Deliveries):
         if relay.is_bounced(data):
             return self._bounced_back(peer, data)
         try:
+            handle, data = relay.unwrap_balanced(data)  # a balanced call, with the handle it was made through
             origin, origin_session, frame = relay.unwrap(data)
         except ProtocolError as exc:
             peer.log.warning("dropped a relayed frame: %s", exc)
@@ -66,11 +67,14 @@ class RelayedRoutes(Deliveries):
                 return self._refused(peer.id, Undelivered(frame, session, str(caller or "")), refused)
         if traits.kind is CALL:
             self.inflight.opened(str(caller), session, peer.id, self.peers)  # type: ignore[arg-type]
+            if handle is not None and session:
+                self.served.took(peer.id, str(caller), session, handle)
         else:
             method = session_method(env.main.get("method"), traits)
             if self.balanced and (handle := self.balanced.relabel(peer.id, method, caller)) is not None:
-                env.main["from"] = handle  # within a balanced call: from the handle the caller called
-                frame = envelope.encode(env.main, env.rest)
+                if handle != caller:  # else the instance's replica labelled it (routing.served)
+                    env.main["from"] = handle  # within a balanced call: from the handle the caller called
+                    frame = envelope.encode(env.main, env.rest)
                 if traits.answers is not None:
                     self.balanced.closed(peer.id, traits.answers)
             if traits.answers is not None and self.inflight.busy(peer.id):

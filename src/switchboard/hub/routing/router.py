@@ -43,6 +43,7 @@ from switchboard.hub.routing.binds import PendingBinds
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.relayed_routes import RelayedRoutes, session_method
 from switchboard.hub.routing.reply_routes import ReplyRoutes
+from switchboard.hub.routing.served import Served
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.transit.transit import Transit
@@ -105,6 +106,7 @@ class Router(RelayedRoutes):
             allow_encrypted=settings.allow_encrypted_payloads,
         )
         self.balanced = balanced if balanced is not None else balance.Balanced()
+        self.served = Served()  # balanced calls our instances took from callers elsewhere: their handles
         self.binds = PendingBinds()  # calls through handles made on another replica, waiting to be bound here
         metrics.watch_balanced(self.balanced)  # the balanced handles of our callers, and their calls in flight
         self.draining = False
@@ -195,16 +197,21 @@ class Router(RelayedRoutes):
             elif traits.op in ("set", "append") and self.balanced.expects_pieces(peer.id, target):
                 if (header := piece_header(traits.op, env.rest)) is not None:
                     self.balanced.piece_header(peer.id, target, header)
-            elif self.balanced and (handle := self.balanced.relabel(target, session_method(method, traits), peer.id)):
+            elif (self.balanced or self.served) and (
+                handle := self.handle_of(target, session_method(method, traits), peer.id)
+            ):
                 env.main["from"] = handle  # within a balanced call: from the handle the caller called
                 frame = envelope.encode(env.main, env.rest)
                 if traits.answers is not None:
                     self.inflight.closed(target, traits.answers)
                     self.balanced.closed(target, traits.answers)
+                    self.served.closed(target, traits.answers)
             elif traits.answers is not None:
                 self.inflight.closed(target, traits.answers)
             item = Undelivered(frame, session, peer.id, env.type != "method", traits.op)
             action = self.toward(target, item, new_call=new_call)
+            if virtual is not None and new_call:
+                return self.with_handle(action, virtual)
             return self._noted(action) if traits.kind is REPLY else action
         if env.type == "method":
             return Send(peer, handshake.error_text("Invalid message: cannot broadcast a method call"))

@@ -20,6 +20,7 @@ from switchboard.hub.routing.actions import Action
 from switchboard.hub.routing.binds import PendingBinds
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.reply_routes import ReplyRoutes
+from switchboard.hub.routing.served import Served
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.transit.transit import Transit
@@ -52,6 +53,7 @@ class RouterBase:
     uploads: Receivers
     balanced: balance.Balanced
     binds: PendingBinds  # frames waiting for a balanced handle to be bound here
+    served: Served  # balanced calls our instances took from callers elsewhere
     draining: bool
 
     def route(self, peer: Peer, data: bytes) -> Action | None:
