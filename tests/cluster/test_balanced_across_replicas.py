@@ -4,17 +4,19 @@ Three instances of ``calc``: ``p0`` on replica A with the caller, ``p1`` and
 ``p2`` on replica B. The handle spreads calls evenly, favours the fast
 instance under ``least_busy``, uses a newcomer within a second, keeps every
 idempotent call through a SIGKILL of B, and fails the others with the clear
-error instead of a timeout.
+error instead of a timeout. A caller drained to another replica keeps its handle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 
 import pytest
 
+from switchboard.testing.balancer import Balancer
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -161,3 +163,105 @@ async def test_a_drained_replica_costs_no_call(replicas, clients):
     assert code == 0
     assert not failed, failed[:3]
     print(f"drain: {answered} calls, none failed")
+
+
+async def test_a_handle_goes_on_when_its_caller_is_drained_to_another_replica(replicas, clients):
+    """The caller (through a balancer) takes its handle on A; A drains; the caller comes back on B,
+    which never saw the lookup: B binds the handle on its first call there, as the caller's own
+    lookup, and every call goes on."""
+    a, b = replicas.start("ra", *FAST_CALLER), replicas.start("rb", *FAST_CALLER)
+    async with Balancer([a.port, b.port]) as front:
+        front.take_out(b.port)  # the caller lands on A
+        p1 = await clients(b.url, client_id="p1")
+        token = await p1.generate_token()
+        p2 = await clients(b.url, client_id="p2", token=token)
+        for i, api in ((1, p1), (2, p2)):
+            await api.register_service(_service(i))
+        caller = await clients(front.url, client_id="caller", token=token)
+        calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
+        assert {await calc.who() for _ in range(4)} == {1, 2}
+        front.put_back(b.port)
+        front.take_out(a.port)  # as a terminating pod leaves its Service: the caller comes back on B
+        failed: list[str] = []
+        answered = 0
+        tasks: set[asyncio.Task] = set()
+
+        async def one() -> None:
+            nonlocal answered
+            try:
+                await calc.add()  # not idempotent: none may be lost or run twice
+                answered += 1
+            except Exception as exc:
+                failed.append(str(exc))
+
+        async def traffic(stop: asyncio.Event) -> None:
+            # 50 calls/s, as a steady caller sends them: hypha-rpc itself fails a call sent while
+            # it has no connection (the drain sends it away in a pause, and it is back in ms)
+            for _ in range(2000):
+                if stop.is_set():
+                    return
+                task = asyncio.ensure_future(one())
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.02)
+
+        stop = asyncio.Event()
+        sending = asyncio.ensure_future(traffic(stop))
+        await eventually(lambda: answered >= 25, "calls flowing", timeout=5)
+        code = await asyncio.to_thread(a.terminate, 15.0)
+        before = answered
+        await eventually(lambda: answered >= before + 100, "calls after the caller moved", timeout=10)
+        stop.set()
+        await sending
+        await asyncio.wait_for(asyncio.gather(*list(tasks), return_exceptions=True), 25)
+    assert code == 0
+    assert not failed, failed[:3]
+    print(f"moved: {answered} calls, none failed")
+
+
+async def test_a_call_that_reaches_its_instance_just_as_it_left_goes_to_another_instance(replicas, clients):
+    """Instance p1 on B disconnects while calls from A stream to it: a call B takes in as p1 leaves
+    never ran, so it goes to p0 whatever its idempotency (``add`` is not idempotent); only a call
+    p1 had taken may fail, with the clear error, and none says its target is not connected."""
+    a, b = replicas.start("ra", *FAST_CALLER), replicas.start("rb", *FAST_CALLER)
+    p0 = await clients(a.url, client_id="p0")
+    token = await p0.generate_token()
+    p1 = await clients(b.url, client_id="p1", token=token)
+    for i, api in ((0, p0), (1, p1)):
+        await api.register_service(_service(i))
+    caller = await clients(a.url, client_id="caller", token=token)
+    calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
+    answered: list[int] = []
+    failed: list[str] = []
+    tasks: set[asyncio.Task] = set()
+
+    async def one() -> None:
+        try:
+            answered.append(await calc.add())
+        except Exception as exc:
+            failed.append(str(exc))
+
+    async def traffic(stop: asyncio.Event) -> None:
+        for _ in range(5000):  # 1,000 calls/s: some are on their way to B as p1 leaves
+            if stop.is_set():
+                return
+            for _ in range(5):
+                task = asyncio.ensure_future(one())
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.005)
+
+    stop = asyncio.Event()
+    sending = asyncio.ensure_future(traffic(stop))
+    await eventually(lambda: answered.count(1) >= 200, "calls reaching p1", timeout=10)
+    await p1.disconnect()
+    left = len(answered)
+    await eventually(lambda: len(answered) >= left + 500, "calls after p1 left", timeout=10)
+    stop.set()
+    await sending
+    await asyncio.wait_for(asyncio.gather(*list(tasks), return_exceptions=True), 25)
+    unclear = [why for why in failed if "not re-sent: the service does not declare add idempotent" not in why]
+    assert not unclear, unclear[:3]
+    print(f"instance left: {len(answered)} answered, {len(failed)} refused as having run on p1")

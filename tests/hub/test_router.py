@@ -484,9 +484,11 @@ def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -
     assert type(done) is Hold
     assert done.target == HERE
     bounce = done.otherwise
-    assert type(bounce) is Forward, "its caller, on its own replica, fails now"
+    assert type(bounce) is Forward, "back to its caller's replica, which fails it now (or sends a balanced call on)"
     assert bounce.target == ELSEWHERE
-    assert head(bounce.item.frame)["method"] == "r1.reject"
+    callee, call = relay.unwrap_bounced(bounce.item.frame)
+    assert callee == HERE
+    assert call == relayed_call()  # the call itself, never run
 
 
 def test_a_relayed_manager_call_is_held_with_its_origin() -> None:

@@ -5,8 +5,10 @@ The victim workspace ``W`` has three instances of ``calc``: ``p0`` public,
 (``authorized_workspaces``). Each records who called it. An outsider (an
 anonymous client of its own workspace) and a member with a read-only token
 look ``W/calc`` up with a balance mode: their calls reach only the instances
-each could have looked up itself, as itself; and nobody can call through a
-handle it did not look up, even knowing its address.
+each could have looked up itself, as itself; and a call to a handle's address
+made without a lookup (a caller back on another replica, or a stranger who
+crafted it) is bound by the caller's own lookup: it reaches what that lookup
+would, and is refused as that lookup would be.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import collections
 
 import pytest
 from hypha_rpc.rpc import RemoteException
+
+from support.sealed import Raw
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,17 +96,50 @@ async def test_an_outsider_is_refused_a_balanced_handle_on_protected_instances_a
     assert "Permission denied for non-public service" in str(balanced.value)
 
 
-async def test_nobody_calls_through_a_handle_it_did_not_look_up(connect):
-    outsider = await connect(client_id="outsider")
-    ws, owner, calls = await _victim(connect, outsider.config.workspace)
-    victim_handle = await owner.get_service("calc", {"mode": "balance:round_robin"})
-    address = victim_handle["id"]  # the handle's address: known, or guessed
-    with pytest.raises(Exception, match="is a balanced handle: it takes calls only, from the connection that looked"):
-        await outsider.rpc.get_remote_service(address)
-    member = await connect(client_id="member", token=await owner.generate_token())
-    with pytest.raises(Exception, match="is a balanced handle"):
-        await member.rpc.get_remote_service(address)
-    assert not any(calls.values())  # no instance ran anything
+async def test_a_call_to_a_handles_address_reaches_only_what_the_callers_own_lookup_would(connect, server):
+    """A handle's address is no secret: whoever calls it without having looked it up here (a caller
+    back on another replica, or anyone who guessed it) has it bound by its own lookup, as it is now."""
+    outsider = await Raw.open(server.url, "outsider")
+    try:
+        outsider_ws = outsider.id.partition("/")[0]
+        ws, owner, calls = await _victim(connect, outsider_ws)
+        address = (await owner.get_service("calc", {"mode": "balance:round_robin"}))["id"].partition(":")[0]
+        answers = [await outsider.ask(address, "services.calc.who", {"args": []}) for _ in range(12)]
+    finally:
+        await outsider.close()
+    assert {kind for kind, _ in answers} == {"resolve"}, answers
+    assert {int(value) for _, value in answers} == {0, 2}  # public, and shared with its workspace
+    assert calls[1] == []  # the protected instance never ran
+    assert set(calls[0] + calls[2]) == {outsider.id}  # seen as itself
+
+
+async def test_a_strangers_crafted_call_to_a_handle_of_a_workspace_it_cannot_see_gets_its_own_lookups_refusal(
+    connect, server
+):
+    owner = await connect(client_id="p0")
+    ws, ran = owner.config.workspace, []
+    await owner.register_service(
+        {"id": "secret", "config": {"visibility": "protected"}, "x": lambda: ran.append(1) or 1}
+    )
+    handle = f"{ws}/balance|round_robin|secret"
+    stranger = await Raw.open(server.url, "stranger")
+    try:
+        manager = f"*/{server.hub.manager_id}"
+        lookup = await stranger.ask(
+            manager, "services.default.get_service", {"args": [f"{ws}/secret", {"mode": "balance:round_robin"}]}
+        )
+        crafted = await stranger.ask(handle, "services.secret.x", {"args": []})
+        again = await stranger.ask(handle, "services.secret.x", {"args": []})  # no handle was made: refused again
+    finally:
+        await stranger.close()
+    assert lookup[0] == crafted[0] == again[0] == "reject"
+    reason = "Permission denied for non-public service"
+    assert reason in lookup[1], lookup
+    assert reason in crafted[1], crafted
+    assert reason in again[1], again
+    assert crafted[1] in lookup[1]  # the lookup's own error, word for word
+    assert ran == []
+    assert not server.hub.balanced.pools()
 
 
 async def test_no_client_may_take_a_handles_address(connect):

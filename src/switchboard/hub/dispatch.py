@@ -28,6 +28,7 @@ from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.remote import Remote
 from switchboard.hub.routing.actions import (
     Action,
+    BindFirst,
     Broadcast,
     Deliver,
     Fail,
@@ -94,6 +95,7 @@ class Dispatch:
         metrics: HubMetrics,
         token: Callable[[Peer], str],
         manager_user: dict[str, Any] | None = None,
+        bind_first: Callable[[Peer, str], None] | None = None,
     ) -> None:
         self.router = router
         self.remote = remote
@@ -106,6 +108,8 @@ class Dispatch:
         self.metrics = metrics
         self.token = token
         self.manager_user = manager_user or {}  # the user the manager's frames carry (root)
+        # looks a balanced handle up for a caller and routes what waited for it (BindFirst)
+        self.bind_first = bind_first or self._cannot_bind
         self.replica_id = router.replica_id
         self._background: set[asyncio.Task[Any]] = set()
         self._broadcasts: deque[tuple[list[Peer], bytes]] = deque()  # waiting for their turns, oldest first
@@ -157,9 +161,16 @@ class Dispatch:
             elif type(action) is SendToken:
                 action.peer.send(handshake.reconnection_token_text(self.token(action.peer)))
                 return None
+            elif type(action) is BindFirst:
+                self.bind_first(action.peer, action.target)
+                return None
             else:
                 raise TypeError(f"not an action: {action!r}")
         return None
+
+    def _cannot_bind(self, peer: Peer, target: str) -> None:
+        for action in self.router.bound(peer, target, "balanced handles are not served here"):
+            self.carry(action)
 
     def carry(self, action: Action | None) -> None:
         """:meth:`run` where nothing can wait: what is left runs as a task."""

@@ -265,6 +265,7 @@ class Hub:
             metrics=metrics,
             token=self.reconnection_token,
             manager_user=self.root_wire,
+            bind_first=self.manager.balancing.bind_later,
         )
         released.connect(self.dispatch)
         # what other replicas send here, whichever way it comes: the one port the unicast is handed
@@ -648,6 +649,11 @@ class Hub:
     def holds(self, client: str) -> bool:
         """Is ``client`` connected here, or in transit (expected back)?"""
         return client in self.peers or client in self.transit
+
+    def balanced_bound(self, peer: Peer, target: str, error: str | None) -> None:
+        """A balanced handle looked up for ``peer`` on its first call here: what waited is routed (:meth:`Router.bound`)."""
+        for action in self.router.bound(peer, target, error):
+            self.dispatch.carry(action)
 
     def balanced_steps(self, steps: list[Resend | Refuse]) -> None:
         """Balanced calls whose instance left: resent elsewhere or failed (:meth:`Router.balanced_steps`)."""

@@ -8,6 +8,10 @@ service of one of them with its functions addressed to the handle's virtual
 target. While handles exist, each is looked up again for its caller every
 :data:`REFRESH` seconds: a new instance is used from then on, and calls in
 flight to one that left are resent (idempotent) or failed.
+
+A caller that comes back on another replica calls a handle that replica has
+not bound: its first call there binds it, by the same lookup as the caller
+itself (:meth:`BalancedLookups.bind_later`, :mod:`switchboard.hub.routing.binds`).
 """
 
 from __future__ import annotations
@@ -15,14 +19,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.routing import balance
+from switchboard.hub.routing.binds import parse_virtual
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceInfo
 from switchboard.tasks import cancel_and_wait, spawn
+
+if TYPE_CHECKING:
+    from switchboard.hub.sessions.peer import Peer
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +55,10 @@ class BalancedLookups:
         # (caller, target) -> (query, caller's workspace, caller's user)
         self._users: dict[tuple[str, str], tuple[str, str, Any]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._binding: set[asyncio.Task[Any]] = set()  # handles being bound on a caller's first call here
         self.on_steps: Callable[[list[balance.Resend | balance.Refuse]], None] = lambda steps: None
+        # a handle bound (error None) or not for a caller's first call here: what waited for it goes on
+        self.on_bound: Callable[[Peer, str, str | None], None] = lambda peer, target, error: None
 
     async def bind(self, caller: str, workspace: str, service_id: str, policy: str, user: Any) -> tuple[str, str]:
         """Bind a handle for ``caller``; return its virtual target and the id of one instance."""
@@ -63,6 +74,29 @@ class BalancedLookups:
         if not self._tasks:
             spawn(self._tasks, self._refresh_while_bound(), "balanced handles refresh")
         return target, found[0]["id"]
+
+    def bind_later(self, peer: Peer, target: str) -> None:
+        """Bind the handle ``target`` (``<ws>/balance|<policy>|<name>``) for ``peer``, which calls it
+        here without having looked it up here: the lookup is its own, as it is now (its
+        workspace and user), exactly as ``get_service(<ws>/<name>, {"mode": "balance:<policy>"})``."""
+        spawn(self._binding, self._bind_virtual(peer, target), f"bind {target[:200]} for {peer.id}")
+
+    async def _bind_virtual(self, peer: Peer, target: str) -> None:
+        error: str | None = None
+        try:
+            parsed = parse_virtual(target)
+            if parsed is None:  # the router binds only what parses
+                raise ProtocolError(f"{target[:200]} is not a balanced handle")
+            ws, policy, name = parsed
+            made, _ = await self.bind(peer.id, peer.workspace, f"{ws}/{name}", policy, peer.user)
+            if made != target:  # cannot be: the lookup of <ws>/<name> names that handle
+                raise NotFound(f"{target[:200]} names no service the caller may use")
+        except (NotFound, PermissionDenied, ProtocolError, BackendError) as exc:
+            error = str(exc)
+        except Exception as exc:  # the caller's calls must not wait for their timeout
+            log.exception("binding balanced handle %s for %s failed", target[:200], peer.id)
+            error = f"Balanced handle not bound: {exc}"
+        self.on_bound(peer, target, error)
 
     def forget(self, caller: str) -> None:
         """``caller``'s handles and calls in flight go (it left)."""
@@ -101,7 +135,7 @@ class BalancedLookups:
                 log.exception("balanced handles refresh failed")
 
     async def close(self) -> None:
-        await cancel_and_wait(list(self._tasks))
+        await cancel_and_wait([*self._tasks, *self._binding])
 
 
 def _instances_of(found: list[ServiceInfo]) -> dict[str, frozenset[str]]:

@@ -72,6 +72,8 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
 
     def balanced_steps(self, steps: list[Resend | Refuse]) -> None: ...
 
+    def balanced_bound(self, peer: Peer, target: str, error: str | None) -> None: ...
+
     def holds(self, client: str) -> bool: ...
 
     async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
@@ -141,6 +143,7 @@ class WorkspaceManager:
             hub.balanced, clock=hub.clock, instances=self.directory.instances, present=hub.holds
         )
         self.balancing.on_steps = hub.balanced_steps
+        self.balancing.on_bound = hub.balanced_bound
         self.directory.balancing = self.balancing
         # workspaces as records, their event log, their environment and service types
         self.records = WorkspaceRecords(

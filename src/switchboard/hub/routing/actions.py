@@ -125,6 +125,16 @@ class ToReplica:
 
 
 @dataclass(slots=True)
+class BindFirst:
+    """A call through a balanced handle not bound here for ``peer`` (it looked the service up on
+    another replica): look ``target``'s service up as ``peer``, bind it, then route its frames
+    again (:mod:`switchboard.hub.routing.binds`)."""
+
+    peer: Peer
+    target: str
+
+
+@dataclass(slots=True)
 class Broadcast:
     """An event for every subscribed client of a workspace, on every replica."""
 
@@ -146,4 +156,5 @@ Action = (
     | ToManager
     | ToReplica
     | Broadcast
+    | BindFirst
 )

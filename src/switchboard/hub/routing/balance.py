@@ -135,6 +135,7 @@ class Resend:
     session: str
     instance: str
     frame: bytes
+    handle: str = field(default="", compare=False)  # the handle the call was made through
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +250,8 @@ class Balanced:
         if not isinstance(method, str):
             return None
         call = self._calls.get((caller, method.rpartition(".")[0]))
-        return call.target if call is not None and call.instance == sender else None
+        # from the handle itself: the instance's replica labelled it (only replicas write that sender)
+        return call.target if call is not None and sender in (call.instance, call.target) else None
 
     def sent_to(self, instance: str) -> int:
         """Balanced calls from here that wait for ``instance``."""
@@ -305,7 +307,7 @@ class Balanced:
         self._by_instance.setdefault(nxt, set()).add(key)
         self.per_instance[nxt] = self.per_instance.get(nxt, 0) + 1
         self.failovers += 1
-        return Resend(caller, session, nxt, call.frame)
+        return Resend(caller, session, nxt, call.frame, call.target)
 
     def stranded(self, now: float) -> list[Resend | Refuse]:
         """The calls in flight to instances a later call could not reach: their replica is gone
@@ -365,7 +367,7 @@ class Balanced:
         self._by_instance.setdefault(nxt, set()).add(key)
         self.per_instance[nxt] = self.per_instance.get(nxt, 0) + 1
         self.failovers += 1
-        return Resend(caller, session, nxt, call.frame)
+        return Resend(caller, session, nxt, call.frame, call.target)
 
     def forget_caller(self, caller: str) -> None:
         """``caller`` left: its handles, and its calls in flight (none has a handle-less call)."""

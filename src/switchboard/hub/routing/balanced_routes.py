@@ -5,33 +5,22 @@ only, as the rest of the :class:`~switchboard.hub.routing.router.Router`, which 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from switchboard.hub.routing import balance
-from switchboard.hub.routing.actions import Action, Send
-from switchboard.hub.routing.inflight import InFlight
+from switchboard.hub.routing.actions import Action, BindFirst, Forward, RetryLater, Send
+from switchboard.hub.routing.binds import Waiting, parse_virtual
+from switchboard.hub.routing.router_base import RouterBase
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope
+from switchboard.protocol import envelope, relay
 from switchboard.protocol.calls import CALL, classify
 
 if TYPE_CHECKING:
-    from switchboard.clock import Clock
     from switchboard.hub.sessions.peer import Peer
 
 
-class BalancedRoutes:
+class BalancedRoutes(RouterBase):
     """Balanced handles' routing, a part of :class:`~switchboard.hub.routing.router.Router`."""
-
-    balanced: balance.Balanced
-    clock: Clock
-    peers: Mapping[str, Peer]
-    transit: Transit[Undelivered]
-    inflight: InFlight
-
-    def toward(self, target: str, item: Undelivered, *, new_call: bool = False) -> Action | None:
-        raise NotImplementedError  # the router's
 
     def _instance_for(self, peer: Peer, env: envelope.Envelope) -> str | None:
         """The instance a call through one of ``peer``'s balanced handles goes to (``None``: none).
@@ -46,6 +35,56 @@ class BalancedRoutes:
         if suspects and (pick := self.balanced.pick(peer.id, target, self._load, avoid=[*avoid, *suspects])):
             return pick
         return self.balanced.pick(peer.id, target, self._load, avoid=avoid)
+
+    def _bind_first(self, peer: Peer, env: envelope.Envelope, target: str, data: bytes) -> tuple[bool, Action | None]:
+        """A call through a handle with no pool here for ``peer`` (it looked the service up on another
+        replica, or here long ago) waits for the bind, the first asking for it
+        (:mod:`~switchboard.hub.routing.binds`): ``(True, what to do now)``. ``(False, None)``:
+        not such a call (refused as any frame the handle cannot take)."""
+        if (
+            not env.session
+            or self.balanced.pool(peer.id, target) is not None
+            or parse_virtual(target) is None
+            or classify(env.main.get("method"), env.session, env.rest).kind is not CALL
+        ):
+            return False, None
+        waiting = self.binds.wait(peer.id, target, env.session, data)
+        if waiting is Waiting.FIRST:
+            return True, BindFirst(peer, target)
+        if waiting is Waiting.FULL:
+            why = f"Too many calls wait for the balanced handle {target} to be bound here: at most {self.binds.limit}"
+            return True, Send(peer, self._refusal(peer, env.session, target, why + "; retry"))
+        return True, None
+
+    def bound(self, peer: Peer, target: str, error: str | None) -> list[Action]:
+        """The lookup :class:`BindFirst` asked for ended: the frames that waited are routed again,
+        or each answered at once with the lookup's ``error`` (what ``get_service`` would have said)."""
+        frames = self.binds.done(peer.id, target)
+        if error is None and self.balanced.pool(peer.id, target) is None:
+            error = f"{target} is a balanced handle that could not be bound here: look the service up again"
+        actions: list[Action] = []
+        for session, data in frames:
+            action = (
+                Send(peer, self._refusal(peer, session, target, error)) if error is not None else self.route(peer, data)
+            )
+            if action is not None:
+                actions.append(action)
+        return actions
+
+    def handle_of(self, caller: str, method: object, sender: object) -> str | None:
+        """The handle a frame ``sender`` sends ``caller`` within a balanced call speaks for: a call made
+        here (:meth:`Balanced.relabel`), or one an instance here took from elsewhere (:class:`Served`)."""
+        return self.balanced.relabel(caller, method, sender) or self.served.relabel(caller, method, sender)
+
+    def with_handle(self, action: Action | None, handle: str) -> Action | None:
+        """A balanced call on its way to its instance's replica carries its handle there
+        (:mod:`~switchboard.hub.routing.served`): the instance's answers then speak for the handle
+        wherever the caller is by then."""
+        if type(action) is Forward:
+            action.wire = relay.wrap_balanced(handle, action.wire)
+        elif type(action) is RetryLater:
+            action.item = action.item._replace(frame=relay.wrap_balanced(handle, action.item.frame))
+        return action
 
     def transit_instances(self, caller: str, target: str) -> list[str]:
         """Instances of the handle that are moving between connections: new calls go to the others."""
@@ -75,7 +114,8 @@ class BalancedRoutes:
         env.main["to"] = step.instance
         frame = envelope.encode(env.main, env.rest)
         self.inflight.opened(step.caller, step.session, step.instance, self.peers)
-        return self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
+        action = self.toward(step.instance, Undelivered(frame, step.session, step.caller), new_call=True)
+        return self.with_handle(action, step.handle)
 
     def balanced_steps(self, steps: list[balance.Resend | balance.Refuse]) -> list[Action]:
         """What becomes of balanced calls whose instance left: resent, or their caller told why."""
