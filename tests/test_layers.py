@@ -122,10 +122,10 @@ PURE = (
     *under("switchboard.hub.routing."),  # hub/routing/: every module in it, today's and tomorrow's
     "switchboard.hub.transit.drain_pace",
     "switchboard.hub.transit.transit",
+    "switchboard.hub.transit.retry_bound",
     "switchboard.hub.sessions.life",
     "switchboard.hub.identity.users",
     "switchboard.hub.identity.verified_tokens",
-    "switchboard.replicas.replays",
     "switchboard.replicas.stale",
     "switchboard.server.ws.frame_scan",
 )

@@ -50,8 +50,10 @@ from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CH
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.loads import Loads
+from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.routing.router import Router
-from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.routing.transit_steps import superseded_leftovers
+from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.sessions.admission import Admitted, Gatekeeper
 from switchboard.hub.sessions.joins import Holders, Joining, Joins
@@ -192,7 +194,12 @@ class Hub:
         )
         # frames for clients of other replicas: over direct links (``links``) or through the bus
         self.unicast = Unicast(
-            bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links, untagged_prefix=REPLICA_CHANNEL
+            bus,
+            replica_id=self.replica_id,
+            clock=clock,
+            worth_replaying=lambda data: worth_replaying(data, calls),
+            links=links,
+            untagged_prefix=REPLICA_CHANNEL,
         )
         self.remote = Remote(
             bus=bus,
@@ -385,11 +392,9 @@ class Hub:
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
-            for frame in old.leftovers(self.clock.monotonic()):  # queued behind connection_info
-                if plan.resume:
-                    peer.send(frame)
-                elif (item := undelivered_of(frame)) is not None:  # the earlier session's: it fails
-                    self.dispatch.give_up(peer.id, item)
+            # queued behind connection_info if it resumes; the earlier session's fail if it is a new one
+            for action in superseded_leftovers(peer, old.leftovers(self.clock.monotonic()), resume=plan.resume):
+                self.dispatch.carry(action)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())
         first_in_workspace = not members
