@@ -142,7 +142,7 @@ class Moves:
 
     # -- carrying out the steps ------------------------------------------------
 
-    def _run(self, steps: Iterable[Step]) -> Coroutine[Any, Any, None] | None:
+    def _run(self, steps: Iterable[Step]) -> Coroutine[object, object, None] | None:
         """Carry ``steps`` out in order as far as they go without waiting; return the rest, to be awaited."""
         pending = iter(steps)
         for step in pending:
