@@ -7,6 +7,8 @@ the type checker sees still ties two modules into one.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -272,3 +274,55 @@ def test_hub_routing_is_held_to_the_rule_of_the_pure_cores() -> None:
     """Every module under hub/routing/ is a pure core (``PURE``), the router first among them."""
     assert "switchboard.hub.routing.router" in PURE
     assert set(under("switchboard.hub.routing.")) <= set(PURE)
+
+
+# -- one composition root ----------------------------------------------------------------------------------------
+
+
+def _resolve(module: object, func: ast.expr) -> object:
+    """What a call's callee names in ``module``'s globals (``None`` if it is not a global name or path)."""
+    if isinstance(func, ast.Name):
+        return getattr(module, func.id, None)
+    if isinstance(func, ast.Attribute):
+        owner = _resolve(module, func.value)
+        return getattr(owner, func.attr, None) if owner is not None else None
+    return None
+
+
+def _switchboard_classes_called(module_name: str, function: ast.AST) -> list[str]:
+    """The calls in ``function`` that construct a switchboard class (resolved in the module's globals)."""
+    module = importlib.import_module(module_name)
+    return sorted(
+        ast.unparse(node.func)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and inspect.isclass(cls := _resolve(module, node.func))
+        and cls.__module__.startswith("switchboard")
+    )
+
+
+def _method(module_name: str, class_name: str, method: str) -> ast.FunctionDef:
+    for node in ast.walk(MODULES[module_name]):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return item
+    raise AssertionError(f"{module_name}.{class_name}.{method} not found")
+
+
+def test_the_hub_constructs_none_of_its_collaborators() -> None:
+    """``Hub.__init__`` keeps what the composition root (hub/assemble.py) hands it, and builds nothing."""
+    init = _method("switchboard.hub.hub", "Hub", "__init__")
+    assert _switchboard_classes_called("switchboard.hub.hub", init) == []
+    # the check sees a construction where there is one: the composition root's
+    assert "Hub" in _switchboard_classes_called("switchboard.hub.assemble", MODULES["switchboard.hub.assemble"])
+
+
+def test_only_the_composition_root_builds_a_hub() -> None:
+    builders = [
+        name
+        for name, tree in MODULES.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Hub"
+    ]
+    assert builders == ["switchboard.hub.assemble"]

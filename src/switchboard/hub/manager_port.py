@@ -167,7 +167,7 @@ class ManagerPort:
         for action in self._router.balanced_steps(steps):
             self._dispatch.carry(action)
 
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
+    async def emit_event(self, workspace: str, event_type: str, data: object) -> None:
         await self._events.emit_event(workspace, event_type, data)
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:

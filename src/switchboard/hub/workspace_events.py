@@ -10,7 +10,7 @@ it connects :class:`~switchboard.hub.transit.released.Released`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.errors import BackendError
@@ -40,7 +40,7 @@ class WorkspaceEvents:
             raise RuntimeError("the workspace events are connected already")
         self._broadcaster = broadcaster
 
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
+    async def emit_event(self, workspace: str, event_type: str, data: object) -> None:
         """A server event (``service_added`` ...) for the workspace's subscribers."""
         if self._broadcaster is None:
             raise RuntimeError("an event was emitted before the dispatch was connected")
