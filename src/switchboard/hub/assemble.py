@@ -83,11 +83,11 @@ class Backends:
     redis: RedisBackends | None = None
 
 
-def assemble(
-    settings: Settings, backends: Backends, *, clock: Clock, issuer: TokenIssuer, metrics: HubMetrics | None = None
-) -> Hub:
-    """The hub of ``settings`` on ``backends``, with everything it works with (see the module docstring)."""
-    metrics = metrics or HubMetrics(settings.replica_id)
+def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: str) -> Hub:
+    """The hub of ``settings`` on ``backends``, with everything it works with (see the module docstring);
+    ``secret`` signs its tokens."""
+    metrics = HubMetrics(settings.replica_id)
+    issuer = TokenIssuer(secret=secret, clock=clock)  # the hub's own tokens, signed with ``secret``
     replica_id = settings.replica_id
     hub_log = logging.LoggerAdapter(logging.getLogger("switchboard.hub.hub"), {"replica": replica_id})
     registry, bus = backends.registry, backends.bus

@@ -18,7 +18,6 @@ from switchboard.clock import Clock, SystemClock
 from switchboard.config import Settings
 from switchboard.hub.assemble import assemble
 from switchboard.hub.hub import Hub
-from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.server.http import (
     http_apps,
     http_mcp,
@@ -65,7 +64,7 @@ def build_hub(
     clock = clock or SystemClock()
     secret = token_secret(settings)  # --jwt-secret, else the one kept in the state directory
     backends = backends_for(settings, clock=clock, registry=registry, bus=bus)
-    return assemble(settings, backends, clock=clock, issuer=TokenIssuer(secret=secret, clock=clock))
+    return assemble(settings, backends, clock=clock, secret=secret)
 
 
 def _middleware(settings: Settings) -> list[Middleware]:
