@@ -326,3 +326,29 @@ def test_only_the_composition_root_builds_a_hub() -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Hub"
     ]
     assert builders == ["switchboard.hub.assemble"]
+
+
+# What the server may read of the hub besides its calls (admit, attach, detach, route, start, stop): settings,
+# clock and counters, the clients here (the status page), the bus's health, the replica layer's presence, and
+# the HTTP routes' port. Every other collaborator the hub is handed stays behind it.
+SERVER_READS = frozenset({"settings", "clock", "metrics", "peers", "bus", "cluster", "http"})
+
+
+def test_the_server_reaches_the_hubs_parts_only_through_its_http_port() -> None:
+    """No ``hub.manager.directory`` or ``hub.gate.deletion`` under server/: the hub's collaborators (what
+    ``Hub.__init__`` is handed) are off limits there, but for ``SERVER_READS``."""
+    init = _method("switchboard.hub.hub", "Hub", "__init__")
+    collaborators = {arg.arg for arg in init.args.kwonlyargs} - SERVER_READS
+    assert {"manager", "gate", "registry"} <= collaborators
+    reached = sorted(
+        f"{module}: hub.{node.attr}"
+        for module in under("switchboard.server")
+        for node in ast.walk(MODULES[module])
+        if isinstance(node, ast.Attribute)
+        and node.attr in collaborators
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id == "hub")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "hub")
+        )
+    )
+    assert reached == []
