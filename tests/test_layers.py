@@ -7,6 +7,8 @@ the type checker sees still ties two modules into one.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -122,10 +124,10 @@ PURE = (
     *under("switchboard.hub.routing."),  # hub/routing/: every module in it, today's and tomorrow's
     "switchboard.hub.transit.drain_pace",
     "switchboard.hub.transit.transit",
+    "switchboard.hub.transit.retry_bound",
     "switchboard.hub.sessions.life",
     "switchboard.hub.identity.users",
     "switchboard.hub.identity.verified_tokens",
-    "switchboard.replicas.replays",
     "switchboard.replicas.stale",
     "switchboard.server.ws.frame_scan",
 )
@@ -272,3 +274,81 @@ def test_hub_routing_is_held_to_the_rule_of_the_pure_cores() -> None:
     """Every module under hub/routing/ is a pure core (``PURE``), the router first among them."""
     assert "switchboard.hub.routing.router" in PURE
     assert set(under("switchboard.hub.routing.")) <= set(PURE)
+
+
+# -- one composition root ----------------------------------------------------------------------------------------
+
+
+def _resolve(module: object, func: ast.expr) -> object:
+    """What a call's callee names in ``module``'s globals (``None`` if it is not a global name or path)."""
+    if isinstance(func, ast.Name):
+        return getattr(module, func.id, None)
+    if isinstance(func, ast.Attribute):
+        owner = _resolve(module, func.value)
+        return getattr(owner, func.attr, None) if owner is not None else None
+    return None
+
+
+def _switchboard_classes_called(module_name: str, function: ast.AST) -> list[str]:
+    """The calls in ``function`` that construct a switchboard class (resolved in the module's globals)."""
+    module = importlib.import_module(module_name)
+    return sorted(
+        ast.unparse(node.func)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call)
+        and inspect.isclass(cls := _resolve(module, node.func))
+        and cls.__module__.startswith("switchboard")
+    )
+
+
+def _method(module_name: str, class_name: str, method: str) -> ast.FunctionDef:
+    for node in ast.walk(MODULES[module_name]):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    return item
+    raise AssertionError(f"{module_name}.{class_name}.{method} not found")
+
+
+def test_the_hub_constructs_none_of_its_collaborators() -> None:
+    """``Hub.__init__`` keeps what the composition root (hub/assemble.py) hands it, and builds nothing."""
+    init = _method("switchboard.hub.hub", "Hub", "__init__")
+    assert _switchboard_classes_called("switchboard.hub.hub", init) == []
+    # the check sees a construction where there is one: the composition root's
+    assert "Hub" in _switchboard_classes_called("switchboard.hub.assemble", MODULES["switchboard.hub.assemble"])
+
+
+def test_only_the_composition_root_builds_a_hub() -> None:
+    builders = [
+        name
+        for name, tree in MODULES.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Hub"
+    ]
+    assert builders == ["switchboard.hub.assemble"]
+
+
+# What the server may read of the hub besides its calls (admit, attach, detach, route, start, stop): settings,
+# clock and counters, the clients here (the status page), the bus's health, the replica layer's presence, and
+# the HTTP routes' port. Every other collaborator the hub is handed stays behind it.
+SERVER_READS = frozenset({"settings", "clock", "metrics", "peers", "bus", "cluster", "http"})
+
+
+def test_the_server_reaches_the_hubs_parts_only_through_its_http_port() -> None:
+    """No ``hub.manager.directory`` or ``hub.gate.deletion`` under server/: the hub's collaborators (what
+    ``Hub.__init__`` is handed) are off limits there, but for ``SERVER_READS``."""
+    init = _method("switchboard.hub.hub", "Hub", "__init__")
+    collaborators = {arg.arg for arg in init.args.kwonlyargs} - SERVER_READS
+    assert {"manager", "gate", "registry"} <= collaborators
+    reached = sorted(
+        f"{module}: hub.{node.attr}"
+        for module in under("switchboard.server")
+        for node in ast.walk(MODULES[module])
+        if isinstance(node, ast.Attribute)
+        and node.attr in collaborators
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id == "hub")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "hub")
+        )
+    )
+    assert reached == []

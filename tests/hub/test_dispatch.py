@@ -127,7 +127,7 @@ async def test_a_managers_call_to_another_replicas_client_is_wrapped_once_and_tr
 ) -> None:
     prov, prov_wire = await pair.connect(pair.b, "prov")
     tries = LinkTries(pair.a, monkeypatch)
-    await pair.a.route_from_manager(envelope.encode(call(prov.id, "m1")))
+    await pair.a.manager.hub.route_from_manager(envelope.encode(call(prov.id, "m1")))
     await settle()
     assert prov_wire.methods() == ["services.s.f"], "unwrapped for its client"
     assert pair.b.router.reply_routes.origin_of("m1") == "a", "its reply finds the way back to a's manager"
@@ -142,7 +142,7 @@ async def test_a_managers_call_that_reached_nobody_is_retried_as_it_was_wrapped(
     prov, _ = await pair.connect(pair.b, "prov")
     await pair.b.bus.unsubscribe(CLIENT_CHANNEL + prov.id)  # its replica's subscription is being re-wired
     tries = LinkTries(pair.a, monkeypatch)
-    await pair.a.route_from_manager(envelope.encode(call(prov.id, "m1")))
+    await pair.a.manager.hub.route_from_manager(envelope.encode(call(prov.id, "m1")))
     await settle()
     assert pair.a.retry.pending(prov.id), "claimed by a replica: it waits in the retry window"
     assert len(tries.published) >= 2, "published, then retried"
@@ -214,10 +214,10 @@ async def test_a_broadcast_to_thousands_lets_the_loop_turn_and_keeps_each_listen
             await asyncio.sleep(0)
 
     watcher = asyncio.ensure_future(watch())
-    await pair.a.emit_event(WS, "news", 1)
-    await pair.a.emit_event(WS, "more-news", 2)  # nobody listens: not sent
+    await pair.a.events.emit_event(WS, "news", 1)
+    await pair.a.events.emit_event(WS, "more-news", 2)  # nobody listens: not sent
     pair.a.subscribers.add(pair.a.peers[f"{WS}/l{listeners - 1}"], ["late"])
-    await pair.a.emit_event(WS, "late", 3)  # one listener, but behind the others: waits its turn
+    await pair.a.events.emit_event(WS, "late", 3)  # one listener, but behind the others: waits its turn
     await watcher
     await settle()
     assert any(0 < n < listeners for n in seen_midway), f"listeners served per turn of the loop: {seen_midway}"

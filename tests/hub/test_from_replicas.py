@@ -95,7 +95,7 @@ async def test_the_bus_is_given_one_listener_however_many_channels_the_hub_subsc
     try:
         for n in range(3):
             await connect(hub, f"c{n}")
-        async with hub.acting_as(USER.to_wire(WS, "m"), WS):
+        async with hub.http.acting_as(USER.to_wire(WS, "m"), WS):
             pass
         bus = hub.bus
         assert isinstance(bus, ListenedBus)
@@ -191,7 +191,7 @@ async def test_an_http_caller_whose_channel_cannot_be_subscribed_leaves_nothing_
 
     hub.unicast.subscribe = broken  # type: ignore[method-assign]
     with pytest.raises(Boom):
-        async with hub.acting_as(USER.to_wire(WS, "m"), WS):
+        async with hub.http.acting_as(USER.to_wire(WS, "m"), WS):
             pytest.fail("never entered")
     assert len(hub.from_replicas) == 0
     assert hub.router.aliases == {}, "nor is it an alias the router sends replies to"

@@ -345,7 +345,7 @@ async def test_a_store_that_lost_its_data_learns_again_whose_client_ids_they_are
     await net.connect("prov", services=("s",))
     await net.hub.registry.remove_client(WS, "prov")  # as if the store had lost it
     assert await net.hub.registry.holder(WS, "prov") is None
-    await net.hub.reclaim()
+    await net.hub.repairs.reclaim()
     assert await net.hub.registry.holder(WS, "prov") == USER.id
     with pytest.raises(HandshakeError, match="belongs to another user"):
         await net.connect("prov", user=new_anonymous_user())

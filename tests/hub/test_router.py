@@ -29,6 +29,7 @@ from switchboard.hub.routing.actions import (
     ToReplica,
 )
 from switchboard.hub.routing.limits import TokenBucket
+from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.sessions.peer import Peer
@@ -37,7 +38,6 @@ from switchboard.hub.transit.transit import Transit
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
-from switchboard.replicas.replays import worth_replaying
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from support.wire import Wire
-from switchboard.hub import hub as hub_module
+from switchboard.hub import reconnection
 from switchboard.hub.identity.users import new_anonymous_user
 from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.sessions.peer import Peer
@@ -82,7 +82,7 @@ async def test_a_refresh_reuses_the_token_signed_within_the_last_minute(
     async with peer_of(clock, rate=1000, burst=100) as (peer, conn):
         for _ in range(50):
             hub.handle_text(peer, REFRESH)
-        clock.advance(hub_module.TOKEN_REUSE - 0.01)
+        clock.advance(reconnection.TOKEN_REUSE - 0.01)
         hub.handle_text(peer, REFRESH)
         assert len(signed) == 1
         assert len(conn.controls()) == 51

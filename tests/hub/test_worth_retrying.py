@@ -29,15 +29,15 @@ async def test_an_empty_answer_from_a_registry_that_lost_its_data_is_not_trusted
         try:
             await registry.register(built_in("ws1", "alive"))
             await registry.check_reset()  # the cluster loop records the epoch at start
-            assert await hub.remote.worth_retrying("ws1/alive")  # registered: wait for it
-            assert not await hub.remote.worth_retrying("ws1/gone")  # nobody claims it: fail now
+            assert await hub.dispatch.remote.worth_retrying("ws1/alive")  # registered: wait for it
+            assert not await hub.dispatch.remote.worth_retrying("ws1/gone")  # nobody claims it: fail now
 
             valkey.restart()  # back empty: "alive" is re-asserted within seconds
             assert await registry.find(ServiceQuery("ws1", "alive", "built-in")) == []
-            assert await hub.remote.worth_retrying("ws1/alive")  # not failed in the meantime
-            assert await hub.remote.worth_retrying("ws1/gone")  # cannot tell yet either
+            assert await hub.dispatch.remote.worth_retrying("ws1/alive")  # not failed in the meantime
+            assert await hub.dispatch.remote.worth_retrying("ws1/gone")  # cannot tell yet either
 
             await registry.check_reset()  # re-assertion has run
-            assert not await hub.remote.worth_retrying("ws1/gone")
+            assert not await hub.dispatch.remote.worth_retrying("ws1/gone")
         finally:
             await registry.close()

@@ -117,7 +117,7 @@ async def test_no_reconnection_token_launders_a_credential_older_than_a_deletion
     refreshed = (await admitted(again))["reconnection_token"]
     await again.close()
     # the workspace was deleted after the credential was issued, before both reconnection tokens were signed
-    await server.hub.workspaces.mark_deleted(ws, issued + 50, ttl=3600, principal="owner")
+    await server.hub.http.workspaces.mark_deleted(ws, issued + 50, ttl=3600, principal="owner")
     for token in (resume, refreshed):
         back = await open_raw(url, client_id="mel", workspace=ws, reconnection_token=token)
         assert await outcome(back) == ("closed", 1008, f"Workspace {ws} was deleted")
@@ -133,6 +133,6 @@ async def test_a_credential_older_than_a_deletion_mints_no_token_for_the_workspa
         TEST_SECRET,
     )
     olga = await connect(client_id="olga", token=grant)  # in her own workspace
-    await server.hub.workspaces.mark_deleted(ws, issued + 50, ttl=3600, principal="owner")
+    await server.hub.http.workspaces.mark_deleted(ws, issued + 50, ttl=3600, principal="owner")
     with pytest.raises(RemoteException, match=f"Workspace {ws} was deleted"):
         await olga.generate_token({"workspace": ws, "permission": "read"})

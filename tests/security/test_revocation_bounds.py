@@ -49,7 +49,7 @@ async def test_anonymous_clients_minting_and_revoking_tokens_share_one_bounded_a
         assert f"Too many revoked tokens for anonymous users: at most {PER_USER}" in refusal
         # a fresh anonymous identity is free: it gets no allowance of its own
         assert "Too many revoked tokens" in str(await _mint_and_revoke(second, 1))
-        assert len(hub.hub.credentials.revocations) == PER_USER  # type: ignore[arg-type]
+        assert len(hub.hub.gate.credentials.revocations) == PER_USER  # type: ignore[arg-type]
         assert await _mint_and_revoke(alice, 1) is None, "an account still revokes its tokens"
     finally:
         for c in (first, second, alice):
@@ -85,7 +85,7 @@ async def test_past_the_hub_wide_ceiling_a_revoke_is_refused_with_a_clear_error(
             break
     assert refusal is not None
     assert f"The hub holds its maximum of {HUB_WIDE} revoked tokens" in refusal
-    assert len(hub.hub.credentials.revocations) == HUB_WIDE  # type: ignore[arg-type]
+    assert len(hub.hub.gate.credentials.revocations) == HUB_WIDE  # type: ignore[arg-type]
 
 
 async def test_an_anonymous_users_tokens_live_a_day_at_most(hub: RunningServer) -> None:

@@ -107,7 +107,7 @@ async def test_a_session_whose_credential_was_revoked_mints_nothing(hub: Running
     session = await client(hub, "m1", leaked)
     try:
         # revoked in the store only, as if the notice to close its connections had been lost
-        await hub.hub.credentials.revocations.revoke(
+        await hub.hub.gate.credentials.revocations.revoke(
             claims(leaked)["jti"], until=claims(leaked)["exp"] + 60, principal="mallory"
         )
         with pytest.raises(RemoteException, match="revoked"):

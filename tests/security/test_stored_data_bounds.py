@@ -61,7 +61,7 @@ async def _write_anonymous_maxima(client: Any) -> None:
 
 
 async def _holds_nothing(server: RunningServer, workspace: str) -> bool:
-    store = server.hub.workspaces
+    store = server.hub.http.workspaces
     tables = [await store.table(workspace, t) for t in ("env", "types", "bookmarks")]
     return not any(tables) and not await store.log_entries(workspace, 10_000)
 
@@ -104,7 +104,7 @@ async def test_a_bookmark_refers_to_a_service_by_id_and_does_not_copy_its_info(s
         await alice.bookmark({"bookmark_type": "service", "id": "big"})
         [mark] = [m for m in (await alice.get_workspace_info())["config"]["bookmarks"] if m["id"].endswith(":big")]
         assert mark == {"bookmark_type": "service", "id": mark["id"]}
-        stored = await server.hub.workspaces.table(alice.config["workspace"], "bookmarks")
+        stored = await server.hub.http.workspaces.table(alice.config["workspace"], "bookmarks")
         assert sum(len(v) for v in stored.values()) < KIB, "a bookmark copied its service's info"
     finally:
         await alice.disconnect()

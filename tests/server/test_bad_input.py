@@ -132,7 +132,7 @@ async def assert_hub_unharmed(server: RunningServer, connect: Any, *bad_client_i
 
 
 def token_for(server: RunningServer, workspace: str, user_id: str = "bob") -> str:
-    return server.hub.issuer.issue(
+    return server.hub.gate.issuer.issue(
         User(id=user_id), workspace=workspace, permission=Permission.READ_WRITE, expires_in=600
     )
 
@@ -234,7 +234,7 @@ async def test_no_first_frame_within_the_handshake_timeout_is_refused_with_1008(
 
 
 def expired_token(server: RunningServer) -> str:
-    return server.hub.issuer.issue(
+    return server.hub.gate.issuer.issue(
         User(id="late"), workspace="ws-user-late", permission=Permission.ADMIN, expires_in=-10
     )
 

@@ -189,9 +189,9 @@ async def test_a_caller_that_leaves_takes_its_handles_with_it(connect, server):
     caller = await connect(client_id="caller", token=token)
     calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
     await calc.who()
-    assert server.hub.balanced.pools()
+    assert server.hub.router.balanced.pools()
     await caller.disconnect()
-    await eventually(lambda: not server.hub.balanced.pools(), "the caller's handles forgotten", timeout=5)
+    await eventually(lambda: not server.hub.router.balanced.pools(), "the caller's handles forgotten", timeout=5)
 
 
 async def test_a_call_the_hub_refuses_fails_with_the_reason_not_a_timeout():

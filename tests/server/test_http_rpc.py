@@ -176,7 +176,7 @@ async def test_the_clients_own_token_refresh_gets_a_new_token_down_the_stream(
     # The client POSTs {"type":"refresh_token"} 2 s after connecting; the answer
     # replaces its token with a new object (the value may be equal within a second).
     await eventually(lambda: connection._reconnection_token is not first, timeout=10, what="a token refresh")
-    user = server.hub.issuer.verify(connection._reconnection_token)
+    user = server.hub.gate.issuer.verify(connection._reconnection_token)
     assert (user.client_id, user.current_workspace) == ("refresher", api.config["workspace"])
 
 
@@ -225,7 +225,7 @@ async def test_post_ping_and_refresh_token_are_answered_down_the_stream(server: 
         assert await stream.frame_of_type("pong")
         assert (await stream.post(msgpack.packb({"type": "refresh_token"}))).status_code == 200
         frame = await stream.frame_of_type("reconnection_token")
-        user = server.hub.issuer.verify(frame["reconnection_token"])
+        user = server.hub.gate.issuer.verify(frame["reconnection_token"])
         assert (user.client_id, user.current_workspace) == ("ctl", stream.info["workspace"])
 
 

@@ -49,7 +49,7 @@ WS = "team"
 def member(state: ServerState, user_id: str) -> str:
     """A token of ``user_id`` with read-write access to :data:`WS`, signed by the hub."""
     user = User(id=user_id, roles=("user",))
-    return state.hub.issuer.issue(user, workspace=WS, permission=Permission.READ_WRITE, expires_in=600)
+    return state.hub.gate.issuer.issue(user, workspace=WS, permission=Permission.READ_WRITE, expires_in=600)
 
 
 def detaches_counted(hub: Hub) -> list[Peer]:

@@ -10,6 +10,7 @@ from typing import Any
 from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
+from switchboard.hub.routing.replays import worth_replaying
 from switchboard.protocol import replica_wire
 from switchboard.protocol.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
@@ -39,7 +40,7 @@ class LinkedReplica:
             self.bus,
             replica_id=self.replica_id,
             clock=SystemClock(),
-            calls=self.calls,
+            worth_replaying=lambda data: worth_replaying(data, self.calls),
             links=LinkSettings(secret=secret, **link_options),
             untagged_prefix="sb:replica:",  # as the hub has it: replicas' own channels go untagged
         )

@@ -4,9 +4,13 @@ It knows connections; the routing decisions are the
 :class:`~switchboard.hub.routing.router.Router`'s (values, no I/O), carried out by
 :class:`~switchboard.hub.dispatch.Dispatch`. It does not know sockets (the
 server layer owns those) nor where shared state lives (the backends do).
-Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remote`
-(the other replicas, through the bus), :class:`~switchboard.hub.transit.moves.Moves`
-(clients in transit), :class:`~switchboard.hub.transit.drain.Drainer` (SIGTERM).
+It keeps admission, attach, detach and the route of each frame; its
+collaborators, each in its own module, are built and handed to it by the
+composition root (:mod:`switchboard.hub.assemble`): among them
+:class:`~switchboard.hub.transit.moves.Moves` (clients in transit),
+:class:`~switchboard.hub.transit.drain.Drainer` (SIGTERM) and the manager. The
+manager and the cluster reach the hub through ports of their own
+(:mod:`~switchboard.hub.manager_port`, :mod:`~switchboard.hub.cluster_port`).
 """
 
 from __future__ import annotations
@@ -14,44 +18,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import Awaitable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import shortuuid
-
-from switchboard.backends.base import (
-    WORKSPACE_DATA_TTL,
-    Arrival,
-    ConnectionCounts,
-    Entrance,
-    EventBus,
-    Registry,
-    WorkspaceStore,
-)
-from switchboard.backends.entrance import StoreEntrance
-from switchboard.backends.logins import LoginStore, MemoryLogins
-from switchboard.backends.memory import MemoryConnectionCounts
-from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
-from switchboard.backends.queues import MemoryQueues, QueueBounds, QueueStore
-from switchboard.backends.revocations import MemoryRevocations, Revocations
+from switchboard.backends.base import Arrival, EventBus, Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
-from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
+from switchboard.hub.dispatch import Dispatch
 from switchboard.hub.from_replicas import FromReplicas
-from switchboard.hub.identity.auth import TokenIssuer
-from switchboard.hub.identity.credentials import REVOKED, Credentials
-from switchboard.hub.identity.oidc import OidcVerifier
-from switchboard.hub.identity.users import ROOT
-from switchboard.hub.manager.data_charges import lasts_only_while_connected
+from switchboard.hub.http_port import HttpPort
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.hub.routing.balance import Balanced, Refuse, Resend
+from switchboard.hub.reconnection import ReconnectionTokens
+from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
+from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.inflight import InFlight
-from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.router import Router
-from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.routing.transit_steps import superseded_leftovers
+from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.sessions.admission import Admitted, Gatekeeper
 from switchboard.hub.sessions.joins import Holders, Joining, Joins
@@ -59,16 +44,11 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.drain import Drainer
 from switchboard.hub.transit.moves import Moves
-from switchboard.hub.transit.released import Released
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope
+from switchboard.hub.workspace_events import WorkspaceEvents
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
-from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
 from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
-from switchboard.replicas.links import LinkSettings
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
 
@@ -77,219 +57,81 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Seconds a connection's last reconnection token is handed out again instead of a
-# new one (at most a tenth of the token's lifetime, so a reused token has nearly all
-# of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
-TOKEN_REUSE = 60.0
-# Seconds a connection that revoked its own credential stays open, so the answer to its call reaches it:
-# plenty for a frame already queued on loopback or a LAN, and short for a leaked credential's holder.
-ANSWER_GRACE = 1.0
-
-
-def queue_bounds(settings: Settings) -> QueueBounds:
-    """The bounds of the task queues (``--max-queue-items*``)."""
-    return QueueBounds(
-        per_workspace=settings.max_queue_items_per_workspace,
-        per_principal=settings.max_queue_items_per_user,
-        total=settings.max_queue_items,
-    )
-
 
 class Hub:
-    """Every live client of this replica, and what carries their frames (see the module docstring)."""
+    """Every live client of this replica, and what carries their frames (see the module docstring).
+
+    Built by :func:`switchboard.hub.assemble.assemble`, which hands it what it
+    keeps: it constructs nothing itself.
+    """
 
     def __init__(
         self,
         *,
         settings: Settings,
-        registry: Registry,
-        bus: EventBus,
         clock: Clock,
         metrics: HubMetrics,
-        issuer: TokenIssuer,
-        counts: ConnectionCounts | None = None,
-        links: LinkSettings | None = None,
-        workspaces: WorkspaceStore | None = None,
-        revocations: Revocations | None = None,
-        entrance: Entrance | None = None,
-        queues: QueueStore | None = None,
-        logins: LoginStore | None = None,
+        registry: Registry,
+        bus: EventBus,
+        gate: Gatekeeper,
+        tokens: ReconnectionTokens,
+        peers: dict[str, Peer],
+        members: dict[str, set[Peer]],
+        joins: Joins,
+        holders: Holders,
+        subscribers: Subscribers,
+        transit: Transit[Undelivered],
+        unicast: Unicast,
+        uploads: Receivers,
+        retry: RetryWindow,
+        replies: RetryWindow,
+        router: Router,
+        moves: Moves,
+        dispatch: Dispatch,
+        from_replicas: FromReplicas,
+        drainer: Drainer,
+        events: WorkspaceEvents,
+        repairs: Repairs,
+        manager: WorkspaceManager,
+        http: HttpPort,
+        cluster: Cluster | None,
+        background: set[asyncio.Task[Any]],
     ) -> None:
         self.settings = settings
-        self.registry = registry
-        self.bus = bus
         self.clock = clock
         self.metrics = metrics
-        self.issuer = issuer
-        self.counts = counts or MemoryConnectionCounts()
-        self.workspaces = workspaces or MemoryWorkspaceStore(
-            clock=clock,
-            ttl=WORKSPACE_DATA_TTL,
-            max_bytes=settings.max_workspace_data_bytes,
-            deletions_per_principal=settings.max_deletions_per_user,
-            deletions=settings.max_deletions,
-        )
-        # how a token becomes a user at every door: the hub's own tokens, a provider's, revocations
-        self.credentials = Credentials(
-            issuer,
-            revocations
-            or MemoryRevocations(
-                clock, per_principal=settings.max_revocations_per_user, total=settings.max_revocations
-            ),
-            OidcVerifier(settings, clock) if settings.oidc_issuer else None,
-        )
-        # the task queues of public/queue (hub/manager/task_queue.py)
-        self.queues = queues or MemoryQueues(clock, queue_bounds(settings))
-        # the pending sign-ins of public/hypha-login (hub/manager/login_service.py)
-        self.logins: LoginStore = logins or MemoryLogins(clock)
-        self.gate = Gatekeeper(
-            settings=settings,
-            issuer=issuer,
-            credentials=self.credentials,
-            registry=registry,
-            counts=self.counts,
-            clock=clock,
-            workspaces=self.workspaces,
-            # what admitting a client asks the stores (on Redis: one pipeline, then one script)
-            entrance=entrance
-            or StoreEntrance(
-                revocations=self.credentials.revocations,
-                registry=registry,
-                counts=self.counts,
-                workspaces=self.workspaces,
-            ),
-        )
+        self.registry = registry
+        self.bus = bus
+        self.gate = gate  # admission: who a client is, whether it may have its id, the counts
+        self.tokens = tokens  # each connection's reconnection token, signed at most once a minute
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
-        self.manager_address = f"*/{self.manager_id}"
-        self.root_wire = ROOT.to_wire("*", self.manager_id)
-        self.peers: dict[str, Peer] = {}
-        self._by_workspace: dict[str, set[Peer]] = {}
+        self.peers = peers  # the live connection of each client here, by address
+        self._by_workspace = members  # the same, by workspace
         # whom a deletion or revocation notice reaches besides the members: the connections joining
         # (hub/sessions/joins.py), and the sessions by the credentials they stand on
-        self.joins = Joins()
-        self.holders = Holders()
-        self.subscribers = Subscribers()  # who here listens to which workspace event
-        self._background: set[asyncio.Task[Any]] = set()
-        self._acting: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
-        # registry writes that failed while the backend was away, repaired by the cluster loop
-        self.unpurged: set[tuple[str, str]] = set()
-        self.registry_dirty = False
+        self.joins = joins
+        self.holders = holders
+        self.subscribers = subscribers  # who here listens to which workspace event
+        self.transit = transit  # clients whose connection ended and that are expected back
+        self.unicast = unicast  # frames for clients of other replicas
+        self.uploads = uploads
+        self.retry = retry
+        self.replies = replies
+        self.router = router
+        self.moves = moves
+        self.dispatch = dispatch
+        self.from_replicas = from_replicas
+        self.drainer = drainer
+        self.events = events  # server events, and a gone client's farewell
+        self.repairs = repairs  # registry writes that failed while the backend was away
+        self.manager = manager
+        self.http = http  # the HTTP routes' port (server/http/), carried for the server
         # the replica layer on a shared Redis (presence, lease, reaper, recovery), started and
-        # stopped with the hub; None on the embedded backends (set by the app, which builds it)
-        self.cluster: Cluster | None = None
+        # stopped with the hub; None on the embedded backends
+        self.cluster = cluster
+        self._background = background
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
-        calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
-        # the router's: the calls a lost link's unacked frames are judged by
-        calls = InFlight(on_change=calls_ended.set)
-        # calls in flight to each provider, for the min_load service selection
-        self.loads = Loads(calls, clock=clock, is_local=lambda address: address in self.peers)
-        # the balanced handles of this replica's callers, and their calls in flight (the router's)
-        self.balanced = Balanced()
-        self.manager = WorkspaceManager(self)
-        # clients whose connection ended and that are expected back (switchboard.hub.transit.moves)
-        self.transit: Transit[Undelivered] = Transit(
-            clock=clock, grace=settings.transit_grace, max_bytes=settings.send_queue_bytes
-        )
-        # frames for clients of other replicas: over direct links (``links``) or through the bus
-        self.unicast = Unicast(
-            bus, replica_id=self.replica_id, clock=clock, calls=calls, links=links, untagged_prefix=REPLICA_CHANNEL
-        )
-        self.remote = Remote(
-            bus=bus,
-            unicast=self.unicast,
-            registry=registry,
-            replica_id=self.replica_id,
-        )
-        # what the retry window and the moves hand back goes to the dispatch, built after them (connected below)
-        released = Released()
-        drain_end = DrainEnd()  # the drainer's, read by the retry window's bound
-        self.retry = RetryWindow(
-            clock=clock,
-            window=settings.undeliverable_retry_window,
-            interval=0.1,
-            publish=self.remote.publish_to_client,
-            give_up=released.give_up,
-            hold_until=RetryBound(self.transit, drain_end, self.peers),
-        )
-        # replies to calls another replica's manager made, waiting for its channel like a client's frames
-        self.replies = RetryWindow(
-            clock=clock,
-            window=settings.undeliverable_retry_window,
-            interval=0.1,
-            publish=self.remote.publish_to_replica,
-            give_up=lambda origin, _: self.log.warning("manager reply for replica %s dropped: unreachable", origin),
-        )
-        # chunked messages on their way to each client here or in transit from here (the router walks them)
-        self.uploads = Receivers(
-            clock=clock,
-            max_bytes=settings.max_upload_bytes,
-            alive=lambda client: client in self.peers or client in self.transit,
-            allow_encrypted=settings.allow_encrypted_payloads,
-        )
-        self.router = Router(
-            settings=settings,
-            inflight=calls,
-            balanced=self.balanced,
-            uploads=self.uploads,
-            clock=clock,
-            metrics=metrics,
-            peers=self.peers,
-            aliases=self._acting,
-            transit=self.transit,
-            retry=self.retry,
-            replies=self.replies,
-        )
-        self.moves = Moves(
-            registry=registry,
-            remote=self.remote,
-            clock=clock,
-            metrics=metrics,
-            peers=self.peers,
-            transit=self.transit,
-            retry=self.retry,
-            deliver=released.deliver,
-            give_up=released.give_up,
-            announce_gone=self.announce_gone,
-            forget=self.uploads.forget,
-        )
-        self.dispatch = Dispatch(
-            router=self.router,
-            remote=self.remote,
-            moves=self.moves,
-            retry=self.retry,
-            replies=self.replies,
-            to_manager=self.manager.receive,
-            subscribers=self.subscribers,
-            aliases=self._acting,
-            metrics=metrics,
-            token=self.reconnection_token,
-            manager_user=self.root_wire,
-            bind_first=self.manager.balancing.bind_later,
-        )
-        released.connect(self.dispatch)
-        # what other replicas send here, whichever way it comes: the one port the unicast is handed
-        self.from_replicas = FromReplicas(
-            dispatch=self.dispatch,
-            moves=self.moves,
-            members=self._by_workspace,
-            replica_id=self.replica_id,
-            joins=self.joins,
-            holders=self.holders,
-        )
-        self.unicast.listen(self.from_replicas)
-        self.drainer = Drainer(
-            router=self.router,
-            moves=self.moves,
-            unicast=self.unicast,
-            clock=clock,
-            peers=self.peers,
-            retry=self.retry,
-            calls_ended=calls_ended,
-            window=settings.drain_window if settings.redis_url else 0,  # alone, nobody takes them in: all at once
-            alone=not settings.redis_url,
-            end=drain_end,
-        )
 
     @property
     def inflight(self) -> InFlight:
@@ -380,18 +222,16 @@ class Hub:
             )
         if plan.replace:  # a new session: the earlier one's held frames fail, its registrations go
             await self.moves.abandon(peer.id)
-            await self.purge(peer.workspace, peer.client_id)
+            await self.events.purge(peer.workspace, peer.client_id)
         # counted in within the limits, and the id claimed: refused if another user claimed it meanwhile
         claim = await self.gate.enter(peer)
         old = self.peers.get(peer.id)
         if old is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
-            for frame in old.leftovers(self.clock.monotonic()):  # queued behind connection_info
-                if plan.resume:
-                    peer.send(frame)
-                elif (item := undelivered_of(frame)) is not None:  # the earlier session's: it fails
-                    self.dispatch.give_up(peer.id, item)
+            # queued behind connection_info if it resumes; the earlier session's fail if it is a new one
+            for action in superseded_leftovers(peer, old.leftovers(self.clock.monotonic()), resume=plan.resume):
+                self.dispatch.carry(action)
         self.peers[peer.id] = peer
         members = self._by_workspace.setdefault(peer.workspace, set())
         first_in_workspace = not members
@@ -426,19 +266,9 @@ class Hub:
             "workspace": peer.workspace,
             "client_id": peer.client_id,
             "user": peer.user_wire,
-            "reconnection_token": self.reconnection_token(peer),
+            "reconnection_token": self.tokens(peer),
             "reconnection_token_life_time": float(self.settings.reconnection_token_lifetime),
         }
-
-    def reconnection_token(self, peer: Peer) -> str:
-        """A token that resumes ``peer``'s identity, signed afresh at most every
-        :data:`TOKEN_REUSE` seconds per connection: a ``refresh_token`` flood gets
-        the last one again, costing no signature each."""
-        now = self.clock.monotonic()
-        reuse = min(TOKEN_REUSE, self.settings.reconnection_token_lifetime / 10)
-        if peer.token is None or now - peer.token_signed_at >= reuse:
-            peer.token, peer.token_signed_at = self.gate.reconnection_token(peer), now
-        return peer.token
 
     async def detach(self, peer: Peer) -> None:
         """Forget a closed connection, unless a newer one of the same client replaced it.
@@ -487,33 +317,12 @@ class Hub:
             return
         self.uploads.forget(peer.id)
         try:
-            await self.purge(peer.workspace, peer.client_id, owner=self.replica_id)
+            await self.events.purge(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
             # Redis is away: the registrations stay until the cluster loop retries
             peer.log.warning("registrations not removed yet: %s", exc)
-            self.unpurged.add((peer.workspace, peer.client_id))
+            self.repairs.unpurged.add((peer.workspace, peer.client_id))
         peer.log.info("disconnected (%s)", peer.close_reason or "closed")
-
-    async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int:
-        """Remove a gone client's registrations and tell its workspace; return how many."""
-        removed = await self.registry.remove_client(workspace, client_id, owner=owner)
-        return await self.announce_gone(workspace, client_id, removed)
-
-    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int:
-        """Tell the workspace a client left: each of its ``removed`` services, then the client;
-        then free the workspace's data if it lasts only while a client of it is connected."""
-        for info in removed:  # none: nothing was announced, or a newer connection elsewhere owns it now
-            if not info["id"].endswith(":built-in"):
-                await self.emit_event(workspace, "service_removed", info)
-        if removed:
-            await self.emit_event(workspace, "client_disconnected", {"id": client_id, "workspace": workspace})
-        if lasts_only_while_connected(workspace):  # also when it registered nothing: a raw client may write data
-            try:
-                if not await self.registry.find(ServiceQuery(workspace, "*", "built-in")):
-                    await self.workspaces.remove(workspace)
-            except BackendError as exc:  # the store is away: the data expires with its TTL instead
-                log.warning("data of %s not freed at its last client's departure: %s", workspace, exc)
-        return len(removed)
 
     # -- frames: decided by the router, carried out by the dispatch --------------
 
@@ -539,126 +348,6 @@ class Hub:
         peer.last_heard = self.clock.monotonic()  # a drain sends it away in a pause (drain.QUIET)
         counts.received_bytes += len(data)
         return self.dispatch.run(self.router.route(peer, data))
-
-    async def route_from_manager(self, data: bytes) -> None:
-        """Route a frame the manager's RPC emitted, stamped as the trusted manager
-        (or as the HTTP caller it acts for, :meth:`acting_as`)."""
-        acting = ACTING_AS.get()
-        action = self.router.from_manager(
-            data,
-            sender=acting.address if acting else self.manager_address,
-            workspace=acting.workspace if acting else None,
-            user=acting.user if acting else self.root_wire,
-        )
-        rest = self.dispatch.run(action)
-        if rest is not None:
-            await rest
-
-    @contextlib.asynccontextmanager
-    async def acting_as(self, user: dict[str, Any], workspace: str) -> AsyncIterator[Acting]:
-        """Calls the manager's RPC makes inside this block carry the HTTP caller's identity.
-
-        The caller gets an address of its own for the block's duration, so
-        replies (from any replica) find their way back to the manager's RPC.
-        """
-        acting = Acting(f"{workspace}/http-{shortuuid.uuid()[:12]}", workspace, user)
-        channel = CLIENT_CHANNEL + acting.address
-        self._acting[acting.address] = acting
-        self.from_replicas.listen(acting.address, acting)
-        try:  # a subscribe that fails or is cancelled leaves the address in no table either
-            await self.unicast.subscribe(channel)
-            token = ACTING_AS.set(acting)
-            try:
-                yield acting
-            finally:
-                ACTING_AS.reset(token)
-        finally:
-            self._acting.pop(acting.address, None)
-            self.inflight.forget_peer(acting.address)
-            try:
-                await self.unicast.unsubscribe(channel)
-            finally:
-                self.from_replicas.forget(acting.address, acting)
-
-    async def end_workspace(self, workspace: str) -> None:
-        """A workspace was deleted: every replica ends the sessions of its clients there (and refuses
-        those joining it)."""
-        self.from_replicas.workspace_deleted(workspace)
-        await self.remote.publish_message(WorkspaceDeleted(workspace))
-
-    async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None:
-        """A credential was revoked: every replica ends the sessions standing on it or on what descends
-        from it (and refuses those joining with it). ``answering``: the connection that revoked it,
-        closed only once its answer was sent (after :data:`ANSWER_GRACE`)."""
-        if answering is not None and token_id in answering.user.revocation_ids:
-            self.holders.discard(answering)  # no notice reaches it now, not even this replica's own
-            spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
-        self.from_replicas.credential_revoked(token_id)
-        await self.remote.publish_message(CredentialRevoked(token_id))
-
-    async def kick(self, workspace: str, client_id: str | None, code: int, reason: str) -> None:
-        """Close a client's connection (``None``: every client of ``workspace``) on every replica."""
-        kick = ClientKicked(workspace, client_id, code, reason)
-        self.from_replicas.kicked(kick)
-        await self.remote.publish_message(kick)
-
-    async def replica_ids(self) -> list[str]:
-        """The live replicas of this hub, by id (this one alone on the embedded backends)."""
-        if self.cluster is None:
-            return [self.replica_id]
-        records, _ = await self.cluster.presence.read_all()
-        return sorted({str(r["id"]) for r in records if "id" in r} | {self.replica_id})
-
-    async def _close_after_answer(self, peer: Peer) -> None:
-        await self.clock.sleep(ANSWER_GRACE)
-        peer.close(CLOSE_POLICY, f"Authentication error: {REVOKED}")
-
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None:
-        """A server event (``service_added`` ...) for the workspace's subscribers."""
-        frame = envelope.encode({"type": event_type, "to": "*", "ws": workspace, "data": data})
-        await self.dispatch.broadcast(workspace, event_type, frame)
-
-    # -- repairs -------------------------------------------------------------
-
-    async def repair_registry(self) -> list[ServiceInfo]:
-        """Retry what a backend outage left undone; return the registrations to re-write, if any
-        (the cluster re-asserts them)."""
-        await self.gate.retry_uncounted()
-        for ws, cid in list(self.unpurged):
-            if f"{ws}/{cid}" not in self.peers:  # a reconnected client re-registered itself
-                await self.purge(ws, cid, owner=self.replica_id)
-            self.unpurged.discard((ws, cid))
-        if not self.registry_dirty:
-            return []
-        self.registry_dirty = False
-        return [info for peer in list(self.peers.values()) for info in peer.services.values()]
-
-    async def reclaim(self) -> None:
-        """Record again whose client ids this replica's clients are (the store lost its data)."""
-        await self.gate.reclaim(list(self.peers.values()))
-
-    async def sweep_transits(self) -> int:
-        """End transits nobody here knew of whose grace is over (:meth:`Moves.sweep_transits`)."""
-        return await self.moves.sweep_transits()
-
-    # -- queries used by the manager and HTTP layer --------------------------
-
-    def peer_for(self, address: str) -> Peer | None:
-        return self.peers.get(address)
-
-    def holds(self, client: str) -> bool:
-        """Is ``client`` connected here, or in transit (expected back)?"""
-        return client in self.peers or client in self.transit
-
-    def balanced_bound(self, peer: Peer, target: str, error: str | None) -> None:
-        """A balanced handle looked up for ``peer`` on its first call here: what waited is routed (:meth:`Router.bound`)."""
-        for action in self.router.bound(peer, target, error):
-            self.dispatch.carry(action)
-
-    def balanced_steps(self, steps: list[Resend | Refuse]) -> None:
-        """Balanced calls whose instance left: resent elsewhere or failed (:meth:`Router.balanced_steps`)."""
-        for action in self.router.balanced_steps(steps):
-            self.dispatch.carry(action)
 
     def __repr__(self) -> str:
         return f"<Hub replica={self.replica_id} clients={len(self.peers)}>"

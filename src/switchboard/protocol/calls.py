@@ -1,5 +1,5 @@
 """Call, reply or chunk: the one classification of frames, shared by the router's bookkeeping
-(:mod:`switchboard.hub.routing.router`) and the replica layer's replays (:mod:`switchboard.replicas.replays`)."""
+(:mod:`switchboard.hub.routing.router`) and the replay rule (:mod:`switchboard.hub.routing.replays`)."""
 
 from __future__ import annotations
 

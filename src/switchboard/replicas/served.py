@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from switchboard.clock import Clock
 from switchboard.config import Settings
@@ -36,12 +36,43 @@ class _Manager(Protocol):
     async def answers_ping(self, address: str, timeout: float = ...) -> bool: ...
 
 
+class BusCounts(Protocol):
+    """The bus's counters (a snapshot: ``backends/redis/bus.py`` ``BusStats``)."""
+
+    @property
+    def desired(self) -> int: ...
+
+    @property
+    def confirmed(self) -> int: ...
+
+    @property
+    def repairs(self) -> int: ...
+
+    @property
+    def publishes_to_nobody(self) -> int: ...
+
+    @property
+    def reconnects(self) -> int: ...
+
+
 class Bus(Protocol):
     @property
     def health(self) -> tuple[bool, str]: ...
 
     @property
-    def stats(self) -> Any: ...
+    def stats(self) -> BusCounts: ...
+
+
+class Totals(Protocol):
+    """The hub's running totals, written into the presence record for the web console's rates."""
+
+    def totals(self) -> Mapping[str, float]: ...
+
+
+class PublishedLoads(Protocol):
+    """Calls in flight to this replica's busiest clients, for the other replicas' ``min_load`` lookups."""
+
+    def published(self) -> Mapping[str, int]: ...
 
 
 class Served(Protocol):
@@ -63,7 +94,7 @@ class Served(Protocol):
     def manager(self) -> _Manager: ...
 
     @property
-    def metrics(self) -> Any: ...
+    def metrics(self) -> Totals: ...
 
     async def repair_registry(self) -> list[ServiceInfo]: ...
 
@@ -72,8 +103,8 @@ class Served(Protocol):
     async def sweep_transits(self) -> int: ...
 
     @property
-    def loads(self) -> Any: ...
+    def loads(self) -> PublishedLoads: ...
 
     async def purge(self, workspace: str, client_id: str, *, owner: str | None = None) -> int: ...
 
-    async def announce_gone(self, workspace: str, client_id: str, removed: list[Any]) -> int: ...
+    async def announce_gone(self, workspace: str, client_id: str, removed: list[ServiceInfo]) -> int: ...

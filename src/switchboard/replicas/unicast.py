@@ -8,7 +8,9 @@ The hub asks, and gets answers as values:
 * A frame a link gave back (the client had left that replica, or the link
   died before acking it) is published through the bus here; one that then
   reaches nobody comes out of :meth:`Unicast.lost`, for the hub to retry or
-  fail like a publish to nobody.
+  fail like a publish to nobody. Whether a lost link's unacked frame is
+  published again at all is the hub's rule (``worth_replaying``, handed in:
+  :mod:`switchboard.hub.routing.replays`).
 
 Frames through the bus carry their sender's link address
 (:class:`~switchboard.protocol.replica_wire.ClientFrame`'s ``origin``), so the
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
@@ -36,7 +38,6 @@ from switchboard.protocol import replica_wire
 from switchboard.protocol.replica_wire import ClientFrame, ManagerCall, Message
 from switchboard.replicas.inbound import CLIENT_CHANNEL, Inbound
 from switchboard.replicas.links import Links, LinkSettings, Returned
-from switchboard.replicas.replays import OpenCalls, worth_replaying
 from switchboard.tasks import cancel_and_wait, spawn
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Unicast:
         *,
         replica_id: str,
         clock: Clock,
-        calls: OpenCalls,
+        worth_replaying: Callable[[bytes], bool],
         links: LinkSettings | None = None,
         untagged_prefix: str | None = None,
     ) -> None:
@@ -59,7 +60,8 @@ class Unicast:
         # channels whose frames go through the bus as they are (replicas' own channels, heard by
         # a plain subscriber): a frame for one that a link gave back is published untagged
         self._untagged_prefix = untagged_prefix
-        self._calls = calls
+        # the hub's replay rule: whether a lost link's unacked frame is published again
+        self.worth_replaying = worth_replaying
         self._here: set[str] = set()  # channels wanted here: a link's frame for one is delivered
         self._inbound: Inbound | None = None  # where every frame for us goes, from start on
         self._lost: asyncio.Queue[tuple[str, bytes] | None] = asyncio.Queue()
@@ -191,7 +193,7 @@ class Unicast:
         while True:
             item = await links.returned()
             if item.unacked:
-                if not worth_replaying(item.data, self._calls):
+                if not self.worth_replaying(item.data):
                     self.not_replayed += 1
                     continue
                 self.replayed += 1

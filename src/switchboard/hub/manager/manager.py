@@ -26,7 +26,7 @@ from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, Proto
 from switchboard.hub.identity import oidc_login
 from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
 from switchboard.hub.identity.credentials import REVOKED, Credentials
-from switchboard.hub.identity.users import Permission
+from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.admin_utils import AdminHost, AdminUtils
 from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.builtin_services import BuiltIns, schema_service
@@ -40,7 +40,6 @@ from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
-from switchboard.hub.sessions.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.protocol import envelope, ids
@@ -62,7 +61,6 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
     manager_id: str
     workspaces: WorkspaceStore
     subscribers: Subscribers
-    gate: Gatekeeper
     logins: LoginStore
     queues: QueueStore
 
@@ -70,13 +68,15 @@ class ManagerHost(DirectoryHost, AdminHost, Protocol):
 
     async def route_from_manager(self, data: bytes) -> None: ...
 
+    async def deletion(self, user: User, workspace: str) -> str | None: ...
+
     def balanced_steps(self, steps: list[Resend | Refuse]) -> None: ...
 
     def balanced_bound(self, peer: Peer, target: str, error: str | None) -> None: ...
 
     def holds(self, client: str) -> bool: ...
 
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
+    async def emit_event(self, workspace: str, event_type: str, data: object) -> None: ...
 
     async def end_workspace(self, workspace: str) -> None: ...
 
@@ -381,7 +381,7 @@ class WorkspaceManager:
         # descends from), none older than the workspace's deletion (a new token would launder it)
         if await self.hub.credentials.revocations.any_revoked(peer.user.revocation_ids):
             raise PermissionDenied(f"Cannot generate a token: {REVOKED}")
-        if (refusal := await self.hub.gate.deletion(peer.user, ws)) is not None:
+        if (refusal := await self.hub.deletion(peer.user, ws)) is not None:
             raise PermissionDenied(f"Cannot generate a token: {refusal} after your token was issued")
         extra_scopes, email = self._token_labels(peer.user, config)
         client_id = config.get("client_id")

@@ -25,6 +25,7 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
+from switchboard.hub.dispatch import Acting
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.balanced_lookup import handle as balanced_handle
@@ -77,9 +78,9 @@ class DirectoryHost(Protocol):
 
     def peer_for(self, address: str) -> Peer | None: ...
 
-    def acting_as(self, user: dict[str, Any], workspace: str) -> contextlib.AbstractAsyncContextManager[Any]: ...
+    def acting_as(self, user: dict[str, Any], workspace: str) -> contextlib.AbstractAsyncContextManager[Acting]: ...
 
-    async def emit_event(self, workspace: str, event_type: str, data: Any) -> None: ...
+    async def emit_event(self, workspace: str, event_type: str, data: object) -> None: ...
 
 
 class ServiceDirectory:

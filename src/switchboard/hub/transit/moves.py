@@ -1,10 +1,12 @@
 """Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
 
-A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves;
-the decisions are :class:`~switchboard.hub.transit.transit.Transit`'s, the connection's
-:class:`~switchboard.hub.sessions.life.Life`'s and, for a frame, the router's
-(:class:`~switchboard.hub.routing.actions.Hold`: whether it is held, and whether that
-begins its client's transit).
+A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves.
+It decides nothing: what the I/O turns up (the registry marked the client or
+refused, settled its transit, a notice came) goes to
+:class:`~switchboard.hub.routing.transit_steps.TransitSteps` as a fact, and the
+steps it returns (send on, fail, announce, notify, close a copy) are carried
+out here, in order; for a frame, whether it is held is the router's
+(:class:`~switchboard.hub.routing.actions.Hold`).
 
 * A connection that ends without a goodbye (a drain's 1012, a drop) puts its
   client in transit (:meth:`Moves.depart`): the registry marks it (its
@@ -31,7 +33,7 @@ resumed less than :data:`~switchboard.hub.sessions.life.FRESH_GOODBYE` ago (hyph
 may reconnect twice at once, and closes one connection itself).
 
 Notices are an optimisation over pub/sub (fire and forget): a replica holding
-frames asks the registry every :data:`RECHECK` seconds whether the client is
+frames asks the registry every :data:`~switchboard.hub.routing.transit_steps.RECHECK` seconds whether the client is
 still away, so a lost ``back`` or a ``left`` that overtook it costs a delay,
 never a frame.
 """
@@ -39,9 +41,8 @@ never a frame.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from switchboard.backends.base import Registry
@@ -49,23 +50,36 @@ from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.remote import Remote
-from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.routing.actions import Fail
+from switchboard.hub.routing.transit_steps import (
+    AnnounceGone,
+    CloseCopy,
+    FailWaiting,
+    Forget,
+    Notify,
+    Returned,
+    SendOn,
+    Step,
+    TransitSteps,
+    WakeKeeper,
+    WakeWaiting,
+)
+from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.together import together
-from switchboard.hub.transit.transit import Released, Transit
+from switchboard.hub.transit.transit import Transit
+from switchboard.protocol.services import ServiceInfo
 from switchboard.replicas.inbound import TRANSIT_CHANNEL
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
 
 # notices on TRANSIT_CHANNEL: {"left"|"back"|"gone"|"abandoned"|"taken": "<ws>/<cid>", "from": replica, ...}
-# Seconds between asking the registry whether a client we hold frames for is still away.
-RECHECK = 0.5
 
 Reroute = Callable[[str, Undelivered], Awaitable[None]]
 GiveUp = Callable[[str, Undelivered], None]
-AnnounceGone = Callable[[str, str, list[Any]], Awaitable[int]]
+AnnounceDeparture = Callable[[str, str, list[ServiceInfo]], Awaitable[int]]
 
 
 class Moves:
@@ -90,7 +104,7 @@ class Moves:
         retry: RetryWindow,
         give_up: GiveUp,
         deliver: Reroute,
-        announce_gone: AnnounceGone,
+        announce_gone: AnnounceDeparture,
         forget: Callable[[str], None] = lambda client: None,
     ) -> None:
         self.registry = registry
@@ -105,6 +119,7 @@ class Moves:
         self.announce_gone = announce_gone
         self.forget = forget
         self.replica_id = remote.replica_id
+        self.steps = TransitSteps(transit=transit, clock=clock, replica_id=self.replica_id, peers=peers)
         self.log = logging.LoggerAdapter(log, {"replica": self.replica_id})
         self._wakeup = asyncio.Event()
         self._keeper: asyncio.Task[None] | None = None
@@ -125,11 +140,78 @@ class Moves:
         if self._keeper is not None:
             await cancel_and_wait([self._keeper])
 
+    # -- carrying out the steps ------------------------------------------------
+
+    def _run(self, steps: Iterable[Step]) -> Coroutine[object, object, None] | None:
+        """Carry ``steps`` out in order as far as they go without waiting; return the rest, to be awaited."""
+        pending = iter(steps)
+        for step in pending:
+            if isinstance(step, Fail):
+                self.give_up(step.target, step.item)
+            elif isinstance(step, SendOn):
+                self._send_on(step)
+            elif isinstance(step, Forget):
+                self.forget(step.client)
+            elif isinstance(step, FailWaiting):
+                self.retry.fail(step.client)
+            elif isinstance(step, WakeWaiting):
+                self.retry.wake(step.client)
+            elif isinstance(step, WakeKeeper):
+                self._wake()
+            elif isinstance(step, CloseCopy):
+                step.peer.close(step.code, step.reason)
+            elif isinstance(step, Returned):
+                self._returned(step)
+            elif isinstance(step, Notify | AnnounceGone):
+                return self._then(step, pending)
+            else:
+                raise TypeError(f"not a transit step: {step!r}")
+        return None
+
+    async def _then(self, first: Notify | AnnounceGone, rest: Iterable[Step]) -> None:
+        if isinstance(first, Notify):
+            await self.remote.publish(TRANSIT_CHANNEL, self.steps.notice_bytes(first))
+        else:
+            self.metrics.transit_expiries.inc()
+            self.log.info("%s did not come back within %gs: announced gone", first.client, self.transit.grace)
+            ws, _, cid = first.client.partition("/")
+            await self.announce_gone(ws, cid, list(first.removed))
+        await self._carry(rest)
+
+    async def _carry(self, steps: Iterable[Step]) -> None:
+        rest = self._run(steps)
+        if rest is not None:
+            await rest
+
+    def _carry_now(self, steps: Iterable[Step]) -> None:
+        """:meth:`_run` where nothing can wait (a bus callback, the dispatch): what is left runs as a task."""
+        rest = self._run(steps)
+        if rest is not None:
+            spawn(self._background, rest, "transit steps")
+
+    def _send_on(self, step: SendOn) -> None:
+        """Route a finished transit's frames again, in order, in a task of their own."""
+        self.log.debug("sending on %d frames held for %s (away %.3f s)", len(step.frames), step.client, step.away)
+
+        async def send_all() -> None:
+            for item in step.frames:
+                await self.deliver(step.client, item)
+
+        spawn(self._background, send_all(), f"transit {step.client}")
+
+    def _returned(self, step: Returned) -> None:
+        self.metrics.transit_seconds.observe(step.away)
+        held = f", {step.held_here} frames held here" if step.held_here else ""
+        step.peer.log.info("back after %.3f s in transit%s", step.away, held)
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
     # -- holding frames ------------------------------------------------------
 
     def may_return(self, peer: Peer) -> bool:
         """Whether this ended connection's client is expected back (:meth:`Life.expected_back`)."""
-        return peer.life.expected_back(self.clock.monotonic(), grace=self.transit.grace)
+        return self.steps.may_return(peer)
 
     def hold(self, target: str, item: Undelivered, *, begins: bool = False) -> bool:
         """Keep a frame for a client in transit (the router's :class:`~switchboard.hub.routing.actions.Hold`);
@@ -139,56 +221,25 @@ class Moves:
         ended in a way it comes back from; its transit begins now, before
         :meth:`depart` has told the registry.
         """
-        if begins:
-            self._begin(target)
-        if not self.transit.hold(target, item, size=len(item.frame)):
-            return False
-        if self.transit.holding == 1:
-            self._wake()  # the keeper now rechecks every RECHECK seconds
-        return True
+        held, steps = self.steps.hold(target, item, begins=begins)
+        self._carry_now(steps)
+        return held
 
     def expect(self, peer: Peer) -> None:
         """Hold frames for the client of this ended connection from now on, if it may return: the
         hub's clean-up waits on the store before :meth:`depart`, and frames still come meanwhile."""
-        if self.may_return(peer):
-            self._begin(peer.id)
+        self._carry_now(self.steps.expect(peer))
 
     def taken_up(self, peer: Peer) -> None:
         """``peer`` attached while the client's previous connection here was still being cleaned up
         (:meth:`expect` had begun holding its frames): what was held goes to ``peer`` now, if its
         own attach has not taken it already (a resume does)."""
-        self._send_on(self.transit.back(peer.id))
+        self._carry_now(self.steps.taken_up(peer))
 
-    def _begin(self, client: str, remaining: float | None = None) -> None:
-        if self.transit.left(client, remaining):
-            self._wake()
-
-    def _wake(self) -> None:
-        self._wakeup.set()
-
-    def _send_on(self, released: Released[Undelivered] | None, *, fail: bool = False) -> None:
-        """Route a finished transit's frames again, in order: to the client if it is back, else they fail.
-        With ``fail``, they fail at once: the client left, or a new session took its id.
-
-        What the hub kept for the client's next connection here goes unless that came (``forget``).
-        """
-        if released is not None:
-            self.forget(released.client)
-        if released is None or not released.frames:
-            return
-        if fail:
-            for item in released.frames:
-                self.give_up(released.client, item)
-            return
-        self.log.debug(
-            "sending on %d frames held for %s (away %.3f s)", len(released.frames), released.client, released.away
-        )
-
-        async def send_all() -> None:
-            for item in released.frames:
-                await self.deliver(released.client, item)
-
-        spawn(self._background, send_all(), f"transit {released.client}")
+    def salvage(self, peer: Peer) -> None:
+        """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
+        ahead of what was held for it since; what its holding has no room for fails now."""
+        self._carry_now(self.steps.salvage(peer))
 
     # -- a client leaves and comes back --------------------------------------
 
@@ -200,92 +251,48 @@ class Moves:
         replica owns it already (it is back). Then the caller cleans up as for
         any departure.
         """
-        if peer.life.moving:
-            return True
-        if not self.may_return(peer):
-            return False
-        grace = self.transit.grace
-        self._begin(peer.id)
+        departure = self.steps.departure(peer)
+        if isinstance(departure, bool):
+            return departure
+        await self._carry(departure.steps)
         try:
             marked = await self.registry.begin_transit(
-                peer.workspace, peer.client_id, owner=self.replica_id, grace=grace
+                peer.workspace, peer.client_id, owner=self.replica_id, grace=departure.grace
             )
         except BackendError as exc:
             peer.log.warning("cannot put the client in transit: %s", exc)
             marked = False
-        if not marked:
-            # back elsewhere already (or the registry cannot say): what this connection still had
-            # goes on with what was held here, to wherever the client is live now
-            self.salvage(peer)
-            self._send_on(self.transit.cancel(peer.id))
-            return False
-        peer.life.left_in_transit()
-        await self._notice("left", peer.id, grace=grace)
-        peer.log.info("in transit (back within %gs, or announced gone)", grace)
-        return True
+        in_transit, steps = self.steps.marked(peer, marked=marked, grace=departure.grace)
+        await self._carry(steps)
+        if in_transit:
+            peer.log.info("in transit (back within %gs, or announced gone)", departure.grace)
+        return in_transit
 
     async def arrived(self, peer: Peer) -> None:
         """A client reconnected here: its transit ends on every replica, and what waited for it comes."""
-        peer.life.arrived(self.clock.monotonic())  # also for a resume that finds no transit (:meth:`on_notice`)
+        self.steps.arriving(peer)  # also for a resume that finds no transit (a ``taken`` notice reads it)
         try:
             away = await self.registry.end_transit(peer.workspace, peer.client_id, owner=self.replica_id)
         except BackendError as exc:
             peer.log.warning("could not end the client's transit in the registry: %s", exc)
             away = None
-        released = self.transit.back(peer.id)
-        self._send_on(released)  # the peer is attached: its frames queue behind connection_info
-        self.retry.wake(peer.id)
-        if away is None and released is not None:
-            away = released.away
-        if away is None:
-            return
-        peer.life.back()
-        self.metrics.transit_seconds.observe(away)
-        peer.log.info(
-            "back after %.3f s in transit%s",
-            away,
-            f", {len(released.frames)} frames held here" if released and released.frames else "",
-        )
-        await self._notice("back", peer.id)
+        await self._carry(self.steps.arrived(peer, away=away))
 
     async def abandon(self, client: str) -> None:
         """A new session of ``client`` replaces the one in transit (it came without the reconnection
         token): what was held for the earlier session fails, here and on every replica."""
-        self._send_on(self.transit.cancel(client), fail=True)
-        self.retry.fail(client)
-        await self._notice("abandoned", client)
+        await self._carry(self.steps.abandoned(client))
 
     async def taken(self, client: str) -> None:
         """``client`` was taken over here from another replica: a copy still live there is closed."""
-        await self._notice("taken", client)
-
-    def salvage(self, peer: Peer) -> None:
-        """What an ended connection's client may still need (:meth:`Peer.leftovers`) waits for it,
-        ahead of what was held for it since, the newest kept first: those past the holding's bound
-        fail now (their callers are told), not at their timeout."""
-        full = False
-        for frame in reversed(peer.leftovers(self.clock.monotonic())):
-            item = undelivered_of(frame, walked=True)
-            if item is None:
-                continue
-            if full or not self.transit.hold(peer.id, item, size=len(frame), first=True):
-                full = True
-                self.give_up(peer.id, item)
+        await self._carry(self.steps.taken(client))
 
     # -- the grace's end -----------------------------------------------------
 
     async def settle_transits(self) -> None:
-        """End every transit whose grace is over, and ask about the clients we hold frames for.
-
-        The registry decides (its clock, one winner): ``expired`` here
-        announces the departure; ``none`` (back, or expired by another
-        replica) sends the frames on; ``waiting`` keeps holding.
-        """
-        due = set(self.transit.due())
-        for client in self.transit.holders():
-            if client in due or self.clock.monotonic() - self.transit.since(client) >= RECHECK:
-                due.add(client)
-        await together(sorted(due), self._settle)  # a crowd's scripts share pipelines
+        """End every transit whose grace is over, and ask about the clients we hold frames for
+        (:meth:`TransitSteps.to_settle`); the registry decides, :meth:`TransitSteps.settled` says what follows."""
+        await together(self.steps.to_settle(), self._settle)  # a crowd's scripts share pipelines
 
     async def _settle(self, client: str) -> None:
         ws, _, cid = client.partition("/")
@@ -294,40 +301,20 @@ class Moves:
         except BackendError as exc:
             self.log.warning("transit of %s not settled: %s", client, exc)
             return
-        if expiry.state == "waiting":
-            self.transit.extend(client, expiry.remaining)
-            return
-        if expiry.state == "none":
-            self._send_on(self.transit.cancel(client))
-            return
-        released = self.transit.expire(client)
-        self.metrics.transit_expiries.inc()
-        self.log.info("%s did not come back within %gs: announced gone", client, self.transit.grace)
-        await self.announce_gone(ws, cid, expiry.removed)
-        await self._notice("gone", client)
-        self.retry.fail(client)
-        self._send_on(released, fail=True)  # not routed again: the id is free, a newcomer may hold it
+        await self._carry(self.steps.settled(client, expiry))
 
     async def sweep_transits(self) -> int:
         """End transits whose grace is over that no replica here knew of (their notice was lost
         and the replica they left is gone); the cluster's leader calls this every few seconds."""
-        swept = 0
-        for client in await self.registry.transits_due():
-            if client in self.transit:
-                continue  # the keeper settles it
-            self.transit.left(client, 0.0)
-            swept += 1
+        swept = self.steps.swept(await self.registry.transits_due())
         if swept:
             await self.settle_transits()
         return swept
 
     async def _keep_time(self) -> None:
-        """Sleep until the next grace ends (or :data:`RECHECK` while holding frames), then settle."""
+        """Sleep until the next grace ends (or a recheck while holding frames), then settle."""
         while not self._stopping:
-            deadline = self.transit.next_deadline()
-            if self.transit.holders():
-                recheck = self.clock.monotonic() + RECHECK
-                deadline = recheck if deadline is None else min(deadline, recheck)
+            deadline = self.steps.next_wake()
             self._wakeup.clear()
             if deadline is None:
                 await self._wakeup.wait()
@@ -350,35 +337,6 @@ class Moves:
 
     # -- notices between replicas --------------------------------------------
 
-    async def _notice(self, kind: str, client: str, **extra: Any) -> None:
-        body = json.dumps({kind: client, "from": self.replica_id, **extra}).encode()
-        await self.remote.publish(TRANSIT_CHANNEL, body)
-
     def on_notice(self, data: bytes) -> None:
-        try:
-            notice = json.loads(data)
-            origin = notice["from"]
-        except (ValueError, KeyError, TypeError):
-            self.log.warning("dropped a malformed transit notice: %r", data[:200])
-            return
-        if origin == self.replica_id:
-            return
-        if isinstance(client := notice.get("left"), str):
-            grace = notice.get("grace")
-            self._begin(client, float(grace) if isinstance(grace, int | float) else None)
-        elif isinstance(client := notice.get("back"), str):
-            self._send_on(self.transit.back(client))
-            self.retry.wake(client)  # frames sent before we heard it left: its new replica has it now
-        elif isinstance(client := notice.get("gone"), str) or isinstance(client := notice.get("abandoned"), str):
-            self.retry.fail(client)
-            self._send_on(self.transit.cancel(client), fail=True)
-        elif isinstance(client := notice.get("taken"), str):
-            peer = self.peers.get(client)
-            if peer is None or peer.closed:
-                return
-            if peer.life.just_arrived(self.clock.monotonic()):
-                # hypha-rpc reconnecting may open two connections at once (through a balancer, to
-                # two replicas) and closes one itself within the second: the client chooses
-                return
-            peer.log.info("superseded by a new connection on replica %s", origin)  # one live copy
-            peer.close(1000, "Superseded by a new connection of the same client")
+        """Another replica's notice (or our own, ignored): what follows is :meth:`TransitSteps.on_notice`'s."""
+        self._carry_now(self.steps.on_notice(data))

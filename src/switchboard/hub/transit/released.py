@@ -3,7 +3,7 @@
 The retry windows and the moves are built before the dispatch, which carries
 out their ``RetryLater`` and ``Hold``; what they hand back must reach the
 dispatch again. That cycle closes here, in one typed place: the composition
-root (``Hub.__init__``) builds this port first, hands it to them, and connects
+root (:mod:`switchboard.hub.assemble`) builds this port first, hands it to them, and connects
 it once to the dispatch it builds after them, as the unicast is handed its
 inbound port (:mod:`switchboard.replicas.inbound`).
 """

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 from switchboard.clock import Clock
+from switchboard.hub.routing.actions import Fail
+from switchboard.hub.routing.retry_queue import RetryQueue
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.tasks import cancel_and_wait, spawn
 
@@ -30,7 +31,11 @@ GiveUp = Callable[[str, Undelivered], None]
 
 
 class RetryWindow:
-    """Per-target FIFO queues drained by one task each, bounded in time and size."""
+    """Per-target FIFO queues drained by one task each, bounded in time and size.
+
+    What to give up, and when, is each :class:`~switchboard.hub.routing.retry_queue.RetryQueue`'s
+    decision; this publishes, sleeps, and fails what they return.
+    """
 
     def __init__(
         self,
@@ -50,7 +55,7 @@ class RetryWindow:
         self._publish = publish
         self._give_up = give_up
         self._max = max_frames
-        self._queues: dict[str, deque[Undelivered]] = {}
+        self._queues: dict[str, RetryQueue] = {}
         self._wakers: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovered = 0
@@ -72,37 +77,37 @@ class RetryWindow:
     def fail(self, target: str) -> None:
         """``target`` is known to be gone: its callers are told now, not at the window's end."""
         queue = self._queues.get(target)
-        while queue:
-            self.expired += 1
-            self._give_up(target, queue.popleft())
+        if queue is not None:
+            self._fail(queue.gone())
 
     def add(self, target: str, item: Undelivered) -> None:
         queue = self._queues.get(target)
         if queue is None:
-            queue = self._queues[target] = deque()
-            spawn(self._tasks, self._drain(target, queue), f"retry {target}")
-        if len(queue) >= self._max:
-            self._give_up(target, item)
-            return
-        queue.append(item)
+            queue = self._queues[target] = RetryQueue(target, window=self.window, max_frames=self._max)
+            spawn(self._tasks, self._drain(queue), f"retry {target}")
+        overflow = queue.add(item)
+        if overflow is not None:
+            self._give_up(overflow.target, overflow.item)
 
-    async def _drain(self, target: str, queue: deque[Undelivered]) -> None:
-        deadline = self._clock.monotonic() + self.window
+    def _fail(self, failed: list[Fail]) -> None:
+        for fail in failed:
+            self.expired += 1
+            self._give_up(fail.target, fail.item)
+
+    async def _drain(self, queue: RetryQueue) -> None:
+        target = queue.target
+        queue.begin(self._clock.monotonic())
         try:
-            while queue:
-                head = queue[0]
+            while (head := queue.head) is not None:
                 if await self._publish(target, head.frame, head.event):
-                    if queue and queue[0] is head:  # fail() may have emptied it meanwhile
-                        queue.popleft()
+                    queue.reached(head, self._clock.monotonic())
                     self.recovered += 1
-                    deadline = self._clock.monotonic() + self.window  # unreachable since the last success
                     continue
                 held = self._hold_until(target) if self._hold_until is not None else None
-                if self._clock.monotonic() >= max(deadline, held or deadline):
-                    log.info("%s unreachable for %.1fs: failing %d frames", target, self.window, len(queue))
-                    self.expired += len(queue)
-                    while queue:
-                        self._give_up(target, queue.popleft())
+                failed = queue.unreached(self._clock.monotonic(), held)
+                if failed is not None:
+                    log.info("%s unreachable for %.1fs: failing %d frames", target, self.window, len(failed))
+                    self._fail(failed)
                     return
                 await self._pause(target)
         finally:

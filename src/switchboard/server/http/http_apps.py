@@ -193,7 +193,7 @@ class AppGateway:
             hub.metrics.http_calls.inc()
             timeout = hub.settings.call_timeout
             reads = user.can(ws, Permission.READ)
-            fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
+            fetching = hub.http.fetch_service(info, timeout=timeout, has_read=reads)
             service = await asyncio.wait_for(fetching, timeout)
             app_scope = rules.app_scope(
                 request.scope,
@@ -202,7 +202,7 @@ class AppGateway:
                 path=request.path_params.get("path", ""),
             )
             acting_ws = ws if reads else own_ws  # the provider sees the HTTP caller, as for a call
-            async with hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws) as acting:
+            async with hub.http.acting_as(user.to_wire(acting_ws, "http"), acting_ws) as acting:
                 if kind == "functions":
                     await self._call_function(service, app_scope, exchange, acting.user, timeout)
                 else:
@@ -215,8 +215,8 @@ class AppGateway:
             return await resolve_service(request, user, own_ws, allowance)
         except NotFound as exc:
             hub = server_state(request).hub
-            recorded = await hub.workspaces.get(ws) is not None
-            populated = recorded or bool(await hub.registry.find(ServiceQuery(ws)))
+            recorded = await hub.http.workspaces.get(ws) is not None
+            populated = recorded or bool(await hub.http.find(ServiceQuery(ws)))
             raise NotFound(rules.missing(ws, recorded=recorded, populated=populated, detail=str(exc))) from None
 
     async def _run_app(self, service: Any, scope: dict[str, Any], exchange: Exchange, timeout: float) -> None:

@@ -58,7 +58,7 @@ async def http_caller(hub: Hub, *, user: User, own_workspace: str, workspace: st
         # share; it stays in a workspace where it holds nothing (``own_workspace``, not its
         # personal one), so an anonymous request writes nothing anywhere
         user = new_anonymous_user()
-    user = await hub.gate.as_owner(user, workspace)  # an owner named in the record is its admin
+    user = await hub.http.as_owner(user, workspace)  # an owner named in the record is its admin
     acting = workspace if user.can(workspace, Permission.READ) else own_workspace
     return Peer(
         workspace=acting,
@@ -86,7 +86,7 @@ async def call_manager(hub: Hub, caller: Peer, function: str, kwargs: dict[str, 
         raise RequestRefused(
             400, f"{function} keeps its data in the caller's personal workspace: an anonymous HTTP request has none"
         )
-    found = hub.manager.methods().get(function)
+    found = hub.http.methods().get(function)
     if found is None:
         raise NotFound(f"{function} not found.")
     if function == "list_services" and kwargs.get("query") is None:
@@ -98,7 +98,7 @@ async def call_built_in(hub: Hub, caller: Peer, key: tuple[str, str], function: 
     """Run a function of a built-in service (``public/queue``, ``admin-utils``) for ``caller``: each acts on
     the caller's own workspace and checks its rights there, as for a connection. A pop may wait its own
     timeout besides the call's."""
-    found = hub.manager.built_in_methods(key).get(function)
+    found = hub.http.built_in_methods(key).get(function)
     if found is None:
         raise NotFound(f"{function} not found.")
     timeout = hub.settings.call_timeout + (MAX_POP_TIMEOUT if function == "pop" else 0.0)

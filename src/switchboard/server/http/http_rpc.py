@@ -406,8 +406,8 @@ async def _authorize(request: Request, hub: Hub, peer: Peer) -> None:
             f"Permission denied: not the owner of the stream of {peer.id}: a POST must carry that stream's "
             f"cookie or a token of its user. {REMEDY}",
         )
-    user = await hub.credentials.verify(token)  # AuthError: 401
-    user = await hub.gate.as_owner(user, peer.workspace)  # an owner reads it, as at its admission
+    user = await hub.http.verify(token)  # AuthError: 401
+    user = await hub.http.as_owner(user, peer.workspace)  # an owner reads it, as at its admission
     same_client = user.client_id in (None, peer.client_id)
     if user.id != peer.user.id or not same_client or not user.can(peer.workspace, Permission.READ):
         raise RequestRefused(403, f"Permission denied: this token cannot send as {peer.id}")

@@ -73,21 +73,21 @@ async def request_user(request: Request) -> tuple[User, str]:
     token = _token(request)
     if token is None:
         return ANONYMOUS_HTTP, "ws-anonymous"
-    user = await server_state(request).hub.credentials.verify(token)  # AuthError: 401
+    user = await server_state(request).http.verify(token)  # AuthError: 401
     return user, user.current_workspace or user_workspace(user.id)
 
 
 async def as_owner(request: Request, user: User, workspace: str) -> User:
     """The caller as it stands in ``workspace``: its token's grants, and ``admin`` if the
     workspace's record names it an owner, decided as at a WebSocket admission."""
-    return await server_state(request).hub.gate.as_owner(user, workspace)
+    return await server_state(request).http.as_owner(user, workspace)
 
 
 async def _not_deleted(request: Request, user: User, workspace: str) -> None:
     """A token issued before ``workspace`` was deleted grants nothing there (403), as at admission."""
     if user is ANONYMOUS_HTTP or not user.can(workspace, Permission.READ):
         return  # it holds nothing there to lose: an outsider's calls are unchanged
-    refusal = await server_state(request).hub.gate.deletion(user, workspace)
+    refusal = await server_state(request).http.deletion(user, workspace)
     if refusal is not None:
         raise PermissionDenied(refusal)
 
@@ -159,7 +159,7 @@ async def visible_services(request: Request, user: User, own_ws: str, ws: str) -
     """The services of ``ws`` its listing shows the caller, as ``GET /{workspace}/services`` answers."""
     user = await as_owner(request, user, ws)
     await _not_deleted(request, user, ws)
-    found = await server_state(request).hub.registry.find(ServiceQuery(ws))
+    found = await server_state(request).http.find(ServiceQuery(ws))
     has_read = user.can(ws, Permission.READ)
     return [
         svc_ids.shown(i, has_read=has_read)
@@ -191,14 +191,13 @@ async def resolve_service(
     service_id = request.path_params["service_id"]
     if "/" in service_id:
         raise RequestRefused(400, "service_id must not contain '/'")
-    directory = server_state(request).hub.manager.directory
+    http = server_state(request).http
     if service_id == "~":  # the workspace manager, as in Hypha
-        return directory.manager_info(), user
-    builtins = server_state(request).hub.manager.builtins
-    if (key := builtins.named(f"{ws}/{service_id}", own_ws, user)) is not None:
-        return builtins.info(key), user
+        return http.manager_info(), user
+    if (key := http.built_in(f"{ws}/{service_id}", own_ws, user)) is not None:
+        return http.built_in_info(key), user
     # resolve chooses among the services the caller may use (svc_ids.may_use) alone
-    info = await directory.resolve(
+    info = await http.resolve(
         f"{ws}/{service_id}",
         workspace=own_ws,
         user=user,
@@ -340,7 +339,7 @@ async def _call(
         done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
         return _respond(done, as_msgpack)
     named = f"{path_workspace(request)}/{request.path_params['service_id']}"
-    if (key := hub.manager.builtins.named(named, own_ws, user)) is not None:  # public/queue, admin-utils
+    if (key := hub.http.built_in(named, own_ws, user)) is not None:  # public/queue, admin-utils
         await _not_deleted(request, user, path_workspace(request))
         # in the caller's own workspace, whose queues are its own: the path's is the service's
         caller = await http_caller(
@@ -384,7 +383,7 @@ async def fetch_for_caller(
     hub.metrics.http_calls.inc()
     timeout = hub.settings.call_timeout
     reads = user.can(info["id"].partition("/")[0], Permission.READ)
-    fetching = hub.manager.directory.fetch_service(info, timeout=timeout, has_read=reads)
+    fetching = hub.http.fetch_service(info, timeout=timeout, has_read=reads)
     return info, user, await asyncio.wait_for(fetching, timeout)
 
 
@@ -393,4 +392,4 @@ def acting_for(request: Request, info: svc_ids.ServiceInfo, user: User, own_ws: 
     acting within the service's workspace if the caller may read it, else within its own."""
     ws = info["id"].partition("/")[0]
     acting_ws = ws if user.can(ws, Permission.READ) else own_ws
-    return server_state(request).hub.acting_as(user.to_wire(acting_ws, "http"), acting_ws)
+    return server_state(request).http.acting_as(user.to_wire(acting_ws, "http"), acting_ws)

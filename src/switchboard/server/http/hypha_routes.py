@@ -82,7 +82,7 @@ async def workspace_info(request: Request) -> Response:
         return _refused(401, str(exc))
     except ProtocolError as exc:
         return _refused(400, str(exc))
-    store = state.hub.workspaces
+    store = state.http.workspaces
     try:
         with caller_allowance(request, user).holding(1):
             record = await store.get(ws)

@@ -56,7 +56,7 @@ def _refused(exc: Exception) -> HTMLResponse:
 
 
 async def page(request: Request) -> Response:
-    login = server_state(request).hub.manager.login
+    login = server_state(request).http.login
     if request.query_params.get("logout"):
         return _page("Signed out", "The hub keeps no session in this browser: you may close this window.")
     if login.client is None:  # the page says what the operator sets (a client may report a token meanwhile)
@@ -72,7 +72,7 @@ async def page(request: Request) -> Response:
 
 
 async def callback(request: Request) -> Response:
-    login = server_state(request).hub.manager.login
+    login = server_state(request).http.login
     q = request.query_params
     if q.get("error"):
         return _page(

@@ -210,7 +210,7 @@ async def workspaces_for(hub: Hub, request: Request) -> tuple[dict[str, Any], li
     user, own_ws = await http_services.request_user(request)
     anonymous = user is http_services.ANONYMOUS_HTTP
     with http_services.caller_allowance(request, user).holding(1):  # a scan of the registry: a call of the viewer
-        found = await hub.registry.find(ServiceQuery("*"))
+        found = await hub.http.find(ServiceQuery("*"))
     by_workspace: dict[str, list[svc_ids.ServiceInfo]] = {}
     for info in found:
         by_workspace.setdefault(info["id"].partition("/")[0], []).append(info)

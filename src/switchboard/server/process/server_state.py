@@ -7,6 +7,7 @@ import enum
 import functools
 import time
 
+from switchboard.hub.http_port import HttpPort
 from switchboard.hub.hub import Hub
 from switchboard.hub.routing.limits import Allowances
 from switchboard.hub.sessions.peer import Peer
@@ -31,6 +32,11 @@ class ServerState:
         self.connections = Connections()
         self._none_left = asyncio.Event()
         self.created = time.monotonic()  # for /health's uptime
+
+    @property
+    def http(self) -> HttpPort:
+        """What the HTTP routes use of the hub (:mod:`switchboard.hub.http_port`)."""
+        return self.hub.http
 
     @functools.cached_property
     def allowances(self) -> Allowances:

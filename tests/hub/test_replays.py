@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from switchboard.hub.routing.inflight import InFlight
+from switchboard.hub.routing.replays import worth_replaying
 from switchboard.protocol import envelope, relay
 from switchboard.protocol.chunks import MESSAGE_CACHE
-from switchboard.replicas.replays import worth_replaying
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
 
@@ -51,8 +51,7 @@ def test_replies_chunks_and_other_frames_are_always_sent_again() -> None:
 def test_the_hub_judges_a_lost_links_frames_by_its_own_calls_in_flight() -> None:
     """The hub's unicast asks the router's calls in flight (not a copy) whether a call may be replayed."""
     hub = build_hub(settings_for_tests())
-    assert hub.unicast._calls is hub.inflight
     hub.inflight.opened(CALLER, "s4", TARGET, set())
-    assert worth_replaying(call("s4"), hub.unicast._calls)
+    assert hub.unicast.worth_replaying(call("s4"))
     hub.inflight.closed(CALLER, "s4")  # the reply passed through this replica
-    assert not worth_replaying(call("s4"), hub.unicast._calls)
+    assert not hub.unicast.worth_replaying(call("s4"))

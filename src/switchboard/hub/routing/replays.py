@@ -1,11 +1,14 @@
-"""Whether a lost link's unacked frame is sent again through Redis.
+"""Whether a lost link's unacked frame is sent again through Redis: the replay rule, beside the calls in flight.
 
 A receiver that handled a frame just before its link died (its ack still on
 the way) gets that frame a second time if it is replayed: harmless for a
 reply (its caller has forgotten the session), not for a call, which would
 run twice. A call made through this replica is known to have arrived once
 its reply has passed back through here, so the rule is pure: replay
-anything but a call that is no longer open.
+anything but a call that is no longer open in the router's
+:class:`~switchboard.hub.routing.inflight.InFlight`. The replica layer's
+unicast (:mod:`switchboard.replicas.unicast`) asks it for every frame a lost
+link gives back, through the predicate the hub hands it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from switchboard.protocol.calls import is_call
 
 
 class OpenCalls(Protocol):
-    """The calls this replica's clients (or its manager) wait on (the hub's ``InFlight``)."""
+    """The calls this replica's clients (or its manager) wait on (the router's ``InFlight``)."""
 
     def is_open(self, caller: str, session: str) -> bool: ...
 

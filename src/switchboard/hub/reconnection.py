@@ -1,0 +1,29 @@
+"""A connection's reconnection token, signed afresh at most once a minute."""
+
+from __future__ import annotations
+
+from switchboard.clock import Clock
+from switchboard.hub.sessions.admission import Gatekeeper
+from switchboard.hub.sessions.peer import Peer
+
+# Seconds a connection's last reconnection token is handed out again instead of a
+# new one (at most a tenth of the token's lifetime, so a reused token has nearly all
+# of it left): hypha-rpc asks 2 s after connecting, then every 2 hours by default.
+TOKEN_REUSE = 60.0
+
+
+class ReconnectionTokens:
+    """Signs the token that resumes a peer's identity (:meth:`Gatekeeper.reconnection_token`), at most
+    every :data:`TOKEN_REUSE` seconds per connection: a ``refresh_token`` flood gets the last one
+    again, costing no signature each."""
+
+    def __init__(self, gate: Gatekeeper, *, clock: Clock, lifetime: float) -> None:
+        self._gate = gate
+        self._clock = clock
+        self._reuse = min(TOKEN_REUSE, lifetime / 10)
+
+    def __call__(self, peer: Peer) -> str:
+        now = self._clock.monotonic()
+        if peer.token is None or now - peer.token_signed_at >= self._reuse:
+            peer.token, peer.token_signed_at = self._gate.reconnection_token(peer), now
+        return peer.token
