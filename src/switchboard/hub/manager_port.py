@@ -24,7 +24,7 @@ from switchboard.backends.queues import QueueStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
-from switchboard.hub.from_replicas import FromReplicas, kick_notice
+from switchboard.hub.from_replicas import FromReplicas
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import User
@@ -43,7 +43,7 @@ from switchboard.hub.transit.transit import Transit
 from switchboard.hub.workspace_events import WorkspaceEvents
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_POLICY
-from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
+from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
 from switchboard.replicas.stores import PresenceStore
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import spawn
@@ -222,7 +222,7 @@ class ManagerPort:
         """A workspace was deleted: every replica ends the sessions of its clients there (and refuses
         those joining it)."""
         self._from_replicas.workspace_deleted(workspace)
-        await self._remote.publish(DELETED_CHANNEL, workspace.encode())
+        await self._remote.publish_message(WorkspaceDeleted(workspace))
 
     async def end_credential(self, token_id: str, *, answering: Peer | None = None) -> None:
         """A credential was revoked: every replica ends the sessions standing on it or on what descends
@@ -232,13 +232,13 @@ class ManagerPort:
             self._holders.discard(answering)  # no notice reaches it now, not even this replica's own
             spawn(self._background, self._close_after_answer(answering), f"close {answering.id} after its answer")
         self._from_replicas.credential_revoked(token_id)
-        await self._remote.publish(REVOKED_CHANNEL, token_id.encode())
+        await self._remote.publish_message(CredentialRevoked(token_id))
 
     async def kick(self, workspace: str, client_id: str | None, code: int, reason: str) -> None:
         """Close a client's connection (``None``: every client of ``workspace``) on every replica."""
-        notice = kick_notice(workspace, client_id, code, reason)
-        self._from_replicas.kicked(notice)
-        await self._remote.publish(KICK_CHANNEL, notice)
+        kick = ClientKicked(workspace, client_id, code, reason)
+        self._from_replicas.kicked(kick)
+        await self._remote.publish_message(kick)
 
     async def replica_ids(self) -> list[str]:
         """The live replicas of this hub, by id (this one alone on the embedded backends)."""
