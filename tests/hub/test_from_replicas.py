@@ -20,6 +20,7 @@ from switchboard.backends.redis.bus import RedisBus
 from switchboard.backends.redis.cluster_bus import ClusterBus
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope
 from switchboard.protocol import replica_wire as wire
@@ -152,7 +153,9 @@ async def test_each_kind_of_channel_reaches_the_port_as_its_value_decoded_once(h
             return not isinstance(message, ClientFrame) or message.address == f"{WS}/here"
 
     bus = MemoryBus()
-    unicast = Unicast(bus, replica_id="r", clock=FakeClock(), calls=hub.inflight)
+    unicast = Unicast(
+        bus, replica_id="r", clock=FakeClock(), worth_replaying=lambda data: worth_replaying(data, hub.router.inflight)
+    )
     unicast.listen(Port())
     for channel, data in [
         (f"sb:client:{WS}/here", wire.tag("", b"f")),

@@ -139,7 +139,7 @@ async def test_a_strangers_crafted_call_to_a_handle_of_a_workspace_it_cannot_see
     assert reason in again[1], again
     assert crafted[1] in lookup[1]  # the lookup's own error, word for word
     assert ran == []
-    assert not server.hub.balanced.pools()
+    assert not server.hub.router.balanced.pools()
 
 
 async def test_no_client_may_take_a_handles_address(connect):
