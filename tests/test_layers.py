@@ -60,6 +60,84 @@ def under(*prefixes: str) -> list[str]:
     return sorted(m for m in MODULES if m.startswith(prefixes))
 
 
+# -- the sub-packages' order: a DAG, each layer importing only the layers below it ---------------------------------
+
+# Lowest first. A unit is a sub-package (its modules and its ``__init__``), or one module of the top
+# package ``switchboard`` itself (errors, clock, config...). A module may import its own unit and the
+# units of lower layers: never a unit of a higher layer (up), nor another unit of its own layer
+# (sideways). Every import counts: at module level, inside a function, and under ``if TYPE_CHECKING:``,
+# since a name used only in a signature still ties the two packages into one for a reader and for the
+# type checker.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("switchboard.errors",),
+    ("switchboard.clock", "switchboard.tasks", "switchboard.metrics"),
+    ("switchboard.protocol",),
+    ("switchboard.config",),
+    ("switchboard.client", "switchboard.backends"),
+    ("switchboard.backends.redis",),
+    ("switchboard.hub.identity", "switchboard.replicas"),
+    ("switchboard.hub.sessions",),
+    ("switchboard.hub.routing",),
+    ("switchboard.hub.transit", "switchboard.hub.gate"),
+    ("switchboard.hub.manager",),
+    ("switchboard.hub",),
+    ("switchboard.server.process",),
+    ("switchboard.server.common",),
+    ("switchboard.server.ws", "switchboard.server.http"),
+    ("switchboard.server",),
+    ("switchboard.testing", "switchboard.cli"),
+    ("switchboard", "switchboard.__main__"),
+)
+
+PACKAGES = frozenset(".".join(path.parent.relative_to(SRC.parent).parts) for path in SRC.rglob("__init__.py"))
+
+
+def unit_of(module: str) -> str:
+    """The sub-package ``module`` belongs to, or the module itself if it sits in ``switchboard``."""
+    if module in PACKAGES:
+        return module
+    package = module.rpartition(".")[0]
+    return module if package == "switchboard" else package
+
+
+LAYER_OF = {unit: n for n, layer in enumerate(LAYERS) for unit in layer}
+
+
+def imports_with_lines(tree: ast.Module) -> list[tuple[str, int]]:
+    """Every ``switchboard`` module ``tree`` imports, with the line: at any depth, type checking included."""
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("switchboard"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.append((full if full in MODULES else node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, node.lineno) for a in node.names if a.name.startswith("switchboard"))
+    return [(m, line) for m, line in out if m in MODULES]
+
+
+def test_every_unit_has_its_place_in_the_layers() -> None:
+    """Each sub-package and top module is declared once: a new package must be given its layer."""
+    units = {unit_of(m) for m in MODULES}
+    declared = [unit for layer in LAYERS for unit in layer]
+    assert sorted(units - set(declared)) == [], "units missing from LAYERS"
+    assert sorted(set(declared) - units) == [], "LAYERS names units that do not exist"
+    assert len(declared) == len(set(declared)), "a unit is declared twice"
+
+
+def test_no_import_goes_up_or_sideways_against_the_layers() -> None:
+    """Each import reaches its own unit or a lower layer; the offending ones are named with their line."""
+    against = []
+    for module, tree in sorted(MODULES.items()):
+        here = unit_of(module)
+        for target, line in imports_with_lines(tree):
+            there = unit_of(target)
+            if there != here and LAYER_OF.get(there, -1) >= LAYER_OF.get(here, -1):
+                way = "up" if LAYER_OF.get(there, -1) > LAYER_OF.get(here, -1) else "sideways"
+                against.append(f"{module}:{line} imports {target} ({way}: {here} -> {there})")
+    assert not against, "imports against the layers:\n" + "\n".join(against)
+
+
 def test_no_module_imports_itself_through_others() -> None:
     """No import cycle anywhere in the package, type-checking imports included."""
     looped = [m for m in under("switchboard") if m in reachable(m)]
@@ -121,7 +199,7 @@ PURE = (
     *under("switchboard.protocol"),
     *under("switchboard.hub.routing."),  # hub/routing/: every module in it, today's and tomorrow's
     "switchboard.hub.transit.drain_pace",
-    "switchboard.hub.transit.transit",
+    "switchboard.hub.sessions.in_transit",
     "switchboard.hub.sessions.life",
     "switchboard.hub.identity.users",
     "switchboard.hub.identity.verified_tokens",

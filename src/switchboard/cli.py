@@ -46,7 +46,7 @@ def serve(**values: Any) -> None:
     """Run a hub (embedded backends: one process, no external service)."""
     from switchboard.server.app import create_app
     from switchboard.server.process import collector
-    from switchboard.server.process.runner import HubServer, uvicorn_config
+    from switchboard.server.runner import HubServer, uvicorn_config
 
     try:
         settings = Settings.load(values)

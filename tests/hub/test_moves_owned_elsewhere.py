@@ -23,9 +23,9 @@ from switchboard.backends.redis import RedisRegistry
 from switchboard.backends.redis.bus import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.identity.users import new_anonymous_user
-from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.protocol import envelope
+from switchboard.replicas.remote import CLIENT_CHANNEL
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.hub import settings_for_tests

@@ -165,7 +165,7 @@ class Registry(Protocol):
         ...
 
     # A client in transit (its connection ended, it is expected back, see
-    # switchboard.hub.transit.transit) keeps its registrations; the store's own clock
+    # switchboard.hub.sessions.in_transit) keeps its registrations; the store's own clock
     # decides when its grace is over, so every replica agrees.
 
     async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:

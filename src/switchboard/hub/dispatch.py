@@ -2,7 +2,7 @@
 
 :class:`~switchboard.hub.routing.router.Router` decides where a frame goes;
 :class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.sessions.peer.Peer`,
-over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
+over a direct link or the bus (:class:`~switchboard.replicas.remote.Remote`), into
 the holding of a client in transit (:class:`~switchboard.hub.transit.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import ProtocolError
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import Remote
 from switchboard.hub.routing.actions import (
     Action,
     Broadcast,
@@ -47,7 +45,9 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
+from switchboard.metrics import HubMetrics
 from switchboard.protocol import envelope, handshake, relay, replica_wire
+from switchboard.replicas.remote import Remote
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ It knows connections; the routing decisions are the
 :class:`~switchboard.hub.routing.router.Router`'s (values, no I/O), carried out by
 :class:`~switchboard.hub.dispatch.Dispatch`. It does not know sockets (the
 server layer owns those) nor where shared state lives (the backends do).
-Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remote`
+Its collaborators, each in its own module: :class:`~switchboard.replicas.remote.Remote`
 (the other replicas, through the bus), :class:`~switchboard.hub.transit.moves.Moves`
 (clients in transit), :class:`~switchboard.hub.transit.drain.Drainer` (SIGTERM).
 """
@@ -39,21 +39,20 @@ from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
 from switchboard.hub.from_replicas import FromReplicas
+from switchboard.hub.gate.admission import Admitted, Gatekeeper
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
 from switchboard.hub.manager.data_charges import lasts_only_while_connected
 from switchboard.hub.manager.manager import WorkspaceManager
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.sessions.admission import Admitted, Gatekeeper
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.joins import Holders, Joining, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
@@ -62,13 +61,14 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.released import Released
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
-from switchboard.hub.transit.transit import Transit
+from switchboard.metrics import HubMetrics
 from switchboard.protocol import envelope
 from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
 from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
 from switchboard.protocol.services import ServiceInfo, ServiceQuery
 from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
 from switchboard.replicas.links import LinkSettings
+from switchboard.replicas.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
 from switchboard.replicas.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
 
@@ -355,11 +355,11 @@ class Hub:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
-        stores knew when it was admitted (:class:`~switchboard.hub.sessions.admission.Admitted`; read
+        stores knew when it was admitted (:class:`~switchboard.hub.gate.admission.Admitted`; read
         again if not given); ``joining``: what it held since before its admission, refused by a
         deletion or revocation notice that came since (decided with the join, nothing awaited
         between: a later notice finds it among the members). Whether
-        it may have the id is :func:`~switchboard.hub.sessions.admission.take_over`'s
+        it may have the id is :func:`~switchboard.hub.gate.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """

@@ -22,7 +22,7 @@ from switchboard.clock import Clock, SystemClock
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
-from switchboard.hub.metrics import HubMetrics
+from switchboard.metrics import HubMetrics
 from switchboard.replicas.links import LinkSettings
 from switchboard.server.http import (
     http_apps,

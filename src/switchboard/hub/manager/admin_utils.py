@@ -24,7 +24,7 @@ from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.errors import NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.manager.manager_door import calling_peer
-from switchboard.hub.metrics import HubMetrics
+from switchboard.metrics import HubMetrics
 from switchboard.protocol import ids
 from switchboard.protocol.services import ServiceQuery
 

@@ -23,6 +23,7 @@ from switchboard.backends.logins import LoginStore
 from switchboard.backends.queues import QueueStore
 from switchboard.clock import Clock
 from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, ProtocolError
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.identity import oidc_login
 from switchboard.hub.identity.auth import MAX_EXTRA_SCOPES, TokenIssuer, check_extra_scope, child_user
 from switchboard.hub.identity.credentials import REVOKED, Credentials
@@ -40,7 +41,6 @@ from switchboard.hub.manager.workspace_data import WorkspaceData
 from switchboard.hub.manager.workspace_records import WorkspaceRecords
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
-from switchboard.hub.sessions.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.protocol import envelope, ids

@@ -400,8 +400,11 @@ class ServiceDirectory:
         in flight (at most --max-pending-calls) while they run; an HTTP caller's from its request's."""
         if peer.allowance is None:
             s = self.hub.settings
-            bucket = peer.rate or TokenBucket(
-                rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock
+            # the peer's own frame rate when it has one (a connection's, given by the gatekeeper)
+            bucket = (
+                peer.rate
+                if isinstance(peer.rate, TokenBucket)
+                else TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
             )
             peer.allowance = Allowance(bucket, s.max_pending_calls, peer.id)
         return peer.allowance.holding(calls)

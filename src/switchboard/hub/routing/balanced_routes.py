@@ -12,7 +12,7 @@ from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import Action, Send
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.hub.transit.transit import Transit
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.protocol import envelope
 from switchboard.protocol.calls import CALL, classify
 

@@ -48,7 +48,7 @@ from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.reply_routes import ReplyRoutes
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.transit.transit import Transit
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.protocol import envelope, handshake, relay
 from switchboard.protocol.calls import CALL, REPLY, Traits, classify
 from switchboard.protocol.chunks import overwriting, parse_cache_call, piece_header
@@ -57,9 +57,9 @@ from switchboard.protocol.payload import payload_map
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
     from switchboard.clock import Clock
     from switchboard.config import Settings
-    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.sessions.in_transit import Waiting as RetryWindow
     from switchboard.hub.sessions.peer import Peer
-    from switchboard.hub.transit.retry import RetryWindow
+    from switchboard.metrics import HubMetrics
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from collections import deque
 from dataclasses import dataclass
 
 from switchboard.clock import Clock
-from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.routing.router import Router
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.drain_pace import DrainPace, InFlight
@@ -26,6 +25,7 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd
 from switchboard.hub.transit.together import together
+from switchboard.replicas.inbound import CLIENT_CHANNEL
 from switchboard.replicas.unicast import Unicast
 
 log = logging.getLogger(__name__)

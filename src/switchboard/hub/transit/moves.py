@@ -1,7 +1,7 @@
 """Clients in transit, the hub's side: the registry's mark, notices between replicas, the grace's end.
 
 A collaborator of :class:`~switchboard.hub.hub.Hub`, doing the I/O of moves;
-the decisions are :class:`~switchboard.hub.transit.transit.Transit`'s, the connection's
+the decisions are :class:`~switchboard.hub.sessions.in_transit.Transit`'s, the connection's
 :class:`~switchboard.hub.sessions.life.Life`'s and, for a frame, the router's
 (:class:`~switchboard.hub.routing.actions.Hold`: whether it is held, and whether that
 begins its client's transit).
@@ -20,7 +20,7 @@ begins its client's transit).
   the held frames then fail everywhere and their callers get "not connected"
   (never routed again: the id is free, a newcomer may hold it).
 
-Who may come back is the hub's decision (:func:`~switchboard.hub.sessions.admission.take_over`):
+Who may come back is the hub's decision (:func:`~switchboard.hub.gate.admission.take_over`):
 only a connection that presented the client's reconnection token gets what
 was held for it (:meth:`Moves.arrived`). The same user starting a new session
 with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
@@ -47,14 +47,14 @@ from typing import Any
 from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import Remote
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.sessions.in_transit import Released, Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.together import together
-from switchboard.hub.transit.transit import Released, Transit
+from switchboard.metrics import HubMetrics
 from switchboard.replicas.inbound import TRANSIT_CHANNEL
+from switchboard.replicas.remote import Remote
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)

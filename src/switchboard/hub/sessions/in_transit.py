@@ -20,11 +20,22 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from switchboard.clock import Clock
 
 T = TypeVar("T")
+
+
+class Waiting(Protocol):
+    """Frames waiting for targets nobody received yet, as the router reads them (the hub's retry
+    window, hub/transit/retry.py, above the router): whether some wait for ``target`` (later ones
+    queue behind them, in order), and how long they may wait (0: none is kept)."""
+
+    @property
+    def window(self) -> float: ...
+
+    def pending(self, target: str) -> bool: ...
 
 
 @dataclass(slots=True)

@@ -64,7 +64,7 @@ class HubMetrics:
         self._replica_id = replica_id
 
     def watch_transit(self, transit: Any) -> None:
-        """Report a :class:`~switchboard.hub.transit.transit.Transit` at scrape time."""
+        """Report a :class:`~switchboard.hub.sessions.in_transit.Transit` at scrape time."""
         self.registry.register(_TransitCollector(transit, self._replica_id))
 
     def watch_balanced(self, balanced: Any) -> None:
