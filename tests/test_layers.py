@@ -138,6 +138,17 @@ def test_no_import_goes_up_or_sideways_against_the_layers() -> None:
     assert not against, "imports against the layers:\n" + "\n".join(against)
 
 
+def test_no_class_name_is_defined_in_two_modules() -> None:
+    """A class name says one thing in src/: two ``Released``, ``InFlight`` or ``Hold`` make a reader
+    (and a wrong import) take one for the other. Private and nested classes count too."""
+    where: dict[str, list[str]] = {}
+    for module, tree in sorted(MODULES.items()):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{module}:{node.lineno}")
+    assert {name: places for name, places in where.items() if len(places) > 1} == {}
+
+
 def test_no_module_imports_itself_through_others() -> None:
     """No import cycle anywhere in the package, type-checking imports included."""
     looped = [m for m in under("switchboard") if m in reachable(m)]

@@ -24,7 +24,6 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol import envelope
 from switchboard.protocol import replica_wire as wire
 from switchboard.protocol.replica_wire import (
-    Broadcast,
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -32,6 +31,7 @@ from switchboard.protocol.replica_wire import (
     Message,
     TransitNotice,
     WorkspaceDeleted,
+    WorkspaceEvent,
 )
 from switchboard.replicas.inbound import CLIENT_CHANNEL
 from switchboard.replicas.unicast import Unicast
@@ -171,7 +171,7 @@ async def test_each_kind_of_channel_reaches_the_port_as_its_value_decoded_once(h
         ClientFrame(f"{WS}/here", b"f"),
         ClientFrame(f"{WS}/away", b"f"),
         ManagerReply("r", b"reply"),
-        Broadcast(WS, "r", b"event"),
+        WorkspaceEvent(WS, "r", b"event"),
         WorkspaceDeleted(WS),
         CredentialRevoked("jti-1"),
         ClientKicked("ws", "c", 1000, "bye"),

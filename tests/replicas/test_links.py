@@ -24,7 +24,7 @@ from support.linked import linked_replicas
 from switchboard.protocol import envelope, replica_wire
 from switchboard.protocol import link_state as links_mod
 from switchboard.protocol import link_wire as wire
-from switchboard.protocol.replica_wire import Broadcast
+from switchboard.protocol.replica_wire import WorkspaceEvent
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
@@ -147,7 +147,7 @@ async def test_workspace_channels_always_go_through_redis(bus_with_links) -> Non
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []
     await b.subscribe_bus("sb:ws:shared", got.append)
-    event = replica_wire.encode(Broadcast("shared", a.replica_id, b"event"))  # as the hub publishes one
+    event = replica_wire.encode(WorkspaceEvent("shared", a.replica_id, b"event"))  # as the hub publishes one
     for _ in range(3):
         assert await a.bus.publish("sb:ws:shared", event) == 1
     await eventually(lambda: len(got) == 3, "broadcasts")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from switchboard.replicas.lease import Hold, LeaderElector, LeasePolicy, hold_decision
+from switchboard.replicas.lease import LeaderElector, LeasePolicy, Renewal, hold_decision
 from switchboard.replicas.liveness import LOOP_STALL_LIMIT, LoopBeat, loop_alive
 from switchboard.testing import FakeClock
 
@@ -26,17 +26,17 @@ TRUSTED = POLICY.ttl - POLICY.step_down_margin
 @pytest.mark.parametrize(
     ("now", "renewed_at", "loop_tick", "expected"),
     [
-        (100.0, 99.0, 100.0, Hold.RENEW),  # renewal due, loop turning
-        (100.0, 99.0, 100.0 - 10.0, Hold.RENEW),  # a loop starved for 10 s but turning keeps the lease
-        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT, Hold.RENEW),  # the limit itself still counts as turning
-        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT - 0.1, Hold.LOOP_HUNG),  # hung: step down, another leads
-        (100.0, 100.0 - TRUSTED, 100.0, Hold.EXPIRING),  # the safety rule, whatever the loop does
-        (100.0, 100.0 - TRUSTED + 0.01, 100.0, Hold.RENEW),
-        (100.0, 100.0 - TRUSTED, 0.0, Hold.EXPIRING),  # both: could have expired comes first
+        (100.0, 99.0, 100.0, Renewal.RENEW),  # renewal due, loop turning
+        (100.0, 99.0, 100.0 - 10.0, Renewal.RENEW),  # a loop starved for 10 s but turning keeps the lease
+        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT, Renewal.RENEW),  # the limit itself still counts as turning
+        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT - 0.1, Renewal.LOOP_HUNG),  # hung: step down, another leads
+        (100.0, 100.0 - TRUSTED, 100.0, Renewal.EXPIRING),  # the safety rule, whatever the loop does
+        (100.0, 100.0 - TRUSTED + 0.01, 100.0, Renewal.RENEW),
+        (100.0, 100.0 - TRUSTED, 0.0, Renewal.EXPIRING),  # both: could have expired comes first
     ],
 )
 def test_a_leader_renews_while_its_lease_is_certain_and_its_loop_turns(
-    now: float, renewed_at: float, loop_tick: float, expected: Hold
+    now: float, renewed_at: float, loop_tick: float, expected: Renewal
 ) -> None:
     assert hold_decision(now, renewed_at=renewed_at, loop_tick=loop_tick, policy=POLICY) is expected
 

@@ -11,7 +11,7 @@ from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.protocol import replica_wire
-from switchboard.protocol.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
+from switchboard.protocol.replica_wire import ClientFrame, ManagerCall, ManagerReply, Message, WorkspaceEvent
 from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.links import Links, LinkSettings
 from switchboard.replicas.unicast import Unicast
@@ -81,7 +81,7 @@ class LinkedReplica:
             handler(data)
         elif isinstance(message, ManagerReply):
             self._first(REPLICA_CHANNEL, data)
-        elif isinstance(message, Broadcast):
+        elif isinstance(message, WorkspaceEvent):
             self._first(WORKSPACE_CHANNEL, data)
         else:
             raise AssertionError(f"not subscribed: {message!r}")

@@ -254,7 +254,7 @@ class Dispatch:
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
         self._broadcast_here(workspace, event_type, frame)
-        await self.remote.publish_message(replica_wire.Broadcast(workspace, self.replica_id, frame))
+        await self.remote.publish_message(replica_wire.WorkspaceEvent(workspace, self.replica_id, frame))
 
     def _broadcast_here(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Write ``frame`` to its listeners here (not the whole workspace): at once if they are

@@ -20,7 +20,6 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.protocol import replica_wire
 from switchboard.protocol.handshake import CLOSE_POLICY
 from switchboard.protocol.replica_wire import (
-    Broadcast,
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -29,6 +28,7 @@ from switchboard.protocol.replica_wire import (
     Message,
     TransitNotice,
     WorkspaceDeleted,
+    WorkspaceEvent,
 )
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class FromReplicas:
             return self._to_client(message)
         if type(message) is ManagerReply:
             self._dispatch.from_replica_to_manager(message.frame)
-        elif type(message) is Broadcast:
+        elif type(message) is WorkspaceEvent:
             self._dispatch.from_replica_broadcast(message.origin, message.frame)
         elif type(message) is TransitNotice:
             # Moves reads the notice as it travelled (hub/transit/ is to take the value next)

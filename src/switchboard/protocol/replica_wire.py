@@ -5,7 +5,7 @@ and its kind is the channel's::
 
     sb:client:<ws>/<cid>   ClientFrame, or ManagerCall (a call another replica's manager made)
     sb:replica:<id>        ManagerReply   (a reply to a call this replica's manager made)
-    sb:ws:<ws>             Broadcast
+    sb:ws:<ws>             WorkspaceEvent
     sb:transit             TransitNotice  (a client left, is back, gone, abandoned, taken)
     sb:deleted             WorkspaceDeleted
     sb:revoked             CredentialRevoked
@@ -110,7 +110,7 @@ class ManagerReply:
 
 
 @dataclass(frozen=True, slots=True)
-class Broadcast:
+class WorkspaceEvent:
     """A workspace event ``origin`` published for every replica with members in ``workspace``."""
 
     workspace: str
@@ -152,7 +152,7 @@ Message = (
     ClientFrame
     | ManagerCall
     | ManagerReply
-    | Broadcast
+    | WorkspaceEvent
     | TransitNotice
     | WorkspaceDeleted
     | CredentialRevoked
@@ -169,7 +169,7 @@ def channel_of(message: Message) -> str:
         return CLIENT_CHANNEL + message.address
     if isinstance(message, ManagerReply):
         return REPLICA_CHANNEL + message.replica
-    if isinstance(message, Broadcast):
+    if isinstance(message, WorkspaceEvent):
         return WORKSPACE_CHANNEL + message.workspace
     return _FIXED_CHANNELS[type(message)]
 
@@ -190,7 +190,7 @@ def _body(message: Message, linked: bool) -> bytes:
         return message.wrapped if linked else tag(message.sender, message.wrapped, message.replay)
     if type(message) is ManagerReply:
         return message.frame
-    if type(message) is Broadcast:
+    if type(message) is WorkspaceEvent:
         return b"".join((message.origin.encode(), b"\n", message.frame))
     if type(message) is TransitNotice:
         notice: dict[str, object] = {message.kind: message.client, "from": message.origin}
@@ -265,7 +265,7 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
         sender, newline, event = data.partition(b"\n")
         if not newline or not event:
             raise ProtocolError("a broadcast without its origin and frame")
-        return Broadcast(channel[len(WORKSPACE_CHANNEL) :], _text(sender, "a broadcast's origin"), event)
+        return WorkspaceEvent(channel[len(WORKSPACE_CHANNEL) :], _text(sender, "a broadcast's origin"), event)
     if channel == TRANSIT_CHANNEL:
         return _transit(data)
     if channel == DELETED_CHANNEL:

@@ -110,7 +110,7 @@ class Lease(Protocol):
         ...
 
 
-class Hold(Enum):
+class Renewal(Enum):
     """What a leader does when its renewal is due."""
 
     RENEW = "renew"
@@ -120,14 +120,14 @@ class Hold(Enum):
 
 def hold_decision(
     now: float, *, renewed_at: float, loop_tick: float, policy: LeasePolicy, stall_limit: float = LOOP_STALL_LIMIT
-) -> Hold:
+) -> Renewal:
     """Renew, or step down: once the lease could have expired (the safety rule), or once the
     serving loop has not turned for ``stall_limit`` (its chores no longer run: another should lead)."""
     if now >= renewed_at + policy.ttl - policy.step_down_margin:
-        return Hold.EXPIRING
+        return Renewal.EXPIRING
     if not loop_alive(now, loop_tick, stall_limit):
-        return Hold.LOOP_HUNG
-    return Hold.RENEW
+        return Renewal.LOOP_HUNG
+    return Renewal.RENEW
 
 
 Callback = Callable[..., Awaitable[None] | None]
@@ -253,12 +253,12 @@ class LeaderElector:
             decision = hold_decision(
                 started, renewed_at=self._renewed_at, loop_tick=tick, policy=policy, stall_limit=self.stall_limit
             )
-            if decision is Hold.EXPIRING:
+            if decision is Renewal.EXPIRING:
                 return LeaseLost(
                     f"lease {policy.key!r} not renewed for {started - self._renewed_at:.3f}s "
                     f"(ttl {policy.ttl}s): stepped down before it could expire"
                 )
-            if decision is Hold.LOOP_HUNG:
+            if decision is Renewal.LOOP_HUNG:
                 return LeaseLost(
                     f"the event loop has not turned for {started - tick:.1f}s: stepped down from {policy.key!r}"
                 )

@@ -30,14 +30,14 @@ class StaleStore(Protocol):
     async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]: ...
 
 
-class _Client(Protocol):
+class _PeerServices(Protocol):
     @property
     def services(self) -> Mapping[str, ServiceInfo]: ...
 
 
 class _Hub(Protocol):
     @property
-    def peers(self) -> Mapping[str, _Client]: ...
+    def peers(self) -> Mapping[str, _PeerServices]: ...
 
     @property
     def transit(self) -> Container[str]: ...

@@ -18,7 +18,7 @@ class _User(Protocol):
     def accountable(self) -> str: ...
 
 
-class _Client(Protocol):
+class _ServingClient(Protocol):
     @property
     def services(self) -> Mapping[str, ServiceInfo]: ...
 
@@ -52,7 +52,7 @@ class Served(Protocol):
     clock: Clock
 
     @property
-    def peers(self) -> Mapping[str, _Client]: ...
+    def peers(self) -> Mapping[str, _ServingClient]: ...
 
     @property
     def transit(self) -> Container[str]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from switchboard.backends.owned import Recorded, Stale
 
-__all__ = ["Held", "Recorded", "Stale", "Verdict", "compare", "field_of", "stale_entries"]
+__all__ = ["Held", "Recorded", "Stale", "StaleVerdict", "compare", "field_of", "stale_entries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class StaleVerdict:
     """What to remove now, and what to look at again next time."""
 
     remove: list[Stale]
@@ -74,7 +74,7 @@ def compare(recorded: Iterable[Recorded], held: Held) -> list[Stale]:
     return found
 
 
-def stale_entries(recorded: Iterable[Recorded], held: Held, suspected: Iterable[Stale] = ()) -> Verdict:
+def stale_entries(recorded: Iterable[Recorded], held: Held, suspected: Iterable[Stale] = ()) -> StaleVerdict:
     """Compare now (:func:`compare`); remove what the previous comparison (``suspected``) found
     stale too, with the same values; suspect the rest.
 
@@ -99,4 +99,4 @@ def stale_entries(recorded: Iterable[Recorded], held: Held, suspected: Iterable[
                 remove.append(Stale(now.client, confirmed))
             if len(confirmed) < len(now.services):
                 suspects.append(Stale(now.client, {f: v for f, v in now.services.items() if f not in confirmed}))
-    return Verdict(remove, suspects)
+    return StaleVerdict(remove, suspects)

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 Charge = Callable[[int], contextlib.AbstractContextManager[None]]
 
 
-class Loads(Protocol):
+class ProviderLoads(Protocol):
     """Calls in flight to providers (:class:`switchboard.hub.routing.loads.Loads`)."""
 
     async def of(self, providers: Collection[str]) -> Mapping[str, int]: ...
@@ -73,7 +73,7 @@ class DirectoryHost(Protocol):
     manager_address: str
 
     @property
-    def loads(self) -> Loads: ...
+    def loads(self) -> ProviderLoads: ...
 
     def peer_for(self, address: str) -> Peer | None: ...
 

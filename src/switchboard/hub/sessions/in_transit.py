@@ -47,7 +47,7 @@ class _Mover(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class Released(Generic[T]):
+class TransitEnd(Generic[T]):
     """What a client's transit ended with: its frames, in order, and how long it was away."""
 
     client: str
@@ -129,7 +129,7 @@ class Transit(Generic[T]):
         self.held_total += 1
         return True
 
-    def back(self, client: str) -> Released[T] | None:
+    def back(self, client: str) -> TransitEnd[T] | None:
         """``client`` is connected again: its held frames, to deliver now; ``None`` if it was not in transit."""
         return self._release(client)
 
@@ -138,14 +138,14 @@ class Transit(Generic[T]):
         now = self._clock.monotonic()
         return [c for c, m in sorted(self._movers.items(), key=lambda i: i[1].deadline) if m.deadline <= now]
 
-    def expire(self, client: str) -> Released[T] | None:
+    def expire(self, client: str) -> TransitEnd[T] | None:
         """``client`` did not come back in time: its held frames, to fail now."""
         released = self._release(client)
         if released is not None:
             self.expired_total += 1
         return released
 
-    def cancel(self, client: str) -> Released[T] | None:
+    def cancel(self, client: str) -> TransitEnd[T] | None:
         """``client`` was never in transit after all (e.g. it is connected elsewhere): its frames, to route again."""
         return self._release(client)
 
@@ -166,14 +166,14 @@ class Transit(Generic[T]):
         """When the next grace ends (the hub's clock), or ``None`` with nobody in transit."""
         return min((m.deadline for m in self._movers.values()), default=None)
 
-    def _release(self, client: str) -> Released[T] | None:
+    def _release(self, client: str) -> TransitEnd[T] | None:
         mover = self._movers.pop(client, None)
         if mover is None:
             return None
         now = self._clock.monotonic()
         oldest = now - min(at for at, _ in mover.held) if mover.held else 0.0
         self.longest_wait = max(self.longest_wait, oldest)
-        return Released(client, [frame for _, frame in mover.held], now - mover.since, oldest)
+        return TransitEnd(client, [frame for _, frame in mover.held], now - mover.since, oldest)
 
     def __repr__(self) -> str:
         return f"Transit(clients={len(self._movers)}, holding={self.holding}, grace={self.grace:g}s)"

@@ -48,7 +48,7 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
-from switchboard.hub.sessions.in_transit import Released, Transit
+from switchboard.hub.sessions.in_transit import Transit, TransitEnd
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.together import together
@@ -166,7 +166,7 @@ class Moves:
     def _wake(self) -> None:
         self._wakeup.set()
 
-    def _send_on(self, released: Released[Undelivered] | None, *, fail: bool = False) -> None:
+    def _send_on(self, released: TransitEnd[Undelivered] | None, *, fail: bool = False) -> None:
         """Route a finished transit's frames again, in order: to the client if it is back, else they fail.
         With ``fail``, they fail at once: the client left, or a new session took its id.
 
