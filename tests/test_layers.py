@@ -71,11 +71,15 @@ def under(*prefixes: str) -> list[str]:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("switchboard.errors",),
     ("switchboard.clock", "switchboard.tasks", "switchboard.metrics"),
+    ("switchboard.protocol.hypha",),
+    ("switchboard.protocol.link", "switchboard.config"),
     ("switchboard.protocol",),
-    ("switchboard.config",),
     ("switchboard.client", "switchboard.backends"),
+    ("switchboard.backends.redis.shared",),
+    ("switchboard.backends.redis.bus", "switchboard.backends.redis.stores"),
     ("switchboard.backends.redis",),
-    ("switchboard.hub.identity", "switchboard.replicas"),
+    ("switchboard.hub.identity", "switchboard.replicas.dataplane", "switchboard.replicas.upkeep"),
+    ("switchboard.replicas",),
     ("switchboard.hub.sessions",),
     ("switchboard.hub.routing",),
     ("switchboard.hub.transit", "switchboard.hub.gate"),
@@ -175,7 +179,7 @@ def test_the_protocol_layer_loads_no_io_even_through_the_libraries_it_uses() -> 
     code = (
         "import importlib, pkgutil, sys\n"
         "import switchboard.protocol as p\n"
-        "for m in pkgutil.iter_modules(p.__path__): importlib.import_module('switchboard.protocol.' + m.name)\n"
+        "for m in pkgutil.walk_packages(p.__path__, 'switchboard.protocol.'): importlib.import_module(m.name)\n"
         "print(*sorted({'asyncio', 'selectors', 'socket', 'ssl'} & sys.modules.keys()))\n"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -214,8 +218,8 @@ PURE = (
     "switchboard.hub.sessions.life",
     "switchboard.hub.identity.users",
     "switchboard.hub.identity.verified_tokens",
-    "switchboard.replicas.replays",
-    "switchboard.replicas.stale",
+    "switchboard.replicas.dataplane.replays",
+    "switchboard.replicas.upkeep.stale",
     "switchboard.server.ws.frame_scan",
 )
 

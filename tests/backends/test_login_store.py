@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from switchboard.backends.logins import LOGIN_TIME, MAX_ENTRY_BYTES, MemoryLogins
-from switchboard.backends.redis.logins import RedisLogins
+from switchboard.backends.redis.stores.logins import RedisLogins
 from switchboard.clock import SystemClock
 from switchboard.errors import AuthError, LimitExceeded, ProtocolError
 from switchboard.hub.identity.oidc_login import Flow, ProviderClient, check_nonce

@@ -26,7 +26,8 @@ from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
-from switchboard.protocol import envelope, relay
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

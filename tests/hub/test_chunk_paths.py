@@ -25,8 +25,8 @@ from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
-from switchboard.protocol import envelope
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

@@ -34,10 +34,11 @@ from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
-from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
-from switchboard.replicas.replays import worth_replaying
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.hypha.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.link import relay
+from switchboard.replicas.dataplane.replays import worth_replaying
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

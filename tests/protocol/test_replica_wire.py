@@ -2,9 +2,9 @@
 ProtocolError, and replicas of this release and of the one before (main 8600616) read each other.
 
 Synchronous, no I/O. The previous release's writers and readers are reproduced below from its
-code (``protocol/link_wire.py``'s tag, ``protocol/relay.py``'s wrapping, the broadcast prefix
+code (``protocol/link/link_wire.py``'s tag, ``protocol/link/relay.py``'s wrapping, the broadcast prefix
 in ``hub/dispatch.py``, ``hub/transit/moves.py``'s notices, ``hub/from_replicas.py``'s kick and
-``replicas/inbound.py``'s text notices), as a replica of that release runs them.
+``replicas/dataplane/inbound.py``'s text notices), as a replica of that release runs them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import replica_wire as rw
-from switchboard.protocol.replica_wire import (
+from switchboard.protocol.link import replica_wire as rw
+from switchboard.protocol.link.replica_wire import (
     ClientFrame,
     ClientKicked,
     CredentialRevoked,

@@ -1,7 +1,7 @@
 """Renew or step down, given the serving loop's last tick, the last renewal and the clock.
 
 The lease and the presence record are kept on a thread of their own
-(:mod:`switchboard.replicas.liveness`) so that a starved loop does not cost
+(:mod:`switchboard.replicas.upkeep.liveness`) so that a starved loop does not cost
 them, yet only while that loop still turns: a loop hung for good must lose
 both. The decision is pure; the elector carries it out. Real processes:
 tests/cluster/test_lease_starved_loop.py.
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from switchboard.replicas.lease import LeaderElector, LeasePolicy, Renewal, hold_decision
-from switchboard.replicas.liveness import LOOP_STALL_LIMIT, LoopBeat, loop_alive
+from switchboard.replicas.upkeep.lease import LeaderElector, LeasePolicy, Renewal, hold_decision
+from switchboard.replicas.upkeep.liveness import LOOP_STALL_LIMIT, LoopBeat, loop_alive
 from switchboard.testing import FakeClock
 
 POLICY = LeasePolicy(key="sb:leader", ttl=3.0, renew_every=1.0)  # trusted until 2.4 s after a renewal

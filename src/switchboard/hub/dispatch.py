@@ -2,7 +2,7 @@
 
 :class:`~switchboard.hub.routing.router.Router` decides where a frame goes;
 :class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.sessions.peer.Peer`,
-over a direct link or the bus (:class:`~switchboard.replicas.remote.Remote`), into
+over a direct link or the bus (:class:`~switchboard.replicas.dataplane.remote.Remote`), into
 the holding of a client in transit (:class:`~switchboard.hub.transit.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
@@ -46,8 +46,9 @@ from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
-from switchboard.protocol import envelope, handshake, relay, replica_wire
-from switchboard.replicas.remote import Remote
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.link import relay, replica_wire
+from switchboard.replicas.dataplane.remote import Remote
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ class Dispatch:
 
     def _to_manager(self, action: ToManager) -> None:
         """Into the manager's door; a callback addressed to the manager within a workspace
-        (:func:`~switchboard.protocol.relay.manager_in_workspace`) is answered from that address."""
+        (:func:`~switchboard.protocol.link.relay.manager_in_workspace`) is answered from that address."""
         env = action.env
         if env is None:
             try:

@@ -1,8 +1,8 @@
 """The hub's one inbound port: what other replicas send here, each kind to what carries it out.
 
 The replica layer decodes every message, off the bus or a direct link, once
-(:mod:`switchboard.protocol.replica_wire`) and hands the value to this one
-:class:`~switchboard.replicas.inbound.Inbound`, which dispatches on its type.
+(:mod:`switchboard.protocol.link.replica_wire`) and hands the value to this one
+:class:`~switchboard.replicas.dataplane.inbound.Inbound`, which dispatches on its type.
 A client channel's frame finds its client here, in :class:`FromReplicas`'s table
 of the channels this replica listens on: no callable is registered per channel.
 """
@@ -17,9 +17,9 @@ from switchboard.hub.identity.credentials import REVOKED
 from switchboard.hub.sessions.joins import Holders, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.moves import Moves
-from switchboard.protocol import replica_wire
-from switchboard.protocol.handshake import CLOSE_POLICY
-from switchboard.protocol.replica_wire import (
+from switchboard.protocol.hypha.handshake import CLOSE_POLICY
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.replica_wire import (
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class FromReplicas:
-    """:class:`~switchboard.replicas.inbound.Inbound`, implemented once for the hub.
+    """:class:`~switchboard.replicas.dataplane.inbound.Inbound`, implemented once for the hub.
 
     ``members`` is the hub's table of its clients by workspace (read only).
     Which connection or HTTP caller a client channel is for is kept here from

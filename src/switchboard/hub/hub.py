@@ -4,7 +4,7 @@ It knows connections; the routing decisions are the
 :class:`~switchboard.hub.routing.router.Router`'s (values, no I/O), carried out by
 :class:`~switchboard.hub.dispatch.Dispatch`. It does not know sockets (the
 server layer owns those) nor where shared state lives (the backends do).
-Its collaborators, each in its own module: :class:`~switchboard.replicas.remote.Remote`
+Its collaborators, each in its own module: :class:`~switchboard.hub.remote.Remote`
 (the other replicas, through the bus), :class:`~switchboard.hub.transit.moves.Moves`
 (clients in transit), :class:`~switchboard.hub.transit.drain.Drainer` (SIGTERM).
 """
@@ -62,18 +62,18 @@ from switchboard.hub.transit.released import Released
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
 from switchboard.metrics import HubMetrics
-from switchboard.protocol import envelope
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
-from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
-from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
-from switchboard.replicas.links import LinkSettings
-from switchboard.replicas.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
-from switchboard.replicas.unicast import Unicast
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.link.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
+from switchboard.replicas.dataplane.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
+from switchboard.replicas.dataplane.links import LinkSettings
+from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL, Remote
+from switchboard.replicas.dataplane.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
 
 if TYPE_CHECKING:
-    from switchboard.replicas.cluster import Cluster
+    from switchboard.replicas.upkeep.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -355,11 +355,11 @@ class Hub:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
-        stores knew when it was admitted (:class:`~switchboard.hub.gate.admission.Admitted`; read
+        stores knew when it was admitted (:class:`~switchboard.hub.sessions.admission.Admitted`; read
         again if not given); ``joining``: what it held since before its admission, refused by a
         deletion or revocation notice that came since (decided with the join, nothing awaited
         between: a later notice finds it among the members). Whether
-        it may have the id is :func:`~switchboard.hub.gate.admission.take_over`'s
+        it may have the id is :func:`~switchboard.hub.sessions.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """

@@ -23,7 +23,7 @@ from switchboard.config import Settings
 from switchboard.hub.hub import Hub, queue_bounds
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.metrics import HubMetrics
-from switchboard.replicas.links import LinkSettings
+from switchboard.replicas.dataplane.links import LinkSettings
 from switchboard.server.http import (
     http_apps,
     http_mcp,
@@ -41,7 +41,7 @@ from switchboard.server.ws.websocket import PATH, websocket_endpoint
 
 if TYPE_CHECKING:
     from switchboard.backends.redis.assemble import RedisBackends
-    from switchboard.replicas.cluster import Cluster
+    from switchboard.replicas.upkeep.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,11 @@ def build_hub(
     logins = None
     if settings.redis_url and registry is None and bus is None:
         from switchboard.backends.redis.assemble import redis_backends
-        from switchboard.backends.redis.entrance import RedisEntrance
-        from switchboard.backends.redis.logins import RedisLogins
-        from switchboard.backends.redis.queues import RedisQueues
-        from switchboard.backends.redis.revoked import RedisRevocations
-        from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+        from switchboard.backends.redis.stores.entrance import RedisEntrance
+        from switchboard.backends.redis.stores.logins import RedisLogins
+        from switchboard.backends.redis.stores.queues import RedisQueues
+        from switchboard.backends.redis.stores.revoked import RedisRevocations
+        from switchboard.backends.redis.stores.workspaces import RedisWorkspaceStore
 
         parts = redis_backends(
             settings.redis_url,
@@ -164,12 +164,12 @@ def build_hub(
 
 def _cluster(hub: Hub, parts: RedisBackends) -> Cluster:
     """The replica layer of a hub on Redis: presence, lease, reaper, recovery, metrics."""
-    from switchboard.backends.redis.cluster_bus import ClusterBus
+    from switchboard.backends.redis.bus.cluster_bus import ClusterBus
     from switchboard.backends.redis.cluster_status import ShardCollector
-    from switchboard.backends.redis.lease import RedisLease
-    from switchboard.replicas.cluster import Cluster, lease_policy
-    from switchboard.replicas.liveness import LivenessThread
+    from switchboard.backends.redis.stores.lease import RedisLease
     from switchboard.replicas.metrics import ReplicaCollector
+    from switchboard.replicas.upkeep.cluster import Cluster, lease_policy
+    from switchboard.replicas.upkeep.liveness import LivenessThread
 
     policy = lease_policy(hub.settings, parts.leader_key)
     bus = parts.bus if isinstance(parts.bus, ClusterBus) else None

@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from switchboard.config import Settings
 from switchboard.hub.hub import Hub
 from switchboard.hub.transit.drain import PATIENCE
-from switchboard.protocol import handshake
+from switchboard.protocol.hypha import handshake
 from switchboard.server.app import build_hub, create_app
 from switchboard.server.http.http_protocol import HubHttpProtocol
 from switchboard.server.process import versions

@@ -23,9 +23,9 @@ from switchboard.hub.routing.balance import is_virtual
 from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.sessions.joins import Joining
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import handshake
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha import handshake
+from switchboard.protocol.hypha.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
+from switchboard.protocol.hypha.services import ServiceQuery
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import Credentials
 from switchboard.hub.identity.oidc_login import Flow, ProviderClient
 from switchboard.hub.identity.users import Permission, User, user_workspace
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 LOGIN_PATH = "/public/apps/hypha-login"
 # Hypha's default lifetime of a login's token, and the longest one asked: a login is a person at a

@@ -5,7 +5,7 @@ Every method acts for the connection that made the call
 message says it is from. What a client announces is bounded in count and
 size (it lives in the shared registry until the client leaves), and what a
 caller may find follows the visibility rules of
-:mod:`switchboard.protocol.services`. The HTTP gateway resolves and fetches
+:mod:`switchboard.protocol.hypha.services`. The HTTP gateway resolves and fetches
 services through the same methods (:mod:`switchboard.server.http.http_services`).
 """
 
@@ -34,10 +34,10 @@ from switchboard.hub.manager.shared_values import SharedValues
 from switchboard.hub.routing import balance
 from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import selection
-from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import selection
+from switchboard.protocol.hypha import services as svc_ids
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery, list_query
+from switchboard.protocol.hypha.values import plain
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ class ServiceDirectory:
         charge: Charge | None = None,
     ) -> ServiceInfo:
         """The single service ``service_id`` names for a caller, chosen by ``mode`` among several
-        (:mod:`switchboard.protocol.selection`), or a clear error.
+        (:mod:`switchboard.protocol.hypha.selection`), or a clear error.
 
         A ``select:`` mode's every candidate asked is a call of the asker:
         ``charge`` admits them (its rate and calls in flight) for as long as

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol.envelope import Envelope
+from switchboard.protocol.hypha.envelope import Envelope
 
 if TYPE_CHECKING:  # a peer is named, never used: the actions stay values without I/O
     from switchboard.hub.sessions.peer import Peer

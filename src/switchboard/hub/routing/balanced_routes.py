@@ -13,8 +13,8 @@ from switchboard.hub.routing.actions import Action, Send
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.sessions.in_transit import Transit
-from switchboard.protocol import envelope
-from switchboard.protocol.calls import CALL, classify
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.calls import CALL, classify
 
 if TYPE_CHECKING:
     from switchboard.clock import Clock

@@ -49,10 +49,11 @@ from switchboard.hub.routing.reply_routes import ReplyRoutes
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.sessions.in_transit import Transit
-from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.chunks import overwriting, parse_cache_call, piece_header
-from switchboard.protocol.payload import payload_map
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.hypha.calls import CALL, REPLY, Traits, classify
+from switchboard.protocol.hypha.chunks import overwriting, parse_cache_call, piece_header
+from switchboard.protocol.hypha.payload import payload_map
+from switchboard.protocol.link import relay
 
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
     from switchboard.clock import Clock

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.protocol.chunks import CacheCall
-from switchboard.protocol.envelope import check_joined_header
-from switchboard.protocol.payload import Scanner, check_keys, check_promise, decode_promise
+from switchboard.protocol.hypha.chunks import CacheCall
+from switchboard.protocol.hypha.envelope import check_joined_header
+from switchboard.protocol.hypha.payload import Scanner, check_keys, check_promise, decode_promise
 
 # Walking is plain Python; a message of more values than this is refused rather
 # than cost the replica seconds of CPU (honest large payloads are bytes or arrays).

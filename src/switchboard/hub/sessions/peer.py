@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from switchboard.hub.identity.users import User
 from switchboard.hub.sessions.life import Life
 from switchboard.hub.sessions.send_queue import ClientConnection, SendQueue
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd
 from switchboard.hub.transit.together import together
-from switchboard.replicas.inbound import CLIENT_CHANNEL
-from switchboard.replicas.unicast import Unicast
+from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL
+from switchboard.replicas.dataplane.unicast import Unicast
 
 log = logging.getLogger(__name__)
 

@@ -53,8 +53,8 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.together import together
 from switchboard.metrics import HubMetrics
-from switchboard.replicas.inbound import TRANSIT_CHANNEL
-from switchboard.replicas.remote import Remote
+from switchboard.replicas.dataplane.inbound import TRANSIT_CHANNEL
+from switchboard.replicas.dataplane.remote import Remote
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from switchboard.backends.patience import patience
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.send_queue import ClientConnection
-from switchboard.protocol.handshake import Hello
+from switchboard.protocol.hypha.handshake import Hello
 from switchboard.server.process.server_state import ServerState
 
 

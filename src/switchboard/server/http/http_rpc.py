@@ -56,7 +56,7 @@ from switchboard.errors import AuthError, BackendError, HandshakeError, Protocol
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope, handshake, ids
+from switchboard.protocol.hypha import envelope, handshake, ids
 from switchboard.server.common.connection_reset import reset
 from switchboard.server.common.session import ClientSession
 from switchboard.server.http import fetch_origin

@@ -26,7 +26,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import handshake
+from switchboard.protocol.hypha import handshake
 from switchboard.server.common.connection_reset import current_transport, reset
 from switchboard.server.common.session import ClientSession
 from switchboard.server.process.server_state import ServerState
