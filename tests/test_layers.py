@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,47 @@ def test_no_class_name_is_defined_in_two_modules() -> None:
             if isinstance(node, ast.ClassDef):
                 where.setdefault(node.name, []).append(f"{module}:{node.lineno}")
     assert {name: places for name, places in where.items() if len(places) > 1} == {}
+
+
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def folders_in_the_docs() -> dict[str, set[str]]:
+    """The "Folders" section of docs/architecture.md: each bullet's package, with what it says it holds."""
+    text = ARCHITECTURE.read_text()
+    section = text.split("\n## Folders\n", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        bullet = re.match(r"- `([\w/]+)/`: .*Holds (.+)\.$", line)
+        if bullet:
+            folder = bullet[1].removeprefix("switchboard").strip("/")
+            found[folder] = {name.strip().replace("\\", "") for name in bullet[2].split(",")}
+    return found
+
+
+def folders_in_the_tree() -> dict[str, set[str]]:
+    """Each package under src/switchboard/ (``""``: the top), with its sub-packages (``name/``) and modules."""
+    found: dict[str, set[str]] = {}
+    for init in SRC.rglob("__init__.py"):
+        folder = init.parent
+        subs = {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        mods = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+        found[folder.relative_to(SRC).as_posix().removeprefix(".")] = subs | mods
+    return found
+
+
+def test_the_folders_section_names_every_package_and_no_other() -> None:
+    """docs/architecture.md lists the tree as it is: one bullet per package, none for a package gone."""
+    assert sorted(folders_in_the_docs()) == sorted(folders_in_the_tree())
+
+
+def test_each_folder_holds_what_the_docs_say() -> None:
+    """What each bullet says its package holds is there, and nothing there is left unsaid."""
+    docs, tree = folders_in_the_docs(), folders_in_the_tree()
+    wrong = {
+        f: {"unsaid": sorted(tree[f] - docs[f]), "gone": sorted(docs[f] - tree[f])} for f in docs.keys() & tree.keys()
+    }
+    assert {f: w for f, w in wrong.items() if w["unsaid"] or w["gone"]} == {}
 
 
 def test_no_module_imports_itself_through_others() -> None:
