@@ -41,7 +41,7 @@ Prints a table and writes ``bench/results/connect_cost.json``.
 
 History: the manager's RPC had handled every connect's four calls, about half of a connect's CPU (the
 manager's door answers them now); an admission's Redis round trips went from 10 to 5 (one pipeline and one
-script, ``backends/redis/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB.
+script, ``backends/redis/stores/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import ast
 import importlib
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,140 @@ def under(*prefixes: str) -> list[str]:
     return sorted(m for m in MODULES if m.startswith(prefixes))
 
 
+# -- the sub-packages' order: a DAG, each layer importing only the layers below it ---------------------------------
+
+# Lowest first. A unit is a sub-package (its modules and its ``__init__``), or one module of the top
+# package ``switchboard`` itself (errors, clock, config...). A module may import its own unit and the
+# units of lower layers: never a unit of a higher layer (up), nor another unit of its own layer
+# (sideways). Every import counts: at module level, inside a function, and under ``if TYPE_CHECKING:``,
+# since a name used only in a signature still ties the two packages into one for a reader and for the
+# type checker.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("switchboard.errors",),
+    ("switchboard.clock", "switchboard.tasks", "switchboard.metrics"),
+    ("switchboard.protocol.hypha",),
+    ("switchboard.protocol.link", "switchboard.config"),
+    ("switchboard.protocol",),
+    ("switchboard.client", "switchboard.backends"),
+    ("switchboard.backends.redis.shared",),
+    ("switchboard.backends.redis.bus", "switchboard.backends.redis.stores"),
+    ("switchboard.backends.redis",),
+    ("switchboard.hub.identity", "switchboard.replicas.dataplane", "switchboard.replicas.upkeep"),
+    ("switchboard.replicas",),
+    ("switchboard.hub.sessions",),
+    ("switchboard.hub.routing",),
+    ("switchboard.hub.transit", "switchboard.hub.gate"),
+    ("switchboard.hub.manager",),
+    ("switchboard.hub",),
+    ("switchboard.server.process",),
+    ("switchboard.server.common",),
+    ("switchboard.server.ws", "switchboard.server.http"),
+    ("switchboard.server",),
+    ("switchboard.testing", "switchboard.cli"),
+    ("switchboard", "switchboard.__main__"),
+)
+
+PACKAGES = frozenset(".".join(path.parent.relative_to(SRC.parent).parts) for path in SRC.rglob("__init__.py"))
+
+
+def unit_of(module: str) -> str:
+    """The sub-package ``module`` belongs to, or the module itself if it sits in ``switchboard``."""
+    if module in PACKAGES:
+        return module
+    package = module.rpartition(".")[0]
+    return module if package == "switchboard" else package
+
+
+LAYER_OF = {unit: n for n, layer in enumerate(LAYERS) for unit in layer}
+
+
+def imports_with_lines(tree: ast.Module) -> list[tuple[str, int]]:
+    """Every ``switchboard`` module ``tree`` imports, with the line: at any depth, type checking included."""
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("switchboard"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.append((full if full in MODULES else node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, node.lineno) for a in node.names if a.name.startswith("switchboard"))
+    return [(m, line) for m, line in out if m in MODULES]
+
+
+def test_every_unit_has_its_place_in_the_layers() -> None:
+    """Each sub-package and top module is declared once: a new package must be given its layer."""
+    units = {unit_of(m) for m in MODULES}
+    declared = [unit for layer in LAYERS for unit in layer]
+    assert sorted(units - set(declared)) == [], "units missing from LAYERS"
+    assert sorted(set(declared) - units) == [], "LAYERS names units that do not exist"
+    assert len(declared) == len(set(declared)), "a unit is declared twice"
+
+
+def test_no_import_goes_up_or_sideways_against_the_layers() -> None:
+    """Each import reaches its own unit or a lower layer; the offending ones are named with their line."""
+    against = []
+    for module, tree in sorted(MODULES.items()):
+        here = unit_of(module)
+        for target, line in imports_with_lines(tree):
+            there = unit_of(target)
+            if there != here and LAYER_OF.get(there, -1) >= LAYER_OF.get(here, -1):
+                way = "up" if LAYER_OF.get(there, -1) > LAYER_OF.get(here, -1) else "sideways"
+                against.append(f"{module}:{line} imports {target} ({way}: {here} -> {there})")
+    assert not against, "imports against the layers:\n" + "\n".join(against)
+
+
+def test_no_class_name_is_defined_in_two_modules() -> None:
+    """A class name says one thing in src/: two ``Released``, ``InFlight`` or ``Hold`` make a reader
+    (and a wrong import) take one for the other. Private and nested classes count too."""
+    where: dict[str, list[str]] = {}
+    for module, tree in sorted(MODULES.items()):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(f"{module}:{node.lineno}")
+    assert {name: places for name, places in where.items() if len(places) > 1} == {}
+
+
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def folders_in_the_docs() -> dict[str, set[str]]:
+    """The "Folders" section of docs/architecture.md: each bullet's package, with what it says it holds."""
+    text = ARCHITECTURE.read_text()
+    section = text.split("\n## Folders\n", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        bullet = re.match(r"- `([\w/]+)/`: .*Holds (.+)\.$", line)
+        if bullet:
+            folder = bullet[1].removeprefix("switchboard").strip("/")
+            found[folder] = {name.strip().replace("\\", "") for name in bullet[2].split(",")}
+    return found
+
+
+def folders_in_the_tree() -> dict[str, set[str]]:
+    """Each package under src/switchboard/ (``""``: the top), with its sub-packages (``name/``) and modules."""
+    found: dict[str, set[str]] = {}
+    for init in SRC.rglob("__init__.py"):
+        folder = init.parent
+        subs = {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        mods = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+        found[folder.relative_to(SRC).as_posix().removeprefix(".")] = subs | mods
+    return found
+
+
+def test_the_folders_section_names_every_package_and_no_other() -> None:
+    """docs/architecture.md lists the tree as it is: one bullet per package, none for a package gone."""
+    assert sorted(folders_in_the_docs()) == sorted(folders_in_the_tree())
+
+
+def test_each_folder_holds_what_the_docs_say() -> None:
+    """What each bullet says its package holds is there, and nothing there is left unsaid."""
+    docs, tree = folders_in_the_docs(), folders_in_the_tree()
+    wrong = {
+        f: {"unsaid": sorted(tree[f] - docs[f]), "gone": sorted(docs[f] - tree[f])} for f in docs.keys() & tree.keys()
+    }
+    assert {f: w for f, w in wrong.items() if w["unsaid"] or w["gone"]} == {}
+
+
 def test_no_module_imports_itself_through_others() -> None:
     """No import cycle anywhere in the package, type-checking imports included."""
     looped = [m for m in under("switchboard") if m in reachable(m)]
@@ -88,7 +223,7 @@ def test_the_protocol_layer_loads_no_io_even_through_the_libraries_it_uses() -> 
     code = (
         "import importlib, pkgutil, sys\n"
         "import switchboard.protocol as p\n"
-        "for m in pkgutil.iter_modules(p.__path__): importlib.import_module('switchboard.protocol.' + m.name)\n"
+        "for m in pkgutil.walk_packages(p.__path__, 'switchboard.protocol.'): importlib.import_module(m.name)\n"
         "print(*sorted({'asyncio', 'selectors', 'socket', 'ssl'} & sys.modules.keys()))\n"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -123,12 +258,12 @@ PURE = (
     *under("switchboard.protocol"),
     *under("switchboard.hub.routing."),  # hub/routing/: every module in it, today's and tomorrow's
     "switchboard.hub.transit.drain_pace",
-    "switchboard.hub.transit.transit",
+    "switchboard.hub.sessions.in_transit",
     "switchboard.hub.transit.retry_bound",
     "switchboard.hub.sessions.life",
     "switchboard.hub.identity.users",
     "switchboard.hub.identity.verified_tokens",
-    "switchboard.replicas.stale",
+    "switchboard.replicas.upkeep.stale",
     "switchboard.server.ws.frame_scan",
 )
 

@@ -46,7 +46,7 @@ def serve(**values: Any) -> None:
     """Run a hub (embedded backends: one process, no external service)."""
     from switchboard.server.app import create_app
     from switchboard.server.process import collector
-    from switchboard.server.process.runner import HubServer, uvicorn_config
+    from switchboard.server.runner import HubServer, uvicorn_config
 
     try:
         settings = Settings.load(values)
@@ -99,14 +99,14 @@ def status(redis_url: str | None, redis_cluster: bool | None, as_json: bool) -> 
     import asyncio
     import json
 
-    from switchboard.replicas.status import read_status, render_table
+    from switchboard.replicas.upkeep.status import read_status, render_table
 
     redis_url = config.read("redis_url", redis_url)
     if not redis_url:
         raise click.UsageError(f"Missing option '--redis-url' (or {env_name('redis_url')}).")
 
-    from switchboard.backends.redis.cluster_setup import detect_cluster
     from switchboard.backends.redis.cluster_status import read_shards, render_shards
+    from switchboard.backends.redis.shared.cluster_setup import detect_cluster
 
     shards: list[dict[str, Any]] | None = None
     try:
@@ -173,7 +173,7 @@ def token(
     from switchboard.hub.identity.users import ROOT, Permission, User, operator_user_id, user_workspace
     from switchboard.hub.manager.manager import MAX_TOKEN_LIFETIME
     from switchboard.hub.manager.ownership import anyone_may_create
-    from switchboard.protocol import ids
+    from switchboard.protocol.hypha import ids
     from switchboard.server.process.state_dir import token_secret
 
     if root:

@@ -21,7 +21,7 @@ from typing import Any
 import shortuuid
 
 from switchboard.errors import ConfigError
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 ENV_PREFIX = "SWITCHBOARD_"
 MIN_SECRET_BYTES = 32  # 256 bits: HS256's key strength; shorter keys fall to offline guessing

@@ -16,7 +16,7 @@
     ├── LimitExceeded                     a per-client quota was hit
     │   └── RateLimited                       a caller over its rate or calls in flight (retry later)
     ├── BackendError                      the registry or bus failed (e.g. Redis down)
-    │   └── LeaseLost                         this replica no longer holds a lease (replicas/lease.py)
+    │   └── LeaseLost                         this replica no longer holds a lease (replicas/upkeep/lease.py)
     ├── RequestRefused                    an HTTP request answered with a status of its own
     ├── JsonRpcError                      an MCP request answered with a JSON-RPC error (server/http/http_mcp.py)
     └── client errors (client/errors.py):  GaveUp (ConnectionError), Refused (ConnectionAbortedError),

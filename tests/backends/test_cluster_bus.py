@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 from support.listen import on
 from switchboard.backends.redis.assemble import RedisBackends, redis_backends
-from switchboard.backends.redis.cluster_bus import ClusterBus
+from switchboard.backends.redis.bus.cluster_bus import ClusterBus
 from switchboard.clock import SystemClock
 from switchboard.testing.proxy import FaultProxy
 from switchboard.testing.valkey_cluster import ValkeyCluster

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.backends.redis.cluster_health import ShardHealth, cluster_readiness
+from switchboard.backends.redis.bus.cluster_health import ShardHealth, cluster_readiness
 
 A, B, C = ("127.0.0.1", 7000), ("127.0.0.1", 7001), ("127.0.0.1", 7002)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis.crc import key_slot
 
-from switchboard.backends.redis.cluster_setup import detect_cluster, node_url, seed_urls
-from switchboard.backends.redis.topology import (
+from switchboard.backends.redis.shared.cluster_setup import detect_cluster, node_url, seed_urls
+from switchboard.backends.redis.shared.topology import (
     Shard,
     SlotMap,
     channel_slot,

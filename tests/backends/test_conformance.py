@@ -19,7 +19,7 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.backends.redis import RedisBus, RedisRegistry
 from switchboard.backends.redis.assemble import redis_backends
 from switchboard.clock import SystemClock
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import ValkeyServer
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually

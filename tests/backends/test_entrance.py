@@ -21,14 +21,14 @@ from switchboard.backends.entrance import StoreEntrance
 from switchboard.backends.memory import MemoryConnectionCounts, MemoryRegistry
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
 from switchboard.backends.redis.assemble import redis_backends
-from switchboard.backends.redis.connection import make_client
-from switchboard.backends.redis.entrance import RedisEntrance
-from switchboard.backends.redis.revoked import RedisRevocations
-from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+from switchboard.backends.redis.shared.connection import make_client
+from switchboard.backends.redis.stores.entrance import RedisEntrance
+from switchboard.backends.redis.stores.revoked import RedisRevocations
+from switchboard.backends.redis.stores.workspaces import RedisWorkspaceStore
 from switchboard.backends.revocations import MemoryRevocations, Revocations
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.hypha.services import ServiceInfo
 from switchboard.testing import ValkeyServer
 from switchboard.testing.valkey_cluster import ValkeyCluster
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from switchboard.backends.logins import LOGIN_TIME, MAX_ENTRY_BYTES, MemoryLogins
-from switchboard.backends.redis.logins import RedisLogins
+from switchboard.backends.redis.stores.logins import RedisLogins
 from switchboard.clock import SystemClock
 from switchboard.errors import AuthError, LimitExceeded, ProtocolError
-from switchboard.hub.identity.oidc_login import Client, Flow, check_nonce
+from switchboard.hub.identity.oidc_login import Flow, ProviderClient, check_nonce
 from switchboard.hub.manager.login_service import LoginService
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.wait import eventually
@@ -55,7 +55,9 @@ async def test_the_embedded_store_refuses_past_its_bound() -> None:
 
 
 def _service(clock: FakeClock) -> LoginService:
-    client = Client("https://id.example", "hub", None, "https://hub.example/public/apps/hypha-login/callback", ())
+    client = ProviderClient(
+        "https://id.example", "hub", None, "https://hub.example/public/apps/hypha-login/callback", ()
+    )
     return LoginService(
         MemoryLogins(clock),
         clock=clock,

@@ -1,6 +1,6 @@
 """A client's request waits for a silent Redis only briefly; the replica's own work waits as before.
 
-The rules of :class:`~switchboard.backends.redis.answers.Answers` are driven
+The rules of :class:`~switchboard.backends.redis.shared.answers.Answers` are driven
 synchronously; the client that carries them out runs against a real Valkey
 behind a fault proxy that blackholes it (bytes and FINs dropped, sockets open).
 """
@@ -15,9 +15,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from switchboard.backends.patience import patience
 from switchboard.backends.redis import RedisRegistry, make_client
-from switchboard.backends.redis.answers import LATE, ONCE_SILENT, Answers
+from switchboard.backends.redis.shared.answers import LATE, ONCE_SILENT, Answers
 from switchboard.errors import BACKEND_RETRY, BackendError
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import FaultProxy, ValkeyServer
 
 # -- the rules, without I/O ------------------------------------------------------

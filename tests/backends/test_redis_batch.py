@@ -10,8 +10,8 @@ import pytest
 from redis.exceptions import RedisError
 
 from switchboard.backends.redis import make_client
-from switchboard.backends.redis.batch import Batcher
-from switchboard.backends.redis.cluster_setup import make_cluster_client
+from switchboard.backends.redis.shared.batch import Batcher
+from switchboard.backends.redis.shared.cluster_setup import make_cluster_client
 from switchboard.testing import ValkeyServer
 from switchboard.testing.valkey_cluster import ValkeyCluster
 

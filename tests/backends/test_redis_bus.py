@@ -22,8 +22,8 @@ from switchboard.backends.redis import (
     backoff_delay,
     make_client,
     pubsub_connection_factory,
-    subscriptions,
 )
+from switchboard.backends.redis.bus.bus import subscriptions
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
 from switchboard.testing import FakeClock, FaultProxy, ValkeyServer

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from switchboard.backends.redis import RedisRegistry
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import ValkeyServer
 
 pytestmark = pytest.mark.timeout(60)

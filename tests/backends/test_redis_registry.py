@@ -13,7 +13,7 @@ import pytest
 
 from switchboard.backends.redis import RedisRegistry, make_client
 from switchboard.errors import BackendError
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import ValkeyServer
 
 

@@ -1,4 +1,4 @@
-"""Undoing lost deletes against a real Valkey (``backends/redis/stale.py``): what the registry holds
+"""Undoing lost deletes against a real Valkey (``backends/redis/stores/stale.py``): what the registry holds
 for one replica's clients, and a removal that compares before it deletes, so that nothing written
 since the read (a registration, a claim by another replica, a transit) is lost."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from switchboard.backends.owned import Recorded, Stale
 from switchboard.backends.redis import RedisRegistry
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import ValkeyServer
 
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from switchboard.backends.redis import make_client
-from switchboard.backends.redis.counts import RedisConnectionCounts
-from switchboard.backends.redis.lease import RedisLease
-from switchboard.backends.redis.presence import LEADER_KEY, RedisPresence
+from switchboard.backends.redis.stores.counts import RedisConnectionCounts
+from switchboard.backends.redis.stores.lease import RedisLease
+from switchboard.backends.redis.stores.presence import LEADER_KEY, RedisPresence
 from switchboard.errors import BackendError
 from switchboard.testing import ValkeyServer
 

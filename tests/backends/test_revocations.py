@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from switchboard.backends.redis import make_client
-from switchboard.backends.redis.revoked import RedisRevocations, revoked_key
+from switchboard.backends.redis.stores.revoked import RedisRevocations, revoked_key
 from switchboard.backends.revocations import MemoryRevocations
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError, LimitExceeded

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from switchboard.backends.redis.subscriptions import SubscriptionSet, missing
+from switchboard.backends.redis.bus.subscriptions import SubscriptionSet, missing
 
 channels = st.sets(st.text(min_size=1, max_size=5), max_size=12)
 

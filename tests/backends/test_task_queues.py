@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from switchboard.backends.queues import MemoryQueues, QueueBounds
-from switchboard.backends.redis.queues import RedisQueues
+from switchboard.backends.redis.stores.queues import RedisQueues
 from switchboard.clock import SystemClock
 from switchboard.errors import LimitExceeded
 from switchboard.testing.wait import eventually

@@ -10,8 +10,8 @@ import pytest
 
 from switchboard.backends.base import WorkspaceStore
 from switchboard.backends.memory_workspaces import MemoryWorkspaceStore
-from switchboard.backends.redis.connection import make_client
-from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+from switchboard.backends.redis.shared.connection import make_client
+from switchboard.backends.redis.stores.workspaces import RedisWorkspaceStore
 from switchboard.errors import LimitExceeded
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.wait import eventually

@@ -5,7 +5,7 @@ pool, parsing, the future, the socket's system calls) besides its latency: a
 connect made ten (revocation, deletion mark, workspace record, holder,
 registration, counts, claim, SUBSCRIBE, registration, the ``client_connected``
 PUBLISH). What an admission must know is now read in one pipeline and its
-count and claim are one script (``backends/redis/entrance.py``), so five are
+count and claim are one script (``backends/redis/stores/entrance.py``), so five are
 left: those two, the SUBSCRIBE to the client's channel, the registration of
 its ``built-in`` service and the ``client_connected`` event.
 

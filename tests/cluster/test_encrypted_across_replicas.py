@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from support.sealed import Raw, forged_ctx, pack, sealed
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 

@@ -8,7 +8,7 @@ so the next line it logs blocks the loop in ``write`` for as long as the pipe
 stays full, :data:`STALL` seconds, longer than both the lease's TTL and the
 presence record's. The lease and the record must live through it: they are
 renewed on a thread of their own, which keeps doing so while the loop has
-turned within :data:`~switchboard.replicas.lease.LOOP_STALL_LIMIT`.
+turned within :data:`~switchboard.replicas.upkeep.lease.LOOP_STALL_LIMIT`.
 
 A process that no longer runs at all (SIGSTOP) must lose both on time.
 """
@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from switchboard.replicas.cluster import PRESENCE_TTL
-from switchboard.replicas.liveness import LOOP_STALL_LIMIT
+from switchboard.replicas.upkeep.cluster import PRESENCE_TTL
+from switchboard.replicas.upkeep.liveness import LOOP_STALL_LIMIT
 from switchboard.testing import ValkeyServer
 from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.replica import ReplicaProcess

@@ -29,7 +29,7 @@ LATENCY = 0.02  # each way, between the replica and Valkey
 CLIENTS = 20
 SERVICES_EACH = 25  # 500 registrations: 20 s of commands one at a time over one connection
 LOADED_FOR = 6.0  # seconds watched while the commands queue: two lease lifetimes
-PRESENCE_EVERY = 2.0  # replicas/cluster.py PRESENCE_INTERVAL
+PRESENCE_EVERY = 2.0  # replicas/upkeep/cluster.py PRESENCE_INTERVAL
 
 
 def leader(redis: ValkeyServer) -> str | None:

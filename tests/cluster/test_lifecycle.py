@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from switchboard.backends.redis.presence import LEADER_KEY, PRESENCE_PREFIX
+from switchboard.backends.redis.stores.presence import LEADER_KEY, PRESENCE_PREFIX
 from switchboard.testing.wait import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

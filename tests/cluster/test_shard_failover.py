@@ -18,7 +18,7 @@ import redis
 from redis.crc import key_slot
 
 from support.on_cluster import Traffic, channel_of
-from switchboard.replicas.cluster import PRESENCE_INTERVAL
+from switchboard.replicas.upkeep.cluster import PRESENCE_INTERVAL
 from switchboard.testing.replica import ReplicaProcess
 from switchboard.testing.valkey_cluster import ValkeyCluster
 from switchboard.testing.wait import eventually, scaled

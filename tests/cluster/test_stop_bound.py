@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from switchboard.server.process import runner
+from switchboard.server import runner
 from switchboard.server.process.stop_deadline import REPORT_WAIT
 from switchboard.testing.replica import ReplicaProcess
 

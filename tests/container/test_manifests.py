@@ -9,8 +9,8 @@ import re
 
 from support.containers import ROOT, VERSION
 from switchboard.config import Settings
-from switchboard.server.process.runner import stop_budget
 from switchboard.server.process.stop_deadline import REPORT_WAIT
+from switchboard.server.runner import stop_budget
 
 MANIFEST = (ROOT / "deploy" / "switchboard.yaml").read_text()
 VALKEY = (ROOT / "deploy" / "valkey.yaml").read_text()
@@ -60,7 +60,7 @@ def test_the_grace_period_outlasts_the_prestop_the_drain_and_the_exit():
     pre_stop = float(one(r'preStop:\n(?:\s+#.*\n)*\s+exec: \{command: \["sleep", "(\d+)"\]\}'))
     drain = float(one(r'SWITCHBOARD_DRAIN_TIMEOUT\n\s+value: "(\d+)"'))
     transit = Settings().transit_grace  # the most the drain waits for the clients it sent away
-    # the stop's own deadline (server/process/runner.py) and the report of a stop that hung: a replica
+    # the stop's own deadline (server/runner.py) and the report of a stop that hung: a replica
     # says what hung and exits before Kubernetes' SIGKILL (SIGTERM with a client to move measured
     # 0.2-0.55 s to exit 0 in tests/container)
     budget = stop_budget(drain_timeout=drain, transit_grace=transit) + REPORT_WAIT

@@ -18,15 +18,16 @@ import pytest
 
 from support.wire import Wire
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.routing.actions import Deliver, Fail, Forward, Hold, RetryIfClaimed, RetryLater, Send
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope, relay
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

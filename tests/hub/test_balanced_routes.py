@@ -21,14 +21,15 @@ import pytest
 from support.wire import Wire
 from switchboard.config import Settings
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.routing import balance, binds
 from switchboard.hub.routing.actions import BindFirst, Deliver, Forward, Send
 from switchboard.hub.routing.router import Router
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope, relay
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

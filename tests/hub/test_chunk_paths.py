@@ -18,15 +18,15 @@ import msgpack
 
 from support.wire import Wire
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.routing.actions import Deliver, Forward, Hold, RetryLater, Send
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

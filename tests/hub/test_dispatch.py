@@ -18,9 +18,10 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.dispatch import BROADCAST_TURN
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope, relay
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import relay
+from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests

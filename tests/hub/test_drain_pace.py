@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.hub.transit.drain_pace import FLOOR, RATE_SPAN, TARGET_SHARE, DrainPace, InFlight
+from switchboard.hub.transit.drain_pace import FLOOR, RATE_SPAN, TARGET_SHARE, DrainPace, SentAway
 
 
 def pace(window: int = 100, total: int = 1000, timeout: float = 10.0, patience: float = 5.0) -> DrainPace:
@@ -64,7 +64,7 @@ def test_never_more_than_are_left() -> None:
 
 
 def test_a_client_counts_until_it_is_back_or_for_patience_seconds_at_most() -> None:
-    flight = InFlight(patience=2.0)
+    flight = SentAway(patience=2.0)
     flight.add("ws/a", 0.0)
     flight.add("ws/b", 0.5)
     flight.add("ws/c", 1.0)
@@ -78,7 +78,7 @@ def test_a_client_counts_until_it_is_back_or_for_patience_seconds_at_most() -> N
 
 
 def test_the_admission_rate_is_the_backs_of_the_last_span_once_the_first_had_time() -> None:
-    flight = InFlight(patience=5.0)
+    flight = SentAway(patience=5.0)
     for i in range(50):
         flight.add(f"ws/c{i}", 0.0)
     for i in range(30):

@@ -2,7 +2,7 @@
 a channel's name, and which client a client channel's frame is for is the hub's lookup.
 
 A hub on the embedded bus, on the fake clock; what the bus carries is published on it as another
-replica would (a client's frame tagged with its sender's link address, ``protocol/replica_wire.py``).
+replica would (a client's frame tagged with its sender's link address, ``protocol/link/replica_wire.py``).
 """
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ import pytest
 from support.wire import Wire, attach_client, settle
 from switchboard.backends.base import BusHandler, EventBus
 from switchboard.backends.memory import MemoryBus, MemoryRegistry
-from switchboard.backends.redis.bus import RedisBus
-from switchboard.backends.redis.cluster_bus import ClusterBus
+from switchboard.backends.redis.bus.bus import RedisBus
+from switchboard.backends.redis.bus.cluster_bus import ClusterBus
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope
-from switchboard.protocol import replica_wire as wire
-from switchboard.protocol.replica_wire import (
-    Broadcast,
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import replica_wire as wire
+from switchboard.protocol.link.replica_wire import (
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -33,9 +32,10 @@ from switchboard.protocol.replica_wire import (
     Message,
     TransitNotice,
     WorkspaceDeleted,
+    WorkspaceEvent,
 )
-from switchboard.replicas.inbound import CLIENT_CHANNEL
-from switchboard.replicas.unicast import Unicast
+from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL
+from switchboard.replicas.dataplane.unicast import Unicast
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
@@ -174,7 +174,7 @@ async def test_each_kind_of_channel_reaches_the_port_as_its_value_decoded_once(h
         ClientFrame(f"{WS}/here", b"f"),
         ClientFrame(f"{WS}/away", b"f"),
         ManagerReply("r", b"reply"),
-        Broadcast(WS, "r", b"event"),
+        WorkspaceEvent(WS, "r", b"event"),
         WorkspaceDeleted(WS),
         CredentialRevoked("jti-1"),
         ClientKicked("ws", "c", 1000, "bye"),

@@ -8,7 +8,7 @@ import pytest
 
 from switchboard.errors import PermissionDenied
 from switchboard.hub.manager.manager import may_subscribe
-from switchboard.protocol.services import check_include_unlisted, list_query
+from switchboard.protocol.hypha.services import check_include_unlisted, list_query
 
 OWN = "ws-user-me"
 

@@ -15,7 +15,7 @@ from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.manager_door import CALLER
 from switchboard.hub.manager.service_directory import SETTLE_WAIT, ServiceDirectory
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.hypha.services import ServiceInfo
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

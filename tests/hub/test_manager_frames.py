@@ -9,7 +9,7 @@ import pytest
 
 from support.wire import attach_client, settle
 from switchboard.hub.identity.users import Permission, User
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests

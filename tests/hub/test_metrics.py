@@ -9,7 +9,7 @@ with 4,000 clients, a tenth of the replica's idle CPU).
 
 from __future__ import annotations
 
-from switchboard.hub.metrics import HubMetrics
+from switchboard.metrics import HubMetrics
 
 
 def test_totals_read_each_figure_without_counting_the_services_of_every_client() -> None:

@@ -22,7 +22,7 @@ from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import User, new_anonymous_user
 from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
@@ -71,7 +71,7 @@ class Net:
         await settle()
 
     async def listed(self, client_id: str) -> bool:
-        from switchboard.protocol.services import ServiceQuery
+        from switchboard.protocol.hypha.services import ServiceQuery
 
         return bool(await self.hub.registry.find(ServiceQuery(WS, client_id, "built-in")))
 

@@ -20,12 +20,12 @@ import redis.asyncio as aredis
 
 from support.wire import attach_client, settle
 from switchboard.backends.redis import RedisRegistry
-from switchboard.backends.redis.bus import RedisBus
+from switchboard.backends.redis.bus.bus import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.identity.users import new_anonymous_user
-from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.sessions.life import HANDED_OVER
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
+from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.hub import settings_for_tests

@@ -19,12 +19,13 @@ import pytest
 import redis.asyncio as aredis
 
 from support.wire import Wire, attach_client, settle
-from switchboard.backends.redis.counts import RedisConnectionCounts
+from switchboard.backends.redis.stores.counts import RedisConnectionCounts
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import new_anonymous_user
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope, replica_wire
-from switchboard.protocol.ids import CLIENT_CHANNEL
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.ids import CLIENT_CHANNEL
+from switchboard.protocol.link import replica_wire
 from switchboard.server.app import build_hub
 from switchboard.testing import FakeClock, ValkeyServer
 from switchboard.testing.hub import settings_for_tests

@@ -13,7 +13,7 @@ from switchboard.config import Settings
 from switchboard.errors import AuthError, ConfigError
 from switchboard.hub.identity.oidc import KEYS_MAX_AGE, IdentityRules, fetch_due, subject_user_id
 from switchboard.hub.identity.users import Permission, user_workspace
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 ISS = "https://login.example.org/"
 

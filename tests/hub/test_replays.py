@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.replays import worth_replaying
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.chunks import MESSAGE_CACHE
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE
+from switchboard.protocol.link import relay
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
 

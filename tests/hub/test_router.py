@@ -15,7 +15,6 @@ import pytest
 from support.wire import Wire
 from switchboard.config import Settings
 from switchboard.hub.identity.users import Permission, User
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.routing.actions import (
     Broadcast,
     Deliver,
@@ -32,12 +31,14 @@ from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.hypha.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.link import relay
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 

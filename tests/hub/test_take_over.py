@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.hub.sessions.admission import Takeover, take_over
+from switchboard.hub.gate.admission import Takeover, take_over
 
 CLIENT = "W/victim"
 

@@ -1,12 +1,12 @@
 """The transit state on the fake clock: frames held, handed out once, the departure due only at the grace's end.
 
-Synchronous: :class:`~switchboard.hub.transit.transit.Transit` does no I/O and reads
+Synchronous: :class:`~switchboard.hub.sessions.in_transit.Transit` does no I/O and reads
 time only from the injected clock.
 """
 
 from __future__ import annotations
 
-from switchboard.hub.transit.transit import Transit
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.testing.clock import FakeClock
 
 GRACE = 5.0

@@ -26,12 +26,12 @@ from switchboard.hub.routing.actions import Fail, Send
 from switchboard.hub.routing.transit_steps import (
     RECHECK,
     AnnounceGone,
+    CameBack,
     CloseCopy,
     FailWaiting,
     Forget,
     MarkInTransit,
     Notify,
-    Returned,
     SendOn,
     TransitSteps,
     WakeKeeper,
@@ -39,10 +39,10 @@ from switchboard.hub.routing.transit_steps import (
     superseded_leftovers,
 )
 from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.life import HANDED_OVER
 from switchboard.hub.sessions.peer import Peer
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 from switchboard.testing.clock import FakeClock
 
 WS = "ws-1"
@@ -79,7 +79,7 @@ def words(steps: list[Any]) -> str:
                     AnnounceGone: "announce gone",
                     FailWaiting: "fail waiting",
                     WakeWaiting: "wake waiting",
-                    Returned: "back",
+                    CameBack: "back",
                     CloseCopy: "close copy",
                     WakeKeeper: "wake keeper",
                     Send: "send",
@@ -330,7 +330,7 @@ def test_a_client_that_reconnects_here_gets_what_waited_and_the_others_hear_it_i
     replica.steps.arriving(peer)
     done = replica.steps.arrived(peer, away=away)
     assert words(done) == steps
-    assert [s.away for s in done if isinstance(s, Returned)] == ([] if reported is None else [reported])
+    assert [s.away for s in done if isinstance(s, CameBack)] == ([] if reported is None else [reported])
     assert peer.life.returned == (reported is not None)
     assert CLIENT not in replica.transit
 

@@ -12,8 +12,8 @@ import pytest
 
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.routing.uploads import Receivers, Uploads
-from switchboard.protocol.chunks import parse_cache_call
-from switchboard.protocol.payload import foreign_targets
+from switchboard.protocol.hypha.chunks import parse_cache_call
+from switchboard.protocol.hypha.payload import foreign_targets
 from switchboard.testing import FakeClock
 
 ALICE, MALLORY = "W/alice", "X/mallory"

@@ -1,5 +1,5 @@
 """What other replicas publish is read once, at the edge, in this wire version or the one before
-(``protocol/replica_wire.py``); what cannot be read is dropped and counted, and the reader goes on.
+(``protocol/link/replica_wire.py``); what cannot be read is dropped and counted, and the reader goes on.
 
 A hub on the embedded bus, on the fake clock; messages are published on it as another replica
 would, their bytes written out here: the previous release's layout (version 1, no version field),
@@ -18,7 +18,7 @@ from switchboard.backends.memory import MemoryBus, MemoryRegistry
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests

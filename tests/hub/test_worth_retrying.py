@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from switchboard.backends.memory import MemoryBus
 from switchboard.backends.redis import RedisRegistry
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.server.app import build_hub
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import settings_for_tests

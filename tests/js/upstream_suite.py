@@ -27,7 +27,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from switchboard.server.process.runner import running
+from switchboard.server.runner import running
 from switchboard.testing.browser import Chromium, StaticServer
 from switchboard.testing.hub import settings_for_tests
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from switchboard.errors import EncryptedPayload, ProtocolError
-from switchboard.protocol.envelope import (
+from switchboard.protocol.hypha.envelope import (
     Envelope,
     Route,
     decode,

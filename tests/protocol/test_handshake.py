@@ -7,7 +7,7 @@ import json
 import pytest
 
 from switchboard.errors import HandshakeError, ProtocolError
-from switchboard.protocol.handshake import (
+from switchboard.protocol.hypha.handshake import (
     CLOSE_GOING_AWAY,
     CLOSE_POLICY,
     CLOSE_UNSUPPORTED,

@@ -1,15 +1,15 @@
 """A frame a lost link left unacked is delivered at most once, whichever path brings it first (issue 37).
 
-Decisions of ``protocol/link_arrivals.py``, driven synchronously with a made-up
+Decisions of ``protocol/link/link_arrivals.py``, driven synchronously with a made-up
 clock; the paths themselves (a real link through a host on the path, real
 Redis) are in ``tests/security/test_link_tampering.py``.
 """
 
 from __future__ import annotations
 
-from switchboard.protocol import link_wire as wire
-from switchboard.protocol import replica_wire
-from switchboard.protocol.link_arrivals import Arrivals
+from switchboard.protocol.link import link_wire as wire
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.link_arrivals import Arrivals
 
 D = "0123456789abcdef01234567"  # a direction's id
 

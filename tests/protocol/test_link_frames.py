@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link_wire as link
-from switchboard.protocol import replica_wire
+from switchboard.protocol.link import link_wire as link
+from switchboard.protocol.link import replica_wire
 
 SECRET = "s3cret"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchboard.protocol.link_gate import (
+from switchboard.protocol.link.link_gate import (
     DESCRIPTOR_RESERVE,
     MAX_PENDING_PER_ADDRESS,
     REFUSAL_LOG_INTERVAL,

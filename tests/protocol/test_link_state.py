@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import link_seal
-from switchboard.protocol import link_wire as wire
-from switchboard.protocol.link_state import (
+from switchboard.protocol.link import link_seal
+from switchboard.protocol.link import link_wire as wire
+from switchboard.protocol.link.link_state import (
     ACK_DELAY,
     DEAD_AFTER,
     HEARTBEAT,

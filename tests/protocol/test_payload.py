@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from switchboard.errors import EncryptedPayload, PermissionDenied, ProtocolError
-from switchboard.protocol.payload import ENCRYPTED, RESERVED, SMALL_PAYLOAD, Scanner, check_extra
+from switchboard.protocol.hypha.payload import ENCRYPTED, RESERVED, SMALL_PAYLOAD, Scanner, check_extra
 
 KEYS = st.sampled_from(sorted(RESERVED) + ["args", "with_kwargs", "t", "_enc", "data", "x" * 20])
 LEAVES = st.one_of(

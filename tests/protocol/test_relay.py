@@ -6,7 +6,8 @@ import msgpack
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import chunks, relay
+from switchboard.protocol.hypha import chunks
+from switchboard.protocol.link import relay
 
 APPEND = chunks.MESSAGE_CACHE + "append"
 NEAR_MISS = chunks.MESSAGE_CACHE.removesuffix(".") + "x.append"  # one letter longer than the service
@@ -25,15 +26,15 @@ def test_a_piece_of_a_reply_belongs_to_the_session_it_is_keyed_by() -> None:
 def test_routing_and_walking_agree_on_the_longest_key() -> None:
     """A key the walk accepts is one the relay can route, and one longer is neither."""
     longest = "k" * chunks.MAX_KEY
-    assert relay.chunk_key(APPEND, payload(longest)) == longest
+    assert chunks.chunk_key(APPEND, payload(longest)) == longest
     assert chunks.parse_cache_call("append", msgpack.unpackb(payload(longest))).key == longest
     too_long = longest + "k"
-    assert relay.chunk_key(APPEND, payload(too_long)) is None
+    assert chunks.chunk_key(APPEND, payload(too_long)) is None
     with pytest.raises(ProtocolError, match=f"key must be a string of 1 to {chunks.MAX_KEY} characters"):
         chunks.parse_cache_call("append", msgpack.unpackb(payload(too_long)))
 
 
 def test_the_relay_reads_the_same_message_cache_calls_as_the_walk() -> None:
     assert chunks.cache_op(APPEND) == "append"
-    assert relay.chunk_key(NEAR_MISS, payload("abc")) is None
+    assert chunks.chunk_key(NEAR_MISS, payload("abc")) is None
     assert chunks.cache_op(NEAR_MISS) is None

@@ -9,8 +9,8 @@ import pytest
 from hypha_rpc.utils import format_traceback
 
 from switchboard.errors import PermissionDenied
-from switchboard.protocol.envelope import encode
-from switchboard.protocol.remote_errors import bare_error, bare_reject, exception_only
+from switchboard.protocol.hypha.envelope import encode
+from switchboard.protocol.hypha.remote_errors import bare_error, bare_reject, exception_only
 
 
 def _raised(exc: BaseException) -> BaseException:

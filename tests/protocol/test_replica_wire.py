@@ -2,9 +2,9 @@
 ProtocolError, and replicas of this release and of the one before (main 8600616) read each other.
 
 Synchronous, no I/O. The previous release's writers and readers are reproduced below from its
-code (``protocol/link_wire.py``'s tag, ``protocol/relay.py``'s wrapping, the broadcast prefix
+code (``protocol/link/link_wire.py``'s tag, ``protocol/link/relay.py``'s wrapping, the broadcast prefix
 in ``hub/dispatch.py``, ``hub/transit/moves.py``'s notices, ``hub/from_replicas.py``'s kick and
-``replicas/inbound.py``'s text notices), as a replica of that release runs them.
+``replicas/dataplane/inbound.py``'s text notices), as a replica of that release runs them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import replica_wire as rw
-from switchboard.protocol.replica_wire import (
-    Broadcast,
+from switchboard.protocol.link import replica_wire as rw
+from switchboard.protocol.link.replica_wire import (
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -26,6 +25,7 @@ from switchboard.protocol.replica_wire import (
     Message,
     TransitNotice,
     WorkspaceDeleted,
+    WorkspaceEvent,
 )
 
 FRAME = b"\x83\xa4type\xa6method\xa2to\xa4ws/c\xa4from\xa4ws/p"  # a hypha-rpc frame's first map
@@ -39,8 +39,8 @@ MESSAGES: list[Message] = [
     ClientFrame("ws/c", b""),
     CALL,
     ManagerReply("r2", FRAME),
-    Broadcast("ws", "r1", FRAME),
-    Broadcast("ws", "r1", b"a\nframe with\nnewlines"),
+    WorkspaceEvent("ws", "r1", FRAME),
+    WorkspaceEvent("ws", "r1", b"a\nframe with\nnewlines"),
     TransitNotice("left", "ws/c", "r1", grace=30.0),
     TransitNotice("left", "ws/c", "r1"),
     TransitNotice("back", "ws/c", "r1"),
@@ -209,7 +209,7 @@ def old_write(message: Message) -> tuple[str, bytes]:
         return channel, old_tag(message.sender, old_wrap(message.origin, message.session, message.frame))
     if isinstance(message, ManagerReply):
         return channel, message.frame
-    if isinstance(message, Broadcast):
+    if isinstance(message, WorkspaceEvent):
         return channel, message.origin.encode() + b"\n" + message.frame
     if isinstance(message, TransitNotice):
         extra = {} if message.grace is None else {"grace": message.grace}
@@ -235,7 +235,7 @@ def old_read(channel: str, data: bytes) -> Any:
         return ManagerReply(channel.removeprefix("sb:replica:"), data)
     if channel.startswith("sb:ws:"):
         origin, _, frame = data.partition(b"\n")
-        return Broadcast(channel.removeprefix("sb:ws:"), origin.decode(), frame)
+        return WorkspaceEvent(channel.removeprefix("sb:ws:"), origin.decode(), frame)
     if channel == "sb:transit":
         notice = json.loads(data)
         for kind in ("left", "back", "gone", "abandoned", "taken"):

@@ -1,4 +1,4 @@
-"""Which service a lookup returns among several (protocol/selection.py), and listing patterns."""
+"""Which service a lookup returns among several (protocol/hypha/selection.py), and listing patterns."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 import pytest
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol.selection import Mode, choose, parse_mode, parse_select_timeout, to_ask
-from switchboard.protocol.services import ServiceQuery, glob_match, list_query
+from switchboard.protocol.hypha.selection import Mode, choose, parse_mode, parse_select_timeout, to_ask
+from switchboard.protocol.hypha.services import ServiceQuery, glob_match, list_query
 
 A, B, C = "ws/a:calc", "ws/b:calc", "ws/c:calc"
 

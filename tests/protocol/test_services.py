@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from switchboard.errors import PermissionDenied, ProtocolError
-from switchboard.protocol.services import (
+from switchboard.protocol.hypha.services import (
     ServiceQuery,
     check_use,
     full_id,

@@ -1,7 +1,7 @@
 """One round of the cluster's upkeep (``Cluster.tend``), on in-memory stores and a fake clock.
 
 The stores are small in-memory implementations of the interfaces in
-``switchboard.replicas.stores``; the hub side is the handful of members the
+``switchboard.replicas.upkeep.stores``; the hub side is the handful of members the
 cluster uses. Real replicas on a real Valkey are in ``tests/cluster``.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from switchboard.backends.owned import Recorded, Stale
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
-from switchboard.protocol.services import ServiceInfo
-from switchboard.replicas.cluster import (
+from switchboard.protocol.hypha.services import ServiceInfo
+from switchboard.replicas.upkeep.cluster import (
     FAILOVER_SLACK,
     PRESENCE_INTERVAL,
     PRESENCE_TTL,
@@ -31,8 +31,8 @@ from switchboard.replicas.cluster import (
     presence_ttl,
     store_failed_over,
 )
-from switchboard.replicas.liveness import LivenessThread
-from switchboard.replicas.stale import field_of
+from switchboard.replicas.upkeep.liveness import LivenessThread
+from switchboard.replicas.upkeep.stale import field_of
 from switchboard.testing import FakeClock
 from switchboard.testing.hub import settings_for_tests
 from switchboard.testing.wait import eventually

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from switchboard.backends.redis.lease import RedisLease
+from switchboard.backends.redis.stores.lease import RedisLease
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError, ConfigError
-from switchboard.replicas.lease import LeaderElector, LeaseLost, LeasePolicy
+from switchboard.replicas.upkeep.lease import LeaderElector, LeaseLost, LeasePolicy
 from switchboard.testing import ValkeyServer
 from switchboard.testing.wait import eventually
 

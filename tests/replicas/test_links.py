@@ -1,6 +1,6 @@
 """Direct links between replicas, against a real Valkey and real sockets.
 
-The contract of :class:`~switchboard.replicas.unicast.Unicast`: ``publish`` on
+The contract of :class:`~switchboard.replicas.dataplane.unicast.Unicast`: ``publish`` on
 a client channel reaches the subscriber whichever path it takes, later frames
 skip Redis once the route is learned, and a route that went stale, broke or
 went silent only sends traffic back through Redis; a frame that then reaches
@@ -21,24 +21,25 @@ import pytest
 
 from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
-from switchboard.protocol import envelope, replica_wire
-from switchboard.protocol import link_state as links_mod
-from switchboard.protocol import link_wire as wire
-from switchboard.protocol.replica_wire import Broadcast
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import link_state as links_mod
+from switchboard.protocol.link import link_wire as wire
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.replica_wire import WorkspaceEvent
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled
 
 SECRET = "links-test-secret"
 DEADLINE = scaled(5.0)
-LINK_LOGGERS = ("switchboard.replicas.links", "switchboard.replicas.link")
+LINK_LOGGERS = ("switchboard.replicas.dataplane.links", "switchboard.replicas.dataplane.link")
 
 
 @pytest.fixture
 def quick_death(monkeypatch: pytest.MonkeyPatch) -> None:
     """A link declared dead after 1.5 s of silence, not 3, with heartbeats in the same ratio: the
     tests that wait for a death check that it comes, and when against the constants, not their size."""
-    from switchboard.replicas import links
+    from switchboard.replicas.dataplane import links
 
     monkeypatch.setattr(links_mod, "DEAD_AFTER", links_mod.DEAD_AFTER / 2)
     monkeypatch.setattr(links_mod, "HEARTBEAT", links_mod.HEARTBEAT / 2)
@@ -147,7 +148,7 @@ async def test_workspace_channels_always_go_through_redis(bus_with_links) -> Non
     a, b = await bus_with_links("a"), await bus_with_links("b")
     got: list[bytes] = []
     await b.subscribe_bus("sb:ws:shared", got.append)
-    event = replica_wire.encode(Broadcast("shared", a.replica_id, b"event"))  # as the hub publishes one
+    event = replica_wire.encode(WorkspaceEvent("shared", a.replica_id, b"event"))  # as the hub publishes one
     for _ in range(3):
         assert await a.bus.publish("sb:ws:shared", event) == 1
     await eventually(lambda: len(got) == 3, "broadcasts")

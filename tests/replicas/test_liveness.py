@@ -1,7 +1,7 @@
 """Renew or step down, given the serving loop's last tick, the last renewal and the clock.
 
 The lease and the presence record are kept on a thread of their own
-(:mod:`switchboard.replicas.liveness`) so that a starved loop does not cost
+(:mod:`switchboard.replicas.upkeep.liveness`) so that a starved loop does not cost
 them, yet only while that loop still turns: a loop hung for good must lose
 both. The decision is pure; the elector carries it out. Real processes:
 tests/cluster/test_lease_starved_loop.py.
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from switchboard.replicas.lease import Hold, LeaderElector, LeasePolicy, hold_decision
-from switchboard.replicas.liveness import LOOP_STALL_LIMIT, LoopBeat, loop_alive
+from switchboard.replicas.upkeep.lease import LeaderElector, LeasePolicy, Renewal, hold_decision
+from switchboard.replicas.upkeep.liveness import LOOP_STALL_LIMIT, LoopBeat, loop_alive
 from switchboard.testing import FakeClock
 
 POLICY = LeasePolicy(key="sb:leader", ttl=3.0, renew_every=1.0)  # trusted until 2.4 s after a renewal
@@ -26,17 +26,17 @@ TRUSTED = POLICY.ttl - POLICY.step_down_margin
 @pytest.mark.parametrize(
     ("now", "renewed_at", "loop_tick", "expected"),
     [
-        (100.0, 99.0, 100.0, Hold.RENEW),  # renewal due, loop turning
-        (100.0, 99.0, 100.0 - 10.0, Hold.RENEW),  # a loop starved for 10 s but turning keeps the lease
-        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT, Hold.RENEW),  # the limit itself still counts as turning
-        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT - 0.1, Hold.LOOP_HUNG),  # hung: step down, another leads
-        (100.0, 100.0 - TRUSTED, 100.0, Hold.EXPIRING),  # the safety rule, whatever the loop does
-        (100.0, 100.0 - TRUSTED + 0.01, 100.0, Hold.RENEW),
-        (100.0, 100.0 - TRUSTED, 0.0, Hold.EXPIRING),  # both: could have expired comes first
+        (100.0, 99.0, 100.0, Renewal.RENEW),  # renewal due, loop turning
+        (100.0, 99.0, 100.0 - 10.0, Renewal.RENEW),  # a loop starved for 10 s but turning keeps the lease
+        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT, Renewal.RENEW),  # the limit itself still counts as turning
+        (100.0, 99.0, 100.0 - LOOP_STALL_LIMIT - 0.1, Renewal.LOOP_HUNG),  # hung: step down, another leads
+        (100.0, 100.0 - TRUSTED, 100.0, Renewal.EXPIRING),  # the safety rule, whatever the loop does
+        (100.0, 100.0 - TRUSTED + 0.01, 100.0, Renewal.RENEW),
+        (100.0, 100.0 - TRUSTED, 0.0, Renewal.EXPIRING),  # both: could have expired comes first
     ],
 )
 def test_a_leader_renews_while_its_lease_is_certain_and_its_loop_turns(
-    now: float, renewed_at: float, loop_tick: float, expected: Hold
+    now: float, renewed_at: float, loop_tick: float, expected: Renewal
 ) -> None:
     assert hold_decision(now, renewed_at=renewed_at, loop_tick=loop_tick, policy=POLICY) is expected
 

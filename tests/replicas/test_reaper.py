@@ -12,7 +12,7 @@ import pytest
 
 from support.debug_loop import BOUNDS_TIME
 from switchboard.errors import ConfigError
-from switchboard.replicas.reaper import (
+from switchboard.replicas.upkeep.reaper import (
     FailureLedger,
     OrphanReaper,
     PassReport,

@@ -1,5 +1,5 @@
 """Which entries of this replica's clients a failover brought back although deleted
-(``replicas/stale.py``): a pure decision, driven synchronously.
+(``replicas/upkeep/stale.py``): a pure decision, driven synchronously.
 
 Each case gives what the registry holds for the clients this replica owns, what the replica holds
 itself, and what the previous look suspected; it expects what to remove now and what to suspect.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.replicas.stale import Held, Recorded, Stale, compare, field_of, stale_entries
+from switchboard.replicas.upkeep.stale import Held, Recorded, Stale, compare, field_of, stale_entries
 
 A, B = "ws-1/a", "ws-1/b"
 

@@ -35,7 +35,7 @@ import pytest
 
 from support.sealed import Raw, forged_ctx, pack, sealed
 from switchboard.config import Settings
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing.hub import RunningServer, settings_for_tests
 
 pytestmark = pytest.mark.timeout(60)

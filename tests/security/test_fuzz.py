@@ -35,8 +35,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from switchboard.errors import HandshakeError, PermissionDenied, ProtocolError
-from switchboard.protocol import envelope, handshake, services
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha import envelope, handshake, services
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually
 

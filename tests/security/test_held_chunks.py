@@ -35,7 +35,7 @@ from hypha_rpc import connect_to_server
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing import FaultProxy, ValkeyServer
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess

@@ -20,7 +20,7 @@ import pytest
 
 from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
-from switchboard.protocol import link_wire as wire
+from switchboard.protocol.link import link_wire as wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.wait import eventually, scaled

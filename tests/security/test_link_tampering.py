@@ -1,7 +1,7 @@
 """A host on the path of an open link between two replicas injects, alters or replays a frame.
 
 The handshake proves who opened a link; after it, every frame carries a
-sequence number and a MAC under a key of that link alone (``protocol/link_wire.py``).
+sequence number and a MAC under a key of that link alone (``protocol/link/link_wire.py``).
 So a frame the host writes into the stream, changes, or sends a second time is
 never delivered: the receiver drops the link, whose unacked frames go through
 Redis, each delivered there only if the link had not delivered it (a call runs
@@ -33,8 +33,8 @@ from hypha_rpc import connect_to_server
 from support.link_mitm import LinkMitm
 from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
-from switchboard.protocol import envelope
-from switchboard.protocol import link_wire as wire
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import link_wire as wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.replica import ReplicaProcess
@@ -43,7 +43,7 @@ from switchboard.testing.wait import eventually, scaled
 pytestmark = pytest.mark.timeout(90)
 
 SECRET = "tampering-test-secret-0123456789abcdef"
-LINK_LOGGERS = ("switchboard.replicas.links", "switchboard.replicas.link")
+LINK_LOGGERS = ("switchboard.replicas.dataplane.links", "switchboard.replicas.dataplane.link")
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ async def test_four_hundred_silent_connections_hold_few_handshakes_and_write_few
         answers = await asyncio.gather(*(first_frame_or_close(reader) for reader, _ in conns))
         challenged = sum(kind == wire.CHALLENGE for kind in answers)
         assert challenged <= 16, f"{challenged} handshakes pending at once"
-        from switchboard.protocol import link_gate  # noqa: PLC0415 (the cap's module: absent before it)
+        from switchboard.protocol.link import link_gate
 
         assert challenged <= link_gate.MAX_PENDING_PER_ADDRESS, f"{challenged} handshakes pending at once"
         assert b.links.pending_handshakes <= link_gate.MAX_PENDING_PER_ADDRESS

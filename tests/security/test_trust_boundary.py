@@ -75,7 +75,7 @@ from switchboard.config import Settings
 from switchboard.errors import AuthError
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.users import Permission
-from switchboard.protocol.chunks import MESSAGE_CACHE as CACHE
+from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
 from switchboard.testing import ValkeyServer
 from switchboard.testing.hub import TEST_SECRET, running, settings_for_tests
 from switchboard.testing.replica import ReplicaProcess

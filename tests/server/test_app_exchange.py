@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from switchboard.errors import FrameTooLarge, ProtocolError
-from switchboard.protocol.relay import manager_in_workspace
+from switchboard.protocol.link.relay import manager_in_workspace
 from switchboard.server.http import app_exchange as rules
 
 UVICORN_SCOPE: dict[str, Any] = {

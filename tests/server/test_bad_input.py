@@ -26,7 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from switchboard.config import Settings
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.users import Permission, User
-from switchboard.server.process.runner import RunningServer, running
+from switchboard.server.runner import RunningServer, running
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import TEST_SECRET as SECRET
 from switchboard.testing.hub import settings_for_tests as make_settings

@@ -35,8 +35,8 @@ from support.wire import Wire, attach_client
 from switchboard.clock import SystemClock
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.users import Permission, User
-from switchboard.protocol import envelope
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing.crowd import admin_token, open_raw
 from switchboard.testing.hub import TEST_SECRET, RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually

@@ -16,7 +16,7 @@ import pytest
 
 from switchboard.config import Settings
 from switchboard.errors import ConfigError
-from switchboard.server.process.runner import running
+from switchboard.server.runner import running
 from switchboard.testing.hub import settings_for_tests
 
 pytestmark = pytest.mark.timeout(30)

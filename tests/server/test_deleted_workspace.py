@@ -16,9 +16,9 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from support.tokens import credential
+from switchboard.hub.gate.admission import deletion_refusal
 from switchboard.hub.identity.auth import AUDIENCE, ISSUER
 from switchboard.hub.identity.users import User
-from switchboard.hub.sessions.admission import deletion_refusal
 from switchboard.testing.hub import TEST_SECRET
 
 pytestmark = pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ import pytest
 import websockets
 
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol.handshake import CLOSE_RESTARTING
+from switchboard.protocol.hypha.handshake import CLOSE_RESTARTING
 from switchboard.testing.hub import RunningServer, running, settings_for_tests
 from switchboard.testing.wait import eventually, scaled
 

@@ -18,7 +18,7 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
-from switchboard.protocol.handshake import CLOSE_RESTARTING
+from switchboard.protocol.hypha.handshake import CLOSE_RESTARTING
 from switchboard.testing.balancer import Balancer
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import eventually

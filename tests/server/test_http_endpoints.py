@@ -17,8 +17,8 @@ import msgpack
 import pytest
 
 from switchboard.config import Settings
-from switchboard.server.process.runner import RunningServer
 from switchboard.server.process.server_state import Phase
+from switchboard.server.runner import RunningServer
 from switchboard.testing.hub import settings_for_tests as make_settings
 from switchboard.testing.wait import eventually
 

@@ -16,8 +16,8 @@ from hypha_rpc import connect_to_server
 
 from switchboard.config import Settings
 from switchboard.server.http import http_rpc
-from switchboard.server.process.runner import RunningServer, running
 from switchboard.server.process.server_state import Phase
+from switchboard.server.runner import RunningServer, running
 from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,7 +15,7 @@ import msgpack
 import pytest
 
 from switchboard.hub.routing.limits import address_key
-from switchboard.server.process.runner import RunningServer
+from switchboard.server.runner import RunningServer
 from switchboard.testing.wait import eventually, scaled
 
 pytestmark = pytest.mark.timeout(60)

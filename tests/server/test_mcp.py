@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from support.mcp_client import mcp_session, refusal
 from support.tokens import credential
 from switchboard.config import Settings
-from switchboard.server.process.runner import RunningServer
+from switchboard.server.runner import RunningServer
 from switchboard.testing.hub import running
 from switchboard.testing.hub import settings_for_tests as make_settings
 

@@ -23,7 +23,7 @@ from hypha_rpc import connect_to_server
 from starlette.websockets import WebSocket
 from websockets.asyncio.client import connect as ws_connect
 
-import switchboard.server.process.runner as runner
+import switchboard.server.runner as runner
 from switchboard.server.app import create_app
 from switchboard.server.ws.websocket import websocket_endpoint
 from switchboard.server.ws.ws_protocol import HubWebSocketProtocol

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from hypha_rpc import connect_to_server
 
-from switchboard.server.process.runner import bind, running
+from switchboard.server.runner import bind, running
 from switchboard.testing.wait import eventually
 
 pytestmark = pytest.mark.timeout(60)

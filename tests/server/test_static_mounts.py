@@ -17,7 +17,7 @@ import pytest
 from switchboard.config import Settings, parse_static_mounts
 from switchboard.errors import ConfigError
 from switchboard.server.app import create_app
-from switchboard.server.process.runner import RunningServer
+from switchboard.server.runner import RunningServer
 from switchboard.testing.hub import settings_for_tests
 from switchboard.testing.wait import scaled
 

@@ -10,7 +10,7 @@ import time
 
 from switchboard.config import Settings
 from switchboard.hub.transit.drain import PATIENCE
-from switchboard.server.process import runner
+from switchboard.server import runner
 from switchboard.server.process.stop_deadline import REPORT_WAIT, StopDeadline
 
 BUDGET = 0.2
@@ -69,7 +69,7 @@ def test_a_stop_that_ends_in_time_cancels_the_watch() -> None:
 async def test_a_signal_arms_the_watch_at_once_not_after_the_drain() -> None:
     """The watch counts from the signal: a drain that overstays its bound is cut by it too
     (tests/cluster/test_stop_bound.py plays that with a real replica)."""
-    from switchboard.server.process.runner import running
+    from switchboard.server.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:
@@ -82,7 +82,7 @@ async def test_a_signal_arms_the_watch_at_once_not_after_the_drain() -> None:
 
 async def test_a_stop_from_inside_the_process_never_arms_the_watch() -> None:
     """A server stopped inside a test's own process (``running()``) must never take it down."""
-    from switchboard.server.process.runner import running
+    from switchboard.server.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:
@@ -104,7 +104,7 @@ async def test_after_a_signal_the_leave_and_the_leftovers_get_what_is_left_of_th
     """Their ceilings (5 s, 8 s) are for a stop with time to spare; past the drain's bound they get
     what is left, minus what uvicorn's shutdown and the hub's stop keep, so a slow stop still
     ends by itself (status 0) rather than by the watch."""
-    from switchboard.server.process.runner import running
+    from switchboard.server.runner import running
     from switchboard.testing.hub import settings_for_tests
 
     async with running(settings_for_tests()) as srv:

@@ -7,7 +7,7 @@ import pytest
 from switchboard.errors import UnsupportedServer
 from switchboard.server.app import create_app
 from switchboard.server.process import versions
-from switchboard.server.process.runner import HubServer, uvicorn_config
+from switchboard.server.runner import HubServer, uvicorn_config
 from switchboard.testing.hub import settings_for_tests
 
 

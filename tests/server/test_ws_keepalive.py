@@ -20,7 +20,7 @@ from websockets.frames import Close, Opcode
 from websockets.uri import parse_uri
 
 from support.raw_ws import read_handshake
-from switchboard.server.process.runner import RunningServer
+from switchboard.server.runner import RunningServer
 from switchboard.server.ws import ws_protocol
 from switchboard.testing.hub import running, settings_for_tests
 from switchboard.testing.wait import scaled

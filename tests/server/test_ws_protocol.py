@@ -26,7 +26,7 @@ from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
 from support.raw_ws import read_handshake
-from switchboard.server.process.runner import RunningServer
+from switchboard.server.runner import RunningServer
 from switchboard.server.ws.ws_frames import BINARY, TEXT, data_frame
 from switchboard.server.ws.ws_protocol import HubWebSocketProtocol
 from switchboard.testing.hub import running, settings_for_tests

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from switchboard.protocol import link_wire as wire
+from switchboard.protocol.link import link_wire as wire
 
 Alter = Callable[[int, bytes], bytes | None]  # (kind, body) -> new body, or None to leave it
 

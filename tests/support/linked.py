@@ -11,17 +11,17 @@ from switchboard.backends.redis import RedisBus
 from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.replays import worth_replaying
-from switchboard.protocol import replica_wire
-from switchboard.protocol.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
-from switchboard.replicas.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
-from switchboard.replicas.links import Links, LinkSettings
-from switchboard.replicas.unicast import Unicast
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
+from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
+from switchboard.replicas.dataplane.links import Links, LinkSettings
+from switchboard.replicas.dataplane.unicast import Unicast
 
 
 class LinkedReplica:
     """A :class:`Unicast` over a real bus with links on loopback; ``calls`` are its open calls.
 
-    It is its unicast's inbound port (``replicas/inbound.py``), handing each frame to the
+    It is its unicast's inbound port (``replicas/dataplane/inbound.py``), handing each frame to the
     test's callable for that channel.
     """
 

@@ -1,7 +1,7 @@
 """A test's callable per channel on a bus that has one listener (``EventBus.listen``).
 
 The hub gives its bus one listener and routes by channel name
-(``replicas/inbound.py``); the bus tests only need to see what came on each
+(``replicas/dataplane/inbound.py``); the bus tests only need to see what came on each
 channel, so they keep their table of callables here.
 """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from switchboard.errors import LimitExceeded
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
 
 # ``handler(channel, data)``: a bus has one, for every channel it subscribed (:meth:`EventBus.listen`)
 BusHandler = Callable[[str, bytes], None]
@@ -165,7 +165,7 @@ class Registry(Protocol):
         ...
 
     # A client in transit (its connection ended, it is expected back, see
-    # switchboard.hub.transit.transit) keeps its registrations; the store's own clock
+    # switchboard.hub.sessions.in_transit) keeps its registrations; the store's own clock
     # decides when its grace is over, so every replica agrees.
 
     async def begin_transit(self, workspace: str, client_id: str, *, owner: str, grace: float) -> bool:
@@ -217,7 +217,7 @@ class EventBus(Protocol):
         """Hand every message, whichever channel it came on, to ``handler(channel, data)``.
 
         Set once, by whoever takes the messages in (the replica layer's
-        :class:`~switchboard.replicas.unicast.Unicast`): a subscription then names
+        :class:`~switchboard.replicas.dataplane.unicast.Unicast`): a subscription then names
         only its channel, never a callable of its own.
         """
         ...

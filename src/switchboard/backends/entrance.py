@@ -1,6 +1,6 @@
 """The stores' part of an admission, asked of each store in turn (the embedded backends).
 
-:class:`~switchboard.backends.redis.entrance.RedisEntrance` answers the same
+:class:`~switchboard.backends.redis.stores.entrance.RedisEntrance` answers the same
 two questions in one round trip each; this one asks the stores one by one,
 as admission always did, for any mix of stores (the embedded ones cost no
 round trip at all).
@@ -13,7 +13,7 @@ from typing import Literal
 from switchboard.backends.base import Arrival, ConnectionCounts, Entering, Entry, Registry, WorkspaceStore
 from switchboard.backends.revocations import Revocations
 from switchboard.errors import BackendError
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha.services import ServiceQuery
 
 
 class StoreEntrance:

@@ -3,7 +3,7 @@
 An entry is a short JSON text under a name (a login key's, or a flow's ``state``),
 kept until a deadline at most :data:`LOGIN_TIME` away; :meth:`LoginStore.take`
 reads and removes it at once, so an entry is used once. Replicas of a hub share
-:class:`switchboard.backends.redis.logins.RedisLogins`, so a sign-in started on one
+:class:`switchboard.backends.redis.stores.logins.RedisLogins`, so a sign-in started on one
 replica finishes on any other.
 """
 

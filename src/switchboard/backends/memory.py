@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from switchboard.backends.base import BusHandler, Claim, Expiry
 from switchboard.clock import Clock, SystemClock
-from switchboard.protocol.services import ServiceInfo, ServiceQuery, matches, split_full_id
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery, matches, split_full_id
 
 K = TypeVar("K")
 

@@ -1,5 +1,5 @@
 """Values about the clients a replica owns in a shared registry: what it holds for one of them, and
-which of its entries to remove (after a failover lost deletes: :mod:`switchboard.replicas.stale`)."""
+which of its entries to remove (after a failover lost deletes: :mod:`switchboard.replicas.upkeep.stale`)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ and stores nothing:
 * ``per_principal`` items charged to one principal, in every workspace,
 * ``total`` items in the hub.
 
-The replicas of a hub share :class:`switchboard.backends.redis.queues.RedisQueues`.
+The replicas of a hub share :class:`switchboard.backends.redis.stores.queues.RedisQueues`.
 """
 
 from __future__ import annotations

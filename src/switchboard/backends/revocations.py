@@ -1,7 +1,7 @@
 """Revoked tokens, by token id (``jti``), each kept until the token itself would have expired.
 
 One interface and the embedded store; the replicas of a hub share
-:class:`switchboard.backends.redis.revoked.RedisRevocations` instead.
+:class:`switchboard.backends.redis.stores.revoked.RedisRevocations` instead.
 
 Every revocation is charged to a principal (the root of the revoked token's
 chain): each principal holds at most ``per_principal`` live revocations, the

@@ -8,7 +8,7 @@ replica layer (on Redis), and last the hub, handed what it keeps. Three
 cycles are closed by ports connected once: frames released back to the
 dispatch (:class:`~switchboard.hub.transit.released.Released`), events the
 moves announce (:class:`~switchboard.hub.workspace_events.WorkspaceEvents`),
-frames for the manager (:class:`~switchboard.hub.manager_port.ToManager`).
+frames for the manager (:class:`~switchboard.hub.manager_port.ManagerInbox`).
 The manager, the HTTP layer and the cluster are each handed a narrow port,
 never the hub's parts.
 """
@@ -28,19 +28,19 @@ from switchboard.backends.revocations import Revocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.hub.cluster_port import ClusterPort
-from switchboard.hub.dispatch import Acting, Dispatch
+from switchboard.hub.dispatch import Dispatch
 from switchboard.hub.from_replicas import FromReplicas
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.http_port import HttpPort
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.manager.manager import WorkspaceManager
-from switchboard.hub.manager_port import ManagerPort, ToManager
-from switchboard.hub.metrics import HubMetrics
+from switchboard.hub.manager_port import ManagerInbox, ManagerPort
 from switchboard.hub.reconnection import ReconnectionTokens
-from switchboard.hub.remote import REPLICA_CHANNEL, Remote
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.balance import Balanced
 from switchboard.hub.routing.inflight import InFlight
@@ -49,7 +49,7 @@ from switchboard.hub.routing.replays import worth_replaying
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.sessions.admission import Gatekeeper
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.joins import Holders, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
@@ -58,10 +58,11 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.released import Released
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd, RetryBound
-from switchboard.hub.transit.transit import Transit
 from switchboard.hub.workspace_events import WorkspaceEvents
-from switchboard.replicas.links import LinkSettings
-from switchboard.replicas.unicast import Unicast
+from switchboard.metrics import HubMetrics
+from switchboard.replicas.dataplane.links import LinkSettings
+from switchboard.replicas.dataplane.remote import REPLICA_CHANNEL, Remote
+from switchboard.replicas.dataplane.unicast import Unicast
 
 if TYPE_CHECKING:
     from switchboard.backends.redis.assemble import RedisBackends
@@ -146,7 +147,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
     # what the retry window and the moves hand back goes to the dispatch, built after them (connected below)
     released = Released()
     events = WorkspaceEvents(registry=registry, workspaces=backends.workspaces)  # connected below too
-    to_manager = ToManager()  # and the manager's inbox, once the manager is built
+    to_manager = ManagerInbox()  # and the manager's inbox, once the manager is built
     drain_end = DrainEnd()  # the drainer's, read by the retry window's bound
     retry = RetryWindow(
         clock=clock,

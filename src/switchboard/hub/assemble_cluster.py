@@ -1,6 +1,6 @@
 """The replica layer of a hub on Redis, built by the composition root (:mod:`switchboard.hub.assemble`).
 
-Presence, lease, reaper and recovery (:class:`~switchboard.replicas.cluster.Cluster`),
+Presence, lease, reaper and recovery (:class:`~switchboard.replicas.upkeep.cluster.Cluster`),
 handed the hub's :class:`~switchboard.hub.cluster_port.ClusterPort`; its
 counters on ``/metrics``; the other replicas' loads for ``min_load`` lookups.
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 import time
 
 from switchboard.backends.redis.assemble import RedisBackends
-from switchboard.backends.redis.cluster_bus import ClusterBus
+from switchboard.backends.redis.bus.cluster_bus import ClusterBus
 from switchboard.backends.redis.cluster_status import ShardCollector
-from switchboard.backends.redis.lease import RedisLease
+from switchboard.backends.redis.stores.lease import RedisLease
 from switchboard.hub.cluster_port import ClusterPort
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.routing.loads import Loads
-from switchboard.replicas.cluster import Cluster, lease_policy
-from switchboard.replicas.liveness import LivenessThread
+from switchboard.metrics import HubMetrics
+from switchboard.replicas.dataplane.unicast import Unicast
 from switchboard.replicas.metrics import ReplicaCollector
-from switchboard.replicas.unicast import Unicast
+from switchboard.replicas.upkeep.cluster import Cluster, lease_policy
+from switchboard.replicas.upkeep.liveness import LivenessThread
 
 
 def replica_layer(
@@ -45,7 +45,7 @@ def replica_layer(
         close=parts.liveness.aclose,
         stale=parts.registry.stale,  # deletes a failover (or a restart) lost are undone
         # the lease and the presence record on a thread (and an event loop) of their own, with
-        # `liveness` used only there: a starved serving loop costs neither (replicas/liveness.py)
+        # `liveness` used only there: a starved serving loop costs neither (replicas/upkeep/liveness.py)
         liveness=LivenessThread(f"{port.replica_id} liveness"),
     )
     metrics.registry.register(ReplicaCollector(cluster, unicast))

@@ -1,7 +1,7 @@
 """The cluster's port to the hub: what the replica layer reads and asks of this replica
-(:class:`~switchboard.replicas.served.Served`), and nothing else.
+(:class:`~switchboard.replicas.upkeep.served.Served`), and nothing else.
 
-:class:`~switchboard.replicas.cluster.Cluster` is handed this, not the hub:
+:class:`~switchboard.replicas.upkeep.cluster.Cluster` is handed this, not the hub:
 the clients here and those in transit, the manager's ping, the running
 totals and loads its presence record carries, and the repairs, sweeps and
 clean-ups its loop runs. Built by :mod:`switchboard.hub.assemble`.
@@ -14,19 +14,19 @@ from collections.abc import Mapping
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.hub.manager.manager import WorkspaceManager
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.moves import Moves
-from switchboard.hub.transit.transit import Transit
 from switchboard.hub.workspace_events import WorkspaceEvents
-from switchboard.protocol.services import ServiceInfo
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha.services import ServiceInfo
 
 
 class ClusterPort:
-    """:class:`~switchboard.replicas.served.Served`, for one hub (see the module docstring)."""
+    """:class:`~switchboard.replicas.upkeep.served.Served`, for one hub (see the module docstring)."""
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
 :class:`~switchboard.hub.routing.router.Router` decides where a frame goes;
 :class:`Dispatch` sends it there: into a client's :class:`~switchboard.hub.sessions.peer.Peer`,
-over a direct link or the bus (:class:`~switchboard.hub.remote.Remote`), into
+over a direct link or the bus (:class:`~switchboard.replicas.dataplane.remote.Remote`), into
 the holding of a client in transit (:class:`~switchboard.hub.transit.moves.Moves`),
 the retry window or the manager's RPC. What needs no waiting is done at once;
 what must wait (a publish, a broadcast) is handed back as an awaitable, or run
@@ -20,12 +20,10 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from switchboard.errors import ProtocolError
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import Remote
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.routing.actions import (
     Action,
     BindFirst,
@@ -48,19 +46,13 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.protocol import envelope, handshake, relay, replica_wire
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.link import relay, replica_wire
+from switchboard.replicas.dataplane.remote import Remote
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Acting:
-    """Who the manager's RPC calls on behalf of (an HTTP caller), instead of as itself."""
-
-    address: str
-    workspace: str
-    user: dict[str, Any]
 
 
 # Listeners a broadcast is written to in one turn of the event loop (about 2 to 5 ms of writes).
@@ -220,7 +212,7 @@ class Dispatch:
 
     def _to_manager(self, action: ToManager) -> None:
         """Into the manager's door; a callback addressed to the manager within a workspace
-        (:func:`~switchboard.protocol.relay.manager_in_workspace`) is answered from that address."""
+        (:func:`~switchboard.protocol.link.relay.manager_in_workspace`) is answered from that address."""
         env = action.env
         if env is None:
             try:
@@ -265,7 +257,7 @@ class Dispatch:
     async def broadcast(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Deliver an event to every subscribed client of ``workspace`` on every replica."""
         self._broadcast_here(workspace, event_type, frame)
-        await self.remote.publish_message(replica_wire.Broadcast(workspace, self.replica_id, frame))
+        await self.remote.publish_message(replica_wire.WorkspaceEvent(workspace, self.replica_id, frame))
 
     def _broadcast_here(self, workspace: str, event_type: str, frame: bytes) -> None:
         """Write ``frame`` to its listeners here (not the whole workspace): at once if they are

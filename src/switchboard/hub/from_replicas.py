@@ -1,8 +1,8 @@
 """The hub's one inbound port: what other replicas send here, each kind to what carries it out.
 
 The replica layer decodes every message, off the bus or a direct link, once
-(:mod:`switchboard.protocol.replica_wire`) and hands the value to this one
-:class:`~switchboard.replicas.inbound.Inbound`, which dispatches on its type.
+(:mod:`switchboard.protocol.link.replica_wire`) and hands the value to this one
+:class:`~switchboard.replicas.dataplane.inbound.Inbound`, which dispatches on its type.
 A client channel's frame finds its client here, in :class:`FromReplicas`'s table
 of the channels this replica listens on: no callable is registered per channel.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
-from switchboard.hub.dispatch import Acting, Dispatch
+from switchboard.hub.dispatch import Dispatch
 from switchboard.hub.identity.credentials import REVOKED
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.sessions.joins import Holders, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.moves import Moves
-from switchboard.protocol import replica_wire
-from switchboard.protocol.handshake import CLOSE_POLICY
-from switchboard.protocol.replica_wire import (
-    Broadcast,
+from switchboard.protocol.hypha.handshake import CLOSE_POLICY
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.replica_wire import (
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -29,13 +29,14 @@ from switchboard.protocol.replica_wire import (
     Message,
     TransitNotice,
     WorkspaceDeleted,
+    WorkspaceEvent,
 )
 
 log = logging.getLogger(__name__)
 
 
 class FromReplicas:
-    """:class:`~switchboard.replicas.inbound.Inbound`, implemented once for the hub.
+    """:class:`~switchboard.replicas.dataplane.inbound.Inbound`, implemented once for the hub.
 
     ``members`` is the hub's table of its clients by workspace (read only).
     Which connection or HTTP caller a client channel is for is kept here from
@@ -85,7 +86,7 @@ class FromReplicas:
             return self._to_client(message)
         if type(message) is ManagerReply:
             self._dispatch.from_replica_to_manager(message.frame)
-        elif type(message) is Broadcast:
+        elif type(message) is WorkspaceEvent:
             self._dispatch.from_replica_broadcast(message.origin, message.frame)
         elif type(message) is TransitNotice:
             # Moves reads the notice as it travelled (hub/transit/ is to take the value next)

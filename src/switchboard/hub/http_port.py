@@ -16,15 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from switchboard.backends.base import Registry, WorkspaceStore
-from switchboard.hub.dispatch import Acting
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.identity.credentials import Credentials
 from switchboard.hub.identity.users import User
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.manager.login_service import LoginService
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.manager.service_directory import Charge
 from switchboard.hub.manager_port import ManagerPort
-from switchboard.hub.sessions.admission import Gatekeeper
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
 
 Methods = dict[str, tuple[Callable[..., Any], dict[str, Any]]]
 

@@ -27,33 +27,33 @@ from switchboard.config import Settings
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.dispatch import Dispatch
 from switchboard.hub.from_replicas import FromReplicas
+from switchboard.hub.gate.admission import Admitted, Gatekeeper
 from switchboard.hub.http_port import HttpPort
 from switchboard.hub.manager.manager import WorkspaceManager
-from switchboard.hub.metrics import HubMetrics
 from switchboard.hub.reconnection import ReconnectionTokens
-from switchboard.hub.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.transit_steps import superseded_leftovers
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.sessions.admission import Admitted, Gatekeeper
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.joins import Holders, Joining, Joins
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.drain import Drainer
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
-from switchboard.hub.transit.transit import Transit
 from switchboard.hub.workspace_events import WorkspaceEvents
-from switchboard.protocol.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
-from switchboard.replicas.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
-from switchboard.replicas.unicast import Unicast
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, HYPHA_VERSION, Hello
+from switchboard.replicas.dataplane.inbound import DELETED_CHANNEL, KICK_CHANNEL, REVOKED_CHANNEL
+from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
+from switchboard.replicas.dataplane.unicast import Unicast
 from switchboard.tasks import cancel_and_wait, spawn
 
 if TYPE_CHECKING:
-    from switchboard.replicas.cluster import Cluster
+    from switchboard.replicas.upkeep.cluster import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,11 @@ class Hub:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
-        stores knew when it was admitted (:class:`~switchboard.hub.sessions.admission.Admitted`; read
+        stores knew when it was admitted (:class:`~switchboard.hub.gate.admission.Admitted`; read
         again if not given); ``joining``: what it held since before its admission, refused by a
         deletion or revocation notice that came since (decided with the join, nothing awaited
         between: a later notice finds it among the members). Whether
-        it may have the id is :func:`~switchboard.hub.sessions.admission.take_over`'s
+        it may have the id is :func:`~switchboard.hub.gate.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
         this carries it out.
         """

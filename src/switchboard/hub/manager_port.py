@@ -23,29 +23,30 @@ from switchboard.backends.logins import LoginStore
 from switchboard.backends.queues import QueueStore
 from switchboard.clock import Clock
 from switchboard.config import Settings
-from switchboard.hub.dispatch import ACTING_AS, Acting, Dispatch
+from switchboard.hub.dispatch import ACTING_AS, Dispatch
 from switchboard.hub.from_replicas import FromReplicas
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import User
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import CLIENT_CHANNEL, Remote
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.hub.sessions.admission import Gatekeeper
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.joins import Holders
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
-from switchboard.hub.transit.transit import Transit
 from switchboard.hub.workspace_events import WorkspaceEvents
-from switchboard.protocol import envelope
-from switchboard.protocol.handshake import CLOSE_POLICY
-from switchboard.protocol.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
-from switchboard.replicas.stores import PresenceStore
-from switchboard.replicas.unicast import Unicast
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.handshake import CLOSE_POLICY
+from switchboard.protocol.link.replica_wire import ClientKicked, CredentialRevoked, WorkspaceDeleted
+from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL, Remote
+from switchboard.replicas.dataplane.unicast import Unicast
+from switchboard.replicas.upkeep.stores import PresenceStore
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 ANSWER_GRACE = 1.0
 
 
-class ToManager:
+class ManagerInbox:
     """Where the dispatch hands frames for the manager: its door, connected once the manager is built.
 
     The dispatch is built before the manager that sends through it (this

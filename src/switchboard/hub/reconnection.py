@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from switchboard.clock import Clock
-from switchboard.hub.sessions.admission import Gatekeeper
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
 
 # Seconds a connection's last reconnection token is handed out again instead of a

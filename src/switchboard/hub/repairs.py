@@ -1,4 +1,4 @@
-"""What a backend outage left undone here, redone by the cluster loop (:mod:`switchboard.replicas.cluster`).
+"""What a backend outage left undone here, redone by the cluster loop (:mod:`switchboard.replicas.upkeep.cluster`).
 
 Registry writes that failed while Redis was away: a departure's clean-up (a
 client's registrations not removed) and a registration (written back with
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from switchboard.hub.sessions.admission import Gatekeeper
+from switchboard.hub.gate.admission import Gatekeeper
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.workspace_events import WorkspaceEvents
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.hypha.services import ServiceInfo
 
 
 class Repairs:

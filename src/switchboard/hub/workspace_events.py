@@ -15,8 +15,8 @@ from typing import Protocol
 from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.errors import BackendError
 from switchboard.hub.manager.data_charges import lasts_only_while_connected
-from switchboard.protocol import envelope
-from switchboard.protocol.services import ServiceInfo, ServiceQuery
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """The replica layer: everything that exists only because several replicas serve one hub.
 
-* :mod:`~switchboard.replicas.unicast`: frames for a client on another
+* :mod:`~switchboard.replicas.dataplane.unicast`: frames for a client on another
   replica, over a direct link if one is known (:mod:`.links`, one
   connection in :mod:`.link` over the sans-I/O
-  :mod:`switchboard.protocol.link_state`), else through the event bus; what
+  :mod:`switchboard.protocol.link.link_state`), else through the event bus; what
   a link gives back is published again (the hub's :mod:`switchboard.hub.routing.replays` says whether).
-* :mod:`~switchboard.replicas.cluster`: presence, the leader lease
+* :mod:`~switchboard.replicas.upkeep.cluster`: presence, the leader lease
   (:mod:`.lease`), the orphan reaper (:mod:`.reaper`) and recovery after the
   store lost its data, over the small store interfaces of :mod:`.stores`.
 

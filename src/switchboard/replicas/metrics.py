@@ -7,8 +7,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from switchboard.replicas.cluster import Cluster
-from switchboard.replicas.unicast import Unicast
+from switchboard.replicas.dataplane.unicast import Unicast
+from switchboard.replicas.upkeep.cluster import Cluster
 
 
 class ReplicaCollector:

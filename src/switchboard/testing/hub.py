@@ -6,7 +6,7 @@ import tempfile
 from typing import Any
 
 from switchboard.config import Settings
-from switchboard.server.process.runner import RunningServer, running
+from switchboard.server.runner import RunningServer, running
 
 TEST_SECRET = "test-secret-please-ignore-0123456789"
 

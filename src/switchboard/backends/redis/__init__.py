@@ -7,11 +7,11 @@ without ever silently losing a subscription.
 
 from __future__ import annotations
 
-from switchboard.backends.redis.breaker import CircuitBreaker, backoff_delay
-from switchboard.backends.redis.bus import BusStats, RedisBus
-from switchboard.backends.redis.connection import make_client, pubsub_connection_factory
-from switchboard.backends.redis.registry import RedisRegistry
-from switchboard.backends.redis.subscriptions import SubscriptionSet, missing
+from switchboard.backends.redis.bus.bus import BusStats, RedisBus
+from switchboard.backends.redis.bus.subscriptions import SubscriptionSet, missing
+from switchboard.backends.redis.shared.breaker import CircuitBreaker, backoff_delay
+from switchboard.backends.redis.shared.connection import make_client, pubsub_connection_factory
+from switchboard.backends.redis.stores.registry import RedisRegistry
 
 __all__ = [
     "BusStats",

@@ -3,7 +3,7 @@
 The only place that knows which of the two runs: everything above sees a
 :class:`~switchboard.backends.base.Registry`, an
 :class:`~switchboard.backends.base.EventBus` and the small stores of
-:mod:`switchboard.replicas.stores`, whichever Redis is behind them.
+:mod:`switchboard.replicas.upkeep.stores`, whichever Redis is behind them.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from switchboard.backends.redis.bus import RedisBus
-from switchboard.backends.redis.cluster_bus import ClusterBus
-from switchboard.backends.redis.cluster_setup import (
+from switchboard.backends.redis.bus.bus import RedisBus
+from switchboard.backends.redis.bus.cluster_bus import ClusterBus
+from switchboard.backends.redis.shared.cluster_setup import (
     CLUSTER_KEY_PREFIX,
     SINGLE_KEY_PREFIX,
     address_of,
@@ -22,11 +22,11 @@ from switchboard.backends.redis.cluster_setup import (
     node_url,
     seed_urls,
 )
-from switchboard.backends.redis.connection import LIVENESS_CONNECTIONS, POOL_SIZE, make_client
-from switchboard.backends.redis.counts import RedisConnectionCounts
-from switchboard.backends.redis.presence import RedisPresence, presence_keys
-from switchboard.backends.redis.registry import RedisRegistry
-from switchboard.backends.redis.topology import Address
+from switchboard.backends.redis.shared.connection import LIVENESS_CONNECTIONS, POOL_SIZE, make_client
+from switchboard.backends.redis.shared.topology import Address
+from switchboard.backends.redis.stores.counts import RedisConnectionCounts
+from switchboard.backends.redis.stores.presence import RedisPresence, presence_keys
+from switchboard.backends.redis.stores.registry import RedisRegistry
 from switchboard.clock import Clock
 
 

@@ -9,9 +9,9 @@ import redis.asyncio as aredis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from redis.exceptions import RedisError
 
-from switchboard.backends.redis.cluster_bus import ClusterBus
-from switchboard.backends.redis.cluster_setup import address_of, node_url, seed_urls
-from switchboard.backends.redis.topology import SlotMap, address_text, probe_channel
+from switchboard.backends.redis.bus.cluster_bus import ClusterBus
+from switchboard.backends.redis.shared.cluster_setup import address_of, node_url, seed_urls
+from switchboard.backends.redis.shared.topology import SlotMap, address_text, probe_channel
 from switchboard.errors import BackendError
 
 

@@ -20,7 +20,7 @@ from switchboard.clock import Clock
 from switchboard.errors import AuthError
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.identity.verified_tokens import VerifiedTokens
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 ISSUER = "https://switchboard.invalid/"
 AUDIENCE = "switchboard"

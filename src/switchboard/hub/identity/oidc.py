@@ -28,7 +28,7 @@ from switchboard.config import Settings
 from switchboard.errors import AuthError
 from switchboard.hub.identity.auth import issued_at
 from switchboard.hub.identity.users import OPERATOR_PREFIX, User
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 log = logging.getLogger(__name__)
 

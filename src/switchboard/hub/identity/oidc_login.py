@@ -34,7 +34,7 @@ SCOPES = "openid profile email"
 
 
 @dataclass(frozen=True)
-class Client:
+class ProviderClient:
     """The hub as the provider's client."""
 
     issuer: str
@@ -60,12 +60,12 @@ def client_secret(settings: Settings, environ: Mapping[str, str] | None = None) 
     return None
 
 
-def login_client(settings: Settings, redirect_uri: str) -> Client | None:
+def login_client(settings: Settings, redirect_uri: str) -> ProviderClient | None:
     """The hub's client at its provider, or ``None`` when the operator configured none."""
     if not (settings.oidc_issuer and settings.oidc_client_id):
         return None
     schemes = ("https://", "http://") if settings.oidc_allow_http else ("https://",)
-    return Client(settings.oidc_issuer, settings.oidc_client_id, client_secret(settings), redirect_uri, schemes)
+    return ProviderClient(settings.oidc_issuer, settings.oidc_client_id, client_secret(settings), redirect_uri, schemes)
 
 
 def not_configured() -> str:
@@ -94,7 +94,7 @@ def new_flow() -> Flow:
     return Flow(secrets.token_urlsafe(32), secrets.token_urlsafe(32), secrets.token_urlsafe(32))
 
 
-def authorization_url(endpoint: str, client: Client, flow: Flow) -> str:
+def authorization_url(endpoint: str, client: ProviderClient, flow: Flow) -> str:
     params = {
         "response_type": "code",
         "client_id": client.client_id,
@@ -114,7 +114,7 @@ def check_nonce(claims: Mapping[str, Any], flow_nonce: str) -> None:
         raise AuthError("the ID token's nonce is not this sign-in's")
 
 
-async def endpoints(client: Client) -> dict[str, str]:
+async def endpoints(client: ProviderClient) -> dict[str, str]:
     """The provider's ``authorization_endpoint`` and ``token_endpoint`` (discovery)."""
     try:
         async with asyncio.timeout(FETCH_TIMEOUT), httpx.AsyncClient(follow_redirects=False) as http:
@@ -132,7 +132,7 @@ async def endpoints(client: Client) -> dict[str, str]:
     return named
 
 
-async def exchange_code(token_endpoint: str, client: Client, code: str, flow: Flow) -> str:
+async def exchange_code(token_endpoint: str, client: ProviderClient, code: str, flow: Flow) -> str:
     """The ID token the provider gives for ``code`` (with the flow's PKCE verifier)."""
     form = {
         "grant_type": "authorization_code",

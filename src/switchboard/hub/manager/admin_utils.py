@@ -24,9 +24,9 @@ from switchboard.backends.base import Registry, WorkspaceStore
 from switchboard.errors import NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.manager.manager_door import calling_peer
-from switchboard.hub.metrics import HubMetrics
-from switchboard.protocol import ids
-from switchboard.protocol.services import ServiceQuery
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.services import ServiceQuery
 
 ROOT_WORKSPACE = user_workspace("root")
 # Workspaces every hub has though nobody created them: shown by list_workspaces with the records.

@@ -25,8 +25,8 @@ from switchboard.clock import Clock
 from switchboard.errors import BackendError, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.routing import balance
 from switchboard.hub.routing.binds import parse_virtual
-from switchboard.protocol import ids
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.services import ServiceInfo
 from switchboard.tasks import cancel_and_wait, spawn
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from hypha_rpc.utils.schema import schema_function
 from switchboard.errors import PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import User
 from switchboard.hub.manager.admin_utils import ROOT_WORKSPACE, is_root
-from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceInfo
+from switchboard.protocol.hypha import services as svc_ids
+from switchboard.protocol.hypha.services import ServiceInfo
 
 # (workspace, service name) -> the id of the manager's local service
 BUILT_IN: Mapping[tuple[str, str], str] = MappingProxyType(

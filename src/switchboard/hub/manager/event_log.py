@@ -21,7 +21,7 @@ from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha.values import plain
 
 # Entries kept per workspace: a day of a busy application's milestones at one a minute,
 # and small enough (x MAX_EVENT_DATA_BYTES) to keep per workspace in memory or Redis.

@@ -24,9 +24,9 @@ from switchboard.errors import AuthError, LimitExceeded, PermissionDenied, Proto
 from switchboard.hub.identity import oidc_login
 from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import Credentials
-from switchboard.hub.identity.oidc_login import Client, Flow
+from switchboard.hub.identity.oidc_login import Flow, ProviderClient
 from switchboard.hub.identity.users import Permission, User, user_workspace
-from switchboard.protocol import ids
+from switchboard.protocol.hypha import ids
 
 LOGIN_PATH = "/public/apps/hypha-login"
 # Hypha's default lifetime of a login's token, and the longest one asked: a login is a person at a
@@ -93,7 +93,7 @@ class LoginService:
         issuer: TokenIssuer,
         credentials: Credentials,
         permission: Any,  # async (user, workspace) -> Permission, an owner's included
-        client: Client | None,
+        client: ProviderClient | None,
         public_base_url: str,
     ) -> None:
         self.store = store
@@ -120,7 +120,7 @@ class LoginService:
             "logout": (self.logout, {"config": {}}),
         }
 
-    def _configured(self) -> Client:
+    def _configured(self) -> ProviderClient:
         if self.client is None:
             raise ProtocolError(oidc_login.not_configured())
         return self.client
@@ -225,7 +225,7 @@ class LoginService:
 
     # the page's two steps
 
-    async def _discovered(self, client: Client) -> dict[str, str]:
+    async def _discovered(self, client: ProviderClient) -> dict[str, str]:
         """The provider's endpoints, fetched at most once per :data:`DISCOVERY_MAX_AGE` (a page opened
         for each of many keys costs the provider nothing more)."""
         now = self.clock.monotonic()

@@ -42,11 +42,11 @@ from switchboard.hub.routing.balance import Balanced, Refuse, Resend
 from switchboard.hub.routing.uploads import MAX_OPEN_UPLOADS, UPLOAD_IDLE_TIMEOUT, Uploads
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.subscribers import Subscribers
-from switchboard.protocol import envelope, ids
-from switchboard.protocol.handshake import HYPHA_VERSION
-from switchboard.protocol.remote_errors import bare_reject
-from switchboard.protocol.services import ServiceQuery
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import envelope, ids
+from switchboard.protocol.hypha.handshake import HYPHA_VERSION
+from switchboard.protocol.hypha.remote_errors import bare_reject
+from switchboard.protocol.hypha.services import ServiceQuery
+from switchboard.protocol.hypha.values import plain
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)

@@ -60,9 +60,9 @@ from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.manager_service_answer import ManagerServiceAnswer
 from switchboard.hub.routing.uploads import Uploads
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope
-from switchboard.protocol.chunks import cache_op, parse_cache_call
-from switchboard.protocol.payload import check_promise, payload_map
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.chunks import cache_op, parse_cache_call
+from switchboard.protocol.hypha.payload import check_promise, payload_map
 from switchboard.tasks import spawn
 
 log = logging.getLogger(__name__)

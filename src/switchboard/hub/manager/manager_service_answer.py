@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 
 METHOD = "services.built-in.get_service"
 # get_service("default") calls handed to the RPC before its first answer came; a few are enough

@@ -5,7 +5,7 @@ Every method acts for the connection that made the call
 message says it is from. What a client announces is bounded in count and
 size (it lives in the shared registry until the client leaves), and what a
 caller may find follows the visibility rules of
-:mod:`switchboard.protocol.services`. The HTTP gateway resolves and fetches
+:mod:`switchboard.protocol.hypha.services`. The HTTP gateway resolves and fetches
 services through the same methods (:mod:`switchboard.server.http.http_services`).
 """
 
@@ -25,8 +25,8 @@ from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
-from switchboard.hub.dispatch import Acting
 from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.manager.acting import Acting
 from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.balanced_lookup import handle as balanced_handle
 from switchboard.hub.manager.builtin_services import BuiltIns
@@ -35,10 +35,10 @@ from switchboard.hub.manager.shared_values import SharedValues
 from switchboard.hub.routing import balance
 from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import selection
-from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceInfo, ServiceQuery, list_query
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import selection
+from switchboard.protocol.hypha import services as svc_ids
+from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery, list_query
+from switchboard.protocol.hypha.values import plain
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 Charge = Callable[[int], contextlib.AbstractContextManager[None]]
 
 
-class Loads(Protocol):
+class ProviderLoads(Protocol):
     """Calls in flight to providers (:class:`switchboard.hub.routing.loads.Loads`)."""
 
     async def of(self, providers: Collection[str]) -> Mapping[str, int]: ...
@@ -74,7 +74,7 @@ class DirectoryHost(Protocol):
     manager_address: str
 
     @property
-    def loads(self) -> Loads: ...
+    def loads(self) -> ProviderLoads: ...
 
     def peer_for(self, address: str) -> Peer | None: ...
 
@@ -338,7 +338,7 @@ class ServiceDirectory:
         charge: Charge | None = None,
     ) -> ServiceInfo:
         """The single service ``service_id`` names for a caller, chosen by ``mode`` among several
-        (:mod:`switchboard.protocol.selection`), or a clear error.
+        (:mod:`switchboard.protocol.hypha.selection`), or a clear error.
 
         A ``select:`` mode's every candidate asked is a call of the asker:
         ``charge`` admits them (its rate and calls in flight) for as long as
@@ -401,8 +401,11 @@ class ServiceDirectory:
         in flight (at most --max-pending-calls) while they run; an HTTP caller's from its request's."""
         if peer.allowance is None:
             s = self.hub.settings
-            bucket = peer.rate or TokenBucket(
-                rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock
+            # the peer's own frame rate when it has one (a connection's, given by the gatekeeper)
+            bucket = (
+                peer.rate
+                if isinstance(peer.rate, TokenBucket)
+                else TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
             )
             peer.allowance = Allowance(bucket, s.max_pending_calls, peer.id)
         return peer.allowance.holding(calls)

@@ -29,7 +29,7 @@ from switchboard.hub.identity.credentials import payer
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer, require
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha.values import plain
 
 # Hypha's queue-name rule: 1 to 128 characters, letters and digits first, then also '_', '-' and '.'.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")

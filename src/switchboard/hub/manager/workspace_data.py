@@ -14,8 +14,8 @@ from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.data_charges import may_store, value_limit
 from switchboard.hub.manager.manager_door import calling_peer
 from switchboard.hub.manager.workspace_records import WorkspaceRecords, json_text
-from switchboard.protocol import ids
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.values import plain
 
 # Environment variables: configuration, not a database (Hypha keeps them in the record).
 MAX_ENV_ENTRIES = 256

@@ -29,9 +29,9 @@ from switchboard.hub.manager.ownership import (
     workspace_id_in,
 )
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import ids
-from switchboard.protocol.services import ServiceQuery
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.services import ServiceQuery
+from switchboard.protocol.hypha.values import plain
 
 # Hypha's per-user quota (HYPHA_MAX_WORKSPACES_PER_USER): one user cannot fill the store.
 MAX_WORKSPACES_PER_USER = 100

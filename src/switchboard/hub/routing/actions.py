@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol.envelope import Envelope
+from switchboard.protocol.hypha.envelope import Envelope
 
 if TYPE_CHECKING:  # a peer is named, never used: the actions stay values without I/O
     from switchboard.hub.sessions.peer import Peer
@@ -44,7 +44,7 @@ class Forward:
     """To a client on another replica: over a direct link if one takes it now, else published.
 
     ``wire`` is the frame as it travels between replicas: a call the manager
-    makes wrapped with its origin (:func:`~switchboard.protocol.relay.wrap_manager_call`),
+    makes wrapped with its origin (:func:`~switchboard.protocol.link.relay.wrap_manager_call`),
     once, by the router; any other frame as it is. The link is tried once
     (never for an event), the bus after it.
     """

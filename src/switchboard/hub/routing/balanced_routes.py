@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import Action, BindFirst, Forward, RetryLater, Send
-from switchboard.hub.routing.binds import Waiting, parse_virtual
+from switchboard.hub.routing.binds import BindWait, parse_virtual
 from switchboard.hub.routing.router_base import RouterBase
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.calls import CALL, classify
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.calls import CALL, classify
+from switchboard.protocol.link import relay
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -49,9 +50,9 @@ class BalancedRoutes(RouterBase):
         ):
             return False, None
         waiting = self.binds.wait(peer.id, target, env.session, data)
-        if waiting is Waiting.FIRST:
+        if waiting is BindWait.FIRST:
             return True, BindFirst(peer, target)
-        if waiting is Waiting.FULL:
+        if waiting is BindWait.FULL:
             why = f"Too many calls wait for the balanced handle {target} to be bound here: at most {self.binds.limit}"
             return True, Send(peer, self._refusal(peer, env.session, target, why + "; retry"))
         return True, None
@@ -73,7 +74,7 @@ class BalancedRoutes(RouterBase):
 
     def handle_of(self, caller: str, method: object, sender: object) -> str | None:
         """The handle a frame ``sender`` sends ``caller`` within a balanced call speaks for: a call made
-        here (:meth:`Balanced.relabel`), or one an instance here took from elsewhere (:class:`Served`)."""
+        here (:meth:`Balanced.relabel`), or one an instance here took from elsewhere (:class:`ServedHandles`)."""
         return self.balanced.relabel(caller, method, sender) or self.served.relabel(caller, method, sender)
 
     def with_handle(self, action: Action | None, handle: str) -> Action | None:

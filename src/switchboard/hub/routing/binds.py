@@ -34,7 +34,7 @@ def parse_virtual(target: str) -> tuple[str, str, str] | None:
     return ws, policy, name
 
 
-class Waiting(enum.Enum):
+class BindWait(enum.Enum):
     """What became of a frame for a handle being bound: the first asks for the bind."""
 
     FIRST = "first"
@@ -49,13 +49,13 @@ class PendingBinds:
         self.limit = limit
         self._waiting: dict[str, dict[str, list[tuple[str, bytes]]]] = {}  # caller -> target -> (session, frame)
 
-    def wait(self, caller: str, target: str, session: str, frame: bytes) -> Waiting:
+    def wait(self, caller: str, target: str, session: str, frame: bytes) -> BindWait:
         handles = self._waiting.setdefault(caller, {})
         if sum(len(frames) for frames in handles.values()) >= self.limit:
-            return Waiting.FULL
+            return BindWait.FULL
         first = target not in handles
         handles.setdefault(target, []).append((session, frame))
-        return Waiting.FIRST if first else Waiting.QUEUED
+        return BindWait.FIRST if first else BindWait.QUEUED
 
     def done(self, caller: str, target: str) -> list[tuple[str, bytes]]:
         """The bind of ``target`` for ``caller`` ended: its frames, to route again or refuse."""

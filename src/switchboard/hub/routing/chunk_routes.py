@@ -15,9 +15,9 @@ from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
 from switchboard.hub.routing.actions import Action, Deliver, Send
 from switchboard.hub.routing.balanced_routes import BalancedRoutes
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol import envelope
-from switchboard.protocol.chunks import overwriting, parse_cache_call
-from switchboard.protocol.payload import payload_map
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.chunks import overwriting, parse_cache_call
+from switchboard.protocol.hypha.payload import payload_map
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -27,7 +27,7 @@ class ChunkRoutes(BalancedRoutes):
     """Chunked messages' routing, a part of :class:`~switchboard.hub.routing.router.Router`."""
 
     def _overwriting(self, env: envelope.Envelope, peer: Peer, target: str, frame: bytes) -> bytes:
-        """A client's ``create`` as its receiver gets it: an overwrite (:func:`~switchboard.protocol.chunks.overwriting`)."""
+        """A client's ``create`` as its receiver gets it: an overwrite (:func:`~switchboard.protocol.hypha.chunks.overwriting`)."""
         try:
             extra = payload_map(env.rest)
             env.rest = overwriting(parse_cache_call("create", extra), extra)

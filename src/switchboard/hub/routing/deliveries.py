@@ -24,7 +24,8 @@ from switchboard.hub.routing.actions import (
 )
 from switchboard.hub.routing.chunk_routes import ChunkRoutes
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol import envelope, relay
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.link import relay
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -70,7 +71,7 @@ class Deliveries(ChunkRoutes):
     def _travelling(self, item: Undelivered) -> Undelivered:
         """``item`` as it travels to another replica: a call the manager makes (itself, or for an
         HTTP caller) carries its origin, so that the reply finds its way back here
-        (:mod:`switchboard.protocol.relay`). Wrapped here, once per trip; never for a client here."""
+        (:mod:`switchboard.protocol.link.relay`). Wrapped here, once per trip; never for a client here."""
         if item.session and (item.caller == self.manager_address or item.caller in self.aliases):
             return item._replace(
                 frame=relay.wrap_manager_call(self.replica_id, item.session.partition(".")[0], item.frame)

@@ -2,7 +2,7 @@
 
 A call is a frame with a ``session`` to ``services.<svc>.<fn>``; it ends with
 the callee's ``<session>.resolve`` or ``<session>.reject`` back to the caller
-(which frame is which: :func:`switchboard.protocol.calls.classify`).
+(which frame is which: :func:`switchboard.protocol.hypha.calls.classify`).
 Only the peers of this replica are tracked (as caller, callee or both), and a
 peer that leaves takes its entries with it, so nothing accumulates.
 """

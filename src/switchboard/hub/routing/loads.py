@@ -4,7 +4,7 @@ A provider's own replica sees every call to it (:class:`~switchboard.hub.routing
 counts them as they open and close), so for this replica's clients the
 count is exact and current. Each replica also publishes its clients' counts
 (the :data:`PUBLISHED_LOADS` busiest, idle ones left out) in its presence
-record every couple of seconds (:mod:`switchboard.replicas.cluster`); the
+record every couple of seconds (:mod:`switchboard.replicas.upkeep.cluster`); the
 others' counts are read from there, at most once per :data:`REFRESH`
 seconds and only when a lookup needs a provider of another replica. So a
 remote count is at most a few seconds old, and a lookup costs at most one

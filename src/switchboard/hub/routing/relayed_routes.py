@@ -13,8 +13,9 @@ from switchboard.hub.routing import balance
 from switchboard.hub.routing.actions import Action, Send, ToManager
 from switchboard.hub.routing.deliveries import Deliveries
 from switchboard.hub.routing.undelivered import Undelivered
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.calls import CALL, REPLY, Traits, classify
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.calls import CALL, REPLY, Traits, classify
+from switchboard.protocol.link import relay
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer

@@ -7,7 +7,7 @@ run twice. A call made through this replica is known to have arrived once
 its reply has passed back through here, so the rule is pure: replay
 anything but a call that is no longer open in the router's
 :class:`~switchboard.hub.routing.inflight.InFlight`. The replica layer's
-unicast (:mod:`switchboard.replicas.unicast`) asks it for every frame a lost
+unicast (:mod:`switchboard.replicas.dataplane.unicast`) asks it for every frame a lost
 link gives back, through the predicate the hub hands it.
 """
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.calls import is_call
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.calls import is_call
+from switchboard.protocol.link import relay
 
 
 class OpenCalls(Protocol):

@@ -43,20 +43,21 @@ from switchboard.hub.routing.binds import PendingBinds
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.relayed_routes import RelayedRoutes, session_method
 from switchboard.hub.routing.reply_routes import ReplyRoutes
-from switchboard.hub.routing.served import Served
+from switchboard.hub.routing.served import ServedHandles
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope, handshake, relay
-from switchboard.protocol.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.chunks import piece_header
+from switchboard.hub.sessions.in_transit import Transit
+from switchboard.protocol.hypha import envelope, handshake
+from switchboard.protocol.hypha.calls import CALL, REPLY, Traits, classify
+from switchboard.protocol.hypha.chunks import piece_header
+from switchboard.protocol.link import relay
 
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
     from switchboard.clock import Clock
     from switchboard.config import Settings
-    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.sessions.in_transit import Waiting
     from switchboard.hub.sessions.peer import Peer
-    from switchboard.hub.transit.retry import RetryWindow
+    from switchboard.metrics import HubMetrics
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,8 @@ class Router(RelayedRoutes):
         peers: Mapping[str, Peer],
         aliases: Container[str],
         transit: Transit[Undelivered],
-        retry: RetryWindow,
-        replies: RetryWindow | None = None,
+        retry: Waiting,
+        replies: Waiting | None = None,
         inflight: InFlight | None = None,
         balanced: balance.Balanced | None = None,
         uploads: Receivers | None = None,
@@ -106,7 +107,7 @@ class Router(RelayedRoutes):
             allow_encrypted=settings.allow_encrypted_payloads,
         )
         self.balanced = balanced if balanced is not None else balance.Balanced()
-        self.served = Served()  # balanced calls our instances took from callers elsewhere: their handles
+        self.served = ServedHandles()  # balanced calls our instances took from callers elsewhere: their handles
         self.binds = PendingBinds()  # calls through handles made on another replica, waiting to be bound here
         metrics.watch_balanced(self.balanced)  # the balanced handles of our callers, and their calls in flight
         self.draining = False

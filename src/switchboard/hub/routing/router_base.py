@@ -20,18 +20,18 @@ from switchboard.hub.routing.actions import Action
 from switchboard.hub.routing.binds import PendingBinds
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.reply_routes import ReplyRoutes
-from switchboard.hub.routing.served import Served
+from switchboard.hub.routing.served import ServedHandles
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol import envelope, handshake
+from switchboard.hub.sessions.in_transit import Transit
+from switchboard.protocol.hypha import envelope, handshake
 
 if TYPE_CHECKING:
     from switchboard.clock import Clock
     from switchboard.config import Settings
-    from switchboard.hub.metrics import HubMetrics
+    from switchboard.hub.sessions.in_transit import Waiting
     from switchboard.hub.sessions.peer import Peer
-    from switchboard.hub.transit.retry import RetryWindow
+    from switchboard.metrics import HubMetrics
 
 
 class RouterBase:
@@ -46,14 +46,14 @@ class RouterBase:
     peers: Mapping[str, Peer]  # clients here
     aliases: Container[str]  # HTTP callers' addresses
     transit: Transit[Undelivered]
-    retry: RetryWindow
-    replies: RetryWindow | None
+    retry: Waiting
+    replies: Waiting | None
     inflight: InFlight
     reply_routes: ReplyRoutes
     uploads: Receivers
     balanced: balance.Balanced
     binds: PendingBinds  # frames waiting for a balanced handle to be bound here
-    served: Served  # balanced calls our instances took from callers elsewhere
+    served: ServedHandles  # balanced calls our instances took from callers elsewhere
     draining: bool
 
     def route(self, peer: Peer, data: bytes) -> Action | None:

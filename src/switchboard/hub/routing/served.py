@@ -5,7 +5,7 @@ target it called: the handle, ``<ws>/balance|<policy>|<name>``. The caller's
 replica relabels what the instance sends back (:meth:`Balanced.relabel`), but a
 caller that moves to another replica while its call runs leaves that table
 behind. So a balanced call that crosses to the instance's replica travels with
-its handle (:func:`~switchboard.protocol.relay.wrap_balanced`, which only
+its handle (:func:`~switchboard.protocol.link.relay.wrap_balanced`, which only
 replicas write), and the instance's replica relabels the instance's frames of
 that session as they leave it, wherever the caller is by then.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 MAX_SERVED = 100_000
 
 
-class Served:
+class ServedHandles:
     """(caller, session) → (instance, handle) of balanced calls running on instances here."""
 
     def __init__(self, limit: int = MAX_SERVED) -> None:

@@ -5,7 +5,7 @@ transit (the registry's mark, the notices between replicas, the grace's end)
 and report what it turned up here as a fact: the registry marked the client
 or refused, settled its transit as ``waiting``, ``none`` or ``expired``, a
 notice came, a holding is full. :class:`TransitSteps` keeps the books of the
-:class:`~switchboard.hub.transit.transit.Transit` table (pure too) and returns
+:class:`~switchboard.hub.sessions.in_transit.Transit` table (pure too) and returns
 the steps that follow, in order (:data:`Step`): send frames on, fail them,
 announce a departure, tell the other replicas, close a copy; the moves only
 carry them out, as the dispatch carries out the router's actions.
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Literal
 from switchboard.backends.base import Expiry
 from switchboard.hub.routing.actions import Fail, Send
 from switchboard.hub.routing.undelivered import Undelivered, undelivered_of
-from switchboard.hub.transit.transit import Released, Transit
-from switchboard.protocol.services import ServiceInfo
+from switchboard.hub.sessions.in_transit import Transit, TransitEnd
+from switchboard.protocol.hypha.services import ServiceInfo
 
 if TYPE_CHECKING:  # a peer is named and read, never written to: the steps stay values without I/O
     from switchboard.clock import Clock
@@ -79,7 +79,7 @@ class AnnounceGone:
 
 
 @dataclass(frozen=True, slots=True)
-class Returned:
+class CameBack:
     """The client of ``peer`` is back after ``away`` seconds in transit, ``held_here`` frames held for it here."""
 
     peer: Peer
@@ -117,7 +117,7 @@ class WakeKeeper:
 
 WAKE_KEEPER = WakeKeeper()
 
-Step = SendOn | Forget | Fail | Notify | AnnounceGone | Returned | FailWaiting | WakeWaiting | CloseCopy | WakeKeeper
+Step = SendOn | Forget | Fail | Notify | AnnounceGone | CameBack | FailWaiting | WakeWaiting | CloseCopy | WakeKeeper
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +228,7 @@ class TransitSteps:
             return steps
         peer.life.back()
         held_here = len(released.frames) if released is not None else 0
-        return [*steps, Returned(peer, away, held_here), Notify("back", peer.id)]
+        return [*steps, CameBack(peer, away, held_here), Notify("back", peer.id)]
 
     def abandoned(self, client: str) -> list[Step]:
         """A new session of ``client`` replaces the one in transit: what was held for that one fails,
@@ -336,7 +336,7 @@ class TransitSteps:
 
     # -- a finished transit's frames -------------------------------------------
 
-    def _released(self, released: Released[Undelivered] | None, *, fail: bool = False) -> list[Step]:
+    def _released(self, released: TransitEnd[Undelivered] | None, *, fail: bool = False) -> list[Step]:
         """A finished transit's frames: routed again in order (to the client if it is back, else they
         fail there), or with ``fail`` failed at once (it left, or a new session took its id). What
         the router kept for the client's next connection here goes with them."""

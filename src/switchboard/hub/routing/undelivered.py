@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from switchboard.errors import ProtocolError
-from switchboard.protocol import envelope, relay
-from switchboard.protocol.calls import classify
+from switchboard.protocol.hypha import envelope
+from switchboard.protocol.hypha.calls import classify
+from switchboard.protocol.link import relay
 
 
 class Undelivered(NamedTuple):

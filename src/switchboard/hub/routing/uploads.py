@@ -6,14 +6,14 @@ hypha-rpc sends a message above 256 KiB as calls to the receiver's
 receiver joins the pieces and handles the message as if it had come in one
 frame. The hub must see such a message as the receiver will: its header
 passes the rules of any header (no server event type, no ``ctx``), its payload
-may not name a sender (:mod:`switchboard.protocol.payload`), and a stranger
+may not name a sender (:mod:`switchboard.protocol.hypha.payload`), and a stranger
 may not write into, take over or fill another sender's message.
 
 An :class:`Uploads` belongs to one receiver (a client, kept by the router of
 its replica while it is connected there or in transit from there, since
 hypha-rpc keeps its message cache across reconnections; or the hub's
 manager). It knows who sends each key,
-walks the pieces in order with a :class:`~switchboard.protocol.payload.Scanner`
+walks the pieces in order with a :class:`~switchboard.protocol.hypha.payload.Scanner`
 (so nothing is decoded), and holds only pieces that arrived ahead of their
 turn, or, for the hub's own manager (``keep=True``), all of them, since the
 manager's pieces are put together here. Every byte held counts against its
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from switchboard.clock import Clock
 from switchboard.errors import LimitExceeded, PermissionDenied, ProtocolError
-from switchboard.protocol.chunks import CacheCall
-from switchboard.protocol.envelope import check_joined_header
-from switchboard.protocol.payload import Scanner, check_keys, check_promise, decode_promise
+from switchboard.protocol.hypha.chunks import CacheCall
+from switchboard.protocol.hypha.envelope import check_joined_header
+from switchboard.protocol.hypha.payload import Scanner, check_keys, check_promise, decode_promise
 
 # Walking is plain Python; a message of more values than this is refused rather
 # than cost the replica seconds of CPU (honest large payloads are bytes or arrays).

@@ -1,1 +1,1 @@
-"""A client connected here: its Peer, its life, its admission, and the workspace events it listens to."""
+"""A client connected here: its Peer, its life, its time in transit, and the workspace events it listens to."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 # away: a page closed): it has left. A connection that ends otherwise on the
 # client's side (a drop, another code), or that a draining replica closes to
 # send the client to a sibling (HANDED_OVER), has a reconnection on its way
-# (switchboard.hub.transit.transit). One the hub closes for cause (a slow consumer, an
+# (switchboard.hub.sessions.in_transit). One the hub closes for cause (a slow consumer, an
 # internal error) has left: the hub dropped it.
 GOODBYE_CODES = frozenset({1000, 1001})
 HANDED_OVER = 1012

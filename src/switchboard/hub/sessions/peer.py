@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from switchboard.hub.identity.users import User
-from switchboard.hub.routing.limits import Allowance, TokenBucket
 from switchboard.hub.sessions.life import Life
 from switchboard.hub.sessions.send_queue import ClientConnection, SendQueue
-from switchboard.protocol import envelope
+from switchboard.protocol.hypha import envelope
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,19 @@ log = logging.getLogger(__name__)
 # reply is safe to send twice (hypha-rpc ignores one for a session it has closed).
 FRESH_REPLIES = 64
 FRESH_REPLY_BYTES = 64 * 1024  # larger ones are not kept: at most 4 MiB per client, for a second
+
+
+class Rate(Protocol):
+    """A connection's frame rate as the router spends it: ``take`` is false once it is spent
+    (hub/routing/limits.py's ``TokenBucket``, which the gatekeeper gives the peer)."""
+
+    def take(self, count: int = 1) -> bool: ...
+
+
+class CallBounds(Protocol):
+    """A caller's bounds on the calls it makes, held while they run (hub/routing/limits.py's ``Allowance``)."""
+
+    def holding(self, calls: int) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Peer:
@@ -66,10 +79,10 @@ class Peer:
         # can re-assert it when the shared registry comes back empty
         self.services: dict[str, dict[str, Any]] = {}
         self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
-        self.rate: TokenBucket | None = None  # set by the gatekeeper when it admits the peer
+        self.rate: Rate | None = None  # set by the gatekeeper when it admits the peer
         # its select: lookups' calls (made at its first, hub/manager/service_directory.py); an HTTP
         # caller's is its request's user's or address's (server/http/http_manager.py)
-        self.allowance: Allowance | None = None
+        self.allowance: CallBounds | None = None
         self.counted = False  # whether the hub-wide connection counts include this peer (the gatekeeper's)
         # the last reconnection token signed for this connection, reused for a while
         # (Hub.reconnection_token, its only writer), and when it was signed (the hub's clock)

@@ -18,15 +18,15 @@ from collections import deque
 from dataclasses import dataclass
 
 from switchboard.clock import Clock
-from switchboard.hub.remote import CLIENT_CHANNEL
 from switchboard.hub.routing.router import Router
 from switchboard.hub.sessions.peer import Peer
-from switchboard.hub.transit.drain_pace import DrainPace, InFlight
+from switchboard.hub.transit.drain_pace import DrainPace, SentAway
 from switchboard.hub.transit.moves import Moves
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.retry_bound import DrainEnd
 from switchboard.hub.transit.together import together
-from switchboard.replicas.unicast import Unicast
+from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL
+from switchboard.replicas.dataplane.unicast import Unicast
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Drainer:
         queue = _Queue(self.peers)
         patience = self.transit.grace or PATIENCE
         pace = DrainPace(window=self.window, patience=patience, started=started, deadline=deadline, total=len(queue))
-        flight = InFlight(patience)
+        flight = SentAway(patience)
         wave: dict[str, _Turn] = {}  # their turn came: each waits for its calls, or for a pause, then goes
         logged = warned = 0.0
         while True:
@@ -162,7 +162,7 @@ class Drainer:
     async def _depart(self, peer: Peer) -> None:
         await self.moves.depart(peer)
 
-    async def _send_wave(self, wave: dict[str, _Turn], cutoff: int, code: int, reason: str, flight: InFlight) -> float:
+    async def _send_wave(self, wave: dict[str, _Turn], cutoff: int, code: int, reason: str, flight: SentAway) -> float:
         """Send away those of ``wave`` that may go now, side by side (their Redis work then goes in a
         few pipelines; one after the other, each paid its round trips); when to look at the rest."""
         laters = [math.inf]
@@ -177,7 +177,7 @@ class Drainer:
         await together(list(wave.values()), turn_of)
         return min(laters)
 
-    async def _send_away(self, turn: _Turn, cutoff: int, code: int, reason: str, flight: InFlight) -> float | None:
+    async def _send_away(self, turn: _Turn, cutoff: int, code: int, reason: str, flight: SentAway) -> float | None:
         """Send ``turn``'s client away if it may go now: ``None`` once it went (or left by itself),
         else when to look again (it waits for its calls, or for a pause in what it sends)."""
         peer = turn.peer

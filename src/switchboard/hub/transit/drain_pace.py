@@ -79,7 +79,7 @@ class DrainPace:
         return max(0.0, now + (self.total - sent) / rate - self.deadline)
 
 
-class InFlight:
+class SentAway:
     """The clients sent away and not seen back yet, each for at most ``patience`` seconds, and the
     rate at which they come back."""
 

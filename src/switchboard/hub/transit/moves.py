@@ -22,7 +22,7 @@ out here, in order; for a frame, whether it is held is the router's
   the held frames then fail everywhere and their callers get "not connected"
   (never routed again: the id is free, a newcomer may hold it).
 
-Who may come back is the hub's decision (:func:`~switchboard.hub.sessions.admission.take_over`):
+Who may come back is the hub's decision (:func:`~switchboard.hub.gate.admission.take_over`):
 only a connection that presented the client's reconnection token gets what
 was held for it (:meth:`Moves.arrived`). The same user starting a new session
 with the id instead ends the transit for good (:meth:`Moves.abandon`: what was
@@ -48,16 +48,14 @@ from typing import Any
 from switchboard.backends.base import Registry
 from switchboard.clock import Clock
 from switchboard.errors import BackendError
-from switchboard.hub.metrics import HubMetrics
-from switchboard.hub.remote import Remote
 from switchboard.hub.routing.actions import Fail
 from switchboard.hub.routing.transit_steps import (
     AnnounceGone,
+    CameBack,
     CloseCopy,
     FailWaiting,
     Forget,
     Notify,
-    Returned,
     SendOn,
     Step,
     TransitSteps,
@@ -65,12 +63,14 @@ from switchboard.hub.routing.transit_steps import (
     WakeWaiting,
 )
 from switchboard.hub.routing.undelivered import Undelivered
+from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.hub.transit.together import together
-from switchboard.hub.transit.transit import Transit
-from switchboard.protocol.services import ServiceInfo
-from switchboard.replicas.inbound import TRANSIT_CHANNEL
+from switchboard.metrics import HubMetrics
+from switchboard.protocol.hypha.services import ServiceInfo
+from switchboard.replicas.dataplane.inbound import TRANSIT_CHANNEL
+from switchboard.replicas.dataplane.remote import Remote
 from switchboard.tasks import cancel_and_wait, spawn
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class Moves:
                 self._wake()
             elif isinstance(step, CloseCopy):
                 step.peer.close(step.code, step.reason)
-            elif isinstance(step, Returned):
+            elif isinstance(step, CameBack):
                 self._returned(step)
             elif isinstance(step, Notify | AnnounceGone):
                 return self._then(step, pending)
@@ -199,7 +199,7 @@ class Moves:
 
         spawn(self._background, send_all(), f"transit {step.client}")
 
-    def _returned(self, step: Returned) -> None:
+    def _returned(self, step: CameBack) -> None:
         self.metrics.transit_seconds.observe(step.away)
         held = f", {step.held_here} frames held here" if step.held_here else ""
         step.peer.log.info("back after %.3f s in transit%s", step.away, held)

@@ -5,7 +5,7 @@ out their ``RetryLater`` and ``Hold``; what they hand back must reach the
 dispatch again. That cycle closes here, in one typed place: the composition
 root (:mod:`switchboard.hub.assemble`) builds this port first, hands it to them, and connects
 it once to the dispatch it builds after them, as the unicast is handed its
-inbound port (:mod:`switchboard.replicas.inbound`).
+inbound port (:mod:`switchboard.replicas.dataplane.inbound`).
 """
 
 from __future__ import annotations

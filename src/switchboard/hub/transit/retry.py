@@ -6,7 +6,7 @@ away. Dropping the frame would make the caller wait its whole call timeout;
 failing at once would turn a blip into an error. So frames for such a target
 wait in order, are retried on the injected clock, and only after ``window``
 seconds are the callers told "not connected". A target known to be in transit
-(:mod:`switchboard.hub.transit.transit`) is waited for until its grace ends
+(:mod:`switchboard.hub.sessions.in_transit`) is waited for until its grace ends
 (``hold_until``), and no longer once it is known gone (:meth:`RetryWindow.fail`).
 """
 

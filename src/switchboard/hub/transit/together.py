@@ -1,7 +1,7 @@
 """Many clients' Redis work at once, a bounded group at a time: a crowd costs a few pipelines.
 
 The Redis backend sends the per-client scripts that wait together in one
-pipeline (:mod:`switchboard.backends.redis.batch`). That helps only if they do
+pipeline (:mod:`switchboard.backends.redis.shared.batch`). That helps only if they do
 wait together: a loop awaiting one client after the other pays a round trip
 each (10,000 graces ending at once, 0.2 ms each on loopback: 2 s; with Redis
 5 ms away: 100 s). :func:`together` starts them side by side, :data:`AT_ONCE`

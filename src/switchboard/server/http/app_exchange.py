@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from switchboard.errors import FrameTooLarge, ProtocolError
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha.values import plain
 
 APP_TYPES = ("asgi", "ASGI", "functions")
 HUB_COOKIE = "sb_rpc_"  # the HTTP-streaming transport's stream cookies (server/http/http_rpc.py)

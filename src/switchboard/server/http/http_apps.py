@@ -29,8 +29,8 @@ from starlette.types import Receive, Scope, Send
 from switchboard.errors import NotFound, RequestRefused
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.routing.limits import Allowance
-from switchboard.protocol import ids
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.server.http import app_exchange as rules
 from switchboard.server.http.http_errors import error_response, refusal, status_of
 from switchboard.server.http.http_services import (

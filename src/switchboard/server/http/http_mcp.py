@@ -27,7 +27,7 @@ from switchboard.backends.patience import patience
 from switchboard.errors import FrameTooLarge, JsonRpcError
 from switchboard.hub.identity.users import User
 from switchboard.hub.routing.limits import Allowance
-from switchboard.protocol import services as svc_ids
+from switchboard.protocol.hypha import services as svc_ids
 from switchboard.server.http import mcp_native, mcp_tools
 from switchboard.server.http.http_errors import error_response, status_of
 from switchboard.server.http.http_services import (

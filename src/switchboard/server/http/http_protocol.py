@@ -18,10 +18,10 @@ and httptools keeps growing an unfinished header without limit. Here:
   them is let in, over the bound, rather than refused.
 
 It also lists its connections (:class:`~switchboard.server.process.connections.Connections`)
-and names the connection's transport for the app's task (:mod:`switchboard.server.connection_reset`).
+and names the connection's transport for the app's task (:mod:`switchboard.server.common.connection_reset`).
 
 The class is handed to uvicorn as ``Config(http=...)`` (documented: an
-``asyncio.Protocol`` class) by :func:`switchboard.server.process.runner.uvicorn_config`,
+``asyncio.Protocol`` class) by :func:`switchboard.server.runner.uvicorn_config`,
 through :meth:`HubHttpProtocol.configured`, which binds the bounds. It hooks only
 the parser callbacks and ``asyncio.Protocol`` methods uvicorn's class defines.
 """
@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from switchboard.server import connection_reset
+from switchboard.server.common import connection_reset
 from switchboard.server.process.connections import Connections
 
 log = logging.getLogger(__name__)

@@ -56,12 +56,12 @@ from switchboard.errors import AuthError, BackendError, HandshakeError, Protocol
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import envelope, handshake, ids
-from switchboard.server.connection_reset import reset
+from switchboard.protocol.hypha import envelope, handshake, ids
+from switchboard.server.common.connection_reset import reset
+from switchboard.server.common.session import ClientSession
 from switchboard.server.http import fetch_origin
 from switchboard.server.http.http_errors import refusal, status_of
 from switchboard.server.process.server_state import ServerState
-from switchboard.server.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def _refusal_of(exc: HandshakeError | BackendError, *, admitted: bool) -> Reques
 
 class DownstreamResponse(Response):
     """Admits and attaches the caller as one peer, streams to it until either side closes, then
-    detaches it (:class:`~switchboard.server.session.ClientSession`); a refusal is an HTTP status."""
+    detaches it (:class:`~switchboard.server.common.session.ClientSession`); a refusal is an HTTP status."""
 
     def __init__(self, request: Request, state: ServerState, hello: handshake.Hello, *, keepalive: float) -> None:
         self.state, self.hello, self.keepalive = state, hello, keepalive
@@ -285,7 +285,7 @@ class DownstreamResponse(Response):
 
 
 async def _drop_connection(peer: Peer, receive: Receive) -> None:
-    """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.connection_reset`)."""
+    """Reset the connection of a stream whose reader is stuck (see :mod:`switchboard.server.common.connection_reset`)."""
     if not reset():  # the transport of this request's connection
         return
     peer.log.warning("stream not read for %gs after %r: dropping the connection", _WRITER_GRACE, peer.close_reason)

@@ -21,10 +21,10 @@ from switchboard.backends.patience import patience
 from switchboard.errors import AuthError, FrameTooLarge, NotFound, PermissionDenied, RequestRefused
 from switchboard.hub.identity.users import Permission, User, user_workspace
 from switchboard.hub.routing.limits import Allowance, address_key
-from switchboard.protocol import ids
-from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceQuery
-from switchboard.protocol.values import plain
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha import services as svc_ids
+from switchboard.protocol.hypha.services import ServiceQuery
+from switchboard.protocol.hypha.values import plain
 from switchboard.server.http.http_errors import error_response, refusal, status_of
 from switchboard.server.http.http_manager import call_built_in, call_manager, http_caller
 from switchboard.server.http.http_streams import EventStream

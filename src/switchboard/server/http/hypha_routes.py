@@ -16,8 +16,8 @@ from starlette.routing import Route
 from switchboard.errors import AuthError, BackendError, ProtocolError, RateLimited
 from switchboard.hub.identity.users import Permission
 from switchboard.hub.manager.workspace_records import implicit_record
-from switchboard.protocol import ids
-from switchboard.protocol.handshake import HYPHA_VERSION
+from switchboard.protocol.hypha import ids
+from switchboard.protocol.hypha.handshake import HYPHA_VERSION
 from switchboard.server.http import health_report
 from switchboard.server.http.http_errors import error_response
 from switchboard.server.http.http_services import caller_allowance, request_user, server_state

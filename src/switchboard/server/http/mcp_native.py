@@ -44,7 +44,9 @@ def methods(service: Any, call: Callable[..., Awaitable[Any]]) -> dict[str, Hand
         if isinstance(value, dict) and isinstance(value.get("contents"), list):
             return value
         uri = str(params.get("uri"))
-        return mcp_tools.resource_result(mcp_tools.Entry(uri, {"uri": uri, "mimeType": "text/plain"}, None), value)
+        return mcp_tools.resource_result(
+            mcp_tools.ReadableEntry(uri, {"uri": uri, "mimeType": "text/plain"}, None), value
+        )
 
     table = {
         "list_tools": ("tools/list", listed("tools"), ()),

@@ -35,7 +35,7 @@ class Tool:
 
 
 @dataclass(frozen=True)
-class Entry:
+class ReadableEntry:
     """A resource or a prompt: read by calling the function at ``path`` (or a fixed text)."""
 
     name: str
@@ -47,8 +47,8 @@ class Entry:
 @dataclass(frozen=True)
 class Catalog:
     tools: dict[str, Tool]
-    resources: dict[str, Entry]  # by URI
-    prompts: dict[str, Entry]  # by name
+    resources: dict[str, ReadableEntry]  # by URI
+    prompts: dict[str, ReadableEntry]  # by name
 
 
 NATIVE = (
@@ -119,7 +119,7 @@ def _collect_strings(value: Any, path: tuple[str, ...], out: dict[str, str]) -> 
             _collect_strings(item, (*path, key), out)
 
 
-def _string_resources(service: dict[str, Any], name: str) -> dict[str, Entry]:
+def _string_resources(service: dict[str, Any], name: str) -> dict[str, ReadableEntry]:
     strings: dict[str, str] = {}
     _collect_strings(service, (), strings)
     if isinstance(service.get("docs"), str) and service["docs"]:
@@ -138,7 +138,7 @@ def _string_resources(service: dict[str, Any], name: str) -> dict[str, Entry]:
             "description": f"String resource at path '{key}'",
             "mimeType": "text/plain",
         }
-        found[uri] = Entry(name=key, listed=listed, path=None, text=text)
+        found[uri] = ReadableEntry(name=key, listed=listed, path=None, text=text)
     return found
 
 
@@ -150,7 +150,7 @@ def _inline(service: dict[str, Any], schema: dict[str, Any]) -> Catalog:
         if function is None:
             raise RequestRefused(400, f"Tool '{key}' has no schema: declare it with hypha-rpc's @schema_function")
         tools[key] = _tool(key, function, ("tools", key))
-    resources: dict[str, Entry] = {}
+    resources: dict[str, ReadableEntry] = {}
     for key, config in (service.get("resources") or {}).items():
         if not isinstance(config, dict) or "read" not in config:
             raise RequestRefused(400, f"Resource '{key}' must be a dictionary with a 'read' function")
@@ -161,8 +161,8 @@ def _inline(service: dict[str, Any], schema: dict[str, Any]) -> Catalog:
             "description": str(config.get("description", "")),
             "mimeType": str(config.get("mime_type", "text/plain")),
         }
-        resources[uri] = Entry(name=key, listed=listed, path=("resources", key, "read"))
-    prompts: dict[str, Entry] = {}
+        resources[uri] = ReadableEntry(name=key, listed=listed, path=("resources", key, "read"))
+    prompts: dict[str, ReadableEntry] = {}
     for key, config in (service.get("prompts") or {}).items():
         if not isinstance(config, dict) or "read" not in config:
             raise RequestRefused(400, f"Prompt '{key}' must be a dictionary with a 'read' function")
@@ -179,7 +179,7 @@ def _inline(service: dict[str, Any], schema: dict[str, Any]) -> Catalog:
             "description": str(config.get("description", "")),
             "arguments": arguments,
         }
-        prompts[name] = Entry(name=key, listed=listed, path=("prompts", key, "read"))
+        prompts[name] = ReadableEntry(name=key, listed=listed, path=("prompts", key, "read"))
     return Catalog(tools, resources, prompts)
 
 
@@ -218,7 +218,7 @@ def prompt_result(name: str, value: Any) -> dict[str, Any]:
     return {"description": f"Prompt for {name}", "messages": [{"role": "user", "content": content(str(value))[0]}]}
 
 
-def resource_result(entry: Entry, value: Any) -> dict[str, Any]:
+def resource_result(entry: ReadableEntry, value: Any) -> dict[str, Any]:
     mime = entry.listed.get("mimeType", "text/plain")
     return {
         "contents": [

@@ -30,8 +30,8 @@ from starlette.routing import Route
 
 from switchboard.errors import AuthError, BackendError, RateLimited, RequestRefused
 from switchboard.hub.identity.users import Permission, user_workspace
-from switchboard.protocol import services as svc_ids
-from switchboard.protocol.services import ServiceQuery
+from switchboard.protocol.hypha import services as svc_ids
+from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.server.http import http_services
 from switchboard.server.http.http_errors import error_response
 from switchboard.tasks import cancel_and_wait

@@ -15,7 +15,7 @@ from switchboard.backends.revocations import MemoryRevocations
 from switchboard.clock import Clock
 from switchboard.config import Settings
 from switchboard.hub.assemble import Backends
-from switchboard.replicas.links import LinkSettings
+from switchboard.replicas.dataplane.links import LinkSettings
 from switchboard.server.process.state_dir import WORKSPACES_FILE, state_path
 
 BUS_PROBE_IDLE = 1.0  # seconds without a byte from Redis's pub/sub before the bus probes it
@@ -64,11 +64,11 @@ def backends_for(
 
 def _on_redis(settings: Settings, url: str, *, clock: Clock) -> Backends:
     from switchboard.backends.redis.assemble import redis_backends
-    from switchboard.backends.redis.entrance import RedisEntrance
-    from switchboard.backends.redis.logins import RedisLogins
-    from switchboard.backends.redis.queues import RedisQueues
-    from switchboard.backends.redis.revoked import RedisRevocations
-    from switchboard.backends.redis.workspaces import RedisWorkspaceStore
+    from switchboard.backends.redis.stores.entrance import RedisEntrance
+    from switchboard.backends.redis.stores.logins import RedisLogins
+    from switchboard.backends.redis.stores.queues import RedisQueues
+    from switchboard.backends.redis.stores.revoked import RedisRevocations
+    from switchboard.backends.redis.stores.workspaces import RedisWorkspaceStore
 
     parts = redis_backends(
         url,

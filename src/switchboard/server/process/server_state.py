@@ -28,7 +28,7 @@ class ServerState:
         self.hub = hub
         self.phase = Phase.STARTING
         self.peers: set[Peer] = set()
-        #: filled by the server's protocols (:func:`switchboard.server.process.runner.uvicorn_config`)
+        #: filled by the server's protocols (:func:`switchboard.server.runner.uvicorn_config`)
         self.connections = Connections()
         self._none_left = asyncio.Event()
         self.created = time.monotonic()  # for /health's uptime

@@ -5,7 +5,7 @@ slow consumer (1008). If it does not complete the close handshake within
 ``CLOSE_GRACE`` it is detached; if what was written to it (the close frame
 included: a client that reads again by then still sees why) has not drained
 ``WRITER_GRACE`` after that, its connection is reset rather than closed
-(:mod:`switchboard.server.connection_reset`). ASGI can only return, and the server then *closes*
+(:mod:`switchboard.server.common.connection_reset`). ASGI can only return, and the server then *closes*
 its transport, which waits for the write buffer to drain first: a client that
 never reads again would keep its socket, the buffers and the server's
 connection entry (and hold up the server's shutdown) for ever. The same goes
@@ -26,10 +26,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from switchboard.errors import BackendError, HandshakeError
 from switchboard.hub.sessions.peer import Peer
-from switchboard.protocol import handshake
-from switchboard.server.connection_reset import current_transport, reset
+from switchboard.protocol.hypha import handshake
+from switchboard.server.common.connection_reset import current_transport, reset
+from switchboard.server.common.session import ClientSession
 from switchboard.server.process.server_state import ServerState
-from switchboard.server.session import ClientSession
 from switchboard.server.ws import ws_asgi
 from switchboard.server.ws.inbox import Inbox
 from switchboard.server.ws.ws_protocol import HubWebSocketProtocol
@@ -206,7 +206,7 @@ async def _not_served(websocket: WebSocket) -> None:
     Its messages go straight from the callback that parsed them to the hub
     (:class:`~switchboard.server.ws.inbox.Inbox`), never through ASGI's queue: the one
     read path. ``switchboard serve`` and the test runner always use that protocol
-    (:func:`switchboard.server.process.runner.uvicorn_config`); an app served some other
+    (:func:`switchboard.server.runner.uvicorn_config`); an app served some other
     way says so instead of serving clients by another path.
     """
     log.error("refused a WebSocket: /ws is served only on the hub's own protocol (switchboard serve)")

@@ -1,0 +1,1 @@
+"""Who may connect, as whom, into which workspace, within which limits: the gatekeeper."""

@@ -1,0 +1,1 @@
+"""What both doors share: a client's session over WebSocket or HTTP, and how a reset connection is told."""
