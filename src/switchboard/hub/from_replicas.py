@@ -123,7 +123,7 @@ class FromReplicas:
             return False
         if isinstance(target, Acting):
             self._dispatch.receive_as(target, message.frame)
-        elif type(message) is BalancedCall:
+        elif isinstance(message, BalancedCall):
             self._dispatch.from_replica_to_client(target, replica_wire.wrap_balanced(message.handle, message.frame))
         else:
             self._dispatch.from_replica_to_client(target, replica_wire.wrap_bounced(message.callee, message.frame))

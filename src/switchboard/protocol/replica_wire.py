@@ -259,7 +259,7 @@ def _body(message: Message, linked: bool) -> bytes:
 
 
 def _mark(message: BalancedCall | BouncedCall) -> str | None:
-    if type(message) is BalancedCall:
+    if isinstance(message, BalancedCall):
         mark = f"{_BALANCED_MARK}{message.handle}{_MARK_END}"
     else:
         mark = f"{_BOUNCED_MARK}{message.callee}{_MARK_END}"
