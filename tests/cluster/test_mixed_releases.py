@@ -8,6 +8,7 @@ event (a broadcast), and a client's move from one to the other (transit notices)
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tarfile
@@ -106,4 +107,26 @@ async def test_replicas_of_this_release_and_the_previous_one_read_each_other(two
         metrics = (await http.get(f"{new.url}/metrics")).text
     assert 'switchboard_replica_messages_malformed_total{replica="new"} 0.0' in metrics
     assert 'switchboard_link_frames_received_total{replica="new"} 0.0' not in metrics, "a link was used"
+    assert "dropped a" not in old.log_tail(1 << 20), "the previous release read all it was sent"
+
+
+async def test_balanced_calls_cross_between_this_release_and_the_previous_one(two_releases, clients) -> None:
+    """A balanced handle's calls reach an instance on the other release's replica, both ways: this
+    release writes a balanced call's handle (and a call that found its instance gone) only where
+    the previous release ignores it, never as a frame it would take for a client's."""
+    old, new = two_releases
+    on_old = await clients(old.url, client_id="on-old")
+    token = await on_old.generate_token()
+    on_new = await clients(new.url, client_id="on-new", token=token)
+    from_new = await clients(new.url, client_id="from-new", token=token)
+    from_old = await clients(old.url, client_id="from-old", token=token)
+
+    for instance, caller in ((on_old, from_new), (on_new, from_old)):  # the only instance: across releases
+        await instance.register_service(service())
+        handle = await caller.get_service("s", {"mode": "balance:round_robin"})
+        for n in range(3):  # the first through Redis, the rest over the link it offers
+            assert await asyncio.wait_for(handle.add(n, 1), scaled(10)) == n + 1
+        assert await asyncio.wait_for(handle.echo(b"\x00" * 100_000), scaled(10)) == b"\x00" * 100_000
+        await instance.unregister_service("s")
+
     assert "dropped a" not in old.log_tail(1 << 20), "the previous release read all it was sent"

@@ -171,9 +171,11 @@ def test_a_virtual_target_carries_what_its_lookup_needs(target, parsed):
 
 
 def _bounced_back(r: Replica, session: str, instance: str = AWAY) -> Any:
-    """What the instance's replica sends back for a call that found its instance gone (Router._bounce)."""
-    main = {"type": "method", "from": r.caller.id, "to": instance, "method": "services.calc.add", "session": session}
-    return r.router.relayed(r.caller, relay.wrap_bounced(instance, envelope.encode(main, b"")))
+    """What the instance's replica sends back for a call that found its instance gone (Router._bounce):
+    the reject that fails it unless another instance takes it (the caller's replica keeps the call)."""
+    message = f"Target peer {instance} is not connected"
+    reject = envelope.reject_frame(session=session, target=instance, caller=r.caller.id, message=message)
+    return r.router.relayed(r.caller, relay.wrap_bounced(instance, reject))
 
 
 def _balanced_call_to_away(r: Replica, *instances: str) -> None:

@@ -17,6 +17,8 @@ import pytest
 from switchboard.errors import ProtocolError
 from switchboard.protocol.link import replica_wire as rw
 from switchboard.protocol.link.replica_wire import (
+    BalancedCall,
+    BouncedCall,
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -119,6 +121,11 @@ MALFORMED: list[tuple[str, bytes, str]] = [
     ("sb:kick", b"ws/c\n-1\nbye", "close code is not a number"),
     ("sb:kick", b"ws/c\n99999999999\nbye", "close code is not a number"),
     ("sb:kick", b"ws/c\n\xff\nbye", "not UTF-8"),
+    ("sb:client:ws/c", rw.tag("r1@h:1", b"\x02ws/balance|round_robin|s\n" + FRAME), "the hub's own wrapping"),
+    ("sb:client:ws/c", rw.tag("r1@h:1", b"\x01ws/p\n" + FRAME), "the hub's own wrapping"),
+    ("sb:client:ws/c", rw.tag("r1@h:1 balanced:;", FRAME), "a balanced call without its handle"),
+    ("sb:client:ws/c", rw.tag("r1@h:1 bounced:p;", FRAME), "a bounced call without its callee"),
+    ("sb:client:ws/c", b"\x13r1@h:1 bounced:\xff/p;" + FRAME, "origin is not UTF-8"),
     ("sb:elsewhere", b"?", "no message travels on channel"),
     ("sb:client", b"\x00" + FRAME, "no message travels on channel"),
 ]
@@ -274,3 +281,95 @@ def test_over_a_link_both_releases_read_each_others_frames() -> None:
     """A link carries a client's frame as it is (its DELIVER names the channel): unchanged."""
     for frame in (FRAME, old_wrap("r1", "s1", FRAME)):
         assert rw.encode(rw.decode("sb:client:ws/c", frame, linked=True), linked=True) == frame
+
+
+# -- a balanced call and a bounced one (issue 41), as both releases read them ------------------------
+
+HANDLE = "ws/balance|round_robin|calc"
+REJECT = b"\x85\xa4type\xa6method\xa4from\xa4ws/p\xa2to\xa4ws/c\xa6method\xa8s1.reject"  # its first map
+MARKED: list[BalancedCall | BouncedCall] = [
+    BalancedCall("ws/p", HANDLE, FRAME, origin="r1@10.0.0.1:4000"),
+    BalancedCall("ws/p", HANDLE, FRAME),
+    BalancedCall("ws/p", "ws/balance|least_busy|calc.v2.5", FRAME, origin="r1@h:1"),  # ".5": no replay mark
+    BalancedCall("ws/p", "ws/balance|round_robin|a calc; with spaces;", FRAME, origin="r1@h:1"),
+    BouncedCall("ws/c", "ws/p", REJECT, origin="r1@10.0.0.1:4000"),
+    BouncedCall("ws/c", "ws/p.7", REJECT, origin="r1@h:1"),
+]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("message", MARKED, ids=repr)
+def test_a_balanced_or_bounced_call_reads_back_as_the_value_written(message: Message, version: int) -> None:
+    assert rw.decode(rw.channel_of(message), rw.encode(message, version=version)) == message
+
+
+@pytest.mark.parametrize("message", MARKED, ids=repr)
+def test_a_replica_of_the_previous_release_reads_a_balanced_call_as_the_call_and_a_bounced_one_as_its_reject(
+    message: BalancedCall | BouncedCall,
+) -> None:
+    """What 8600616 makes of them is what it made of such a call before issue 41: the instance gets
+    the call (its answer relabelled by the caller's replica), the caller the reject at once."""
+    assert old_read(rw.channel_of(message), rw.encode(message)) == ClientFrame(
+        message.address, message.frame, message.origin
+    )
+
+
+@pytest.mark.parametrize("message", MARKED, ids=repr)
+def test_a_balanced_or_bounced_call_never_travels_over_a_link(message: Message) -> None:
+    with pytest.raises(ValueError, match="through the bus only"):
+        rw.encode(message, linked=True)
+
+
+def test_a_mark_too_long_for_the_origin_tag_leaves_what_a_replica_without_marks_reads() -> None:
+    long = BalancedCall("ws/p", "ws/balance|round_robin|" + "c" * 250, FRAME, origin="r1@h:1")
+    assert rw.decode("sb:client:ws/p", rw.encode(long)) == ClientFrame("ws/p", FRAME, "r1@h:1")
+    short = BalancedCall("ws/p", "ws/balance|round_robin|" + "c" * 200, FRAME, origin="r" * 60 + "@h:1")
+    assert rw.decode("sb:client:ws/p", rw.encode(short)) == BalancedCall("ws/p", short.handle, FRAME)  # origin left out
+
+
+@pytest.mark.parametrize(
+    ("frame", "sent", "bus_only"),
+    [
+        (FRAME, ClientFrame("ws/p", FRAME, "r1@h:1"), False),
+        (
+            rw.wrap_manager_call("r1", "s1", FRAME),
+            ClientFrame("ws/p", rw.wrap_manager_call("r1", "s1", FRAME), "r1@h:1"),
+            False,
+        ),
+        (rw.wrap_balanced(HANDLE, FRAME), BalancedCall("ws/p", HANDLE, FRAME, "r1@h:1"), True),
+        (rw.wrap_bounced("ws/q", REJECT), BouncedCall("ws/p", "ws/q", REJECT, "r1@h:1"), True),
+    ],
+)
+def test_what_the_router_hands_on_is_sent_as(frame: bytes, sent: Message, bus_only: bool) -> None:
+    """The sender's decision: a frame the router wrapped with a handle or as bounced takes the bus,
+    its mark in the origin tag; any other frame takes a link if one is open."""
+    assert rw.outgoing("ws/p", frame, "r1@h:1") == sent
+    assert rw.bus_only(frame) is bus_only
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [(b"\x02" + FRAME, "malformed balanced call"), (b"\x02\n" + FRAME, "malformed balanced call")],
+)
+def test_a_malformed_wrapped_balanced_call_is_a_clear_protocol_error(data: bytes, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        rw.unwrap_balanced(data)
+
+
+@pytest.mark.parametrize(("data", "why"), [(b"\x01ws/p", "malformed bounced call"), (b"\x01\n" + REJECT, "malformed")])
+def test_a_malformed_wrapped_bounced_call_is_a_clear_protocol_error(data: bytes, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        rw.unwrap_bounced(data)
+
+
+def test_the_wrapped_forms_read_back() -> None:
+    assert rw.unwrap_balanced(rw.wrap_balanced(HANDLE, FRAME)) == (HANDLE, FRAME)
+    assert rw.unwrap_balanced(FRAME) == (None, FRAME)
+    assert rw.unwrap_bounced(rw.wrap_bounced("ws/p", REJECT)) == ("ws/p", REJECT)
+
+
+@pytest.mark.parametrize("prefix", [b"\x01", b"\x02"])
+def test_no_frame_from_a_link_passes_for_the_hubs_own_wrapping(prefix: bytes) -> None:
+    """Only a replica's origin tag marks a balanced or bounced call: a frame that looks wrapped is refused."""
+    with pytest.raises(ProtocolError, match="the hub's own wrapping"):
+        rw.decode("sb:client:ws/p", prefix + HANDLE.encode() + b"\n" + FRAME, linked=True)

@@ -18,7 +18,7 @@ import collections
 import pytest
 from hypha_rpc.rpc import RemoteException
 
-from support.sealed import Raw
+from support.sealed import Raw, pack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,3 +145,21 @@ async def test_a_strangers_crafted_call_to_a_handle_of_a_workspace_it_cannot_see
 async def test_no_client_may_take_a_handles_address(connect):
     with pytest.raises(Exception, match="is reserved: 'balance"):
         await connect(client_id="balance|round_robin|calc")
+
+
+async def test_no_client_may_wrap_its_call_as_a_replica_does_a_balanced_one(connect, server):
+    """Between replicas a balanced call carries its handle, and the instance's replica then labels
+    the instance's answers with it: only a replica's origin tag on the bus marks one, so a client's
+    frame shaped as the hub wraps such a call (``\\x02 handle \\n call``) is no call at all."""
+    outsider = await Raw.open(server.url, "outsider")
+    try:
+        ws, _, calls = await _victim(connect, outsider.id.partition("/")[0])
+        handle = f"{ws}/balance|round_robin|calc"
+        call = {"type": "method", "to": f"{ws}/p0", "method": "services.calc.who", "session": "forged"}
+        await outsider.ws.send(b"\x02" + handle.encode() + b"\n" + pack(call) + pack({"args": []}))
+        kind, value = await outsider.ask(f"{ws}/p0", "services.calc.who", {"args": []})  # behind it, in order
+    finally:
+        await outsider.close()
+    assert (kind, value) == ("resolve", "0")
+    assert calls[0] == [outsider.id]  # the plain call ran, the wrapped one never did
+    assert len(server.hub.router.served) == 0  # and no instance's answer speaks for the handle

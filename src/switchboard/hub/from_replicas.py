@@ -21,6 +21,8 @@ from switchboard.hub.transit.moves import Moves
 from switchboard.protocol.hypha.handshake import CLOSE_POLICY
 from switchboard.protocol.link import replica_wire
 from switchboard.protocol.link.replica_wire import (
+    BalancedCall,
+    BouncedCall,
     ClientFrame,
     ClientKicked,
     CredentialRevoked,
@@ -84,6 +86,8 @@ class FromReplicas:
         # type() and "is", not match: this runs for every frame
         if type(message) is ClientFrame or type(message) is ManagerCall:
             return self._to_client(message)
+        if type(message) is BalancedCall or type(message) is BouncedCall:
+            return self._call_to_client(message)
         if type(message) is ManagerReply:
             self._dispatch.from_replica_to_manager(message.frame)
         elif type(message) is WorkspaceEvent:
@@ -111,6 +115,19 @@ class FromReplicas:
             self._dispatch.from_replica_to_client(target, message.wrapped)  # the router notes its way back
         else:
             self._dispatch.from_replica_to_client(target, message.frame)
+        return True
+
+    def _call_to_client(self, message: BalancedCall | BouncedCall) -> bool:
+        """Into the router as it wraps them (``protocol/relay.py``); an HTTP caller's is a plain frame."""
+        target = self._listening.get(message.address)
+        if target is None:
+            return False
+        if isinstance(target, Acting):
+            self._dispatch.receive_as(target, message.frame)
+        elif isinstance(message, BalancedCall):
+            self._dispatch.from_replica_to_client(target, replica_wire.wrap_balanced(message.handle, message.frame))
+        else:
+            self._dispatch.from_replica_to_client(target, replica_wire.wrap_bounced(message.callee, message.frame))
         return True
 
     def workspace_deleted(self, workspace: str) -> None:

@@ -86,14 +86,16 @@ class RelayedRoutes(Deliveries):
     def _bounce(self, target: str, call: bytes | None, session: str | None, caller: Any) -> Action | None:
         """A frame that reached this replica as its client left: its caller is told. A client's
         ``call`` never ran: it goes back to its caller's replica, which knows whether another
-        instance may take it (:meth:`_bounced_back`); any other frame's caller fails now."""
+        instance may take it (:meth:`_bounced_back`, which keeps the call), with the reject that
+        fails it otherwise (all a replica of a release before bounced calls reads); any other
+        frame's caller fails now."""
         if not session or not isinstance(caller, str) or "/" not in caller:
             return None
-        if call is not None:
-            return self.toward(caller, Undelivered(relay.wrap_bounced(target, call), None, target))
         reject = envelope.reject_frame(
             session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
         )
+        if call is not None:
+            return self.toward(caller, Undelivered(relay.wrap_bounced(target, reject), None, target))
         return self.toward(caller, Undelivered(reject, None, target))
 
     def _bounced_back(self, peer: Peer, data: bytes) -> Action | None:
@@ -101,14 +103,13 @@ class RelayedRoutes(Deliveries):
         goes to another instance, idempotent or not (it never ran), and fails with the clear error
         only when none is left; any other fails now, the callee not connected."""
         try:
-            callee, frame = relay.unwrap_bounced(data)
-            session = envelope.decode(frame).session
+            callee, reject = relay.unwrap_bounced(data)
+            session = relay.session_root(envelope.decode(reject).main.get("method"))
         except ProtocolError as exc:
             peer.log.warning("dropped a bounced call: %s", exc)
             return None
         if not session:
             return None
-        message, target = f"Target peer {callee} is not connected", callee
         if self.balanced.has(peer.id, session):
             step = self.balanced.failed(peer.id, session, callee)
             if step is None:  # the call went on elsewhere already
@@ -116,9 +117,8 @@ class RelayedRoutes(Deliveries):
             self.inflight.closed(peer.id, session)
             if isinstance(step, balance.Resend):
                 return self._resent(step)
-            message, target = step.message, step.target
+            reject = envelope.reject_frame(session=session, target=step.target, caller=peer.id, message=step.message)
         self.inflight.closed(peer.id, session)
-        reject = envelope.reject_frame(session=session, target=target, caller=peer.id, message=message)
         return self.toward(peer.id, Undelivered(reject, None, callee))
 
     def manager_reply(self, frame: bytes) -> Action | None:

@@ -5,8 +5,8 @@ target it called: the handle, ``<ws>/balance|<policy>|<name>``. The caller's
 replica relabels what the instance sends back (:meth:`Balanced.relabel`), but a
 caller that moves to another replica while its call runs leaves that table
 behind. So a balanced call that crosses to the instance's replica travels with
-its handle (:func:`~switchboard.protocol.link.relay.wrap_balanced`, which only
-replicas write), and the instance's replica relabels the instance's frames of
+its handle (:class:`~switchboard.protocol.link.replica_wire.BalancedCall`, marked in
+the bus's origin tag, which only replicas write), and the instance's replica relabels the instance's frames of
 that session as they leave it, wherever the caller is by then.
 """
 

@@ -16,59 +16,27 @@ first argument). Those calls must reach the same replica as the reply would.
 
 from __future__ import annotations
 
-from switchboard.errors import ProtocolError
 from switchboard.protocol.hypha.chunks import chunk_key
 from switchboard.protocol.link import replica_wire
 
-# The manager call's layout is the replica wire's (``protocol/link/replica_wire.py``); the router wraps and reads it here.
+# The layouts of a manager call, and of a balanced or bounced call as the router hands it on, are the
+# replica wire's (``protocol/link/replica_wire.py``), which writes the last two so that a replica of a
+# release without them reads them as it did before; the router wraps and reads them here.
 wrap_manager_call = replica_wire.wrap_manager_call
 is_manager_call = replica_wire.is_manager_call
-# A call that reached its callee's replica as the callee left, sent back to its caller's replica
-# undelivered: only replicas write it (a client's frame is always re-encoded, so never starts so).
-_BOUNCED = b"\x01"
-# A balanced call on its way to its instance's replica, with the handle it was made through.
-_BALANCED = b"\x02"
-
-
-def wrap_bounced(callee: str, frame: bytes) -> bytes:
-    """A call for ``callee`` that never reached it, on its way back to its caller's replica, which
-    decides what becomes of it (a balanced call goes to another instance)."""
-    return b"".join((_BOUNCED, callee.encode(), b"\n", frame))
-
-
-def is_bounced(data: bytes) -> bool:
-    return data.startswith(_BOUNCED)
-
-
-def unwrap_bounced(data: bytes) -> tuple[str, bytes]:
-    """``(callee, frame)`` of :func:`wrap_bounced`."""
-    callee, sep, frame = data[1:].partition(b"\n")
-    if not sep:
-        raise ProtocolError("malformed bounced call")
-    return callee.decode(errors="replace"), frame
-
-
-def wrap_balanced(handle: str, frame: bytes) -> bytes:
-    """A call made through the balanced handle ``handle``, for the instance's replica
-    (:mod:`switchboard.hub.routing.served`)."""
-    return b"".join((_BALANCED, handle.encode(), b"\n", frame))
-
-
-def unwrap_balanced(data: bytes) -> tuple[str | None, bytes]:
-    """``(handle, frame)`` of :func:`wrap_balanced`; ``(None, data)`` for any other frame."""
-    if not data.startswith(_BALANCED):
-        return None, data
-    handle, sep, frame = data[1:].partition(b"\n")
-    if not sep:
-        raise ProtocolError("malformed balanced call")
-    return handle.decode(errors="replace"), frame
+wrap_bounced = replica_wire.wrap_bounced
+is_bounced = replica_wire.is_bounced
+unwrap_bounced = replica_wire.unwrap_bounced
+wrap_balanced = replica_wire.wrap_balanced
+unwrap_balanced = replica_wire.unwrap_balanced
 
 
 def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
     """``(origin, session, frame)``; origin and session are ``None`` for a plain frame (a balanced
     call's handle is dropped: what keeps a frame to hand on keeps it as its instance gets it)."""
-    if data.startswith(_BALANCED):
-        return None, None, unwrap_balanced(data)[1]
+    handle, frame = unwrap_balanced(data)
+    if handle is not None:
+        return None, None, frame
     return replica_wire.unwrap(data)
 
 

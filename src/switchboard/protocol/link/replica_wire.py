@@ -3,7 +3,8 @@
 Every message crosses on a channel (of the bus, or named in a link's ``DELIVER``)
 and its kind is the channel's::
 
-    sb:client:<ws>/<cid>   ClientFrame, or ManagerCall (a call another replica's manager made)
+    sb:client:<ws>/<cid>   ClientFrame, or ManagerCall (a call another replica's manager made),
+                           BalancedCall (with its handle), BouncedCall (a call whose callee left)
     sb:replica:<id>        ManagerReply   (a reply to a call this replica's manager made)
     sb:ws:<ws>             WorkspaceEvent
     sb:transit             TransitNotice  (a client left, is back, gone, abandoned, taken)
@@ -18,6 +19,9 @@ a crash of the reader. The bodies::
 
     client, through the bus   u8 n | origin (n bytes) | frame     the origin: "replica@host:port[ <direction>.<n>]"
     client, over a link       frame                             (the link knows who sent it)
+    balanced call             as a client's, its origin "<origin> balanced:<handle>;"   (bus only)
+    bounced call              as a client's, its origin "<origin> bounced:<callee>;",
+                              its frame the caller's reject "Target peer <callee> is not connected"
     manager call              0x00 | origin \\n session \\n frame  (as a client frame's frame)
     manager reply             frame
     broadcast                 origin \\n frame
@@ -34,6 +38,15 @@ one as malformed; it writes :data:`SENDS`. During a rolling upgrade replicas
 of two releases run side by side, so a release writes what the release before
 it reads: this one writes version 1 (readable by replicas without the field)
 and reads both; the next may write version 2, which this one reads.
+
+A balanced call and a bounced one are version 1 too, written so that a replica
+without them reads them as it did before they existed: their mark rides after
+a space in a bus message's origin tag, which such a replica ignores (it reads
+only a replay's ``<direction>.<n>`` there, and a mark ends with ``;``), and
+their frame is what it then delivers as it is: the call without its handle,
+and the reject that fails the caller at once. Only replicas write an origin
+tag, so no client can forge a mark; and a marked message never takes a link,
+which carries no origin (:func:`bus_only`).
 """
 
 from __future__ import annotations
@@ -59,6 +72,13 @@ KICK_CHANNEL: Final = "sb:kick"  # which client (or every client of a workspace)
 TRANSIT_CHANNEL: Final = "sb:transit"  # clients in transit
 
 _MANAGER_CALL: Final = b"\x00"  # a hypha-rpc frame (a msgpack map) never starts with it
+# Within the hub (never on the wire): a frame for a client wrapped as a BouncedCall or a
+# BalancedCall, as the router hands it on (:func:`wrap_bounced`, :func:`wrap_balanced`).
+_BOUNCED: Final = b"\x01"
+_BALANCED: Final = b"\x02"
+_BALANCED_MARK: Final = "balanced:"  # in the origin tag, after a space; a mark ends with _MARK_END
+_BOUNCED_MARK: Final = "bounced:"
+_MARK_END: Final = ";"
 _CLIENT_AT: Final = len(CLIENT_CHANNEL)
 TRANSITS: Final = ("left", "back", "gone", "abandoned", "taken")
 TransitKind = Literal["left", "back", "gone", "abandoned", "taken"]
@@ -99,6 +119,29 @@ class ManagerCall:
     def frame(self) -> bytes:
         """The call, after ``0x00 origin \\n session \\n``."""
         return self.wrapped[3 + len(self.origin.encode()) + len(self.session.encode()) :]
+
+
+@dataclass(frozen=True, slots=True)
+class BalancedCall:
+    """A call made through the balanced handle ``handle``, for its instance ``address`` on the
+    replica that reads it (``hub/routing/served.py``): through the bus only, ``origin`` its sender's."""
+
+    address: str
+    handle: str
+    frame: bytes
+    origin: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BouncedCall:
+    """A call of the client ``address`` that reached its callee ``callee``'s replica as the callee
+    left, back to the caller's replica undelivered (a balanced one goes to another instance):
+    ``frame`` is the reject that fails it otherwise. Through the bus only."""
+
+    address: str
+    callee: str
+    frame: bytes
+    origin: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +194,8 @@ class ClientKicked:
 Message = (
     ClientFrame
     | ManagerCall
+    | BalancedCall
+    | BouncedCall
     | ManagerReply
     | WorkspaceEvent
     | TransitNotice
@@ -165,7 +210,7 @@ Message = (
 
 def channel_of(message: Message) -> str:
     """The channel ``message`` travels on."""
-    if isinstance(message, ClientFrame | ManagerCall):
+    if isinstance(message, ClientFrame | ManagerCall | BalancedCall | BouncedCall):
         return CLIENT_CHANNEL + message.address
     if isinstance(message, ManagerReply):
         return REPLICA_CHANNEL + message.replica
@@ -188,6 +233,13 @@ def _body(message: Message, linked: bool) -> bytes:
         return message.frame if linked else tag(message.origin, message.frame, message.replay)
     if type(message) is ManagerCall:
         return message.wrapped if linked else tag(message.sender, message.wrapped, message.replay)
+    if type(message) is BalancedCall or type(message) is BouncedCall:
+        if linked:
+            raise ValueError("a balanced or bounced call travels through the bus only")
+        mark = _mark(message)
+        if mark is None:  # too long to mark: what a replica without marks reads
+            return tag(message.origin, message.frame)
+        return tag(message.origin, message.frame, mark=mark)
     if type(message) is ManagerReply:
         return message.frame
     if type(message) is WorkspaceEvent:
@@ -206,6 +258,64 @@ def _body(message: Message, linked: bool) -> bytes:
     raise TypeError(f"not a message between replicas: {message!r}")
 
 
+def _mark(message: BalancedCall | BouncedCall) -> str | None:
+    if isinstance(message, BalancedCall):
+        mark = f"{_BALANCED_MARK}{message.handle}{_MARK_END}"
+    else:
+        mark = f"{_BOUNCED_MARK}{message.callee}{_MARK_END}"
+    return mark if len(mark.encode()) < 255 else None
+
+
+def outgoing(address: str, frame: bytes, origin: str = "") -> ClientFrame | BalancedCall | BouncedCall:
+    """The message a frame the router hands on for the client ``address`` is (a plain frame,
+    a manager call, or one it wrapped with :func:`wrap_balanced` or :func:`wrap_bounced`)."""
+    if frame[:1] == _BALANCED:
+        handle, _, call = frame[1:].partition(b"\n")
+        return BalancedCall(address, _text(handle, "a balanced call's handle"), call, origin)
+    if frame[:1] == _BOUNCED:
+        callee, _, reject = frame[1:].partition(b"\n")
+        return BouncedCall(address, _text(callee, "a bounced call's callee"), reject, origin)
+    return ClientFrame(address, frame, origin)
+
+
+def bus_only(frame: bytes) -> bool:
+    """Whether a frame the router hands on must take the bus, never a link (:func:`outgoing`)."""
+    return frame[:1] == _BALANCED or frame[:1] == _BOUNCED
+
+
+def wrap_balanced(handle: str, frame: bytes) -> bytes:
+    """A call made through the balanced handle ``handle``, as the router hands it on (:class:`BalancedCall`)."""
+    return b"".join((_BALANCED, handle.encode(), b"\n", frame))
+
+
+def unwrap_balanced(data: bytes) -> tuple[str | None, bytes]:
+    """``(handle, frame)`` of :func:`wrap_balanced`; ``(None, data)`` for any other frame."""
+    if data[:1] != _BALANCED:
+        return None, data
+    handle, sep, frame = data[1:].partition(b"\n")
+    if not sep or not handle:
+        raise ProtocolError("malformed balanced call")
+    return _text(handle, "a balanced call's handle"), frame
+
+
+def wrap_bounced(callee: str, reject: bytes) -> bytes:
+    """A call for ``callee`` that never reached it, as the router hands it on back to its caller's
+    replica (:class:`BouncedCall`): ``reject`` fails the call unless another instance takes it."""
+    return b"".join((_BOUNCED, callee.encode(), b"\n", reject))
+
+
+def is_bounced(data: bytes) -> bool:
+    return data[:1] == _BOUNCED
+
+
+def unwrap_bounced(data: bytes) -> tuple[str, bytes]:
+    """``(callee, reject)`` of :func:`wrap_bounced`."""
+    callee, sep, reject = data[1:].partition(b"\n")
+    if not sep or not callee:
+        raise ProtocolError("malformed bounced call")
+    return _text(callee, "a bounced call's callee"), reject
+
+
 def wrap_manager_call(origin: str, session: str, frame: bytes) -> bytes:
     """A manager's call as it travels to another replica: with where its reply goes."""
     return b"".join((_MANAGER_CALL, origin.encode(), b"\n", session.encode(), b"\n", frame))
@@ -216,18 +326,21 @@ def is_manager_call(data: bytes) -> bool:
     return data[:1] == _MANAGER_CALL
 
 
-def tag(origin: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
+def tag(origin: str, data: bytes, replay: tuple[str, int] | None = None, *, mark: str = "") -> bytes:
     """``data`` for a client channel through the bus, prefixed with its sender's ``replica@host:port``.
 
     ``replay``: a DELIVER a lost link left unacked, ``(direction id, number)``, written
     after the origin and a space (a replica that does not know it reads no link address
     in such an origin, and offers no link). An origin too long to fit with it is left
-    out: the replay's mark matters, the offer of a link does not.
+    out: the replay's mark matters, the offer of a link does not. So is a balanced or bounced
+    call's ``mark`` (never with a replay: such a call never takes a link).
     """
     name = origin.encode()
     if replay is not None:
-        mark = f" {replay[0]}.{replay[1]}".encode()
-        name = name + mark if len(name) + len(mark) <= 255 else mark
+        mark = f"{replay[0]}.{replay[1]}"
+    if mark:
+        after = f" {mark}".encode()
+        name = name + after if len(name) + len(after) <= 255 else after
     if len(name) > 255:
         raise ProtocolError("link origin too long")
     return b"".join((bytes((len(name),)), name, data))
@@ -251,9 +364,15 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
             origin, replay = "", None
         else:
             origin, frame = untag(data, start)
+            if origin.endswith(_MARK_END) and " " in origin:
+                marked = _marked(address, origin, frame)
+                if marked is not None:
+                    return marked
             origin, replay = split_replay(origin)
-        if frame and frame[0] == 0:
-            return _manager_call(address, frame, origin, replay)
+        if frame and frame[0] <= 2:
+            if frame[0] == 0:
+                return _manager_call(address, frame, origin, replay)
+            raise ProtocolError("a client's frame that starts as only the hub's own wrapping does")
         return ClientFrame(address, frame, origin, replay)
     if start:
         data = data[start:]  # not a client's frame: small, copied once
@@ -286,6 +405,22 @@ def _manager_call(address: str, frame: bytes, sender: str, replay: tuple[str, in
     return ManagerCall(
         address, origin, _text(frame[first + 1 : second], "a manager call's session"), frame, sender, replay
     )
+
+
+def _marked(address: str, origin: str, frame: bytes) -> BalancedCall | BouncedCall | None:
+    sender, _, mark = origin.partition(" ")
+    name = mark[: -len(_MARK_END)]
+    if name.startswith(_BALANCED_MARK):
+        handle = name[len(_BALANCED_MARK) :]
+        if not handle:
+            raise ProtocolError("a balanced call without its handle")
+        return BalancedCall(address, handle, frame, sender)
+    if name.startswith(_BOUNCED_MARK):
+        callee = name[len(_BOUNCED_MARK) :]
+        if "/" not in callee:
+            raise ProtocolError("a bounced call without its callee")
+        return BouncedCall(address, callee, frame, sender)
+    return None
 
 
 def untag(data: bytes, start: int = 0) -> tuple[str, bytes]:

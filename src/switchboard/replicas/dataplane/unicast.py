@@ -109,7 +109,7 @@ class Unicast:
     def send(self, channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
         """Over a link, now, if ``channel`` has a route that takes it; ``False``: publish it.
         ``reply_to``: the sender's channel, offered on that link if the sender is here."""
-        if self.links is None:
+        if self.links is None or replica_wire.bus_only(data):  # its mark travels in the bus's origin tag
             return False
         return self.links.send(channel, data, reply_to=reply_to if reply_to in self._here else None)
 
@@ -120,7 +120,7 @@ class Unicast:
         ``direct=False`` keeps it on the bus, behind the broadcasts sent before
         it: an event must not overtake them.
         """
-        if direct and self.links is not None and self.links.send(channel, data):
+        if direct and self.send(channel, data):
             return 1
         return await self._bus.publish(channel, self._tagged(channel, data))
 
@@ -185,7 +185,10 @@ class Unicast:
 
     def _tagged(self, channel: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
         """A client channel's frame as it goes through the bus: with this replica's link address."""
-        return replica_wire.encode(ClientFrame(channel.removeprefix(CLIENT_CHANNEL), data, self.origin, replay))
+        address = channel.removeprefix(CLIENT_CHANNEL)
+        if replay is not None:
+            return replica_wire.encode(ClientFrame(address, data, self.origin, replay))
+        return replica_wire.encode(replica_wire.outgoing(address, data, self.origin))
 
     # -- frames links gave back --------------------------------------------------
 
