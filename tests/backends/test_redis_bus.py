@@ -23,7 +23,7 @@ from switchboard.backends.redis import (
     make_client,
     pubsub_connection_factory,
 )
-from switchboard.backends.redis.bus.bus import subscriptions
+from switchboard.backends.redis.bus import subscriptions
 from switchboard.clock import SystemClock
 from switchboard.errors import BackendError
 from switchboard.testing import FakeClock, FaultProxy, ValkeyServer

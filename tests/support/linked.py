@@ -12,7 +12,7 @@ from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.replays import worth_replaying
 from switchboard.protocol.link import replica_wire
-from switchboard.protocol.link.replica_wire import Broadcast, ClientFrame, ManagerCall, ManagerReply, Message
+from switchboard.protocol.link.replica_wire import ClientFrame, ManagerCall, ManagerReply, Message, WorkspaceEvent
 from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.dataplane.links import Links, LinkSettings
 from switchboard.replicas.dataplane.unicast import Unicast
@@ -82,7 +82,7 @@ class LinkedReplica:
             handler(data)
         elif isinstance(message, ManagerReply):
             self._first(REPLICA_CHANNEL, data)
-        elif isinstance(message, Broadcast):
+        elif isinstance(message, WorkspaceEvent):
             self._first(WORKSPACE_CHANNEL, data)
         else:
             raise AssertionError(f"not subscribed: {message!r}")
