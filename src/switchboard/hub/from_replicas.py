@@ -118,7 +118,7 @@ class FromReplicas:
         return True
 
     def _call_to_client(self, message: BalancedCall | BouncedCall) -> bool:
-        """Into the router as it wraps them (``protocol/relay.py``); an HTTP caller's is a plain frame."""
+        """Into the router as it wraps them (``protocol/link/relay.py``); an HTTP caller's is a plain frame."""
         target = self._listening.get(message.address)
         if target is None:
             return False
