@@ -426,7 +426,9 @@ def test_a_balanced_or_bounced_call_over_a_link_reads_back_without_its_origin(
         ({"id": "r1", "reads": True}, 1),
     ],
 )
-def test_a_replica_reads_the_version_its_presence_record_names_else_version_1(record: dict[str, Any], reads: int) -> None:
+def test_a_replica_reads_the_version_its_presence_record_names_else_version_1(
+    record: dict[str, Any], reads: int
+) -> None:
     versions = PeerVersions()
     versions.learn([record, {"id": "r9", "reads": "2"}])
     assert versions.reads("r1") == reads

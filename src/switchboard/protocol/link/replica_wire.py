@@ -247,7 +247,7 @@ def _body(message: Message, linked: bool, version: int) -> bytes:
         if linked:
             if version < LINKED_CALLS:
                 raise ValueError("a balanced or bounced call travels through the bus only, as version 1")
-            if type(message) is BalancedCall:
+            if isinstance(message, BalancedCall):
                 return wrap_balanced(message.handle, message.frame)
             return wrap_bounced(message.callee, message.frame)
         mark = _mark(message)

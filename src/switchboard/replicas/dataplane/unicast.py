@@ -35,10 +35,10 @@ from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.peer_versions import PeerVersions
 from switchboard.protocol.link.replica_wire import ClientFrame, ManagerCall, Message
 from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, Inbound
 from switchboard.replicas.dataplane.links import Links, LinkSettings, Returned
-from switchboard.protocol.link.peer_versions import PeerVersions
 from switchboard.tasks import cancel_and_wait, spawn
 
 logger = logging.getLogger(__name__)
