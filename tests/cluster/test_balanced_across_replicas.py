@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import re
 import time
 
+import httpx
 import pytest
+from redis import asyncio as aredis
 
 from switchboard.testing.balancer import Balancer
 from switchboard.testing.wait import eventually
@@ -265,3 +268,49 @@ async def test_a_call_that_reaches_its_instance_just_as_it_left_goes_to_another_
     unclear = [why for why in failed if "not re-sent: the service does not declare add idempotent" not in why]
     assert not unclear, unclear[:3]
     print(f"instance left: {len(answered)} answered, {len(failed)} refused as having run on p1")
+
+
+async def _counter(replica, name: str) -> float:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{replica.url}/metrics", timeout=5)).text
+    found = re.search(rf'^{name}(?:_total)?{{replica="[^"]+"}} ([0-9.e+]+)$', text, re.M)
+    assert found, f"{name} missing from /metrics"
+    return float(found.group(1))
+
+
+async def test_a_balanced_call_to_a_replica_of_this_release_takes_the_link_not_redis(replicas, clients, redis_server):
+    """Both replicas announce the wire version they read: once the caller's replica has read B's
+    presence record and learned the route, a balanced call crossing to B's instance goes over the
+    link (its frames-sent counter moves) and never through Redis (nothing published on its channel)."""
+    a, b = replicas.start("ra"), replicas.start("rb")
+    p1 = await clients(b.url, client_id="p1")
+    await p1.register_service(_service(1))
+    caller = await clients(a.url, client_id="caller", token=await p1.generate_token())
+    calc = await caller.get_service("calc", {"mode": "balance:round_robin"})
+    channel = f"sb:client:{p1.config['workspace']}/p1"
+    redis = aredis.Redis.from_url(redis_server.url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(channel)
+    published = 0
+
+    async def drain() -> int:
+        nonlocal published
+        while (message := await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)) is not None:
+            published += message["channel"] == channel.encode()
+        return published
+
+    async def over_the_link() -> bool:
+        before, sent = await drain(), await _counter(a, "switchboard_link_frames_sent")
+        assert await calc.who() == 1
+        return await drain() == before and await _counter(a, "switchboard_link_frames_sent") > sent
+
+    try:
+        await eventually(over_the_link, timeout=15, what="a balanced call over the link")
+        before, sent = await drain(), await _counter(a, "switchboard_link_frames_sent")
+        for _ in range(20):
+            assert await calc.who() == 1
+        assert await drain() == before  # not one through Redis
+        assert await _counter(a, "switchboard_link_frames_sent") >= sent + 20
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()

@@ -9,6 +9,7 @@ in ``hub/dispatch.py``, ``hub/transit/moves.py``'s notices, ``hub/from_replicas.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from switchboard.errors import ProtocolError
 from switchboard.protocol.link import replica_wire as rw
+from switchboard.protocol.link.peer_versions import PeerVersions
 from switchboard.protocol.link.replica_wire import (
     BalancedCall,
     BouncedCall,
@@ -373,3 +375,71 @@ def test_no_frame_from_a_link_passes_for_the_hubs_own_wrapping(prefix: bytes) ->
     """Only a replica's origin tag marks a balanced or bounced call: a frame that looks wrapped is refused."""
     with pytest.raises(ProtocolError, match="the hub's own wrapping"):
         rw.decode("sb:client:ws/p", prefix + HANDLE.encode() + b"\n" + FRAME, linked=True)
+
+
+# -- a balanced call and a bounced one over a link, to a replica that reads them ---------------------
+
+
+@pytest.mark.parametrize(
+    ("frame", "reads", "body"),
+    [
+        (FRAME, 1, FRAME),  # a plain frame: any link, as it is
+        (FRAME, 2, FRAME),
+        (rw.wrap_manager_call("r1", "s1", FRAME), 1, rw.wrap_manager_call("r1", "s1", FRAME)),
+        (rw.wrap_balanced(HANDLE, FRAME), 1, None),  # a replica of 8600616 (or unknown): the bus, marked
+        (rw.wrap_bounced("ws/q", REJECT), 1, None),
+        (rw.wrap_balanced(HANDLE, FRAME), 2, b"\xff\x02" + rw.wrap_balanced(HANDLE, FRAME)),
+        (rw.wrap_bounced("ws/q", REJECT), 2, b"\xff\x02" + rw.wrap_bounced("ws/q", REJECT)),
+        (rw.wrap_balanced(HANDLE, FRAME), 7, b"\xff\x02" + rw.wrap_balanced(HANDLE, FRAME)),  # a later release
+    ],
+)
+def test_a_link_carries_a_balanced_or_bounced_call_only_to_a_replica_that_reads_it(
+    frame: bytes, reads: int, body: bytes | None
+) -> None:
+    assert rw.over_link(frame, reads) == body
+    if body is not None:
+        assert rw.handed_on(body) == frame  # given back by the link: the router's frame again
+
+
+@pytest.mark.parametrize("message", MARKED, ids=repr)
+def test_a_balanced_or_bounced_call_over_a_link_reads_back_without_its_origin(
+    message: BalancedCall | BouncedCall,
+) -> None:
+    data = rw.encode(message, linked=True, version=2)
+    if isinstance(message, BalancedCall):
+        wrapped = rw.wrap_balanced(message.handle, message.frame)
+    else:
+        wrapped = rw.wrap_bounced(message.callee, message.frame)
+    assert data == rw.over_link(wrapped, 2)
+    assert rw.decode(rw.channel_of(message), data, linked=True) == dataclasses.replace(message, origin="")
+
+
+@pytest.mark.parametrize(
+    ("record", "reads"),
+    [
+        ({"id": "r1"}, 1),  # a replica of 8600616: no field
+        ({"id": "r1", "reads": "2"}, 2),  # as Redis gives it back
+        ({"id": "r1", "reads": 2}, 2),
+        ({"id": "r1", "reads": "x"}, 1),
+        ({"id": "r1", "reads": "0"}, 1),
+        ({"id": "r1", "reads": "99999"}, 1),
+        ({"id": "r1", "reads": True}, 1),
+    ],
+)
+def test_a_replica_reads_the_version_its_presence_record_names_else_version_1(
+    record: dict[str, Any], reads: int
+) -> None:
+    versions = PeerVersions()
+    versions.learn([record, {"id": "r9", "reads": "2"}])
+    assert versions.reads("r1") == reads
+    assert versions.reads("unknown") == 1
+
+
+def test_a_replica_gone_from_the_records_is_read_as_version_1_again() -> None:
+    versions = PeerVersions()
+    versions.learn([{"id": "r1", "reads": "2"}])
+    versions.learn([{"id": "r1"}])  # back as a replica of the previous release
+    assert versions.reads("r1") == 1
+    versions.learn([{"id": "r2", "reads": "2"}])
+    versions.learn([])
+    assert versions.reads("r2") == 1

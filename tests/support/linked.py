@@ -12,7 +12,15 @@ from switchboard.clock import SystemClock
 from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.replays import worth_replaying
 from switchboard.protocol.link import replica_wire
-from switchboard.protocol.link.replica_wire import ClientFrame, ManagerCall, ManagerReply, Message, WorkspaceEvent
+from switchboard.protocol.link.replica_wire import (
+    BalancedCall,
+    BouncedCall,
+    ClientFrame,
+    ManagerCall,
+    ManagerReply,
+    Message,
+    WorkspaceEvent,
+)
 from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, REPLICA_CHANNEL, WORKSPACE_CHANNEL
 from switchboard.replicas.dataplane.links import Links, LinkSettings
 from switchboard.replicas.dataplane.unicast import Unicast
@@ -73,9 +81,15 @@ class LinkedReplica:
     # -- Inbound -------------------------------------------------------------------
 
     def receive(self, message: Message) -> bool:
-        """Each message to the test's callable for its channel, as it travelled (without the bus's tag)."""
-        data = replica_wire.encode(message, linked=True)
-        if isinstance(message, ClientFrame | ManagerCall):
+        """Each message to the test's callable for its channel, as it travelled (without the bus's tag;
+        a balanced or bounced call as the router hands it on, whichever way it came)."""
+        if isinstance(message, BalancedCall):
+            data = replica_wire.wrap_balanced(message.handle, message.frame)
+        elif isinstance(message, BouncedCall):
+            data = replica_wire.wrap_bounced(message.callee, message.frame)
+        else:
+            data = replica_wire.encode(message, linked=True)
+        if isinstance(message, ClientFrame | ManagerCall | BalancedCall | BouncedCall):
             handler = self._handlers.get(CLIENT_CHANNEL + message.address)
             if handler is None:
                 return False

@@ -47,6 +47,8 @@ def replica_layer(
         # the lease and the presence record on a thread (and an event loop) of their own, with
         # `liveness` used only there: a starved serving loop costs neither (replicas/upkeep/liveness.py)
         liveness=LivenessThread(f"{port.replica_id} liveness"),
+        # what each replica reads, from the records every round: may a balanced call take a link to it
+        versions=unicast.peer_versions.learn,
     )
     metrics.registry.register(ReplicaCollector(cluster, unicast))
     loads.remote = cluster.peer_loads  # min_load lookups see the other replicas' clients too

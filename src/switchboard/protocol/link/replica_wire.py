@@ -19,7 +19,8 @@ a crash of the reader. The bodies::
 
     client, through the bus   u8 n | origin (n bytes) | frame     the origin: "replica@host:port[ <direction>.<n>]"
     client, over a link       frame                             (the link knows who sent it)
-    balanced call             as a client's, its origin "<origin> balanced:<handle>;"   (bus only)
+    balanced call             as a client's, its origin "<origin> balanced:<handle>;"
+                              (over a link: version 2, see below)
     bounced call              as a client's, its origin "<origin> bounced:<callee>;",
                               its frame the caller's reject "Target peer <callee> is not connected"
     manager call              0x00 | origin \\n session \\n frame  (as a client frame's frame)
@@ -45,8 +46,16 @@ a space in a bus message's origin tag, which such a replica ignores (it reads
 only a replay's ``<direction>.<n>`` there, and a mark ends with ``;``), and
 their frame is what it then delivers as it is: the call without its handle,
 and the reject that fails the caller at once. Only replicas write an origin
-tag, so no client can forge a mark; and a marked message never takes a link,
-which carries no origin (:func:`bus_only`).
+tag, so no client can forge a mark.
+
+Over a link, which carries no origin, a balanced or bounced call travels as a
+version-2 body: ``0xFF 0x02`` then the router's wrapping (``0x02 handle \\n call``,
+``0x01 callee \\n reject``), and only to a replica that reads it. A replica
+announces the newest version it reads in its presence record (``reads``); one
+that announces none reads version 1 and gets such a call through the bus,
+marked (:func:`over_link`, ``protocol/link/peer_versions.py``). Only
+replicas write to a link, and a client's frame is a msgpack map, never the
+wrapping, so a version-1 body shaped as the wrapping is refused.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from switchboard.protocol.hypha.ids import CLIENT_CHANNEL
 
 VERSION: Final = 2  # the newest version this replica reads
 SENDS: Final = 1  # the version it writes: the one the previous release reads
+LINKED_CALLS: Final = 2  # the first version whose reader takes a balanced or bounced call over a link
 _MARK: Final = 0xFF  # a versioned body starts with it, then the version's number
 _MAX_VERSION: Final = 0x1F
 
@@ -124,7 +134,7 @@ class ManagerCall:
 @dataclass(frozen=True, slots=True)
 class BalancedCall:
     """A call made through the balanced handle ``handle``, for its instance ``address`` on the
-    replica that reads it (``hub/routing/served.py``): through the bus only, ``origin`` its sender's."""
+    replica that reads it (``hub/routing/served.py``): ``origin`` its sender's, through the bus only."""
 
     address: str
     handle: str
@@ -136,7 +146,7 @@ class BalancedCall:
 class BouncedCall:
     """A call of the client ``address`` that reached its callee ``callee``'s replica as the callee
     left, back to the caller's replica undelivered (a balanced one goes to another instance):
-    ``frame`` is the reject that fails it otherwise. Through the bus only."""
+    ``frame`` is the reject that fails it otherwise; ``origin`` its sender's, through the bus only."""
 
     address: str
     callee: str
@@ -224,18 +234,22 @@ def encode(message: Message, *, linked: bool = False, version: int = SENDS) -> b
     a client's frame carries no origin. ``version``: :data:`SENDS` unless a test says otherwise."""
     if not 1 <= version <= VERSION:
         raise ValueError(f"this replica writes versions 1 to {VERSION}, not {version}")
-    body = _body(message, linked)
+    body = _body(message, linked, version)
     return body if version == 1 else b"".join((bytes((_MARK, version)), body))
 
 
-def _body(message: Message, linked: bool) -> bytes:
+def _body(message: Message, linked: bool, version: int) -> bytes:
     if type(message) is ClientFrame:
         return message.frame if linked else tag(message.origin, message.frame, message.replay)
     if type(message) is ManagerCall:
         return message.wrapped if linked else tag(message.sender, message.wrapped, message.replay)
     if type(message) is BalancedCall or type(message) is BouncedCall:
         if linked:
-            raise ValueError("a balanced or bounced call travels through the bus only")
+            if version < LINKED_CALLS:
+                raise ValueError("a balanced or bounced call travels through the bus only, as version 1")
+            if isinstance(message, BalancedCall):
+                return wrap_balanced(message.handle, message.frame)
+            return wrap_bounced(message.callee, message.frame)
         mark = _mark(message)
         if mark is None:  # too long to mark: what a replica without marks reads
             return tag(message.origin, message.frame)
@@ -279,8 +293,28 @@ def outgoing(address: str, frame: bytes, origin: str = "") -> ClientFrame | Bala
 
 
 def bus_only(frame: bytes) -> bool:
-    """Whether a frame the router hands on must take the bus, never a link (:func:`outgoing`)."""
+    """Whether a frame the router hands on is a balanced or bounced call, which a link carries only to
+    a replica that reads it (:func:`over_link`), else the bus (:func:`outgoing`)."""
     return frame[:1] == _BALANCED or frame[:1] == _BOUNCED
+
+
+def over_link(frame: bytes, reads: int) -> bytes | None:
+    """What a link to a replica that reads wire versions up to ``reads`` carries of a frame the
+    router hands on: a plain frame or a manager call as it is (version 1), a balanced or bounced
+    call as a version-2 body; ``None``: the bus, marked in the origin tag (a replica that reads
+    no such body, as one that announced no version)."""
+    if not bus_only(frame):
+        return frame
+    if reads < LINKED_CALLS:
+        return None
+    return b"".join((bytes((_MARK, LINKED_CALLS)), frame))
+
+
+def handed_on(body: bytes) -> bytes:
+    """The frame the router handed on, of a link's body :func:`over_link` wrote (one a link gave back)."""
+    if len(body) > 2 and body[0] == _MARK and body[1] == LINKED_CALLS and body[2] in (1, 2):
+        return body[2:]
+    return body
 
 
 def wrap_balanced(handle: str, frame: bytes) -> bytes:
@@ -361,6 +395,8 @@ def decode(channel: str, data: bytes, *, linked: bool = False) -> Message:
         address = channel[_CLIENT_AT:]
         if linked:
             frame = data[start:] if start else data
+            if start and frame[:1] in (_BALANCED, _BOUNCED):
+                return _linked_call(address, frame)
             origin, replay = "", None
         else:
             origin, frame = untag(data, start)
@@ -405,6 +441,16 @@ def _manager_call(address: str, frame: bytes, sender: str, replay: tuple[str, in
     return ManagerCall(
         address, origin, _text(frame[first + 1 : second], "a manager call's session"), frame, sender, replay
     )
+
+
+def _linked_call(address: str, frame: bytes) -> BalancedCall | BouncedCall:
+    if frame[:1] == _BALANCED:
+        handle, call = unwrap_balanced(frame)
+        return BalancedCall(address, handle or "", call)
+    callee, reject = unwrap_bounced(frame)
+    if "/" not in callee:
+        raise ProtocolError("a bounced call without its callee")
+    return BouncedCall(address, callee, reject)
 
 
 def _marked(address: str, origin: str, frame: bytes) -> BalancedCall | BouncedCall | None:

@@ -35,6 +35,7 @@ from switchboard.backends.base import EventBus
 from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.peer_versions import PeerVersions
 from switchboard.protocol.link.replica_wire import ClientFrame, ManagerCall, Message
 from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, Inbound
 from switchboard.replicas.dataplane.links import Links, LinkSettings, Returned
@@ -73,6 +74,9 @@ class Unicast:
         self.dropped = 0  # messages not delivered: for a client this replica does not have, or unreadable
         self.malformed = 0  # of those, off the bus and unreadable (malformed, unknown, of a newer wire version)
         self.links: Links | None = None
+        # what each other replica reads (its presence record, learned by the upkeep): whether a
+        # balanced or bounced call may take a link to it
+        self.peer_versions = PeerVersions()
         if links is not None:
             self.links = Links(replica_id=replica_id, settings=links, clock=clock, deliver=self._deliver_here)
 
@@ -109,8 +113,14 @@ class Unicast:
     def send(self, channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
         """Over a link, now, if ``channel`` has a route that takes it; ``False``: publish it.
         ``reply_to``: the sender's channel, offered on that link if the sender is here."""
-        if self.links is None or replica_wire.bus_only(data):  # its mark travels in the bus's origin tag
+        if self.links is None:
             return False
+        if replica_wire.bus_only(data):  # a balanced or bounced call: to a replica that reads it
+            peer = self.links.route_of(channel)
+            body = replica_wire.over_link(data, self.peer_versions.reads(peer)) if peer is not None else None
+            if body is None:
+                return False  # the bus, its mark in the origin tag
+            data = body
         return self.links.send(channel, data, reply_to=reply_to if reply_to in self._here else None)
 
     async def publish(self, channel: str, data: bytes, *, direct: bool = True) -> int:
@@ -195,6 +205,10 @@ class Unicast:
     async def _take_back(self, links: Links) -> None:
         while True:
             item = await links.returned()
+            if replica_wire.bus_only(data := replica_wire.handed_on(item.data)):
+                # a balanced or bounced call: sent again as the router handed it on, marked (its
+                # mark and a replay's number share the origin tag: a lost link's goes without it)
+                item = Returned(item.channel, data, item.unacked)
             if item.unacked:
                 if not self.worth_replaying(item.data):
                     self.not_replayed += 1

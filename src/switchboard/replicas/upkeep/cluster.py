@@ -38,6 +38,8 @@ from typing import Any
 from switchboard.config import Settings
 from switchboard.errors import BackendError
 from switchboard.protocol.hypha.services import ServiceInfo
+from switchboard.protocol.link import replica_wire
+from switchboard.protocol.link.peer_versions import FIELD as READS_FIELD
 from switchboard.replicas.upkeep.lease import LeaderElector, Lease, LeasePolicy
 from switchboard.replicas.upkeep.liveness import BEAT_EVERY, LivenessThread, LoopBeat, loop_alive
 from switchboard.replicas.upkeep.lost_deletes import LostDeletes, StaleStore
@@ -106,15 +108,19 @@ class Cluster:
         close: Callable[[], Awaitable[None]] | None = None,
         stale: StaleStore | None = None,
         liveness: LivenessThread | None = None,
+        versions: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """``node_timeout`` (a cluster): reads the cluster's ``cluster-node-timeout`` in seconds,
         ``None`` if refused; ``store_master`` (a cluster): the registry's shard's master now;
         ``close`` frees what the lease and the presence record use (connections of their own),
         last on :meth:`stop`; ``stale``: the registry's side of undoing deletes a failover lost;
         ``liveness``: the thread the lease and the presence record are kept on (then ``lease``,
-        ``presence.write`` and ``close`` are only ever run there), else the serving loop."""
+        ``presence.write`` and ``close`` are only ever run there), else the serving loop;
+        ``versions``: given the live replicas' presence records every round, for the wire
+        version each reads (``protocol/link/peer_versions.py``)."""
         self.hub = hub
         self._close = close
+        self._versions = versions
         self.registry = registry
         self.bus = bus
         self.presence = presence
@@ -291,6 +297,8 @@ class Cluster:
         if self.lost_deletes is not None:
             await self.lost_deletes.look()
         self._peers_seen = await self.live_replicas()
+        if self._versions is not None:
+            self._versions((await self.presence.read_all())[0])
 
     def _record(self) -> dict[str, Any]:
         """The presence record's fields, read on the serving loop (which alone changes them)."""
@@ -308,6 +316,8 @@ class Cluster:
             **dict(self.hub.metrics.totals().items()),
             # calls in flight to this replica's busiest clients, for min_load lookups (hub/routing/loads.py)
             "loads": json.dumps(self.hub.loads.published(), separators=(",", ":")),
+            # the newest replica wire version it reads: what the others may send it over a link
+            READS_FIELD: replica_wire.VERSION,
         }
 
     async def _write_presence(self) -> None:
