@@ -35,6 +35,7 @@ from support.linked import LinkedReplica as Replica
 from support.linked import linked_replicas
 from switchboard.protocol.hypha import envelope
 from switchboard.protocol.link import link_wire as wire
+from switchboard.protocol.link import replica_wire
 from switchboard.testing import ValkeyServer
 from switchboard.testing.ports import free_port
 from switchboard.testing.replica import ReplicaProcess
@@ -149,6 +150,30 @@ async def test_a_deliver_the_host_sends_twice_is_delivered_once_though_the_link_
     await carried_on(a, got, ch)
 
     assert got.count(b"transfer 1") == 1, f"b was handed {got}"
+    assert b.links.stats.duplicates == 1
+
+
+CALL = b"\x85\xa4type\xa6method\xa4from\xa4ws/p\xa2to\xa4ws/c\xa6method\xa8s1.calc"  # a map, as frames are
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [replica_wire.wrap_balanced("ws/my balance.2|round_robin|calc", CALL), replica_wire.wrap_bounced("ws/q", CALL)],
+    ids=["balanced", "bounced"],
+)
+async def test_a_balanced_or_bounced_call_the_host_sends_twice_is_delivered_once_though_the_link_drops(
+    buses, mitm, wrapped: bytes
+) -> None:
+    a, b, ch, got = await through_the_host(buses, mitm)
+    a.unicast.peer_versions.learn([{"id": b.replica_id, "reads": "2"}])  # b takes such a call over the link
+    mitm.double_next()
+
+    assert await a.publish(ch, wrapped) == 1
+    await eventually(lambda: b.links.stats.forged == 1, "the link dropped for the copy")
+    await eventually(lambda: a.unicast.replayed == 1, "the unacked call sent again through Redis")
+    await carried_on(a, got, ch)
+
+    assert got.count(wrapped) == 1, f"b was handed {got}"
     assert b.links.stats.duplicates == 1
 
 

@@ -134,24 +134,28 @@ class ManagerCall:
 @dataclass(frozen=True, slots=True)
 class BalancedCall:
     """A call made through the balanced handle ``handle``, for its instance ``address`` on the
-    replica that reads it (``hub/routing/served.py``): ``origin`` its sender's, through the bus only."""
+    replica that reads it (``hub/routing/served.py``): ``origin`` its sender's, through the bus only;
+    ``replay``: as a :class:`ClientFrame`'s (a lost link's call sent again through the bus)."""
 
     address: str
     handle: str
     frame: bytes
     origin: str = ""
+    replay: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BouncedCall:
     """A call of the client ``address`` that reached its callee ``callee``'s replica as the callee
     left, back to the caller's replica undelivered (a balanced one goes to another instance):
-    ``frame`` is the reject that fails it otherwise; ``origin`` its sender's, through the bus only."""
+    ``frame`` is the reject that fails it otherwise; ``origin`` its sender's, through the bus only;
+    ``replay``: as a :class:`ClientFrame`'s."""
 
     address: str
     callee: str
     frame: bytes
     origin: str = ""
+    replay: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,8 +256,8 @@ def _body(message: Message, linked: bool, version: int) -> bytes:
             return wrap_bounced(message.callee, message.frame)
         mark = _mark(message)
         if mark is None:  # too long to mark: what a replica without marks reads
-            return tag(message.origin, message.frame)
-        return tag(message.origin, message.frame, mark=mark)
+            return tag(message.origin, message.frame, message.replay)
+        return tag(message.origin, message.frame, message.replay, mark=mark)
     if type(message) is ManagerReply:
         return message.frame
     if type(message) is WorkspaceEvent:
@@ -273,23 +277,29 @@ def _body(message: Message, linked: bool, version: int) -> bytes:
 
 
 def _mark(message: BalancedCall | BouncedCall) -> str | None:
+    """The mark, ``None`` if it does not fit the origin tag beside the replay's number (which stays:
+    without the mark the call is what a replica without marks reads, without the number it may run twice)."""
     if isinstance(message, BalancedCall):
         mark = f"{_BALANCED_MARK}{message.handle}{_MARK_END}"
     else:
         mark = f"{_BOUNCED_MARK}{message.callee}{_MARK_END}"
-    return mark if len(mark.encode()) < 255 else None
+    room = 254 if message.replay is None else 253 - len(_replay_text(message.replay).encode())
+    return mark if len(mark.encode()) <= room else None
 
 
-def outgoing(address: str, frame: bytes, origin: str = "") -> ClientFrame | BalancedCall | BouncedCall:
+def outgoing(
+    address: str, frame: bytes, origin: str = "", replay: tuple[str, int] | None = None
+) -> ClientFrame | BalancedCall | BouncedCall:
     """The message a frame the router hands on for the client ``address`` is (a plain frame,
-    a manager call, or one it wrapped with :func:`wrap_balanced` or :func:`wrap_bounced`)."""
+    a manager call, or one it wrapped with :func:`wrap_balanced` or :func:`wrap_bounced`);
+    ``replay``: a lost link's, sent again through the bus."""
     if frame[:1] == _BALANCED:
         handle, _, call = frame[1:].partition(b"\n")
-        return BalancedCall(address, _text(handle, "a balanced call's handle"), call, origin)
+        return BalancedCall(address, _text(handle, "a balanced call's handle"), call, origin, replay)
     if frame[:1] == _BOUNCED:
         callee, _, reject = frame[1:].partition(b"\n")
-        return BouncedCall(address, _text(callee, "a bounced call's callee"), reject, origin)
-    return ClientFrame(address, frame, origin)
+        return BouncedCall(address, _text(callee, "a bounced call's callee"), reject, origin, replay)
+    return ClientFrame(address, frame, origin, replay)
 
 
 def bus_only(frame: bytes) -> bool:
@@ -367,13 +377,13 @@ def tag(origin: str, data: bytes, replay: tuple[str, int] | None = None, *, mark
     after the origin and a space (a replica that does not know it reads no link address
     in such an origin, and offers no link). An origin too long to fit with it is left
     out: the replay's mark matters, the offer of a link does not. So is a balanced or bounced
-    call's ``mark`` (never with a replay: such a call never takes a link).
+    call's ``mark``, after the replay's number when it has one (``<origin> <direction>.<n> <mark>``,
+    which a replica without marks reads as the origin alone: the call, not known as a replay).
     """
     name = origin.encode()
-    if replay is not None:
-        mark = f"{replay[0]}.{replay[1]}"
-    if mark:
-        after = f" {mark}".encode()
+    words = " ".join(word for word in (_replay_text(replay) if replay is not None else "", mark) if word)
+    if words:
+        after = f" {words}".encode()
         name = name + after if len(name) + len(after) <= 255 else after
     if len(name) > 255:
         raise ProtocolError("link origin too long")
@@ -455,17 +465,23 @@ def _linked_call(address: str, frame: bytes) -> BalancedCall | BouncedCall:
 
 def _marked(address: str, origin: str, frame: bytes) -> BalancedCall | BouncedCall | None:
     sender, _, mark = origin.partition(" ")
+    replay = None
+    if not mark.startswith((_BALANCED_MARK, _BOUNCED_MARK)):  # "<direction>.<n> <mark>", or no mark
+        number, _, mark = mark.partition(" ")
+        replay = _replay(number)
+        if replay is None:
+            return None
     name = mark[: -len(_MARK_END)]
     if name.startswith(_BALANCED_MARK):
         handle = name[len(_BALANCED_MARK) :]
         if not handle:
             raise ProtocolError("a balanced call without its handle")
-        return BalancedCall(address, handle, frame, sender)
+        return BalancedCall(address, handle, frame, sender, replay)
     if name.startswith(_BOUNCED_MARK):
         callee = name[len(_BOUNCED_MARK) :]
         if "/" not in callee:
             raise ProtocolError("a bounced call without its callee")
-        return BouncedCall(address, callee, frame, sender)
+        return BouncedCall(address, callee, frame, sender, replay)
     return None
 
 
@@ -491,11 +507,19 @@ def split_replay(origin: str) -> tuple[str, tuple[str, int] | None]:
     """``(origin, (direction id, number))`` of an origin :func:`tag` marked as a replay, else ``(origin, None)``."""
     if " " not in origin:  # nearly always
         return origin, None
-    origin, space, mark = origin.partition(" ")
+    origin, _, mark = origin.partition(" ")
+    return origin, _replay(mark)
+
+
+def _replay(mark: str) -> tuple[str, int] | None:
     direction, dot, number = mark.partition(".")
-    if not space or not dot or not direction or not (number.isascii() and number.isdigit()):
-        return origin, None
-    return origin, (direction, int(number))
+    if not dot or not direction or not (number.isascii() and number.isdigit()):
+        return None
+    return direction, int(number)
+
+
+def _replay_text(replay: tuple[str, int]) -> str:
+    return f"{replay[0]}.{replay[1]}"
 
 
 def _transit(data: bytes) -> TransitNotice:

@@ -36,7 +36,7 @@ from switchboard.clock import Clock
 from switchboard.errors import BackendError, ProtocolError
 from switchboard.protocol.link import replica_wire
 from switchboard.protocol.link.peer_versions import PeerVersions
-from switchboard.protocol.link.replica_wire import ClientFrame, ManagerCall, Message
+from switchboard.protocol.link.replica_wire import BalancedCall, BouncedCall, ClientFrame, ManagerCall, Message
 from switchboard.replicas.dataplane.inbound import CLIENT_CHANNEL, Inbound
 from switchboard.replicas.dataplane.links import Links, LinkSettings, Returned
 from switchboard.tasks import cancel_and_wait, spawn
@@ -170,9 +170,10 @@ class Unicast:
             self.dropped += 1
             logger.warning("dropped a message on %s: %s", channel[:120], exc, extra=self._extra)
             return
+        replay = message.replay if isinstance(message, ClientFrame | ManagerCall | BalancedCall | BouncedCall) else None
+        if replay is not None and self.links is not None and not self.links.replayed(replay):
+            return  # a lost link's frame that the link (or an earlier replay) delivered here already
         if type(message) is ClientFrame or type(message) is ManagerCall:
-            if message.replay is not None and self.links is not None and not self.links.replayed(message.replay):
-                return  # a lost link's frame that the link (or an earlier replay) delivered here already
             origin = message.sender if type(message) is ManagerCall else message.origin
             if origin and self.links is not None:
                 self.links.heard(origin, channel)
@@ -196,9 +197,7 @@ class Unicast:
     def _tagged(self, channel: str, data: bytes, replay: tuple[str, int] | None = None) -> bytes:
         """A client channel's frame as it goes through the bus: with this replica's link address."""
         address = channel.removeprefix(CLIENT_CHANNEL)
-        if replay is not None:
-            return replica_wire.encode(ClientFrame(address, data, self.origin, replay))
-        return replica_wire.encode(replica_wire.outgoing(address, data, self.origin))
+        return replica_wire.encode(replica_wire.outgoing(address, data, self.origin, replay))
 
     # -- frames links gave back --------------------------------------------------
 
@@ -206,9 +205,9 @@ class Unicast:
         while True:
             item = await links.returned()
             if replica_wire.bus_only(data := replica_wire.handed_on(item.data)):
-                # a balanced or bounced call: sent again as the router handed it on, marked (its
-                # mark and a replay's number share the origin tag: a lost link's goes without it)
-                item = Returned(item.channel, data, item.unacked)
+                # a balanced or bounced call: sent again as the router handed it on, marked, with
+                # a lost link's number beside its mark (delivered once, as a plain frame is)
+                item = Returned(item.channel, data, item.unacked, item.replay)
             if item.unacked:
                 if not self.worth_replaying(item.data):
                     self.not_replayed += 1
