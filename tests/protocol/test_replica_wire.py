@@ -296,6 +296,11 @@ MARKED: list[BalancedCall | BouncedCall] = [
     BalancedCall("ws/p", "ws/balance|round_robin|a calc; with spaces;", FRAME, origin="r1@h:1"),
     BouncedCall("ws/c", "ws/p", REJECT, origin="r1@10.0.0.1:4000"),
     BouncedCall("ws/c", "ws/p.7", REJECT, origin="r1@h:1"),
+    # sent again through the bus after a lost link: the link's number beside the mark
+    BalancedCall("ws/p", HANDLE, FRAME, origin="r1@10.0.0.1:4000", replay=(D, 7)),
+    BalancedCall("ws/p", HANDLE, FRAME, replay=(D, 1)),
+    BalancedCall("ws/p", "ws/balance|round_robin|a calc.3 with; spaces.4;", FRAME, origin="r1@h:1", replay=(D, 12)),
+    BouncedCall("ws/c", "ws/p.7", REJECT, origin="r1@h:1", replay=(D, 3)),
 ]
 
 
@@ -310,7 +315,8 @@ def test_a_replica_of_the_previous_release_reads_a_balanced_call_as_the_call_and
     message: BalancedCall | BouncedCall,
 ) -> None:
     """What 8600616 makes of them is what it made of such a call before issue 41: the instance gets
-    the call (its answer relabelled by the caller's replica), the caller the reject at once."""
+    the call (its answer relabelled by the caller's replica), the caller the reject at once. One sent
+    again after a lost link is read so too, not known there as a replay (delivered as it comes)."""
     assert old_read(rw.channel_of(message), rw.encode(message)) == ClientFrame(
         message.address, message.frame, message.origin
     )
@@ -320,6 +326,20 @@ def test_a_replica_of_the_previous_release_reads_a_balanced_call_as_the_call_and
 def test_a_balanced_or_bounced_call_never_travels_over_a_link(message: Message) -> None:
     with pytest.raises(ValueError, match="through the bus only"):
         rw.encode(message, linked=True)
+
+
+def test_a_lost_links_balanced_call_carries_its_number_then_its_mark() -> None:
+    call = BalancedCall("ws/p", HANDLE, FRAME, origin="r1@h:1", replay=(D, 7))
+    assert rw.encode(call) == rw.tag(f"r1@h:1 {D}.7 balanced:{HANDLE};", FRAME)
+    assert rw.encode(call) == rw.tag("r1@h:1", FRAME, (D, 7), mark=f"balanced:{HANDLE};")
+
+
+def test_a_mark_too_long_beside_a_replays_number_is_left_out_and_the_number_kept() -> None:
+    """Without its number the call could run twice; without its mark it is what a replica without marks reads."""
+    long = BalancedCall("ws/p", "ws/balance|round_robin|" + "c" * 210, FRAME, origin="r1@h:1", replay=(D, 7))
+    assert rw.decode("sb:client:ws/p", rw.encode(long)) == ClientFrame("ws/p", FRAME, "r1@h:1", (D, 7))
+    short = BalancedCall("ws/p", "ws/balance|round_robin|" + "c" * 180, FRAME, origin="r" * 60 + "@h:1", replay=(D, 7))
+    assert rw.decode("sb:client:ws/p", rw.encode(short)) == BalancedCall("ws/p", short.handle, FRAME, replay=(D, 7))
 
 
 def test_a_mark_too_long_for_the_origin_tag_leaves_what_a_replica_without_marks_reads() -> None:
@@ -346,6 +366,7 @@ def test_what_the_router_hands_on_is_sent_as(frame: bytes, sent: Message, bus_on
     """The sender's decision: a frame the router wrapped with a handle or as bounced takes the bus,
     its mark in the origin tag; any other frame takes a link if one is open."""
     assert rw.outgoing("ws/p", frame, "r1@h:1") == sent
+    assert rw.outgoing("ws/p", frame, "r1@h:1", (D, 2)) == dataclasses.replace(sent, replay=(D, 2))  # type: ignore[type-var]
     assert rw.bus_only(frame) is bus_only
 
 
@@ -405,13 +426,14 @@ def test_a_link_carries_a_balanced_or_bounced_call_only_to_a_replica_that_reads_
 def test_a_balanced_or_bounced_call_over_a_link_reads_back_without_its_origin(
     message: BalancedCall | BouncedCall,
 ) -> None:
+    """Nor a replay's number: a link numbers its own frames."""
     data = rw.encode(message, linked=True, version=2)
     if isinstance(message, BalancedCall):
         wrapped = rw.wrap_balanced(message.handle, message.frame)
     else:
         wrapped = rw.wrap_bounced(message.callee, message.frame)
     assert data == rw.over_link(wrapped, 2)
-    assert rw.decode(rw.channel_of(message), data, linked=True) == dataclasses.replace(message, origin="")
+    assert rw.decode(rw.channel_of(message), data, linked=True) == dataclasses.replace(message, origin="", replay=None)
 
 
 @pytest.mark.parametrize(
