@@ -20,7 +20,8 @@ a crash of the reader. The bodies::
     client, through the bus   u8 n | origin (n bytes) | frame     the origin: "replica@host:port[ <direction>.<n>]"
     client, over a link       frame                             (the link knows who sent it)
     balanced call             as a client's, its origin "<origin> balanced:<handle>;"
-                              (over a link: version 2, see below)
+                              (a lost link's: "<origin> <direction>.<n> balanced:<handle>;";
+                              over a link: version 2, see below)
     bounced call              as a client's, its origin "<origin> bounced:<callee>;",
                               its frame the caller's reject "Target peer <callee> is not connected"
     manager call              0x00 | origin \\n session \\n frame  (as a client frame's frame)
@@ -46,7 +47,10 @@ a space in a bus message's origin tag, which such a replica ignores (it reads
 only a replay's ``<direction>.<n>`` there, and a mark ends with ``;``), and
 their frame is what it then delivers as it is: the call without its handle,
 and the reject that fails the caller at once. Only replicas write an origin
-tag, so no client can forge a mark.
+tag, so no client can forge a mark. One a lost link left unacked is sent
+again with its replay's number before its mark, and is delivered once, as a
+client's frame is; a replica without marks reads that tag as the origin
+alone (no replay), so there it is delivered as it comes.
 
 Over a link, which carries no origin, a balanced or bounced call travels as a
 version-2 body: ``0xFF 0x02`` then the router's wrapping (``0x02 handle \\n call``,
