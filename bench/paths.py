@@ -89,8 +89,10 @@ async def run(path):
     relayed = getattr(getattr(hub, "dispatch", None), "from_replica_to_client", None) or hub._on_bus_client
     taken = []
     if path == "forward":
-        if hasattr(hub, "unicast"):
-            hub.unicast.send = lambda channel, data: taken.append(1) or True
+        unicast = getattr(hub, "unicast", None) or getattr(getattr(hub, "dispatch", None), "remote", None)
+        unicast = getattr(unicast, "unicast", unicast)
+        if unicast is not None:
+            unicast.send = lambda channel, data, **_: taken.append(1) or True
         else:
             hub.bus.try_direct = lambda channel, data: taken.append(1) or True
     target = f"{WS}/remote" if path == "forward" else f"{WS}/prov"
