@@ -296,9 +296,12 @@ class Cluster:
             await self.hub.sweep_transits()
         if self.lost_deletes is not None:
             await self.lost_deletes.look()
-        self._peers_seen = await self.live_replicas()
-        if self._versions is not None:
-            self._versions((await self.presence.read_all())[0])
+        if self._versions is None:
+            self._peers_seen = await self.live_replicas()
+        else:  # one read for both: the live replicas are those with a record
+            records, _ = await self.presence.read_all()
+            self._peers_seen = {str(r["id"]) for r in records if "id" in r}
+            self._versions(records)
 
     def _record(self) -> dict[str, Any]:
         """The presence record's fields, read on the serving loop (which alone changes them)."""
