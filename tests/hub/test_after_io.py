@@ -27,7 +27,7 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
 from switchboard.protocol.hypha import envelope
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -153,7 +153,7 @@ def test_a_managers_call_to_another_replica_travels_wrapped_with_its_origin_once
     forward = r.toward(AWAY, item)
     assert type(forward) is Forward
     assert forward.item == item, "as a client here would get it (held, it may be delivered here)"
-    assert forward.wire == (relay.wrap_manager_call(r.replica_id, "m1", b"call") if wrapped else b"call")
+    assert forward.wire == (replica_wire.wrap_manager_call(r.replica_id, "m1", b"call") if wrapped else b"call")
     # it reached nobody: retried, or held for a moving client, without being wrapped again
     retried = r.reached_nobody(forward)
     assert type(retried) is RetryIfClaimed
@@ -225,7 +225,7 @@ def test_a_managers_call_held_for_a_client_that_comes_back_here_reaches_it_unwra
     here, it gets the call as hypha-rpc reads it, and its reply finds the manager that called."""
     r, _ = router(window=6.0)
     call = envelope.encode({"type": "method", "to": DROPPED, "from": "*/manager-b", "method": "s.f", "session": "m1"})
-    wrapped = relay.wrap_manager_call("replica-b", "m1", call)
+    wrapped = replica_wire.wrap_manager_call("replica-b", "m1", call)
     held = r.relayed(r.peers[DROPPED], wrapped)
     assert type(held) is Hold
     assert held.begins

@@ -29,7 +29,7 @@ from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.transit.retry import RetryWindow
 from switchboard.metrics import HubMetrics
 from switchboard.protocol.hypha import envelope
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -175,7 +175,7 @@ def _bounced_back(r: Replica, session: str, instance: str = AWAY) -> Any:
     the reject that fails it unless another instance takes it (the caller's replica keeps the call)."""
     message = f"Target peer {instance} is not connected"
     reject = envelope.reject_frame(session=session, target=instance, caller=r.caller.id, message=message)
-    return r.router.relayed(r.caller, relay.wrap_bounced(instance, reject))
+    return r.router.relayed(r.caller, replica_wire.wrap_bounced(instance, reject))
 
 
 def _balanced_call_to_away(r: Replica, *instances: str) -> None:
@@ -238,13 +238,13 @@ def test_a_balanced_call_crossing_replicas_carries_its_handle_and_its_answer_lea
     r.bind(AWAY)
     sent = r.call("s1")
     assert isinstance(sent, Forward)
-    handle, call = relay.unwrap_balanced(sent.wire)
+    handle, call = replica_wire.unwrap_balanced(sent.wire)
     assert handle == HANDLE
     assert envelope.decode(call).main["to"] == AWAY
 
     there = Replica()  # the instance's replica: the call comes off the bus
     main = {"type": "method", "from": ELSEWHERE_CALLER, "to": HERE, "method": "services.calc.who", "session": "s1"}
-    delivered = there.router.relayed(there.instance, relay.wrap_balanced(HANDLE, envelope.encode(main, b"")))
+    delivered = there.router.relayed(there.instance, replica_wire.wrap_balanced(HANDLE, envelope.encode(main, b"")))
     assert isinstance(delivered, Send)
     assert envelope.decode(delivered.message).main == main  # the instance gets the call as hypha-rpc sent it
     stranger = _peer("stranger")

@@ -20,7 +20,7 @@ from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.hypha import envelope
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 from switchboard.replicas.dataplane.remote import CLIENT_CHANNEL
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
@@ -102,7 +102,7 @@ class LinkTries:
         self.offered: list[bytes] = []
         self.published: list[bytes] = []
         self.wrapped = 0
-        send, publish, wrap = hub.unicast.send, hub.unicast.publish, relay.wrap_manager_call
+        send, publish, wrap = hub.unicast.send, hub.unicast.publish, replica_wire.wrap_manager_call
 
         def counting_send(channel: str, data: bytes, *, reply_to: str | None = None) -> bool:
             self.offered.append(data)
@@ -120,7 +120,7 @@ class LinkTries:
 
         monkeypatch.setattr(hub.unicast, "send", counting_send)
         monkeypatch.setattr(hub.unicast, "publish", counting_publish)
-        monkeypatch.setattr(relay, "wrap_manager_call", counting_wrap)
+        monkeypatch.setattr(replica_wire, "wrap_manager_call", counting_wrap)
 
 
 async def test_a_managers_call_to_another_replicas_client_is_wrapped_once_and_tries_the_link_once(

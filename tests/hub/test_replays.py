@@ -6,7 +6,7 @@ from switchboard.hub.routing.inflight import InFlight
 from switchboard.hub.routing.replays import worth_replaying
 from switchboard.protocol.hypha import envelope
 from switchboard.protocol.hypha.chunks import MESSAGE_CACHE
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 from switchboard.server.app import build_hub
 from switchboard.testing.hub import settings_for_tests
 
@@ -33,7 +33,7 @@ def test_a_call_whose_reply_came_back_is_not_sent_again() -> None:
 def test_a_manager_call_carried_with_its_origin_is_judged_the_same_way() -> None:
     calls = InFlight()
     frame = call("s2", "services.built-in.get_service", caller=MANAGER)
-    wrapped = relay.wrap_manager_call("r1", "s2", frame)
+    wrapped = replica_wire.wrap_manager_call("r1", "s2", frame)
     calls.opened(MANAGER, "s2", TARGET, set())
     assert worth_replaying(wrapped, calls)
     calls.closed(MANAGER, "s2")

@@ -38,7 +38,7 @@ from switchboard.metrics import HubMetrics
 from switchboard.protocol.hypha import envelope, handshake
 from switchboard.protocol.hypha.calls import CALL, CHUNK, OTHER, REPLY, classify, is_call
 from switchboard.protocol.hypha.chunks import MESSAGE_CACHE as CACHE
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 from switchboard.testing.clock import FakeClock
 from switchboard.testing.hub import settings_for_tests
 
@@ -487,7 +487,7 @@ def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -
     bounce = done.otherwise
     assert type(bounce) is Forward, "back to its caller's replica, which fails it now (or sends a balanced call on)"
     assert bounce.target == ELSEWHERE
-    callee, reject = relay.unwrap_bounced(bounce.item.frame)
+    callee, reject = replica_wire.unwrap_bounced(bounce.item.frame)
     assert callee == HERE
     env = envelope.decode(reject)  # what fails the call (never run) unless its caller's replica sends it on
     assert env.main["method"] == "r1.reject"
@@ -497,7 +497,7 @@ def test_a_relayed_frame_for_a_connection_that_just_ended_is_held_or_bounced() -
 def test_a_relayed_manager_call_is_held_with_its_origin() -> None:
     t = Table()
     t.here.client_closed(1006)  # dropped: its client comes back
-    data = relay.wrap_manager_call("replica-b", "m1", relayed_call("m1", "*/manager-x"))
+    data = replica_wire.wrap_manager_call("replica-b", "m1", relayed_call("m1", "*/manager-x"))
     done = t.router.relayed(t.here, data)
     assert type(done) is Hold
     assert done.item.frame == data

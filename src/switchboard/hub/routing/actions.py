@@ -44,7 +44,7 @@ class Forward:
     """To a client on another replica: over a direct link if one takes it now, else published.
 
     ``wire`` is the frame as it travels between replicas: a call the manager
-    makes wrapped with its origin (:func:`~switchboard.protocol.link.relay.wrap_manager_call`),
+    makes wrapped with its origin (:func:`~switchboard.protocol.link.replica_wire.wrap_manager_call`),
     once, by the router; any other frame as it is. The link is tried once
     (never for an event), the bus after it.
     """

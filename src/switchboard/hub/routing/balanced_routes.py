@@ -14,7 +14,7 @@ from switchboard.hub.routing.router_base import RouterBase
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.protocol.hypha import envelope
 from switchboard.protocol.hypha.calls import CALL, classify
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -82,9 +82,9 @@ class BalancedRoutes(RouterBase):
         (:mod:`~switchboard.hub.routing.served`): the instance's answers then speak for the handle
         wherever the caller is by then."""
         if type(action) is Forward:
-            action.wire = relay.wrap_balanced(handle, action.wire)
+            action.wire = replica_wire.wrap_balanced(handle, action.wire)
         elif type(action) is RetryLater:
-            action.item = action.item._replace(frame=relay.wrap_balanced(handle, action.item.frame))
+            action.item = action.item._replace(frame=replica_wire.wrap_balanced(handle, action.item.frame))
         return action
 
     def transit_instances(self, caller: str, target: str) -> list[str]:

@@ -25,7 +25,7 @@ from switchboard.hub.routing.actions import (
 from switchboard.hub.routing.chunk_routes import ChunkRoutes
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.protocol.hypha import envelope
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import replica_wire
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -45,7 +45,9 @@ class Deliveries(ChunkRoutes):
             return ToAlias(target, item.frame)
         peer = self.peers.get(target)
         if peer is not None:
-            if item.session is None and (relay.is_manager_call(item.frame) or relay.is_bounced(item.frame)):
+            if item.session is None and (
+                replica_wire.is_manager_call(item.frame) or replica_wire.is_bounced(item.frame)
+            ):
                 # another replica's manager call (or a call of this client's bounced back), held
                 # wrapped for a client that came back here: as if it had just come off the bus
                 return self.relayed(peer, item.frame)
@@ -74,7 +76,7 @@ class Deliveries(ChunkRoutes):
         (:mod:`switchboard.protocol.link.relay`). Wrapped here, once per trip; never for a client here."""
         if item.session and (item.caller == self.manager_address or item.caller in self.aliases):
             return item._replace(
-                frame=relay.wrap_manager_call(self.replica_id, item.session.partition(".")[0], item.frame)
+                frame=replica_wire.wrap_manager_call(self.replica_id, item.session.partition(".")[0], item.frame)
             )
         return item
 

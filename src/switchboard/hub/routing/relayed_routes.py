@@ -15,7 +15,7 @@ from switchboard.hub.routing.deliveries import Deliveries
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.protocol.hypha import envelope
 from switchboard.protocol.hypha.calls import CALL, REPLY, Traits, classify
-from switchboard.protocol.link import relay
+from switchboard.protocol.link import relay, replica_wire
 
 if TYPE_CHECKING:
     from switchboard.hub.sessions.peer import Peer
@@ -34,10 +34,10 @@ class RelayedRoutes(Deliveries):
         connection that just ended waits for its client if it is in transit,
         and a call to a client that left fails at once, not at its timeout.
         """
-        if relay.is_bounced(data):
+        if replica_wire.is_bounced(data):
             return self._bounced_back(peer, data)
         try:
-            handle, data = relay.unwrap_balanced(data)  # a balanced call, with the handle it was made through
+            handle, data = replica_wire.unwrap_balanced(data)  # a balanced call, with the handle it was made through
             origin, origin_session, frame = relay.unwrap(data)
         except ProtocolError as exc:
             peer.log.warning("dropped a relayed frame: %s", exc)
@@ -95,7 +95,7 @@ class RelayedRoutes(Deliveries):
             session=session, target=target, caller=caller, message=f"Target peer {target} is not connected"
         )
         if call is not None:
-            return self.toward(caller, Undelivered(relay.wrap_bounced(target, reject), None, target))
+            return self.toward(caller, Undelivered(replica_wire.wrap_bounced(target, reject), None, target))
         return self.toward(caller, Undelivered(reject, None, target))
 
     def _bounced_back(self, peer: Peer, data: bytes) -> Action | None:
@@ -103,7 +103,7 @@ class RelayedRoutes(Deliveries):
         goes to another instance, idempotent or not (it never ran), and fails with the clear error
         only when none is left; any other fails now, the callee not connected."""
         try:
-            callee, reject = relay.unwrap_bounced(data)
+            callee, reject = replica_wire.unwrap_bounced(data)
             session = relay.session_root(envelope.decode(reject).main.get("method"))
         except ProtocolError as exc:
             peer.log.warning("dropped a bounced call: %s", exc)

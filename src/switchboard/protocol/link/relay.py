@@ -19,22 +19,11 @@ from __future__ import annotations
 from switchboard.protocol.hypha.chunks import chunk_key
 from switchboard.protocol.link import replica_wire
 
-# The layouts of a manager call, and of a balanced or bounced call as the router hands it on, are the
-# replica wire's (``protocol/link/replica_wire.py``), which writes the last two so that a replica of a
-# release without them reads them as it did before; the router wraps and reads them here.
-wrap_manager_call = replica_wire.wrap_manager_call
-is_manager_call = replica_wire.is_manager_call
-wrap_bounced = replica_wire.wrap_bounced
-is_bounced = replica_wire.is_bounced
-unwrap_bounced = replica_wire.unwrap_bounced
-wrap_balanced = replica_wire.wrap_balanced
-unwrap_balanced = replica_wire.unwrap_balanced
-
 
 def unwrap(data: bytes) -> tuple[str | None, str | None, bytes]:
     """``(origin, session, frame)``; origin and session are ``None`` for a plain frame (a balanced
     call's handle is dropped: what keeps a frame to hand on keeps it as its instance gets it)."""
-    handle, frame = unwrap_balanced(data)
+    handle, frame = replica_wire.unwrap_balanced(data)
     if handle is not None:
         return None, None, frame
     return replica_wire.unwrap(data)
