@@ -273,7 +273,7 @@ def test_a_connection_that_ends_puts_its_client_in_transit_if_it_may_return_and_
 def test_a_connection_already_in_transit_departs_without_asking_again() -> None:
     replica = Replica()
     peer = connection("drop", replica.clock)
-    peer.life.left_in_transit()
+    peer.life.left_in_transit(replica.clock.monotonic() + 5.0)
     assert replica.steps.departure(peer) is True
 
 

@@ -50,8 +50,8 @@ from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
 from switchboard.hub.sessions.in_transit import Transit
-from switchboard.hub.sessions.joins import Holders, Joins
-from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.sessions.joins import Joins
+from switchboard.hub.sessions.roster import Roster
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.drain import Drainer
 from switchboard.hub.transit.moves import Moves
@@ -115,11 +115,9 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
     )
     tokens = ReconnectionTokens(gate, clock=clock, lifetime=settings.reconnection_token_lifetime)
     # the hub's tables, shared read-only with what routes and moves frames
-    peers: dict[str, Peer] = {}
-    members: dict[str, set[Peer]] = {}  # the clients here by workspace
-    # whom a deletion or revocation notice reaches besides the members: the connections joining
-    # (hub/sessions/joins.py), and the sessions by the credentials they stand on
-    joins, holders = Joins(), Holders()
+    roster = Roster()  # the clients here: by address, by workspace, by the credentials they stand on
+    peers, members, holders = roster.peers, roster.members, roster.holders
+    joins = Joins()  # the connections joining: whom a deletion or revocation notice refuses
     subscribers = Subscribers()  # who here listens to which workspace event
     aliases: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
     background: set[asyncio.Task[Any]] = set()
@@ -297,10 +295,8 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         bus=bus,
         gate=gate,
         tokens=tokens,
-        peers=peers,
-        members=members,
+        roster=roster,
         joins=joins,
-        holders=holders,
         subscribers=subscribers,
         transit=transit,
         unicast=unicast,

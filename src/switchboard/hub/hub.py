@@ -37,9 +37,26 @@ from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.transit_steps import superseded_leftovers
 from switchboard.hub.routing.undelivered import Undelivered
 from switchboard.hub.routing.uploads import Receivers
+from switchboard.hub.sessions.effects import (
+    Depart,
+    Effect,
+    Expect,
+    HandOn,
+    JoinWorkspace,
+    LeaveWorkspace,
+    Listen,
+    Purge,
+    Refuse,
+    Resume,
+    Salvage,
+    TakeOver,
+    Unlisten,
+)
 from switchboard.hub.sessions.in_transit import Transit
-from switchboard.hub.sessions.joins import Holders, Joining, Joins
+from switchboard.hub.sessions.joins import Joins
+from switchboard.hub.sessions.life import Life, Phase
 from switchboard.hub.sessions.peer import Peer
+from switchboard.hub.sessions.roster import Roster
 from switchboard.hub.sessions.subscribers import Subscribers
 from switchboard.hub.transit.drain import Drainer
 from switchboard.hub.transit.moves import Moves
@@ -75,10 +92,8 @@ class Hub:
         bus: EventBus,
         gate: Gatekeeper,
         tokens: ReconnectionTokens,
-        peers: dict[str, Peer],
-        members: dict[str, set[Peer]],
+        roster: Roster,
         joins: Joins,
-        holders: Holders,
         subscribers: Subscribers,
         transit: Transit[Undelivered],
         unicast: Unicast,
@@ -106,12 +121,9 @@ class Hub:
         self.tokens = tokens  # each connection's reconnection token, signed at most once a minute
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
-        self.peers = peers  # the live connection of each client here, by address
-        self._by_workspace = members  # the same, by workspace
-        # whom a deletion or revocation notice reaches besides the members: the connections joining
-        # (hub/sessions/joins.py), and the sessions by the credentials they stand on
-        self.joins = joins
-        self.holders = holders
+        self.roster = roster  # the live connections here: by address, by workspace, by credential
+        self.peers = roster.peers  # (read by the server and the metrics)
+        self.joins = joins  # the connections joining: whom a deletion or revocation notice refuses
         self.subscribers = subscribers  # who here listens to which workspace event
         self.transit = transit  # clients whose connection ended and that are expected back
         self.unicast = unicast  # frames for clients of other replicas
@@ -179,32 +191,32 @@ class Hub:
     # -- admission -----------------------------------------------------------
 
     @contextlib.contextmanager
-    def joining(self) -> Iterator[Joining]:
-        """A connection on its way in, from before its admission until it joined its workspace (or was
+    def joining(self) -> Iterator[Life]:
+        """A connection's life, from before its admission until it joined its workspace (or was
         refused): deletion and revocation notices reach it meanwhile (:mod:`~switchboard.hub.sessions.joins`)."""
-        joining = self.joins.begin()
+        life = self.joins.begin()
         try:
-            yield joining
+            yield life
         finally:
-            self.joins.end(joining)
+            self.joins.end(life)
 
-    async def admit(self, hello: Hello, joining: Joining | None = None) -> Admitted:
+    async def admit(self, hello: Hello, life: Life | None = None) -> Admitted:
         """Who the client is and which workspace it joins (see :class:`Gatekeeper`)."""
-        return await self.gate.admit(hello, workspace_here=lambda ws: ws in self._by_workspace, joining=joining)
+        admitted = await self.gate.admit(hello, workspace_here=self.roster.has_workspace, joining=life)
+        if life is not None:
+            life.admitted()
+        return admitted
 
-    async def attach(
-        self, peer: Peer, *, reconnecting: bool, arrival: Arrival | None = None, joining: Joining | None = None
-    ) -> dict[str, Any]:
+    async def attach(self, peer: Peer, *, reconnecting: bool, arrival: Arrival | None = None) -> dict[str, Any]:
         """Make ``peer`` the live connection for its id, hub-wide; return its ``connection_info``.
 
         ``reconnecting``: it presented the client's reconnection token; ``arrival``: what the
         stores knew when it was admitted (:class:`~switchboard.hub.gate.admission.Admitted`; read
-        again if not given); ``joining``: what it held since before its admission, refused by a
-        deletion or revocation notice that came since (decided with the join, nothing awaited
-        between: a later notice finds it among the members). Whether
-        it may have the id is :func:`~switchboard.hub.gate.admission.take_over`'s
+        again if not given). A deletion or revocation notice that came since its admission
+        refuses it at the join (its :class:`~switchboard.hub.sessions.life.Life`, nothing awaited
+        between). Whether it may have the id is :func:`~switchboard.hub.gate.admission.take_over`'s
         decision (a client id belongs to the user that first connected with it);
-        this carries it out.
+        what follows the join is :meth:`Life.join`'s; this carries both out.
         """
         plan = await self.gate.plan(
             peer,
@@ -225,37 +237,29 @@ class Hub:
             await self.events.purge(peer.workspace, peer.client_id)
         # counted in within the limits, and the id claimed: refused if another user claimed it meanwhile
         claim = await self.gate.enter(peer)
-        old = self.peers.get(peer.id)
-        if old is not None:
+        joined = self.roster.join(peer)
+        if (old := joined.replaced) is not None:
             old.log.info("superseded by a new connection")
             old.close(1000, "Superseded by a new connection of the same client")
             # queued behind connection_info if it resumes; the earlier session's fail if it is a new one
             for action in superseded_leftovers(peer, old.leftovers(self.clock.monotonic()), resume=plan.resume):
                 self.dispatch.carry(action)
-        self.peers[peer.id] = peer
-        members = self._by_workspace.setdefault(peer.workspace, set())
-        first_in_workspace = not members
-        members.add(peer)
-        if old is not None:
-            members.discard(old)
-        self.holders.add(peer)
         try:
-            if joining is not None and joining.refusal is not None:  # a notice came since admission
-                peer.close(CLOSE_POLICY, joining.refusal)
-                raise HandshakeError(joining.refusal, CLOSE_POLICY)
-            self.from_replicas.listen(peer.id, peer)
-            await self.unicast.subscribe(CLIENT_CHANNEL + peer.id)
-            if first_in_workspace:
-                await self.bus.subscribe(WORKSPACE_CHANNEL + peer.workspace)
+            effects = peer.life.join(
+                peer.id,
+                peer.workspace,
+                first_in_workspace=joined.first_in_workspace,
+                took_over=claim.previous_owner is not None,  # a copy on another replica is stale now
+                resume=plan.resume,
+            )
+            for effect in effects:
+                await self._carry(peer, effect)
             self.metrics.clients.set(len(self.peers))
             peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
-            if claim.previous_owner is not None:  # a copy on another replica is stale now
-                await self.moves.taken(peer.id)
-            if plan.resume:
-                await self.moves.arrived(peer)
         except BaseException:  # failed or cancelled once live: attached whole or not at all
             await self.detach(peer)
             raise
+        peer.life.attached()
         return {
             "type": "connection_info",
             "hypha_version": HYPHA_VERSION,
@@ -274,55 +278,76 @@ class Hub:
         """Forget a closed connection, unless a newer one of the same client replaced it.
 
         Every change to the hub's own tables happens before the first await, so
-        clients leaving together never see each other's half-done clean-up.
+        clients leaving together never see each other's half-done clean-up;
+        what follows is :class:`~switchboard.hub.sessions.life.Life`'s to say.
         """
         peer.close(1000, "")
         self.subscribers.drop(peer)
         self.inflight.forget_peer(peer.id)
         self.manager.forget(peer.id)
-        members = self._by_workspace.get(peer.workspace)
-        if members is not None:
-            members.discard(peer)
-        self.holders.discard(peer)
-        current = self.peers.get(peer.id) is peer
-        if current:
-            del self.peers[peer.id]
-            self.moves.expect(peer)  # frames for it that come while the store is asked are held
-        workspace_empty = members is not None and not members
-        if workspace_empty:
-            self._by_workspace.pop(peer.workspace, None)
+        left = self.roster.leave(peer)
+        effects = peer.life.detached(peer.id, current=left.current, workspace_empty=left.workspace_empty)
+        for effect in effects:  # none awaits: frames that come while the stores are asked are held
+            await self._carry(peer, effect)
         self.metrics.clients.set(len(self.peers))
         await self.gate.count_out(peer)
-        if not current:
-            return
-        if (newer := self.peers.get(peer.id)) is not None:
-            # a new connection of the client attached while the store was asked: the client's
-            # channel is its own now (unsubscribing it would cut it off from the other replicas),
-            # and it is no departure
-            self.moves.taken_up(newer)
-            peer.log.info("disconnected (%s), its client already back here", peer.close_reason or "closed")
-            return
-        try:
-            await self.unicast.unsubscribe(CLIENT_CHANNEL + peer.id)
-        finally:
-            self.from_replicas.forget(peer.id, peer)
-        if workspace_empty:
-            channel = WORKSPACE_CHANNEL + peer.workspace
+        for effect in peer.life.counted_out(peer.id, peer.workspace, newer_here=peer.id in self.peers):
+            await self._carry(peer, effect)
+        why = peer.close_reason or "closed"
+        if peer.life.phase is Phase.IN_TRANSIT:
+            peer.log.info("disconnected (%s), in transit", why)
+        elif left.current and peer.id in self.peers:
+            peer.log.info("disconnected (%s), its client already back here", why)
+        elif left.current:
+            peer.log.info("disconnected (%s)", why)
+
+    async def _carry(self, peer: Peer, effect: Effect) -> None:
+        """Carry out one effect of ``peer``'s life (:mod:`switchboard.hub.sessions.effects`)."""
+        if isinstance(effect, Listen):
+            self.from_replicas.listen(effect.address, peer)
+            await self.unicast.subscribe(CLIENT_CHANNEL + effect.address)
+        elif isinstance(effect, JoinWorkspace):
+            await self.bus.subscribe(WORKSPACE_CHANNEL + effect.workspace)
+        elif isinstance(effect, TakeOver):
+            await self.moves.taken(effect.address)
+        elif isinstance(effect, Resume):
+            await self.moves.arrived(peer)
+        elif isinstance(effect, Refuse):
+            peer.close(CLOSE_POLICY, effect.reason)
+            raise HandshakeError(effect.reason, CLOSE_POLICY)
+        elif isinstance(effect, Expect):
+            self.moves.expect(peer)
+        elif isinstance(effect, HandOn):
+            # the client's channel is the newer connection's now (unsubscribing it would cut it off
+            # from the other replicas), and it is no departure
+            self.moves.taken_up(self.peers[effect.address])
+        elif isinstance(effect, Unlisten):
+            try:
+                await self.unicast.unsubscribe(CLIENT_CHANNEL + effect.address)
+            finally:
+                self.from_replicas.forget(effect.address, peer)
+        elif isinstance(effect, LeaveWorkspace):
+            channel = WORKSPACE_CHANNEL + effect.workspace
             await self.bus.unsubscribe(channel)
-            if peer.workspace in self._by_workspace:  # someone joined while we unsubscribed
+            if self.roster.has_workspace(effect.workspace):  # someone joined while we unsubscribed
                 await self.bus.subscribe(channel)
-        if await self.moves.depart(peer):  # no goodbye: expected back, nothing is announced yet
+        elif isinstance(effect, Depart):  # no goodbye: expected back, nothing is announced yet
+            in_transit = await self.moves.depart(peer)
+            for then in peer.life.departed(effect.address, peer.workspace, peer.client_id, in_transit=in_transit):
+                await self._carry(peer, then)
+        elif isinstance(effect, Salvage):
             self.moves.salvage(peer)
-            peer.log.info("disconnected (%s), in transit", peer.close_reason or "closed")
-            return
+        else:
+            await self._purge(peer, effect)
+
+    async def _purge(self, peer: Peer, purge: Purge) -> None:
         self.uploads.forget(peer.id)
         try:
-            await self.events.purge(peer.workspace, peer.client_id, owner=self.replica_id)
+            await self.events.purge(purge.workspace, purge.client_id, owner=self.replica_id)
         except BackendError as exc:
             # Redis is away: the registrations stay until the cluster loop retries
             peer.log.warning("registrations not removed yet: %s", exc)
-            self.repairs.unpurged.add((peer.workspace, peer.client_id))
-        peer.log.info("disconnected (%s)", peer.close_reason or "closed")
+            self.repairs.unpurged.add((purge.workspace, purge.client_id))
 
     # -- frames: decided by the router, carried out by the dispatch --------------
 

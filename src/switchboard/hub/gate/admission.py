@@ -21,7 +21,7 @@ from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import Permission, User, new_anonymous_user, user_workspace
 from switchboard.hub.routing.balance import is_virtual
 from switchboard.hub.routing.limits import TokenBucket
-from switchboard.hub.sessions.joins import Joining
+from switchboard.hub.sessions.life import Life
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.hypha import handshake
 from switchboard.protocol.hypha.handshake import CLOSE_GOING_AWAY, CLOSE_POLICY, Hello
@@ -137,7 +137,7 @@ class Gatekeeper:
         self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
 
     async def admit(
-        self, hello: Hello, *, workspace_here: Callable[[str], bool], joining: Joining | None = None
+        self, hello: Hello, *, workspace_here: Callable[[str], bool], joining: Life | None = None
     ) -> Admitted:
         """Decide who the client is and which workspace it joins, or raise
         :class:`HandshakeError` with the message the client will see.
@@ -217,7 +217,7 @@ class Gatekeeper:
             raise HandshakeError(f"Authentication error: {exc}", CLOSE_POLICY) from None
 
     async def _arrival(
-        self, user: User, workspace: str, client_id: str, *, token: bool = True, joining: Joining | None = None
+        self, user: User, workspace: str, client_id: str, *, token: bool = True, joining: Life | None = None
     ) -> Arrival:
         """What the stores know, read at once; a ``token``'s connection is refused here if it was
         revoked or the workspace was deleted since it was issued (``BackendError`` if the

@@ -193,7 +193,7 @@ class TransitSteps:
     def departure(self, peer: Peer) -> bool | MarkInTransit:
         """A connection ended: ``True`` if its client is in transit already, ``False`` if it left (a
         goodbye, dropped by the hub, no grace), else the registry is asked to mark it."""
-        if peer.life.moving:
+        if peer.life.moving:  # the drain put it in transit before it was let go
             return True
         if not self.may_return(peer):
             return False
@@ -209,7 +209,7 @@ class TransitSteps:
         """
         if not marked:
             return False, [*self.salvage(peer), *self._released(self.transit.cancel(peer.id))]
-        peer.life.left_in_transit()
+        peer.life.left_in_transit(self.clock.monotonic() + grace)
         return True, [Notify("left", peer.id, grace=grace)]
 
     def arriving(self, peer: Peer) -> None:

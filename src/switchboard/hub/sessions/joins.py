@@ -2,10 +2,10 @@
 
 Admission reads the tombstones and the revocations, then the join may wait (on the
 old connection's ping, on the stores); a notice that arrives in between must still
-reach the joining session. So a connection holds a :class:`Joining` from before
-admission reads the stores until it joins its workspace; a notice for its workspace
-or one of its credentials marks it refused, and the hub reads the mark at the join,
-with no wait between the read and the join. Once joined, the session is in the
+reach the joining session. So a connection's :class:`~switchboard.hub.sessions.life.Life`
+is kept here from before admission reads the stores until it joins its workspace; a
+notice for its workspace or one of its credentials marks it refused, and its join
+returns the refusal, with no wait between the read and the join. Once joined, the session is in the
 hub's tables, and notices reach it there (:class:`Holders` for revocations).
 
 Sound because every notice is sent after its store was written: a notice that
@@ -15,55 +15,37 @@ then sees. Pure bookkeeping, no I/O: the hub carries out what it says.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from switchboard.hub.identity.credentials import REVOKED
-from switchboard.hub.identity.users import User
+from switchboard.hub.sessions.life import Life, Phase
 from switchboard.hub.sessions.peer import Peer
-
-
-class Joining:
-    """One connection on its way in: what notices would concern it, and the refusal one left."""
-
-    __slots__ = ("ids", "refusal", "workspace")
-
-    def __init__(self) -> None:
-        self.workspace: str | None = None  # the workspace it joins, once admission knows
-        self.ids: Collection[str] = ()  # the ids whose revocation ends its identity
-        self.refusal: str | None = None  # why a notice refused it (the close reason it gets)
-
-    def expect(self, user: User, workspace: str) -> None:
-        """From now on, notices about ``workspace`` and ``user``'s credentials concern it."""
-        self.workspace = workspace
-        self.ids = frozenset(user.revocation_ids)
 
 
 class Joins:
     """The connections of one replica between their admission and their join."""
 
     def __init__(self) -> None:
-        self._pending: set[Joining] = set()
+        self._pending: set[Life] = set()
 
-    def begin(self) -> Joining:
-        joining = Joining()
+    def begin(self) -> Life:
+        joining = Life(Phase.JOINING)
         self._pending.add(joining)
         return joining
 
-    def end(self, joining: Joining) -> None:
+    def end(self, joining: Life) -> None:
         """It joined, or was refused: notices reach it through the hub's tables from now on, or never."""
         self._pending.discard(joining)
 
     def deleted(self, workspace: str) -> None:
         """``workspace`` was deleted: whoever joins it now is refused, as its sessions are closed."""
         for joining in self._pending:
-            if joining.workspace == workspace and joining.refusal is None:
-                joining.refusal = f"Workspace {workspace} was deleted"
+            if joining.workspace == workspace:
+                joining.refuse(f"Workspace {workspace} was deleted")
 
     def revoked(self, token_id: str) -> None:
         """The credential ``token_id`` was revoked: whoever joins with it, or with what descends from it, is refused."""
         for joining in self._pending:
-            if token_id in joining.ids and joining.refusal is None:
-                joining.refusal = f"Authentication error: {REVOKED}"
+            if token_id in joining.ids:
+                joining.refuse(f"Authentication error: {REVOKED}")
 
     def __len__(self) -> int:
         return len(self._pending)

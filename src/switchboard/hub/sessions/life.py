@@ -1,15 +1,45 @@
-"""A client connection's life, as a value: how it ended, and whether its client is coming back.
+"""A client connection's life on one replica, as one state machine: from joining to gone.
 
-Open, then ended (by the client, with or without a goodbye, or by the hub),
-then, for a client expected back, in transit; a later connection of the same
-client is *back*, and *fresh* for :data:`FRESH_GOODBYE` after. Each rule is a
-method here, clock-free (the hub's monotonic time is passed in), so that the
-whole of it is specified synchronously (``tests/hub/test_life.py``). A
-:class:`~switchboard.hub.sessions.peer.Peer` holds one; the peer ends it, the moves
-(:mod:`switchboard.hub.transit.moves`) mark it in transit and back.
+Its phase goes one way (:class:`Phase`): *joining* while admission reads the
+stores (a deletion or revocation notice meanwhile refuses it), *admitted*,
+*live* once attached, *ended* (by the client, with or without a goodbye, or by
+the hub), then, once the hub let it go, *in transit* (its client is expected
+back, until a deadline) or *gone*. A later connection of the same client is
+*back* (it ended the transit), and *fresh* for :data:`FRESH_GOODBYE` after.
+
+As in websockets' ``Protocol``, the transitions do no I/O: each returns the
+effects that follow (:mod:`switchboard.hub.sessions.effects`), which the hub
+carries out, and an I/O's answer comes back as the next transition
+(:meth:`Life.departed`). The hub's monotonic time is passed in. Every row is a
+synchronous test (``tests/hub/test_life.py``).
+
+A :class:`~switchboard.hub.sessions.peer.Peer` holds the life of its
+connection; the door that admits it makes it (:meth:`Hub.joining`), so one
+value tells a refusal at admission from one at the attach from a failure
+after it.
 """
 
 from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+
+from switchboard.hub.identity.users import User
+from switchboard.hub.sessions.effects import (
+    Depart,
+    Effect,
+    Expect,
+    HandOn,
+    JoinWorkspace,
+    LeaveWorkspace,
+    Listen,
+    Purge,
+    Refuse,
+    Resume,
+    Salvage,
+    TakeOver,
+    Unlisten,
+)
 
 # Close codes with which a client says goodbye (1000 normal closure, 1001 going
 # away: a page closed): it has left. A connection that ends otherwise on the
@@ -27,26 +57,98 @@ HANDED_OVER = 1012
 FRESH_GOODBYE = 1.0
 
 
+class Phase(enum.IntEnum):
+    """Where a connection's life is; it only moves forward."""
+
+    JOINING = 1  # admission reads the stores; a notice meanwhile refuses it
+    ADMITTED = 2  # the hub knows who it is; the attach is under way
+    LIVE = 3  # attached: the live connection of its client here
+    ENDED = 4  # closed (why: the code, who closed it); the hub has not let it go yet
+    IN_TRANSIT = 5  # its client is expected back, until a deadline (a drop, a hand-over)
+    GONE = 6  # let go: its client left, or a newer connection of it is live
+
+
+class TransitionError(RuntimeError):
+    """A transition asked of a life in a phase it does not follow (a bug in the caller)."""
+
+
 class Life:
     """One connection's life (see the module docstring). Slots: thousands of idle clients have one."""
 
-    __slots__ = ("ended", "code", "reason", "by_client", "goodbye", "moving", "returned", "arrived_at")
+    __slots__ = (
+        "phase", "was_live", "ended", "code", "reason", "by_client", "goodbye", "until", "returned", "arrived_at",
+        "workspace", "ids", "refusal", "_current", "_workspace_empty",
+    )  # fmt: skip
 
-    def __init__(self) -> None:
-        self.ended = False
+    def __init__(self, phase: Phase = Phase.ADMITTED) -> None:
+        self.phase = phase
+        self.was_live = False  # its attach finished (whatever ended it since): a failure is no refusal
+        self.ended = False  # read for every frame sent: a plain slot, kept with the phase
         self.code: int | None = None  # the close code, once ended
         self.reason = ""
         self.by_client = False  # the client ended it, not the hub
         self.goodbye = False  # ... and said goodbye doing so (GOODBYE_CODES)
-        self.moving = False  # its client was put in transit when it ended
+        self.until: float | None = None  # in transit: the hub's time its grace ends
         self.returned = False  # it ended its client's transit ...
         self.arrived_at = 0.0  # ... and came in at this time (0: not a reconnection)
+        # while joining: what a deletion or revocation notice concerns (hub/sessions/joins.py)
+        self.workspace: str | None = None
+        self.ids: Collection[str] = ()
+        self.refusal: str | None = None  # why a notice refused it (the close reason it gets)
+        self._current = False  # while being let go: it was the live connection of its client
+        self._workspace_empty = False  # ... and the last here of its workspace
+
+    # -- joining ---------------------------------------------------------------
+
+    def expect(self, user: User, workspace: str) -> None:
+        """Admission is about to read the stores: notices about ``workspace`` and ``user``'s
+        credentials concern it from now on."""
+        self.workspace = workspace
+        self.ids = frozenset(user.revocation_ids)
+
+    def refuse(self, reason: str) -> None:
+        """A notice concerning it came before its join: the join is refused (the first reason stands)."""
+        if self.phase < Phase.LIVE and self.refusal is None:
+            self.refusal = reason
+
+    def admitted(self) -> None:
+        if self.phase is not Phase.JOINING:
+            raise TransitionError(f"{self.phase.name}: only a joining connection is admitted")
+        self.phase = Phase.ADMITTED
+
+    def join(
+        self, address: str, workspace: str, *, first_in_workspace: bool, took_over: bool, resume: bool
+    ) -> list[Effect]:
+        """It is in the hub's tables: what makes it reachable, or its refusal (a notice came)."""
+        if self.phase not in (Phase.ADMITTED, Phase.ENDED):  # ended meanwhile: it joins, then is let go
+            raise TransitionError(f"{self.phase.name}: only an admitted connection joins")
+        if self.refusal is not None:
+            return [Refuse(self.refusal)]
+        effects: list[Effect] = [Listen(address)]
+        if first_in_workspace:
+            effects.append(JoinWorkspace(workspace))
+        if took_over:
+            effects.append(TakeOver(address))
+        if resume:
+            effects.append(Resume(address))
+        return effects
+
+    def attached(self) -> None:
+        """The join's effects are done: it is the live connection (unless it ended meanwhile)."""
+        if self.phase not in (Phase.ADMITTED, Phase.ENDED):
+            raise TransitionError(f"{self.phase.name}: only a joining connection is attached")
+        self.was_live = True
+        if self.phase is Phase.ADMITTED:
+            self.phase = Phase.LIVE
+
+    # -- ending ----------------------------------------------------------------
 
     def end(self, code: int, reason: str) -> bool:
         """The hub ends it with ``code``; ``False`` if it had ended already (the first end stands)."""
         if self.ended:
             return False
         self.ended, self.code, self.reason = True, code, reason
+        self.phase = max(self.phase, Phase.ENDED)
         return True
 
     def end_by_client(self, code: int) -> bool:
@@ -67,9 +169,57 @@ class Life:
         goodbye too fresh to believe (:data:`FRESH_GOODBYE`), and there is a grace to come back in."""
         return grace > 0 and self.ended and (self.may_return or self.fresh(now))
 
-    def left_in_transit(self) -> None:
-        """Its client was put in transit when it ended (the registry marked it)."""
-        self.moving = True
+    def left_in_transit(self, until: float) -> None:
+        """The registry marked its client in transit, until ``until`` (the hub's time). The drain and
+        the connection's own clean-up may both ask (the first mark stands); one already let go as
+        gone stays gone (the registry's grace settles the client)."""
+        if not self.ended:
+            raise TransitionError(f"{self.phase.name}: only an ended connection's client is in transit")
+        if self.phase is Phase.ENDED:
+            self.phase, self.until = Phase.IN_TRANSIT, until
+
+    @property
+    def moving(self) -> bool:
+        """Its client was put in transit when it ended."""
+        return self.phase is Phase.IN_TRANSIT
+
+    # -- let go ----------------------------------------------------------------
+
+    def detached(self, address: str, *, current: bool, workspace_empty: bool) -> list[Effect]:
+        """The hub took it out of its tables (it was the live connection of its client: ``current``;
+        the last of its workspace here: ``workspace_empty``)."""
+        if not self.ended:
+            raise TransitionError(f"{self.phase.name}: a connection is let go once it ended")
+        self._current, self._workspace_empty = current, workspace_empty
+        return [Expect(address)] if current else []
+
+    def counted_out(self, address: str, workspace: str, *, newer_here: bool) -> list[Effect]:
+        """The hub-wide counts let it go: a newer connection of its client took over meanwhile
+        (``newer_here``), or it stops listening and its client is asked to be put in transit."""
+        if not self._current:
+            self._gone()
+            return []
+        if newer_here:
+            self._gone()
+            return [HandOn(address)]
+        effects: list[Effect] = [Unlisten(address)]
+        if self._workspace_empty:
+            effects.append(LeaveWorkspace(workspace))
+        return [*effects, Depart(address)]
+
+    def departed(self, address: str, workspace: str, client_id: str, *, in_transit: bool) -> list[Effect]:
+        """The answer to :class:`Depart`: in transit (what it still had waits for the client), or it left."""
+        if in_transit:
+            return [Salvage(address)]
+        self._gone()
+        return [Purge(workspace, client_id)]
+
+    def _gone(self) -> None:
+        # a transit stays until its client is back or its grace ends; let go twice, it stays gone
+        if self.phase is Phase.ENDED:
+            self.phase = Phase.GONE
+
+    # -- a client's next connection ------------------------------------------------
 
     def arrived(self, now: float) -> None:
         """It is a client's reconnection, come in at ``now`` (whether or not it was in transit)."""
@@ -89,5 +239,5 @@ class Life:
         return self.arrived_at > 0 and now - self.arrived_at < FRESH_GOODBYE
 
     def __repr__(self) -> str:
-        state = "open" if not self.ended else f"ended {self.code}{' by client' if self.by_client else ''}"
-        return f"<Life {state}{' moving' if self.moving else ''}{' back' if self.returned else ''}>"
+        how = f" {self.code}{' by client' if self.by_client else ''}" if self.ended else ""
+        return f"<Life {self.phase.name.lower()}{how}{' back' if self.returned else ''}>"

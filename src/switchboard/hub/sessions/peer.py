@@ -64,6 +64,7 @@ class Peer:
         transport: ClientConnection,
         max_queue_bytes: int,
         replica_id: str = "",
+        life: Life | None = None,
     ) -> None:
         self.workspace = workspace
         self.client_id = client_id
@@ -88,7 +89,8 @@ class Peer:
         # (Hub.reconnection_token, its only writer), and when it was signed (the hub's clock)
         self.token: str | None = None
         self.token_signed_at = 0.0
-        self.life = Life()  # how it ended and whether its client comes back (hub/sessions/life.py)
+        # its life from joining to gone (hub/sessions/life.py): the door's, made before its admission
+        self.life = Life() if life is None else life
         self.queue = SendQueue(transport, max_bytes=max_queue_bytes, life=self.life, name=f"writer {self.id}")
         self.unsent: list[bytes] = []  # binary frames still queued when the connection was closed
         # see FRESH_REPLIES; made when the first is kept (thousands of idle connections keep none)

@@ -10,7 +10,8 @@ detaches it from the hub, exactly once.
 A refusal (a bad token, a limit, an id held by another user, Redis out of
 reach) comes out of the ``async with`` line as the hub raised it, with
 :attr:`admitted` telling which step refused (:attr:`attached` tells a
-refusal from a failure inside the block), and leaves nothing behind:
+refusal from a failure inside the block: both read the connection's
+:class:`~switchboard.hub.sessions.life.Life`), and leaves nothing behind:
 nothing is tracked and there is nothing to detach. Each door answers it in its
 own terms (a close frame, an HTTP status). The session is entered once per
 connection; the frames that follow never pass through it.
@@ -22,6 +23,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from switchboard.backends.patience import patience
+from switchboard.hub.sessions.life import Life, Phase
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.send_queue import ClientConnection
 from switchboard.protocol.hypha.handshake import Hello
@@ -40,22 +42,29 @@ class ClientSession:
     Slots: it lives as long as its connection, for each of thousands of idle clients.
     """
 
-    __slots__ = ("_hello", "_peer", "_state", "_transport", "admitted", "attached", "info", "settle")
+    __slots__ = ("_hello", "_life", "_peer", "_state", "_transport", "info", "settle")
 
     def __init__(self, state: ServerState, hello: Hello, transport: ClientConnection) -> None:
         self._state = state
         self._hello: Hello | None = hello
         self._transport: ClientConnection | None = transport
         self._peer: Peer | None = None
-        #: the hub admitted the client (a refusal after this came from the attach)
-        self.admitted = False
-        #: the block was entered: what is raised from now on is no refusal
-        self.attached = False
+        self._life: Life | None = None  # the connection's, from before its admission
         #: the ``connection_info`` the client is owed first; the door drops it once sent
         self.info: dict[str, Any] | None = None
         #: awaited on the way out, after the untrack and before the detach: what the client
         #: sent before it left is routed while its peer is still attached
         self.settle: Settling | None = None
+
+    @property
+    def admitted(self) -> bool:
+        """The hub admitted the client (a refusal after this came from the attach)."""
+        return self._life is not None and self._life.phase >= Phase.ADMITTED
+
+    @property
+    def attached(self) -> bool:
+        """The attach finished: what is raised from now on is no refusal."""
+        return self._life is not None and self._life.was_live
 
     @property
     def peer(self) -> Peer:
@@ -71,10 +80,10 @@ class ClientSession:
         # neither is kept for the connection's life: the hello holds the client's token
         self._hello = self._transport = None
         # from before the stores are read until the join: a deletion or revocation notice meanwhile refuses it
-        with hub.joining() as joining:
+        with hub.joining() as life:
+            self._life = life
             with patience():  # a silent Redis turns the client away (to retry) within a second
-                admitted = await hub.admit(hello, joining)
-            self.admitted = True
+                admitted = await hub.admit(hello, life)
             peer = Peer(
                 workspace=admitted.workspace,
                 client_id=hello.client_id,
@@ -82,13 +91,11 @@ class ClientSession:
                 transport=transport,
                 max_queue_bytes=hub.settings.send_queue_bytes,
                 replica_id=hub.replica_id,
+                life=life,
             )
             with patience():
-                self.info = await hub.attach(
-                    peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival, joining=joining
-                )
+                self.info = await hub.attach(peer, reconnecting=admitted.reconnecting, arrival=admitted.arrival)
         self._peer = peer
-        self.attached = True
         self._state.track(peer)
         return self
 
