@@ -1,4 +1,4 @@
-"""A connection's life: how it ended, and whether its client is coming back.
+"""A connection's life, from joining to gone: how it ended, whether its client is coming back, what each step calls for.
 
 Pure and clock-free: the hub's monotonic time is passed in, so each rule of
 a client's transit is one synchronous line here.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from switchboard.hub.sessions.life import FRESH_GOODBYE, GOODBYE_CODES, HANDED_OVER, Life
+from switchboard.hub.identity.users import User
+from switchboard.hub.sessions.effects import Depart, Effect, RefuseJoin
+from switchboard.hub.sessions.life import FRESH_GOODBYE, GOODBYE_CODES, HANDED_OVER, Life, Stage, TransitionError
 
 GRACE = 5.0
 
@@ -78,3 +80,153 @@ def test_only_a_return_from_transit_makes_a_connection_fresh() -> None:
     resumed.back()
     assert resumed.fresh(100.1)
     assert not resumed.fresh(100.0 + FRESH_GOODBYE)
+
+
+# -- the machine: from joining to gone, each transition's next stage and effects ------------------------------------
+
+ADDRESS, WORKSPACE = "team-a/mel", "team-a"
+MEL = User(id="mel", token_id="jti-mel")
+
+
+def words(effects: list[Effect]) -> list[str]:
+    """Effects as the table reads them: the kind, lower case."""
+    return [type(effect).__name__.lower() for effect in effects]
+
+
+def live(*, arrived: bool = False) -> Life:
+    life = Life(Stage.JOINING)
+    life.expect(MEL, WORKSPACE)
+    life.admitted()
+    life.join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=arrived)
+    life.attached()
+    return life
+
+
+def joined(first: bool, took_over: bool, resume: bool) -> list[str]:
+    life = Life(Stage.JOINING)
+    life.expect(MEL, WORKSPACE)
+    life.admitted()
+    return words(life.join(ADDRESS, WORKSPACE, first_in_workspace=first, took_over=took_over, resume=resume))
+
+
+# the join: (first of its workspace here, the id held elsewhere, a resume) -> what makes it reachable
+JOINS = [
+    ((False, False, False), ["listen"]),
+    ((True, False, False), ["listen", "joinworkspace"]),
+    ((False, True, False), ["listen", "takeover"]),
+    ((False, False, True), ["listen", "resume"]),
+    ((True, True, True), ["listen", "joinworkspace", "takeover", "resume"]),
+]
+
+
+@pytest.mark.parametrize(("facts", "effects"), JOINS)
+def test_a_join_listens_for_its_client_then_joins_its_workspace_takes_over_and_resumes_as_the_facts_say(
+    facts: tuple[bool, bool, bool], effects: list[str]
+) -> None:
+    assert joined(*facts) == effects
+
+
+def test_a_notice_while_joining_refuses_the_join_and_nothing_else_follows() -> None:
+    life = Life(Stage.JOINING)
+    life.expect(MEL, WORKSPACE)
+    life.refuse("Workspace team-a was deleted")
+    life.refuse("Authentication error: Token has been revoked")  # the first reason stands
+    life.admitted()
+    effects = life.join(ADDRESS, WORKSPACE, first_in_workspace=True, took_over=True, resume=True)
+    assert effects == [RefuseJoin("Workspace team-a was deleted")]
+
+
+def test_a_notice_after_the_attach_refuses_nothing_notices_reach_it_as_a_member_then() -> None:
+    life = live()
+    life.refuse("Workspace team-a was deleted")
+    assert life.refusal is None
+
+
+def test_the_stages_go_one_way_joining_admitted_live_ended() -> None:
+    life = Life(Stage.JOINING)
+    assert life.stage is Stage.JOINING
+    assert not life.was_live
+    life.admitted()
+    assert life.stage is Stage.ADMITTED
+    life.join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=False)
+    life.attached()
+    assert (life.stage, life.was_live) == (Stage.LIVE, True)
+    life.end_by_client(1006)
+    assert life.stage is Stage.ENDED
+    with pytest.raises(TransitionError):
+        life.admitted()
+    with pytest.raises(TransitionError):
+        Life(Stage.JOINING).join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=False)
+
+
+def test_a_connection_ended_during_its_attach_still_joins_and_counts_as_attached_but_stays_ended() -> None:
+    life = Life()
+    life.end(1000, "superseded")
+    assert words(life.join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=False)) == ["listen"]
+    life.attached()
+    assert (life.stage, life.was_live) == (Stage.ENDED, True)
+
+
+def test_a_live_connection_is_not_let_go_before_it_ended() -> None:
+    with pytest.raises(TransitionError):
+        live().detached(ADDRESS, current=True, workspace_empty=False)
+
+
+# letting go: (its client's live connection, the last of its workspace here, a newer connection came meanwhile,
+# the registry's answer to the transit mark) -> the effects, each step's in turn, and the stage it ends in
+LET_GO = [
+    ("a drop, the registry marks it", 1006, True, False, False, True, ["expect", "unlisten", "depart", "salvage"], Stage.IN_TRANSIT),
+    ("a drop, the last of its workspace", 1006, True, True, False, True, ["expect", "unlisten", "leaveworkspace", "depart", "salvage"], Stage.IN_TRANSIT),
+    ("a goodbye: it left", 1000, True, False, False, False, ["expect", "unlisten", "depart", "purge"], Stage.GONE),
+    ("a drop the registry refused (back elsewhere)", 1006, True, False, False, False, ["expect", "unlisten", "depart", "purge"], Stage.GONE),
+    ("a newer connection came while the counts were asked", 1006, True, False, True, None, ["expect", "handon"], Stage.GONE),
+    ("superseded: a newer connection replaced it", 1000, False, False, True, None, [], Stage.GONE),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("story", "code", "current", "empty", "newer", "marked", "effects", "stage"), LET_GO, ids=[row[0] for row in LET_GO]
+)
+def test_letting_go_a_connection_says_what_follows_at_each_step(
+    story: str,
+    code: int,
+    current: bool,
+    empty: bool,
+    newer: bool,
+    marked: bool | None,
+    effects: list[str],
+    stage: Stage,
+) -> None:
+    life = live()
+    life.end_by_client(code)
+    seen = words(life.detached(ADDRESS, current=current, workspace_empty=empty))
+    after_count = life.counted_out(ADDRESS, WORKSPACE, newer_here=newer)
+    seen += words(after_count)
+    if any(isinstance(effect, Depart) for effect in after_count):
+        assert marked is not None
+        if marked:
+            life.left_in_transit(until=105.0)  # what the registry's mark does, through the transit steps
+        seen += words(life.departed(ADDRESS, WORKSPACE, "mel", in_transit=marked))
+    assert (seen, life.stage) == (effects, stage)
+
+
+def test_a_client_the_drain_put_in_transit_stays_in_transit_when_its_connection_is_let_go() -> None:
+    life = live()
+    life.end(HANDED_OVER, "handed over")
+    life.left_in_transit(until=105.0)  # the drain departs it before the door lets it go
+    life.left_in_transit(until=107.0)  # the door's own departure: the first mark stands
+    assert words(life.detached(ADDRESS, current=True, workspace_empty=False)) == ["expect"]
+    assert words(life.counted_out(ADDRESS, WORKSPACE, newer_here=False)) == ["unlisten", "depart"]
+    assert words(life.departed(ADDRESS, WORKSPACE, "mel", in_transit=True)) == ["salvage"]
+    assert (life.stage, life.until) == (Stage.IN_TRANSIT, 105.0)
+
+
+def test_a_connection_let_go_twice_stays_gone_and_asks_nothing_more() -> None:
+    life = live()
+    life.end_by_client(1000)
+    life.detached(ADDRESS, current=True, workspace_empty=False)
+    life.counted_out(ADDRESS, WORKSPACE, newer_here=False)
+    life.departed(ADDRESS, WORKSPACE, "mel", in_transit=False)
+    assert words(life.detached(ADDRESS, current=False, workspace_empty=False)) == []
+    assert words(life.counted_out(ADDRESS, WORKSPACE, newer_here=False)) == []
+    assert life.stage is Stage.GONE

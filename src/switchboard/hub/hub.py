@@ -46,7 +46,7 @@ from switchboard.hub.sessions.effects import (
     LeaveWorkspace,
     Listen,
     Purge,
-    Refuse,
+    RefuseJoin,
     Resume,
     Salvage,
     TakeOver,
@@ -54,7 +54,7 @@ from switchboard.hub.sessions.effects import (
 )
 from switchboard.hub.sessions.in_transit import Transit
 from switchboard.hub.sessions.joins import Joins
-from switchboard.hub.sessions.life import Life, Phase
+from switchboard.hub.sessions.life import Life, Stage
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.roster import Roster
 from switchboard.hub.sessions.subscribers import Subscribers
@@ -294,7 +294,7 @@ class Hub:
         for effect in peer.life.counted_out(peer.id, peer.workspace, newer_here=peer.id in self.peers):
             await self._carry(peer, effect)
         why = peer.close_reason or "closed"
-        if peer.life.phase is Phase.IN_TRANSIT:
+        if peer.life.stage is Stage.IN_TRANSIT:
             peer.log.info("disconnected (%s), in transit", why)
         elif left.current and peer.id in self.peers:
             peer.log.info("disconnected (%s), its client already back here", why)
@@ -312,7 +312,7 @@ class Hub:
             await self.moves.taken(effect.address)
         elif isinstance(effect, Resume):
             await self.moves.arrived(peer)
-        elif isinstance(effect, Refuse):
+        elif isinstance(effect, RefuseJoin):
             peer.close(CLOSE_POLICY, effect.reason)
             raise HandshakeError(effect.reason, CLOSE_POLICY)
         elif isinstance(effect, Expect):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Refuse:
+class RefuseJoin:
     """A deletion or revocation notice came while it joined: closed with the policy code, and refused."""
 
     reason: str
@@ -101,7 +101,7 @@ class Purge:
 
 # what attaching calls for, then what letting go does
 Effect = (
-    Refuse
+    RefuseJoin
     | Listen
     | JoinWorkspace
     | TakeOver

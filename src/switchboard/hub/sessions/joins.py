@@ -16,7 +16,7 @@ then sees. Pure bookkeeping, no I/O: the hub carries out what it says.
 from __future__ import annotations
 
 from switchboard.hub.identity.credentials import REVOKED
-from switchboard.hub.sessions.life import Life, Phase
+from switchboard.hub.sessions.life import Life, Stage
 from switchboard.hub.sessions.peer import Peer
 
 
@@ -27,7 +27,7 @@ class Joins:
         self._pending: set[Life] = set()
 
     def begin(self) -> Life:
-        joining = Life(Phase.JOINING)
+        joining = Life(Stage.JOINING)
         self._pending.add(joining)
         return joining
 

@@ -1,6 +1,6 @@
 """A client connection's life on one replica, as one state machine: from joining to gone.
 
-Its phase goes one way (:class:`Phase`): *joining* while admission reads the
+Its stage goes one way (:class:`Stage`): *joining* while admission reads the
 stores (a deletion or revocation notice meanwhile refuses it), *admitted*,
 *live* once attached, *ended* (by the client, with or without a goodbye, or by
 the hub), then, once the hub let it go, *in transit* (its client is expected
@@ -34,7 +34,7 @@ from switchboard.hub.sessions.effects import (
     LeaveWorkspace,
     Listen,
     Purge,
-    Refuse,
+    RefuseJoin,
     Resume,
     Salvage,
     TakeOver,
@@ -57,7 +57,7 @@ HANDED_OVER = 1012
 FRESH_GOODBYE = 1.0
 
 
-class Phase(enum.IntEnum):
+class Stage(enum.IntEnum):
     """Where a connection's life is; it only moves forward."""
 
     JOINING = 1  # admission reads the stores; a notice meanwhile refuses it
@@ -69,21 +69,21 @@ class Phase(enum.IntEnum):
 
 
 class TransitionError(RuntimeError):
-    """A transition asked of a life in a phase it does not follow (a bug in the caller)."""
+    """A transition asked of a life in a stage it does not follow (a bug in the caller)."""
 
 
 class Life:
     """One connection's life (see the module docstring). Slots: thousands of idle clients have one."""
 
     __slots__ = (
-        "phase", "was_live", "ended", "code", "reason", "by_client", "goodbye", "until", "returned", "arrived_at",
+        "stage", "was_live", "ended", "code", "reason", "by_client", "goodbye", "until", "returned", "arrived_at",
         "workspace", "ids", "refusal", "_current", "_workspace_empty",
     )  # fmt: skip
 
-    def __init__(self, phase: Phase = Phase.ADMITTED) -> None:
-        self.phase = phase
+    def __init__(self, stage: Stage = Stage.ADMITTED) -> None:
+        self.stage = stage
         self.was_live = False  # its attach finished (whatever ended it since): a failure is no refusal
-        self.ended = False  # read for every frame sent: a plain slot, kept with the phase
+        self.ended = False  # read for every frame sent: a plain slot, kept with the stage
         self.code: int | None = None  # the close code, once ended
         self.reason = ""
         self.by_client = False  # the client ended it, not the hub
@@ -108,22 +108,22 @@ class Life:
 
     def refuse(self, reason: str) -> None:
         """A notice concerning it came before its join: the join is refused (the first reason stands)."""
-        if self.phase < Phase.LIVE and self.refusal is None:
+        if self.stage < Stage.LIVE and self.refusal is None:
             self.refusal = reason
 
     def admitted(self) -> None:
-        if self.phase is not Phase.JOINING:
-            raise TransitionError(f"{self.phase.name}: only a joining connection is admitted")
-        self.phase = Phase.ADMITTED
+        if self.stage is not Stage.JOINING:
+            raise TransitionError(f"{self.stage.name}: only a joining connection is admitted")
+        self.stage = Stage.ADMITTED
 
     def join(
         self, address: str, workspace: str, *, first_in_workspace: bool, took_over: bool, resume: bool
     ) -> list[Effect]:
         """It is in the hub's tables: what makes it reachable, or its refusal (a notice came)."""
-        if self.phase not in (Phase.ADMITTED, Phase.ENDED):  # ended meanwhile: it joins, then is let go
-            raise TransitionError(f"{self.phase.name}: only an admitted connection joins")
+        if self.stage not in (Stage.ADMITTED, Stage.ENDED):  # ended meanwhile: it joins, then is let go
+            raise TransitionError(f"{self.stage.name}: only an admitted connection joins")
         if self.refusal is not None:
-            return [Refuse(self.refusal)]
+            return [RefuseJoin(self.refusal)]
         effects: list[Effect] = [Listen(address)]
         if first_in_workspace:
             effects.append(JoinWorkspace(workspace))
@@ -135,11 +135,11 @@ class Life:
 
     def attached(self) -> None:
         """The join's effects are done: it is the live connection (unless it ended meanwhile)."""
-        if self.phase not in (Phase.ADMITTED, Phase.ENDED):
-            raise TransitionError(f"{self.phase.name}: only a joining connection is attached")
+        if self.stage not in (Stage.ADMITTED, Stage.ENDED):
+            raise TransitionError(f"{self.stage.name}: only a joining connection is attached")
         self.was_live = True
-        if self.phase is Phase.ADMITTED:
-            self.phase = Phase.LIVE
+        if self.stage is Stage.ADMITTED:
+            self.stage = Stage.LIVE
 
     # -- ending ----------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Life:
         if self.ended:
             return False
         self.ended, self.code, self.reason = True, code, reason
-        self.phase = max(self.phase, Phase.ENDED)
+        self.stage = max(self.stage, Stage.ENDED)
         return True
 
     def end_by_client(self, code: int) -> bool:
@@ -174,14 +174,14 @@ class Life:
         the connection's own clean-up may both ask (the first mark stands); one already let go as
         gone stays gone (the registry's grace settles the client)."""
         if not self.ended:
-            raise TransitionError(f"{self.phase.name}: only an ended connection's client is in transit")
-        if self.phase is Phase.ENDED:
-            self.phase, self.until = Phase.IN_TRANSIT, until
+            raise TransitionError(f"{self.stage.name}: only an ended connection's client is in transit")
+        if self.stage is Stage.ENDED:
+            self.stage, self.until = Stage.IN_TRANSIT, until
 
     @property
     def moving(self) -> bool:
         """Its client was put in transit when it ended."""
-        return self.phase is Phase.IN_TRANSIT
+        return self.stage is Stage.IN_TRANSIT
 
     # -- let go ----------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Life:
         """The hub took it out of its tables (it was the live connection of its client: ``current``;
         the last of its workspace here: ``workspace_empty``)."""
         if not self.ended:
-            raise TransitionError(f"{self.phase.name}: a connection is let go once it ended")
+            raise TransitionError(f"{self.stage.name}: a connection is let go once it ended")
         self._current, self._workspace_empty = current, workspace_empty
         return [Expect(address)] if current else []
 
@@ -216,8 +216,8 @@ class Life:
 
     def _gone(self) -> None:
         # a transit stays until its client is back or its grace ends; let go twice, it stays gone
-        if self.phase is Phase.ENDED:
-            self.phase = Phase.GONE
+        if self.stage is Stage.ENDED:
+            self.stage = Stage.GONE
 
     # -- a client's next connection ------------------------------------------------
 
@@ -240,4 +240,4 @@ class Life:
 
     def __repr__(self) -> str:
         how = f" {self.code}{' by client' if self.by_client else ''}" if self.ended else ""
-        return f"<Life {self.phase.name.lower()}{how}{' back' if self.returned else ''}>"
+        return f"<Life {self.stage.name.lower()}{how}{' back' if self.returned else ''}>"

@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from switchboard.backends.patience import patience
-from switchboard.hub.sessions.life import Life, Phase
+from switchboard.hub.sessions.life import Life, Stage
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.sessions.send_queue import ClientConnection
 from switchboard.protocol.hypha.handshake import Hello
@@ -59,7 +59,7 @@ class ClientSession:
     @property
     def admitted(self) -> bool:
         """The hub admitted the client (a refusal after this came from the attach)."""
-        return self._life is not None and self._life.phase >= Phase.ADMITTED
+        return self._life is not None and self._life.stage >= Stage.ADMITTED
 
     @property
     def attached(self) -> bool:
