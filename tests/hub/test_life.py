@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from switchboard.hub.identity.users import User
-from switchboard.hub.sessions.effects import Depart, Effect, RefuseJoin
+from switchboard.hub.sessions.effects import Depart, Effect, RefuseJoin, Supersede
 from switchboard.hub.sessions.life import FRESH_GOODBYE, GOODBYE_CODES, HANDED_OVER, Life, Stage, TransitionError
 
 GRACE = 5.0
@@ -102,28 +102,41 @@ def live(*, arrived: bool = False) -> Life:
     return life
 
 
-def joined(first: bool, took_over: bool, resume: bool) -> list[str]:
+def joined(first: bool, took_over: bool, resume: bool, replaced: bool) -> list[str]:
     life = Life(Stage.JOINING)
     life.expect(MEL, WORKSPACE)
     life.admitted()
-    return words(life.join(ADDRESS, WORKSPACE, first_in_workspace=first, took_over=took_over, resume=resume))
+    return words(
+        life.join(ADDRESS, WORKSPACE, first_in_workspace=first, took_over=took_over, resume=resume, replaced=replaced)
+    )
 
 
-# the join: (first of its workspace here, the id held elsewhere, a resume) -> what makes it reachable
+# the join: (first of its workspace here, the id held elsewhere, a resume, a live connection here replaced)
+# -> what makes it reachable
 JOINS = [
-    ((False, False, False), ["listen"]),
-    ((True, False, False), ["listen", "joinworkspace"]),
-    ((False, True, False), ["listen", "takeover"]),
-    ((False, False, True), ["listen", "resume"]),
-    ((True, True, True), ["listen", "joinworkspace", "takeover", "resume"]),
+    ((False, False, False, False), ["listen"]),
+    ((True, False, False, False), ["listen", "joinworkspace"]),
+    ((False, True, False, False), ["listen", "takeover"]),
+    ((False, False, True, False), ["listen", "resume"]),
+    ((False, False, True, True), ["supersede", "listen", "resume"]),
+    ((False, False, False, True), ["supersede", "listen"]),
+    ((True, True, True, False), ["listen", "joinworkspace", "takeover", "resume"]),
 ]
 
 
 @pytest.mark.parametrize(("facts", "effects"), JOINS)
-def test_a_join_listens_for_its_client_then_joins_its_workspace_takes_over_and_resumes_as_the_facts_say(
-    facts: tuple[bool, bool, bool], effects: list[str]
+def test_a_join_supersedes_listens_joins_its_workspace_takes_over_and_resumes_as_the_facts_say(
+    facts: tuple[bool, bool, bool, bool], effects: list[str]
 ) -> None:
     assert joined(*facts) == effects
+
+
+def test_what_a_superseded_connection_had_goes_to_a_resume_and_fails_for_a_new_session() -> None:
+    life = Life()
+    effects = life.join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=True, replaced=True)
+    assert effects[0] == Supersede(ADDRESS, resume=True)
+    fresh = Life().join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=False, replaced=True)
+    assert fresh[0] == Supersede(ADDRESS, resume=False)
 
 
 def test_a_notice_while_joining_refuses_the_join_and_nothing_else_follows() -> None:
@@ -132,8 +145,8 @@ def test_a_notice_while_joining_refuses_the_join_and_nothing_else_follows() -> N
     life.refuse("Workspace team-a was deleted")
     life.refuse("Authentication error: Token has been revoked")  # the first reason stands
     life.admitted()
-    effects = life.join(ADDRESS, WORKSPACE, first_in_workspace=True, took_over=True, resume=True)
-    assert effects == [RefuseJoin("Workspace team-a was deleted")]
+    effects = life.join(ADDRESS, WORKSPACE, first_in_workspace=True, took_over=True, resume=True, replaced=True)
+    assert effects == [Supersede(ADDRESS, resume=True), RefuseJoin("Workspace team-a was deleted")]
 
 
 def test_a_notice_after_the_attach_refuses_nothing_notices_reach_it_as_a_member_then() -> None:

@@ -49,6 +49,7 @@ from switchboard.hub.sessions.effects import (
     RefuseJoin,
     Resume,
     Salvage,
+    Supersede,
     TakeOver,
     Unlisten,
 )
@@ -238,22 +239,20 @@ class Hub:
         # counted in within the limits, and the id claimed: refused if another user claimed it meanwhile
         claim = await self.gate.enter(peer)
         joined = self.roster.join(peer)
-        if (old := joined.replaced) is not None:
-            old.log.info("superseded by a new connection")
-            old.close(1000, "Superseded by a new connection of the same client")
-            # queued behind connection_info if it resumes; the earlier session's fail if it is a new one
-            for action in superseded_leftovers(peer, old.leftovers(self.clock.monotonic()), resume=plan.resume):
-                self.dispatch.carry(action)
+        effects = peer.life.join(
+            peer.id,
+            peer.workspace,
+            first_in_workspace=joined.first_in_workspace,
+            took_over=claim.previous_owner is not None,  # a copy on another replica is stale now
+            resume=plan.resume,
+            replaced=joined.replaced is not None,
+        )
         try:
-            effects = peer.life.join(
-                peer.id,
-                peer.workspace,
-                first_in_workspace=joined.first_in_workspace,
-                took_over=claim.previous_owner is not None,  # a copy on another replica is stale now
-                resume=plan.resume,
-            )
             for effect in effects:
-                await self._carry(peer, effect)
+                if isinstance(effect, Supersede) and joined.replaced is not None:  # first: nothing awaited
+                    self._supersede(joined.replaced, peer, resume=effect.resume)
+                else:
+                    await self._carry(peer, effect)
             self.metrics.clients.set(len(self.peers))
             peer.log.info("connected (reconnecting=%s, user=%s)", reconnecting, peer.user.id)
         except BaseException:  # failed or cancelled once live: attached whole or not at all
@@ -337,8 +336,19 @@ class Hub:
                 await self._carry(peer, then)
         elif isinstance(effect, Salvage):
             self.moves.salvage(peer)
-        else:
+        elif isinstance(effect, Purge):
             await self._purge(peer, effect)
+        else:  # Supersede: carried out by the attach, which knows the connection replaced
+            raise TypeError(f"not carried out here: {effect!r}")
+
+    def _supersede(self, old: Peer, new: Peer, *, resume: bool) -> None:
+        """Close the connection ``new`` replaced; what it still had is queued behind ``new``'s
+        ``connection_info`` if it resumes, else (the earlier session's) fails."""
+        old.log.info("superseded by a new connection")
+        old.close(1000, "Superseded by a new connection of the same client")
+        leftovers = old.leftovers(self.clock.monotonic())
+        for action in superseded_leftovers(new, leftovers, resume=resume):
+            self.dispatch.carry(action)
 
     async def _purge(self, peer: Peer, purge: Purge) -> None:
         self.uploads.forget(peer.id)

@@ -20,6 +20,15 @@ class RefuseJoin:
 
 
 @dataclass(frozen=True, slots=True)
+class Supersede:
+    """It replaced a live connection of its client here: that one is closed, and what it still had
+    goes to this one behind its ``connection_info`` (``resume``) or fails (a new session)."""
+
+    address: str
+    resume: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Listen:
     """Frames for ``address`` from other replicas are this connection's: subscribe its channel."""
 
@@ -101,7 +110,8 @@ class Purge:
 
 # what attaching calls for, then what letting go does
 Effect = (
-    RefuseJoin
+    Supersede
+    | RefuseJoin
     | Listen
     | JoinWorkspace
     | TakeOver

@@ -37,6 +37,7 @@ from switchboard.hub.sessions.effects import (
     RefuseJoin,
     Resume,
     Salvage,
+    Supersede,
     TakeOver,
     Unlisten,
 )
@@ -117,14 +118,23 @@ class Life:
         self.stage = Stage.ADMITTED
 
     def join(
-        self, address: str, workspace: str, *, first_in_workspace: bool, took_over: bool, resume: bool
+        self,
+        address: str,
+        workspace: str,
+        *,
+        first_in_workspace: bool,
+        took_over: bool,
+        resume: bool,
+        replaced: bool = False,
     ) -> list[Effect]:
-        """It is in the hub's tables: what makes it reachable, or its refusal (a notice came)."""
+        """It is in the hub's tables (where it ``replaced`` a live connection of its client): what
+        makes it reachable, or its refusal (a notice came)."""
         if self.stage not in (Stage.ADMITTED, Stage.ENDED):  # ended meanwhile: it joins, then is let go
             raise TransitionError(f"{self.stage.name}: only an admitted connection joins")
+        effects: list[Effect] = [Supersede(address, resume)] if replaced else []
         if self.refusal is not None:
-            return [RefuseJoin(self.refusal)]
-        effects: list[Effect] = [Listen(address)]
+            return [*effects, RefuseJoin(self.refusal)]
+        effects.append(Listen(address))
         if first_in_workspace:
             effects.append(JoinWorkspace(workspace))
         if took_over:
