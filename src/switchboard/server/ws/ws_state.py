@@ -53,8 +53,8 @@ _FORWARD: dict[ConnectionState, frozenset[ConnectionState]] = {
     CONNECTING: frozenset({OPEN, REFUSED, CLOSING, CLOSED}),
     OPEN: frozenset({CLOSING, HANDED_OVER, CLOSED}),
     REFUSED: frozenset({CLOSED}),
-    # after a hand-over the client's close frame gets no answer (the stream has ended): it stays
     CLOSING: frozenset({CLOSED}),
+    # the client's close frame after a hand-over gets no answer (the stream has ended): it stays
     HANDED_OVER: frozenset({CLOSED}),
     CLOSED: frozenset(),
 }
