@@ -33,6 +33,7 @@ from switchboard.server.process.server_state import ServerState
 from switchboard.server.ws import ws_asgi
 from switchboard.server.ws.inbox import Inbox
 from switchboard.server.ws.ws_protocol import HubWebSocketProtocol
+from switchboard.server.ws.ws_state import CLOSED
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class WebSocketTransport:
 
     async def close(self, code: int, reason: str) -> None:
         proto = self._proto
-        if proto.disconnected:
+        if proto.state is CLOSED:
             return  # the client is gone: no close frame to send (a crowd leaving skips an exception each)
         if code == handshake.CLOSE_RESTARTING and proto.hand_over(handshake.restarting_text(reason)):
             return  # a drain: the stream ends without a close frame (see ws_protocol)

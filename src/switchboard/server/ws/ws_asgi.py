@@ -25,21 +25,20 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from switchboard.server.process.connections import Connections
+from switchboard.server.ws.ws_state import CLOSED, CONNECTING, OPEN, ConnectionState
 
 
 class Connection(Protocol):
     """What the app's side needs of the connection (:class:`~switchboard.server.ws.ws_protocol.HubWebSocketProtocol`)."""
 
-    accepted: bool
-    closing: bool
-    disconnected: bool
+    state: ConnectionState
 
     @property
     def connections(self) -> Connections: ...
 
     async def writable(self) -> None: ...
     def accept(self, response: Response) -> None: ...
-    def respond(self, response: Response) -> None: ...
+    def respond(self, response: Response) -> bool: ...
     def refuse(self, status: int) -> None: ...
     def app_done(self) -> None: ...
     def send_now(self, message: bytes | str) -> bool: ...
@@ -120,7 +119,8 @@ class AsgiWebSocket:
 
     def __init__(self, proto: Connection, response: Response) -> None:
         self._proto = proto
-        self._response: Response | None = response  # the 101 websockets prepared, sent when the app accepts
+        # the 101 websockets prepared, sent when the app accepts (None from then on: the app accepted)
+        self._response: Response | None = response
         # a list, not a deque (600 bytes each, for thousands of idle connections): rarely more than one waits
         self._events: list[dict[str, Any]] = [{"type": "websocket.connect"}]
         self._wanted: asyncio.Future[None] | None = None
@@ -128,6 +128,11 @@ class AsgiWebSocket:
         self._denial: tuple[int, Any] | None = None  # a refusal's status and headers, awaiting its body
         self._body = b""
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def app_accepted(self) -> bool:
+        """The app sent ``websocket.accept`` (whether the 101 went out is the connection's state)."""
+        return self._response is None
 
     def take_messages(self) -> list[bytes | str]:
         """The messages waiting for ``receive``, in order, taken out of its queue (what else waits,
@@ -152,7 +157,7 @@ class AsgiWebSocket:
             log.exception("WebSocket app failed")
             proto.refuse(500)
         else:
-            if not proto.accepted and self._denial is None:
+            if not self.app_accepted and self._denial is None:
                 log.error("the WebSocket app returned without completing the handshake")
                 proto.refuse(500)
         proto.app_done()
@@ -187,24 +192,25 @@ class AsgiWebSocket:
     async def send(self, message: Message) -> None:
         proto = self._proto
         await proto.writable()
-        if proto.disconnected:
+        state = proto.state
+        if state is CLOSED:
             raise ClientDisconnected("the client is gone")
         kind = message["type"]
         if kind == "websocket.send":
-            if proto.closing:
+            if state not in (CONNECTING, OPEN):
                 raise ClientDisconnected("the WebSocket is closing")
             text = message.get("text")
             if not proto.send_now(message["bytes"] if text is None else text):
                 raise RuntimeError("websocket.send before websocket.accept")
-        elif kind == "websocket.accept" and not proto.accepted and self._denial is None and self._response:
-            response, self._response = self._response, None  # not kept for the connection's life
+        elif kind == "websocket.accept" and (response := self._response) is not None and self._denial is None:
+            self._response = None  # not kept for the connection's life
             proto.accept(accepted(response, message))
-        elif kind == "websocket.close" and proto.accepted:
+        elif kind == "websocket.close" and self.app_accepted:
             proto.close(message.get("code", 1000), message.get("reason") or "")
         elif kind == "websocket.close":  # before accepting: refused, as uvicorn does
             self.disconnected(1006)
             proto.refuse(403)
-        elif kind == "websocket.http.response.start" and not proto.accepted and self._denial is None:
+        elif kind == "websocket.http.response.start" and not self.app_accepted and self._denial is None:
             self._denial = (message["status"], message.get("headers") or [])
         elif kind == "websocket.http.response.body" and self._denial is not None:
             self._body += message.get("body", b"")

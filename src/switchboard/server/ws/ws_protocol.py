@@ -58,6 +58,16 @@ from switchboard.server.process.connections import Connections
 from switchboard.server.ws import ws_asgi
 from switchboard.server.ws.frame_scan import FrameScanner
 from switchboard.server.ws.ws_frames import BINARY, TEXT, close_in, data_frame
+from switchboard.server.ws.ws_state import (
+    CLOSED,
+    CLOSING,
+    CONNECTING,
+    HANDED_OVER,
+    NEVER_OPENED,
+    OPEN,
+    REFUSED,
+    ConnectionState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +115,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.address: tuple[str, int] | None = None
         self.asgi: ws_asgi.AsgiWebSocket | None = None  # once the request head is in
-        self.accepted = False  # the 101 is written
-        self.closing = False  # the hub wrote its last frame (a close, a refusal, or the end after a notice)
-        self.handed_over = False  # the stream has ended after a notice: nothing more may be written
-        self.disconnected = False
+        self.state: ConnectionState = CONNECTING  # moved only by _advance(), forward (ws_state)
         self.read_paused = False
         # while the transport's buffer is full: done when it takes writes again (a future made
         # then, not an asyncio.Event: a deque of waiters, 760 bytes, for every idle connection)
@@ -122,8 +129,14 @@ class HubWebSocketProtocol(asyncio.Protocol):
         self._message_since: float | None = None  # when the message under way began, by the loop's clock
 
     def __repr__(self) -> str:
-        state = "closing" if self.closing else "open" if self.accepted else "connecting"
-        return f"<{type(self).__name__} {self.address} {state}{' paused' if self.read_paused else ''}>"
+        return f"<{type(self).__name__} {self.address} {self.state.value}{' paused' if self.read_paused else ''}>"
+
+    def _advance(self, new: ConnectionState) -> bool:
+        """Move to ``new`` if that is forward from here; ``False``, and no move, if it is not."""
+        if not self.state.allows(new):
+            return False
+        self.state = new
+        return True
 
     # -- asyncio.Protocol -----------------------------------------------------------
 
@@ -148,8 +161,8 @@ class HubWebSocketProtocol(asyncio.Protocol):
                 self._upgrade(event)
         if writes := conn.data_to_send():
             self._write(writes)
-            if not self.closing and SEND_EOF in writes:  # websockets failed the connection (1002, 1009, ...)
-                self.closing = True
+            # websockets failed the connection (1002, 1009, ...)
+            if SEND_EOF in writes and self._advance(CLOSING):
                 sent = close_in(writes)
                 self._disconnect(sent.code if sent is not None else 1006, sent.reason if sent is not None else "")
         if scanner is not None:
@@ -168,9 +181,12 @@ class HubWebSocketProtocol(asyncio.Protocol):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        self.disconnected = self.closing = True
+        # 1006 if the 101 was never written (a client that closed or failed before it was let in
+        # has told the app its code already: the app hears the first one)
+        code = 1006 if self.state in NEVER_OPENED else 1005
+        self._advance(CLOSED)
         self.resume_writing()  # wake a send waiting for a buffer that will never drain
-        self._disconnect(1005 if self.accepted else 1006)
+        self._disconnect(code)
 
     def pause_writing(self) -> None:
         if self._write_paused is None:
@@ -238,17 +254,16 @@ class HubWebSocketProtocol(asyncio.Protocol):
         handler = self.on_message
         if handler is not None:
             handler(message)
-        elif not self.closing and self.asgi is not None:  # after the hub's close, ASGI's reader is past caring
+        elif self.state in (CONNECTING, OPEN) and self.asgi is not None:  # once closing, ASGI's reader is past caring
             self.asgi.received(message)
             self.pause_reading()  # until the app has taken it, as uvicorn does
 
     def _closed_by_client(self, close: Close) -> None:
         """The client's close frame: websockets answers it (or it answers ours) and ends the stream."""
-        if not self.closing:
-            self.closing = True
+        if self._advance(CLOSING):
             self._disconnect(close.code, close.reason)
         self._cancel("close")
-        if self.handed_over:  # websockets' answer may not be written after the end of the stream
+        if self.state is HANDED_OVER:  # websockets' answer may not be written after the end of the stream
             self.transport.close()
 
     def _disconnect(self, code: int, reason: str = "") -> None:
@@ -263,31 +278,32 @@ class HubWebSocketProtocol(asyncio.Protocol):
             await asyncio.shield(paused)  # a sender cancelled leaves it for the others
 
     def accept(self, response: Response) -> None:
-        self.accepted = True
-        self.respond(response)
-        if not self.closing:
-            # The handshake's parser keeps the upgrade request (its headers, a few KiB) for as
-            # long as the connection lives; the frames go to a protocol that starts open instead
-            # (no extension is ever negotiated, so nothing of the handshake carries over).
-            self.conn = ServerProtocol(state=State.OPEN, max_size=self.max_size)
+        """Write the 101 (``response``), unless the connection stopped connecting meanwhile."""
+        if not self.respond(response):
+            return
+        # The handshake's parser keeps the upgrade request (its headers, a few KiB) for as
+        # long as the connection lives; the frames go to a protocol that starts open instead
+        # (no extension is ever negotiated, so nothing of the handshake carries over).
+        self.conn = ServerProtocol(state=State.OPEN, max_size=self.max_size)
         self._later("ping", KEEPALIVE, self._send_ping)
 
-    def respond(self, response: Response) -> None:
-        """Write the handshake's answer; anything but a 101 ends the connection."""
-        if self.closing:
-            return
+    def respond(self, response: Response) -> bool:
+        """Write the handshake's answer while connecting (``False`` if no longer); anything but
+        a 101 ends the connection."""
+        if not self._advance(OPEN if response.status_code == 101 else REFUSED):
+            return False
         self.conn.send_response(response)
-        self.closing = response.status_code != 101
         self._write(self.conn.data_to_send())
+        return True
 
     def refuse(self, status: int) -> None:
         """Answer an upgrade the app did not accept with ``status`` (403, 500)."""
-        if not self.accepted:
+        if self.state is CONNECTING:
             self.respond(self.conn.reject(status, "" if status == 403 else "Internal Server Error"))
 
     def app_done(self) -> None:
         """The app returned: close, unless a close under way does it in time."""
-        if not self.closing:
+        if self.state in (CONNECTING, OPEN):
             self.transport.close()
 
     def hand_messages_to(self, handler: MessageHandler) -> None:
@@ -314,7 +330,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         keeps no state about data frames it did not fragment. Its ``state`` says
         whether one may be sent: not after a close frame, sent or received.
         """
-        if self.closing or self._write_paused is not None or not self.accepted or self.conn.state is not State.OPEN:
+        if self.state is not OPEN or self._write_paused is not None or self.conn.state is not State.OPEN:
             return False
         if type(message) is str:
             self.transport.write(data_frame(TEXT, message.encode()))
@@ -324,9 +340,8 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def close(self, code: int, reason: str) -> None:
         """Send a close frame; the client has :data:`CLOSE_TIMEOUT` to answer it."""
-        if self.closing or self.transport.is_closing():
+        if self.transport.is_closing() or not self._advance(CLOSING):
             return
-        self.closing = True
         self._disconnect(code, reason)
         with contextlib.suppress(InvalidState):
             self.conn.send_close(code, reason)
@@ -339,7 +354,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
         ``False`` when the connection is already closing (then close it as usual).
         """
-        if self.closing or not self.accepted or self.transport.is_closing() or not self.transport.can_write_eof():
+        if self.state is not OPEN or self.transport.is_closing() or not self.transport.can_write_eof():
             return False
         try:
             self.conn.send_text(notice.encode())
@@ -347,7 +362,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
             return False
         self._cancel("ping")
         self._cancel("pong")  # nothing may be written after the end of the stream
-        self.closing = self.handed_over = True
+        self._advance(HANDED_OVER)
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.transport.write_eof()
         self._later("hand over", HAND_OVER_READ, self.transport.close)
@@ -356,8 +371,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
     def fail(self, code: int, reason: str) -> None:
         """Fail the connection: a close frame if one may still be written, then close at once."""
         self._frames = []
-        if not self.closing:
-            self.closing = True
+        if self._advance(CLOSING):
             self._disconnect(code, reason)
             self.conn.fail(code, reason)
             self._write(self.conn.data_to_send())
@@ -368,7 +382,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """The server stops: close an open connection (1012), refuse a handshake under way (500)."""
-        if self.accepted:
+        if self.state is OPEN:
             self.close(CloseCode.SERVICE_RESTART, "")
             self.transport.close()
         else:
@@ -392,7 +406,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def _write(self, writes: list[bytes]) -> None:
         """Write what ``websockets`` has to send; its end-of-stream marker closes the transport."""
-        if self.handed_over:
+        if self.state is HANDED_OVER or self.state is CLOSED:
             return  # the stream has ended
         data = b"".join(writes)
         if data:
@@ -402,7 +416,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def _send_ping(self) -> None:
         self._timers.pop("ping", None)
-        if self.closing or self.conn.state is not State.OPEN:
+        if self.state is not OPEN or self.conn.state is not State.OPEN:
             return
         if (quiet := self.loop.time() - self._heard) < KEEPALIVE:  # heard from: no ping needed yet
             self._later("ping", KEEPALIVE - quiet, self._send_ping)
@@ -414,7 +428,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
 
     def _pong_overdue(self) -> None:
         self._timers.pop("pong", None)
-        if not self.closing:
+        if self.state is OPEN:
             log.info("closing WebSocket from %s: keepalive ping timeout", self.address)
             self.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
 
@@ -422,7 +436,7 @@ class HubWebSocketProtocol(asyncio.Protocol):
         """The frame timer: fail the connection if the message under way is late, else wait on."""
         self._timers.pop("message", None)
         since, timeout = self._message_since, self.frame_timeout
-        if since is None or timeout is None or self.closing or self.transport.is_closing():
+        if since is None or timeout is None or self.state not in (CONNECTING, OPEN) or self.transport.is_closing():
             return
         now = self.loop.time()
         if self.read_paused:  # the server is not reading: the client is not the one holding it up
