@@ -290,14 +290,17 @@ class Hub:
             await self._carry(peer, effect)
         self.metrics.clients.set(len(self.peers))
         await self.gate.count_out(peer)
-        for effect in peer.life.counted_out(peer.id, peer.workspace, newer_here=peer.id in self.peers):
+        newer_here = peer.id in self.peers  # a new connection of the client attached meanwhile
+        for effect in peer.life.counted_out(peer.id, peer.workspace, newer_here=newer_here):
             await self._carry(peer, effect)
+        if not left.current:
+            return  # superseded: the newer connection is the client's
         why = peer.close_reason or "closed"
-        if peer.life.stage is Stage.IN_TRANSIT:
-            peer.log.info("disconnected (%s), in transit", why)
-        elif left.current and peer.id in self.peers:
+        if newer_here:
             peer.log.info("disconnected (%s), its client already back here", why)
-        elif left.current:
+        elif peer.life.stage is Stage.IN_TRANSIT:
+            peer.log.info("disconnected (%s), in transit", why)
+        else:
             peer.log.info("disconnected (%s)", why)
 
     async def _carry(self, peer: Peer, effect: Effect) -> None:
