@@ -18,6 +18,7 @@ from support.wire import Wire
 from switchboard.errors import HandshakeError
 from switchboard.hub.hub import Hub
 from switchboard.hub.identity.users import Permission, User
+from switchboard.hub.sessions.life import Stage
 from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.hypha import handshake
 from switchboard.protocol.hypha.handshake import Hello
@@ -236,3 +237,25 @@ async def test_a_session_is_entered_once_and_holds_no_token_while_it_lives(state
 def test_a_session_keeps_no_dict() -> None:
     """It lives as long as its connection, for each of thousands of idle clients."""
     assert not hasattr(ClientSession.__new__(ClientSession), "__dict__")
+
+
+async def test_a_connections_life_goes_from_joining_through_live_to_gone_as_its_door_lives_it(
+    state: ServerState,
+) -> None:
+    session = ClientSession(state, hello("lively"), Wire())
+    async with session:
+        life = session.peer.life
+        assert (life.stage, session.admitted, session.attached) == (Stage.LIVE, True, True)
+    assert life.stage is Stage.GONE, "the hub closed it (no drop): its client left"
+    assert len(state.hub.from_replicas) == 0, "nothing more is listened to for it"
+
+
+async def test_a_dropped_connection_leaves_its_client_in_transit_until_its_grace_ends() -> None:
+    clock = FakeClock()
+    state = ServerState(build_hub(settings_for_tests(transit_grace=5.0), clock=clock))
+    async with ClientSession(state, hello("dropped"), Wire()) as session:
+        life = session.peer.life
+        session.peer.client_closed(1006)  # the stream broke: no goodbye
+    assert (life.stage, life.until) == (Stage.IN_TRANSIT, clock.monotonic() + 5.0)
+    untouched(state)
+    assert session.attached, "it was attached: what ended it is no refusal"
