@@ -38,6 +38,7 @@ from switchboard.hub.identity.credentials import Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
 from switchboard.hub.manager.acting import Acting
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.manager_port import ManagerInbox, ManagerPort
 from switchboard.hub.reconnection import ReconnectionTokens
@@ -121,6 +122,14 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
     # (hub/sessions/joins.py), and the sessions by the credentials they stand on
     joins, holders = Joins(), Holders()
     subscribers = Subscribers()  # who here listens to which workspace event
+    announced = Announced()  # what each connection here announced (written by the service directory)
+
+    def registered() -> int:
+        # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
+        # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
+        return sum(len(announced.of(peer)) for peer in peers.values())
+
+    metrics.services.set_function(registered)
     aliases: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
     background: set[asyncio.Task[Any]] = set()
     calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
@@ -180,6 +189,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         clock=clock,
         metrics=metrics,
         peers=peers,
+        rates=gate.rates,  # each connection's frame rate, spent per frame
         aliases=aliases,
         transit=transit,
         retry=retry,
@@ -218,7 +228,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         dispatch=dispatch, moves=moves, members=members, replica_id=replica_id, joins=joins, holders=holders
     )
     unicast.listen(from_replicas)
-    repairs = Repairs(replica_id=replica_id, gate=gate, peers=peers, events=events)
+    repairs = Repairs(replica_id=replica_id, gate=gate, peers=peers, announced=announced, events=events)
     for_manager = ManagerPort(
         settings=settings,
         clock=clock,
@@ -231,6 +241,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         credentials=credentials,
         gate=gate,
         peers=peers,
+        announced=announced,
         transit=transit,
         subscribers=subscribers,
         holders=holders,
@@ -259,6 +270,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         workspaces=backends.workspaces,
         manager=manager,
         for_manager=for_manager,
+        registered=registered,
     )
     drainer = Drainer(
         router=router,
@@ -280,6 +292,8 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
             settings=settings,
             clock=clock,
             peers=peers,
+            announced=announced,
+            gate=gate,
             transit=transit,
             manager=manager,
             metrics=metrics,
