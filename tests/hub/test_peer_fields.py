@@ -12,9 +12,12 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
 
 import switchboard
 from switchboard.hub.sessions.peer import Peer
+from switchboard.testing.hub import RunningServer
+from switchboard.testing.wait import eventually
 
 SRC = Path(switchboard.__file__).parent
 
@@ -96,3 +99,33 @@ def test_no_module_outside_the_sessions_package_writes_a_peer() -> None:
             if (rel, field) not in WRITTEN_BY_THE_HUB:
                 writes.append(f"{rel}:{line}: {name}.{field}")
     assert writes == []
+
+
+async def test_a_connection_that_leaves_is_freed_by_every_owner(server: RunningServer, connect: Any) -> None:
+    """What each owner kept for a connection (its services, subscriptions, rate, count, select:
+    allowance, reconnection token) is freed when the hub detaches it."""
+    hub = server.hub
+    owner = await connect(client_id="p0")
+    other = await connect(client_id="p1", token=await owner.generate_token())
+    for i, api in enumerate((owner, other)):
+        await api.register_service({"id": "calc", "load": lambda i=i: i})
+    assert await owner.subscribe(["my-event"]) is True
+    await owner.get_service_info("calc", {"mode": "select:min:load"})  # its select: calls get an allowance
+    peers = list(hub.peers.values())
+
+    def kept() -> list[object]:
+        return [
+            (
+                hub.manager.directory.keeps(peer),
+                sorted(hub.subscribers.names_of(peer)),
+                peer in hub.gate.rates,
+                hub.gate.counts_in(peer),
+            )
+            for peer in peers
+        ] + [len(hub.tokens)]
+
+    assert kept() == [(True, ["client_disconnected", "my-event"], True, True), (True, ["client_disconnected"], True, True), 2]
+    for api in (owner, other):
+        await api.disconnect()
+    await eventually(lambda: not hub.peers, what="both detached")
+    await eventually(lambda: kept() == [(False, [], False, False)] * 2 + [0], what="everything freed")

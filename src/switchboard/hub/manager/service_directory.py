@@ -438,6 +438,14 @@ class ServiceDirectory:
         finally:
             self._allowances.pop(caller, None)
 
+    def services_of(self, peer: Peer) -> Mapping[str, ServiceInfo]:
+        """What ``peer`` announced, by service id."""
+        return self.hub.announced.of(peer)
+
+    def keeps(self, peer: Peer) -> bool:
+        """Whether anything is kept here for ``peer`` (its services, its select: allowance)."""
+        return bool(self.hub.announced.of(peer)) or peer in self._allowances
+
     def forget(self, peer: Peer) -> None:
         """``peer`` was detached: what it announced and its select: allowance are no longer kept."""
         self.hub.announced.forget(peer)
