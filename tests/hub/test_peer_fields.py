@@ -124,7 +124,11 @@ async def test_a_connection_that_leaves_is_freed_by_every_owner(server: RunningS
             for peer in peers
         ] + [len(hub.tokens)]
 
-    assert kept() == [(True, ["client_disconnected", "my-event"], True, True), (True, ["client_disconnected"], True, True), 2]
+    assert kept() == [
+        (True, ["client_disconnected", "my-event"], True, True),
+        (True, ["client_disconnected"], True, True),
+        2,
+    ]
     for api in (owner, other):
         await api.disconnect()
     await eventually(lambda: not hub.peers, what="both detached")

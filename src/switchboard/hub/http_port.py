@@ -23,9 +23,9 @@ from switchboard.hub.manager.acting import Acting
 from switchboard.hub.manager.login_service import LoginService
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.manager.service_directory import Charge
+from switchboard.hub.manager_port import ManagerPort
 from switchboard.hub.routing.limits import Allowance
 from switchboard.hub.sessions.peer import Peer
-from switchboard.hub.manager_port import ManagerPort
 from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
 
 Methods = dict[str, tuple[Callable[..., Any], dict[str, Any]]]
