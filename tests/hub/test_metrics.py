@@ -16,7 +16,7 @@ def test_totals_read_each_figure_without_counting_the_services_of_every_client()
     metrics = HubMetrics("ra")
     walks: list[int] = []
 
-    def services_of_every_client() -> int:  # what Hub.start sets: a walk of the clients here
+    def services_of_every_client() -> int:  # what assemble sets: a walk of the clients here
         walks.append(1)
         return 0
 

@@ -69,6 +69,7 @@ class Table:
         self.me = make_peer("me")
         self.here = make_peer("here")
         self.peers = {ME: self.me, HERE: self.here}
+        self.rates: dict[Peer, TokenBucket] = {}  # each connection's frame rate (the gatekeeper's)
         self.transit: Transit[Undelivered] = Transit(clock=self.clock, grace=5.0)
         self.transit.left(AWAY)
         self.retry = RetryWindow(
@@ -84,6 +85,7 @@ class Table:
             clock=self.clock,
             metrics=self.metrics,
             peers=self.peers,
+            rates=self.rates,
             aliases={ALIAS},
             transit=self.transit,
             retry=self.retry,
@@ -289,7 +291,7 @@ def test_chunk_transfers_are_not_calls_of_their_own() -> None:
 
 def test_over_the_rate_a_call_is_rejected_and_fire_and_forget_is_dropped() -> None:
     t = Table()
-    t.me.rate = TokenBucket(rate=1, burst=1, clock=t.clock)
+    t.rates[t.me] = TokenBucket(rate=1, burst=1, clock=t.clock)
     assert type(t.route(call(HERE, "s1"))) is Deliver
     assert reject_of(t.route(call(HERE, "s2"))).startswith("Rate limit exceeded")
     assert t.route(event(HERE)) is None
@@ -299,7 +301,7 @@ def test_over_the_rate_a_call_is_rejected_and_fire_and_forget_is_dropped() -> No
 def test_over_the_rate_a_reply_to_an_open_call_still_goes() -> None:
     t = Table()
     t.route(call(ME, "s1"), sender=t.here)
-    t.me.rate = TokenBucket(rate=1, burst=0, clock=t.clock)
+    t.rates[t.me] = TokenBucket(rate=1, burst=0, clock=t.clock)
     assert type(t.route(reply(HERE, "s1"))) is Deliver, "the caller did nothing wrong"
     assert t.route(reply(HERE, "s-unknown")) is None, "a reply to nothing open is not exempt"
 
@@ -317,7 +319,7 @@ def test_a_text_frame_takes_from_the_rate_too() -> None:
     assert t.router.text(t.me, '{"type": "ping"}') == Send(t.me, handshake.PONG)
     assert type(t.router.text(t.me, '{"type": "refresh_token"}')) is SendToken
     assert t.router.text(t.me, '{"type": "nonsense"}') is None
-    t.me.rate = TokenBucket(rate=1, burst=0, clock=t.clock)
+    t.rates[t.me] = TokenBucket(rate=1, burst=0, clock=t.clock)
     assert "Rate limit exceeded" in error_of(t.router.text(t.me, '{"type": "ping"}'))
 
 

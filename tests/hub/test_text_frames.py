@@ -14,7 +14,6 @@ import pytest
 from support.wire import Wire
 from switchboard.hub import reconnection
 from switchboard.hub.identity.users import new_anonymous_user
-from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.sessions.peer import Peer
 from switchboard.server.app import build_hub
 from switchboard.testing.clock import FakeClock
@@ -30,8 +29,9 @@ def clock() -> FakeClock:
 
 
 @contextlib.asynccontextmanager
-async def peer_of(clock: FakeClock, *, rate: float, burst: int) -> AsyncIterator[tuple[Peer, Wire]]:
-    """A peer whose writer runs (so frames reach the wire at once), with its own rate bucket."""
+async def peer_of(hub: Any, *, entered: bool = False) -> AsyncIterator[tuple[Peer, Wire]]:
+    """A peer whose writer runs (so frames reach the wire at once); ``entered``: let in by the
+    gatekeeper, which gives it its rate bucket (the hub's settings)."""
     conn = Wire()
     peer = Peer(
         workspace="ws",
@@ -40,7 +40,8 @@ async def peer_of(clock: FakeClock, *, rate: float, burst: int) -> AsyncIterator
         transport=conn,
         max_queue_bytes=1 << 20,
     )
-    peer.rate = TokenBucket(rate=rate, burst=burst, clock=clock)
+    if entered:
+        await hub.gate.enter(peer)
     writer = asyncio.create_task(peer.run_writer())
     await asyncio.sleep(0)  # the writer starts
     try:
@@ -54,7 +55,7 @@ async def test_text_frames_take_from_the_rate_bucket_and_get_an_error_past_it(
     clock: FakeClock,
 ) -> None:
     hub = build_hub(settings_for_tests(max_messages_per_second=2, message_burst=3), clock=clock)
-    async with peer_of(clock, rate=2, burst=3) as (peer, conn):
+    async with peer_of(hub, entered=True) as (peer, conn):
         for _ in range(5):
             hub.handle_text(peer, PING)
         assert [f["type"] for f in conn.controls()] == ["pong"] * 3 + ["error"] * 2
@@ -79,7 +80,7 @@ async def test_a_refresh_reuses_the_token_signed_within_the_last_minute(
 ) -> None:
     hub = build_hub(settings_for_tests(), clock=clock)
     signed = counting_signatures(hub, monkeypatch)
-    async with peer_of(clock, rate=1000, burst=100) as (peer, conn):
+    async with peer_of(hub) as (peer, conn):
         for _ in range(50):
             hub.handle_text(peer, REFRESH)
         clock.advance(reconnection.TOKEN_REUSE - 0.01)
@@ -95,7 +96,7 @@ async def test_a_refresh_reuses_the_token_signed_within_the_last_minute(
 async def test_a_short_token_lifetime_shortens_the_reuse(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     hub = build_hub(settings_for_tests(reconnection_token_lifetime=60), clock=clock)
     signed = counting_signatures(hub, monkeypatch)
-    async with peer_of(clock, rate=1000, burst=100) as (peer, _):
+    async with peer_of(hub) as (peer, _):
         hub.handle_text(peer, REFRESH)
         clock.advance(6)  # a tenth of the lifetime: a reused token keeps at least 90% of it
         hub.handle_text(peer, REFRESH)

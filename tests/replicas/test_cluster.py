@@ -54,8 +54,10 @@ class User:
 
 @dataclass
 class Client:
-    services: dict[str, ServiceInfo]
-    counted: bool = True  # the hub-wide connection counts include it
+    """A connection here, with what the hub's parts keep of it (asked through the port, HubSide)."""
+
+    services: dict[str, ServiceInfo]  # what it announced (the service directory's)
+    counted: bool = True  # the hub-wide connection counts include it (the gatekeeper's)
     user: User = field(default_factory=User)
     workspace: str = "ws-1"
 
@@ -94,6 +96,14 @@ class HubSide:
     announced: list[tuple[str, list[str]]] = field(default_factory=list)  # departures announced
     sweeps: int = 0
     reclaims: int = 0
+
+    def services_of(self, client: str) -> list[ServiceInfo]:
+        held = self.peers.get(client)
+        return list(held.services.values()) if held is not None else []
+
+    def counted(self, client: str) -> bool:
+        held = self.peers.get(client)
+        return held is not None and held.counted
 
     async def repair_registry(self) -> list[ServiceInfo]:
         repair, self.to_repair = self.to_repair, []

@@ -34,12 +34,12 @@ MAX_LENGTH = getattr(Settings(), "max_event_type_length", 256)
 def held(server: RunningServer, client: Any) -> set[str]:
     """The event names the hub holds for ``client``'s connection."""
     peer = server.hub.peers[f"{client.config['workspace']}/{client.config['client_id']}"]
-    return peer.subscriptions
+    return set(server.hub.subscribers.names_of(peer))
 
 
 def held_everywhere(server: RunningServer) -> tuple[int, int]:
     """Names and characters of names held for every connection of the hub."""
-    names = [n for peer in server.hub.peers.values() for n in peer.subscriptions]
+    names = [n for peer in server.hub.peers.values() for n in server.hub.subscribers.names_of(peer)]
     return len(names), sum(map(len, names))
 
 
@@ -125,16 +125,17 @@ async def test_other_clients_are_unaffected_and_what_a_connection_held_is_freed_
     assert await listener.subscribe("my-event") is True
     attacker = await connect(client_id="attacker")
     peer = server.hub.peers[f"{attacker.config['workspace']}/attacker"]
-    assert await attacker.subscribe([f"n{i}" for i in range(MAX_NAMES - len(peer.subscriptions))]) is True
+    names = server.hub.subscribers.names_of
+    assert await attacker.subscribe([f"n{i}" for i in range(MAX_NAMES - len(names(peer)))]) is True
     with pytest.raises(RemoteException, match="at most"):
         await attacker.subscribe("one-more")
     # Someone else's bound is their own: the listener subscribes and hears a broadcast.
     assert await listener.subscribe([f"mine-{i}" for i in range(10)]) is True
     await owner.emit({"type": "my-event", "to": "*", "data": {"n": 1}})
     await eventually(lambda: got, what="the listener's event")
-    assert len(peer.subscriptions) == MAX_NAMES
+    assert len(names(peer)) == MAX_NAMES
     with contextlib.suppress(Exception):
         await attacker.disconnect()
-    await eventually(lambda: peer.closed and not peer.subscriptions, what="the attacker's names freed")
+    await eventually(lambda: peer.closed and not names(peer), what="the attacker's names freed")
     kept = [*held(server, owner), *held(server, listener)]
     assert held_everywhere(server) == (len(kept), sum(map(len, kept)))

@@ -202,7 +202,7 @@ async def test_a_connect_hands_the_managers_rpc_nothing_once_one_connect_was_ans
         # what the door answered works as the RPC's answer did: registered, listed, subscribed, callable
         listed = await client.list_services({"workspace": WS})
         assert f"{WS}/counted:built-in" in [s["id"] for s in listed]
-        assert server.hub.peers[f"{WS}/counted"].subscriptions >= {"client_disconnected"}
+        assert server.hub.subscribers.names_of(server.hub.peers[f"{WS}/counted"]) >= {"client_disconnected"}
         assert await client.echo("through the kept answer") == "through the kept answer"
     finally:
         await client.disconnect()

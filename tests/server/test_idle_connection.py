@@ -77,7 +77,7 @@ async def test_clients_of_one_hypha_rpc_version_keep_one_copy_of_the_built_in_sc
     infos = []
     for client in (a, b):
         peer = server.hub.peers[f"{client.config['workspace']}/{client.config['client_id']}"]
-        infos.append(peer.services[f"{peer.id}:built-in"])
+        infos.append(server.hub.manager.directory.services_of(peer)[f"{peer.id}:built-in"])
     assert infos[0]["service_schema"] == infos[1]["service_schema"]
     assert infos[0]["service_schema"] is infos[1]["service_schema"], "two copies of one schema"
     assert infos[0]["id"] != infos[1]["id"]

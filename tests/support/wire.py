@@ -104,7 +104,7 @@ async def attach_client(
     hub.subscribers.add(peer, events)
     for name in ("built-in", *services):
         info = {"id": f"{workspace}/{client_id}:{name}", "name": name, "config": {"visibility": "public"}}
-        peer.services[info["id"]] = info
+        hub.manager.hub.announced.add(peer, info, len(json.dumps(info)))  # type: ignore[arg-type]
         await hub.registry.register(info)  # type: ignore[arg-type]
     writer = asyncio.create_task(peer.run_writer())
     await settle()

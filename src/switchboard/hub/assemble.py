@@ -38,6 +38,7 @@ from switchboard.hub.identity.credentials import Credentials
 from switchboard.hub.identity.oidc import OidcVerifier
 from switchboard.hub.identity.users import ROOT
 from switchboard.hub.manager.acting import Acting
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.manager_port import ManagerInbox, ManagerPort
 from switchboard.hub.reconnection import ReconnectionTokens
@@ -119,6 +120,14 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
     peers, members, holders = roster.peers, roster.members, roster.holders
     joins = Joins()  # the connections joining: whom a deletion or revocation notice refuses
     subscribers = Subscribers()  # who here listens to which workspace event
+    announced = Announced()  # what each connection here announced (written by the service directory)
+
+    def registered() -> int:
+        # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
+        # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
+        return sum(len(announced.of(peer)) for peer in peers.values())
+
+    metrics.services.set_function(registered)
     aliases: dict[str, Acting] = {}  # HTTP callers with a call under way, by address
     background: set[asyncio.Task[Any]] = set()
     calls_ended = asyncio.Event()  # a call in flight ended: what a drain waits for
@@ -178,6 +187,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         clock=clock,
         metrics=metrics,
         peers=peers,
+        rates=gate.rates,  # each connection's frame rate, spent per frame
         aliases=aliases,
         transit=transit,
         retry=retry,
@@ -216,7 +226,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         dispatch=dispatch, moves=moves, members=members, replica_id=replica_id, joins=joins, holders=holders
     )
     unicast.listen(from_replicas)
-    repairs = Repairs(replica_id=replica_id, gate=gate, peers=peers, events=events)
+    repairs = Repairs(replica_id=replica_id, gate=gate, peers=peers, announced=announced, events=events)
     for_manager = ManagerPort(
         settings=settings,
         clock=clock,
@@ -229,6 +239,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         credentials=credentials,
         gate=gate,
         peers=peers,
+        announced=announced,
         transit=transit,
         subscribers=subscribers,
         holders=holders,
@@ -257,6 +268,7 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
         workspaces=backends.workspaces,
         manager=manager,
         for_manager=for_manager,
+        registered=registered,
     )
     drainer = Drainer(
         router=router,
@@ -278,6 +290,8 @@ def assemble(settings: Settings, backends: Backends, *, clock: Clock, secret: st
             settings=settings,
             clock=clock,
             peers=peers,
+            announced=announced,
+            gate=gate,
             transit=transit,
             manager=manager,
             metrics=metrics,

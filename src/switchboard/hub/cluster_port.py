@@ -2,17 +2,20 @@
 (:class:`~switchboard.replicas.upkeep.served.Served`), and nothing else.
 
 :class:`~switchboard.replicas.upkeep.cluster.Cluster` is handed this, not the hub:
-the clients here and those in transit, the manager's ping, the running
+the clients here and those in transit, what they announced and whether
+they are counted, the manager's ping, the running
 totals and loads its presence record carries, and the repairs, sweeps and
 clean-ups its loop runs. Built by :mod:`switchboard.hub.assemble`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from switchboard.clock import Clock
 from switchboard.config import Settings
+from switchboard.hub.gate.admission import Gatekeeper
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.loads import Loads
@@ -34,6 +37,8 @@ class ClusterPort:
         settings: Settings,
         clock: Clock,
         peers: Mapping[str, Peer],
+        announced: Announced,
+        gate: Gatekeeper,
         transit: Transit[Undelivered],
         manager: WorkspaceManager,
         metrics: HubMetrics,
@@ -53,6 +58,18 @@ class ClusterPort:
         self._repairs = repairs
         self._moves = moves
         self._events = events
+        self._announced = announced
+        self._gate = gate
+
+    def services_of(self, client: str) -> Collection[ServiceInfo]:
+        """What the live connection of ``client`` here announced (nothing if none is here)."""
+        peer = self.peers.get(client)
+        return self._announced.of(peer).values() if peer is not None else ()
+
+    def counted(self, client: str) -> bool:
+        """Whether the hub-wide connection counts include the live connection of ``client`` here."""
+        peer = self.peers.get(client)
+        return peer is not None and self._gate.counts_in(peer)
 
     async def repair_registry(self) -> list[ServiceInfo]:
         return await self._repairs.repair_registry()

@@ -24,6 +24,8 @@ from switchboard.hub.manager.login_service import LoginService
 from switchboard.hub.manager.manager import WorkspaceManager
 from switchboard.hub.manager.service_directory import Charge
 from switchboard.hub.manager_port import ManagerPort
+from switchboard.hub.routing.limits import Allowance
+from switchboard.hub.sessions.peer import Peer
 from switchboard.protocol.hypha.services import ServiceInfo, ServiceQuery
 
 Methods = dict[str, tuple[Callable[..., Any], dict[str, Any]]]
@@ -41,12 +43,14 @@ class HttpPort:
         workspaces: WorkspaceStore,
         manager: WorkspaceManager,
         for_manager: ManagerPort,
+        registered: Callable[[], int],
     ) -> None:
         self._credentials = credentials
         self._gate = gate
         self._registry = registry
         self._manager = manager
         self._for_manager = for_manager
+        self._registered = registered
         self.workspaces = workspaces  # workspace records, for the routes that read them
         self.login: LoginService = manager.login  # public/hypha-login, for the sign-in page
 
@@ -65,6 +69,14 @@ class HttpPort:
     def acting_as(self, user: dict[str, Any], workspace: str) -> contextlib.AbstractAsyncContextManager[Acting]:
         """Calls the manager's RPC makes inside the block carry the HTTP caller's identity."""
         return self._for_manager.acting_as(user, workspace)
+
+    def charging(self, caller: Peer, allowance: Allowance) -> contextlib.AbstractContextManager[None]:
+        """Within the block, the ``select:`` lookups ``caller`` makes are calls of ``allowance``'s principal."""
+        return self._manager.directory.charging(caller, allowance)
+
+    def registered_services(self) -> int:
+        """How many services the clients connected here have announced."""
+        return self._registered()
 
     async def find(self, query: ServiceQuery) -> list[ServiceInfo]:
         """The registered services ``query`` matches, on every replica."""

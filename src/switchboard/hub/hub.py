@@ -165,9 +165,6 @@ class Hub:
         await self.bus.subscribe(KICK_CHANNEL)
         await self.moves.start()
         self.metrics.calls_in_flight.set_function(lambda: len(self.inflight))
-        # counted from what the connected clients hold, not kept by +1/-1: a clean-up that
-        # Redis ran but whose answer timed out (thousands leaving at once) cannot skew it
-        self.metrics.services.set_function(lambda: sum(len(p.services) for p in self.peers.values()))
         if self.cluster is not None:
             await self.cluster.start()
 
@@ -283,7 +280,8 @@ class Hub:
         peer.close(1000, "")
         self.subscribers.drop(peer)
         self.inflight.forget_peer(peer.id)
-        self.manager.forget(peer.id)
+        self.manager.forget(peer)
+        self.tokens.forget(peer)
         left = self.roster.leave(peer)
         effects = peer.life.detached(peer.id, current=left.current, workspace_empty=left.workspace_empty)
         for effect in effects:  # none awaits: frames that come while the stores are asked are held

@@ -30,8 +30,10 @@ from switchboard.hub.identity.auth import TokenIssuer
 from switchboard.hub.identity.credentials import REVOKED, Credentials
 from switchboard.hub.identity.users import User
 from switchboard.hub.manager.acting import Acting
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.repairs import Repairs
 from switchboard.hub.routing.balance import Balanced, Refuse, Resend
+from switchboard.hub.routing.limits import TokenBucket
 from switchboard.hub.routing.loads import Loads
 from switchboard.hub.routing.router import Router
 from switchboard.hub.routing.undelivered import Undelivered
@@ -97,6 +99,7 @@ class ManagerPort:
         credentials: Credentials,
         gate: Gatekeeper,
         peers: Mapping[str, Peer],
+        announced: Announced,
         transit: Transit[Undelivered],
         subscribers: Subscribers,
         holders: Holders,
@@ -129,6 +132,7 @@ class ManagerPort:
         self.manager_id = settings.manager_id
         self.manager_address = f"*/{settings.manager_id}"
         self._gate = gate
+        self.announced = announced  # what each connection announced (the directory writes it)
         self._peers = peers
         self._transit = transit
         self._holders = holders
@@ -155,6 +159,11 @@ class ManagerPort:
     async def deletion(self, user: User, workspace: str) -> str | None:
         """Why ``user`` may not enter ``workspace`` because it was deleted, if so (:meth:`Gatekeeper.deletion`)."""
         return await self._gate.deletion(user, workspace)
+
+    @property
+    def rates(self) -> Mapping[Peer, TokenBucket]:
+        """Each connection's frame rate (the gatekeeper's)."""
+        return self._gate.rates
 
     def peer_for(self, address: str) -> Peer | None:
         return self._peers.get(address)

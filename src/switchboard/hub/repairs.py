@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from switchboard.hub.gate.admission import Gatekeeper
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.sessions.peer import Peer
 from switchboard.hub.workspace_events import WorkspaceEvents
 from switchboard.protocol.hypha.services import ServiceInfo
@@ -19,11 +20,18 @@ class Repairs:
     """This replica's registry writes that failed, and their retry."""
 
     def __init__(
-        self, *, replica_id: str, gate: Gatekeeper, peers: Mapping[str, Peer], events: WorkspaceEvents
+        self,
+        *,
+        replica_id: str,
+        gate: Gatekeeper,
+        peers: Mapping[str, Peer],
+        announced: Announced,
+        events: WorkspaceEvents,
     ) -> None:
         self._replica_id = replica_id
         self._gate = gate
         self._peers = peers
+        self._announced = announced  # what each of them announced (the service directory's)
         self._events = events
         self.unpurged: set[tuple[str, str]] = set()  # (workspace, client id) whose registrations stayed
         self.registry_dirty = False  # a registration could not be written: the cluster loop re-asserts
@@ -39,7 +47,7 @@ class Repairs:
         if not self.registry_dirty:
             return []
         self.registry_dirty = False
-        return [info for peer in list(self._peers.values()) for info in peer.services.values()]
+        return [info for peer in list(self._peers.values()) for info in self._announced.of(peer).values()]
 
     async def reclaim(self) -> None:
         """Record again whose client ids this replica's clients are (the store lost its data)."""

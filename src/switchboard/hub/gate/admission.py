@@ -9,7 +9,7 @@ names: a client id belongs to the user that first connected with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from switchboard.backends.base import Arrival, Claim, ConnectionCounts, Entering, Entrance, Registry, WorkspaceStore
@@ -112,7 +112,11 @@ def held_by_another(client: str) -> str:
 
 
 class Gatekeeper:
-    """Admission decisions for one replica; all state it counts lives in the backends."""
+    """Admission decisions for one replica; all state it counts lives in the backends.
+
+    Of each connection it let in it keeps the frame rate (:attr:`rates`, spent by the router)
+    and whether the hub-wide counts include it (:meth:`counts_in`), until :meth:`count_out`.
+    """
 
     def __init__(
         self,
@@ -135,6 +139,17 @@ class Gatekeeper:
         self.workspaces = workspaces
         self.entrance = entrance  # what an admission asks the stores, in two steps (one round trip each on Redis)
         self.uncounted: list[tuple[str, str]] = []  # releases that failed, retried later
+        self._rates: dict[Peer, TokenBucket] = {}  # each connection's frame rate, from its entry to its count_out
+        self._counted: set[Peer] = set()  # the connections the hub-wide counts include
+
+    @property
+    def rates(self) -> Mapping[Peer, TokenBucket]:
+        """Each connection's frame rate (set when it entered, freed by :meth:`count_out`)."""
+        return self._rates
+
+    def counts_in(self, peer: Peer) -> bool:
+        """Whether the hub-wide connection counts include ``peer``."""
+        return peer in self._counted
 
     async def admit(
         self, hello: Hello, *, workspace_here: Callable[[str], bool], joining: Life | None = None
@@ -317,7 +332,6 @@ class Gatekeeper:
         :meth:`Entrance.enter`); refused if a limit would be passed, or if another user claimed
         the id since :meth:`plan` looked."""
         s = self.settings
-        peer.rate = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
         entering = Entering(
             peer.workspace,
             peer.client_id,
@@ -328,7 +342,8 @@ class Gatekeeper:
             counted_as=peer.user.accountable,  # a generated token's holders count as its maker
         )
         entry = await self.entrance.enter(entering)
-        peer.counted = entry.counted
+        if entry.counted:
+            self._counted.add(peer)
         if entry.over is not None:
             await self.count_out(peer)
             what, limit = (
@@ -345,12 +360,15 @@ class Gatekeeper:
             raise HandshakeError(held_by_another(peer.id), CLOSE_GOING_AWAY)
         if not entry.counted:
             peer.log.warning("connection limits not enforced: the connection counter did not answer")
+        self._rates[peer] = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.clock)
         return entry.claim
 
     async def count_out(self, peer: Peer) -> None:
-        if not peer.counted:
+        """``peer`` is gone (or was refused): its rate is freed and its count released."""
+        self._rates.pop(peer, None)
+        if peer not in self._counted:
             return
-        peer.counted = False
+        self._counted.discard(peer)
         try:
             await self.counts.remove(peer.user.accountable, peer.workspace)
         except BackendError as exc:

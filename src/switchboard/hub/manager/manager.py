@@ -222,9 +222,11 @@ class WorkspaceManager:
         """
         self.door.receive(frame, caller, env)
 
-    def forget(self, client: str) -> None:
-        """``client``'s connection ended: what the door kept for it (its pieces of a chunked message) goes."""
-        self.door.forget(client)
+    def forget(self, peer: Peer) -> None:
+        """``peer`` was detached: what the door kept for its client (its pieces of a chunked message)
+        goes, and what the directory kept for the connection (its services, its select: allowance)."""
+        self.door.forget(peer.id)
+        self.directory.forget(peer)
 
     def methods(self) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         """The ``default`` service's functions by name, with their parameters' schema."""
@@ -490,12 +492,13 @@ class WorkspaceManager:
             refusal = subscription_refusal(name, peer.workspace)
             if refusal is not None:
                 raise PermissionDenied(refusal)
-        added = set(names) - peer.subscriptions
-        if len(peer.subscriptions) + len(added) > s.max_subscriptions_per_client:
+        held = self.hub.subscribers.names_of(peer)
+        added = set(names) - held
+        if len(held) + len(added) > s.max_subscriptions_per_client:
             raise LimitExceeded(
                 f"Too many event types: a connection may subscribe to at most {s.max_subscriptions_per_client} event "
                 f"types at once (--max-subscriptions-per-client/SWITCHBOARD_MAX_SUBSCRIPTIONS_PER_CLIENT); it holds "
-                f"{len(peer.subscriptions)} and asked for {len(added)} more: unsubscribe from some first"
+                f"{len(held)} and asked for {len(added)} more: unsubscribe from some first"
             )
         self.hub.subscribers.add(peer, added)
         return True

@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Protocol
 
 from hypha_rpc import RPC
@@ -27,6 +27,7 @@ from switchboard.config import Settings
 from switchboard.errors import BackendError, LimitExceeded, NotFound, PermissionDenied, ProtocolError
 from switchboard.hub.identity.users import Permission, User
 from switchboard.hub.manager.acting import Acting
+from switchboard.hub.manager.announced import Announced
 from switchboard.hub.manager.balanced_lookup import BalancedLookups
 from switchboard.hub.manager.balanced_lookup import handle as balanced_handle
 from switchboard.hub.manager.builtin_services import BuiltIns
@@ -72,6 +73,12 @@ class DirectoryHost(Protocol):
     clock: Clock
     registry_dirty: bool  # set when a registration could not be written: the cluster loop re-asserts
     manager_address: str
+    announced: Announced  # what each connection announced: written here only
+
+    @property
+    def rates(self) -> Mapping[Peer, TokenBucket]:
+        """Each connection's frame rate (the gatekeeper's): its select: calls take from it."""
+        ...
 
     @property
     def loads(self) -> ProviderLoads: ...
@@ -87,7 +94,10 @@ class ServiceDirectory:
     """The ``default`` service's methods about services (see the module docstring).
 
     ``rpc`` gives the manager's RPC once it runs: a service object is fetched
-    from its provider through it.
+    from its provider through it. What each connection announced is kept in
+    the host's :class:`~switchboard.hub.manager.announced.Announced`, and the
+    bounds on each caller's ``select:`` calls here, both until the connection
+    is detached (:meth:`forget`).
     """
 
     def __init__(self, hub: DirectoryHost, *, rpc: Callable[[], RPC | None], builtins: BuiltIns | None = None) -> None:
@@ -97,6 +107,7 @@ class ServiceDirectory:
         self._rng = random.Random()
         self._schemas = SharedValues(SHARED_SCHEMAS)
         self.balancing: BalancedLookups | None = None  # set by the manager: balanced handles
+        self._allowances: dict[Peer, Allowance] = {}  # each caller's select: calls (made at its first)
 
     async def register_service(self, service: Any, config: Any = None, context: dict[str, Any] | None = None) -> None:
         """Announce a service of the calling client to its workspace."""
@@ -123,12 +134,14 @@ class ServiceDirectory:
         if schema is None and "service_schema" in info:  # alike for every client of one hypha-rpc version: kept once
             info["service_schema"] = self._schemas.share(info["service_schema"])
         limit = self.hub.settings.max_services_per_client
-        if len(peer.services) >= limit and info["id"] not in peer.services:  # counted here: no Redis trip
+        held = self.hub.announced.of(peer)
+        if len(held) >= limit and info["id"] not in held:  # counted here: no Redis trip
             raise LimitExceeded(f"Too many services: a client may register at most {limit}")
         if short != "built-in":  # a client's presence is never a singleton, and every client has one
             await self._check_singleton(info)
-        encoded = self._check_size(peer, info)
-        peer.services[info["id"]] = info
+        encoded, size = self._check_size(peer, info)
+        if self._detached_later(peer):
+            self.hub.announced.add(peer, info, size)
         try:
             previous = await self.hub.registry.register(info, encoded=encoded)
         except BackendError as exc:
@@ -165,8 +178,7 @@ class ServiceDirectory:
         if ws != peer.workspace or cid != peer.client_id:
             raise PermissionDenied(f"Permission denied: {service_id} is not a service of {peer.id}")
         removed = await self.hub.registry.unregister(sid)
-        peer.services.pop(sid, None)
-        peer.service_bytes.pop(sid, None)
+        self.hub.announced.remove(peer, sid)
         if removed is None:
             raise NotFound(f"Service not found: {service_id}")
         if sid.endswith(":built-in"):
@@ -305,9 +317,9 @@ class ServiceDirectory:
                 raise BackendError(REFILLING)
             await clock.sleep(SETTLE_POLL)
 
-    def _check_size(self, peer: Peer, info: ServiceInfo) -> str | None:
+    def _check_size(self, peer: Peer, info: ServiceInfo) -> tuple[str | None, int]:
         """Bound what one client's registrations hold (they live in the registry until it leaves);
-        return ``info`` as the JSON measured, for the registry to store (``None``: not JSON)."""
+        return ``info`` as the JSON measured, for the registry to store (``None``: not JSON), and its size."""
         s = self.hub.settings
         try:
             encoded: str | None = registration_json(info, self._schemas)
@@ -318,14 +330,13 @@ class ServiceDirectory:
             raise LimitExceeded(
                 f"Service info too large: {size} bytes, at most {s.max_service_bytes} (--max-service-bytes)"
             )
-        total = sum(peer.service_bytes.values()) - peer.service_bytes.get(info["id"], 0) + size
+        total = self.hub.announced.bytes_besides(peer, info["id"]) + size
         if total > s.max_registration_bytes:
             raise LimitExceeded(
                 f"Registrations too large: this client's services would hold {total} bytes, "
                 f"at most {s.max_registration_bytes} (--max-registration-bytes)"
             )
-        peer.service_bytes[info["id"]] = size
-        return encoded
+        return encoded, size
 
     async def resolve(
         self,
@@ -399,16 +410,46 @@ class ServiceDirectory:
     def _asking_for(self, peer: Peer, calls: int) -> contextlib.AbstractContextManager[None]:
         """A caller's select: calls: a connection's are taken from its own frame rate and counted
         in flight (at most --max-pending-calls) while they run; an HTTP caller's from its request's."""
-        if peer.allowance is None:
+        allowance = self._allowances.get(peer)
+        if allowance is None:
             s = self.hub.settings
             # the peer's own frame rate when it has one (a connection's, given by the gatekeeper)
-            bucket = (
-                peer.rate
-                if isinstance(peer.rate, TokenBucket)
-                else TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
-            )
-            peer.allowance = Allowance(bucket, s.max_pending_calls, peer.id)
-        return peer.allowance.holding(calls)
+            bucket = self.hub.rates.get(peer)
+            if bucket is None:
+                bucket = TokenBucket(rate=s.max_messages_per_second, burst=s.message_burst, clock=self.hub.clock)
+            allowance = Allowance(bucket, s.max_pending_calls, peer.id)
+            if self._detached_later(peer):
+                self._allowances[peer] = allowance
+        return allowance.holding(calls)
+
+    def _detached_later(self, peer: Peer) -> bool:
+        """Whether what is kept for ``peer`` is freed by the hub's detach (:meth:`forget`): it is the live
+        connection of its client here. A closed one is being detached, and a superseded one's
+        registration is undone (as is anything an HTTP caller might leave)."""
+        return not peer.closed and self.hub.peer_for(peer.id) is peer
+
+    @contextlib.contextmanager
+    def charging(self, caller: Peer, allowance: Allowance) -> Iterator[None]:
+        """Within the block, ``caller``'s select: calls are admitted by ``allowance`` (an HTTP
+        request's: its user's or address's, :mod:`switchboard.server.http.http_services`)."""
+        self._allowances[caller] = allowance
+        try:
+            yield
+        finally:
+            self._allowances.pop(caller, None)
+
+    def services_of(self, peer: Peer) -> Mapping[str, ServiceInfo]:
+        """What ``peer`` announced, by service id."""
+        return self.hub.announced.of(peer)
+
+    def keeps(self, peer: Peer) -> bool:
+        """Whether anything is kept here for ``peer`` (its services, its select: allowance)."""
+        return bool(self.hub.announced.of(peer)) or peer in self._allowances
+
+    def forget(self, peer: Peer) -> None:
+        """``peer`` was detached: what it announced and its select: allowance are no longer kept."""
+        self.hub.announced.forget(peer)
+        self._allowances.pop(peer, None)
 
     async def _ask(
         self, candidates: list[ServiceInfo], mode: selection.Mode, timeout: float, *, user: User, workspace: str

@@ -55,6 +55,7 @@ from switchboard.protocol.link import relay
 if TYPE_CHECKING:  # named in signatures only: the router itself loads nothing with I/O (tests/test_layers.py)
     from switchboard.clock import Clock
     from switchboard.config import Settings
+    from switchboard.hub.routing.limits import TokenBucket
     from switchboard.hub.sessions.in_transit import Waiting
     from switchboard.hub.sessions.peer import Peer
     from switchboard.metrics import HubMetrics
@@ -66,7 +67,8 @@ class Router(RelayedRoutes):
     """The routing decisions of one replica (see the module docstring).
 
     ``peers`` (clients here), ``aliases`` (HTTP callers' addresses),
-    ``transit``, ``retry`` and ``replies`` are the hub's, read only. ``draining`` is set
+    ``transit``, ``retry`` and ``replies`` are the hub's, read only; so are
+    ``rates``, each connection's frame rate (the gatekeeper's), which it spends. ``draining`` is set
     by the drain: new calls to clients here then wait for them to reappear
     elsewhere.
     """
@@ -85,6 +87,7 @@ class Router(RelayedRoutes):
         inflight: InFlight | None = None,
         balanced: balance.Balanced | None = None,
         uploads: Receivers | None = None,
+        rates: Mapping[Peer, TokenBucket] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -93,6 +96,7 @@ class Router(RelayedRoutes):
         self.manager_id = settings.manager_id
         self.manager_address = f"*/{self.manager_id}"
         self.peers = peers
+        self.rates: Mapping[Peer, TokenBucket] = rates if rates is not None else {}  # none: no rate limit
         self.aliases = aliases
         self.transit = transit
         self.retry = retry
@@ -122,7 +126,8 @@ class Router(RelayedRoutes):
     def text(self, peer: Peer, text: str) -> Action | None:
         """A text control frame. Each takes from the client's rate bucket, as a binary
         frame does: over the limit it gets an error frame instead of an answer."""
-        if peer.rate is not None and not peer.rate.take():
+        rate = self.rates.get(peer)
+        if rate is not None and not rate.take():
             self.metrics.rate_limited.inc()
             return Send(peer, handshake.error_text(self._rate_refusal))
         kind = handshake.parse_control(text)
@@ -224,7 +229,8 @@ class Router(RelayedRoutes):
         A reply that answers a call still open is never refused: dropping it
         would punish the caller, who did nothing wrong, with a timeout.
         """
-        if peer.rate is not None and not peer.rate.take():
+        rate = self.rates.get(peer)
+        if rate is not None and not rate.take():
             if traits.kind is REPLY and self.inflight.is_open(target, traits.answers):  # type: ignore[arg-type]
                 return None
             return self._rate_refusal

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 from switchboard.hub.identity.users import User
 from switchboard.hub.sessions.life import Life
@@ -25,33 +24,22 @@ FRESH_REPLIES = 64
 FRESH_REPLY_BYTES = 64 * 1024  # larger ones are not kept: at most 4 MiB per client, for a second
 
 
-class Rate(Protocol):
-    """A connection's frame rate as the router spends it: ``take`` is false once it is spent
-    (hub/routing/limits.py's ``TokenBucket``, which the gatekeeper gives the peer)."""
-
-    def take(self, count: int = 1) -> bool: ...
-
-
-class CallBounds(Protocol):
-    """A caller's bounds on the calls it makes, held while they run (hub/routing/limits.py's ``Allowance``)."""
-
-    def holding(self, calls: int) -> contextlib.AbstractContextManager[None]: ...
-
-
 class Peer:
-    """A client of the hub: identity, event subscriptions, its connection's life and send queue.
+    """A client of the hub: its identity, its connection's life and send queue.
 
     Routing never awaits the client's socket: frames go through a bounded
     :class:`~switchboard.hub.sessions.send_queue.SendQueue`. A client that stops
     reading fills it, and when the queued bytes pass ``max_queue_bytes`` it is
     disconnected so that it cannot grow the server's memory or slow anyone else.
-    Each field that the hub's parts keep here has one writer, named beside it.
+    What the hub's parts keep about a connection (its services, event
+    subscriptions, frame rate, reconnection token ...) each part keeps itself,
+    keyed by the peer and freed when the hub detaches it: nothing outside
+    ``hub/sessions/`` writes a peer but the hub's :attr:`last_heard`.
     """
 
     # slots, not a __dict__ (1.5 KiB with this many attributes): thousands of idle clients have one each
     __slots__ = (
-        "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "subscriptions",
-        "services", "service_bytes", "rate", "allowance", "counted", "token", "token_signed_at", "queue", "life",
+        "workspace", "client_id", "id", "user", "user_wire", "identity", "transport", "queue", "life",
         "unsent", "fresh_replies", "_on_close", "last_heard", "log",
     )  # fmt: skip
 
@@ -73,22 +61,6 @@ class Peer:
         self.user_wire: dict[str, Any] = user.to_wire(workspace, client_id)
         self.identity = envelope.identity(self.id, workspace, self.user_wire)  # what its frames are stamped with
         self.transport = transport
-        # the event types it asked for; written only by the hub's index (hub/sessions/subscribers.py),
-        # which frees them when the connection is detached
-        self.subscriptions: set[str] = set()
-        # what this client announced (written by the service directory), kept here so a replica
-        # can re-assert it when the shared registry comes back empty
-        self.services: dict[str, dict[str, Any]] = {}
-        self.service_bytes: dict[str, int] = {}  # each service info's size, for the registration bound
-        self.rate: Rate | None = None  # set by the gatekeeper when it admits the peer
-        # its select: lookups' calls (made at its first, hub/manager/service_directory.py); an HTTP
-        # caller's is its request's user's or address's (server/http/http_manager.py)
-        self.allowance: CallBounds | None = None
-        self.counted = False  # whether the hub-wide connection counts include this peer (the gatekeeper's)
-        # the last reconnection token signed for this connection, reused for a while
-        # (Hub.reconnection_token, its only writer), and when it was signed (the hub's clock)
-        self.token: str | None = None
-        self.token_signed_at = 0.0
         # its life from joining to gone (hub/sessions/life.py): the door's, made before its admission
         self.life = Life() if life is None else life
         self.queue = SendQueue(transport, max_bytes=max_queue_bytes, life=self.life, name=f"writer {self.id}")

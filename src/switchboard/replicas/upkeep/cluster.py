@@ -329,12 +329,12 @@ class Cluster:
         await self.presence.write(fields, ttl=self.presence_ttl)
 
     async def _reassert(self, why: str) -> None:
-        peers = list(self.hub.peers.values())
+        peers = list(self.hub.peers.items())
         await self.hub.reclaim()  # whose client ids these are, first
-        count = await self.registry.reassert([info for peer in peers for info in peer.services.values()])
+        count = await self.registry.reassert([info for client, _ in peers for info in self.hub.services_of(client)])
         self.reasserted += count
         self.log.warning("%s: re-asserted %d registrations of %d clients", why, count, len(peers))
-        counted = [peer for peer in peers if peer.counted]
+        counted = [peer for client, peer in peers if self.hub.counted(client)]
         users = Counter(peer.user.accountable for peer in counted)
         workspaces = Counter(peer.workspace for peer in counted)
         await self.counts.rebuild(users, workspaces)

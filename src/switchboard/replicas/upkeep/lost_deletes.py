@@ -30,14 +30,13 @@ class StaleStore(Protocol):
     async def remove(self, stale: Iterable[Stale]) -> list[tuple[Stale, bool, list[ServiceInfo]]]: ...
 
 
-class _PeerServices(Protocol):
-    @property
-    def services(self) -> Mapping[str, ServiceInfo]: ...
-
-
 class _Hub(Protocol):
     @property
-    def peers(self) -> Mapping[str, _PeerServices]: ...
+    def peers(self) -> Collection[str]:
+        """The clients live here."""
+        ...
+
+    def services_of(self, client: str) -> Collection[ServiceInfo]: ...
 
     @property
     def transit(self) -> Container[str]: ...
@@ -87,7 +86,7 @@ class LostDeletes:
         """What this replica holds now: its clients' services, and the clients away from it."""
         peers = self._hub.peers
         services: dict[str, Collection[str]] = {
-            client: {field_of(info["id"]) for info in peer.services.values()} for client, peer in peers.items()
+            client: {field_of(info["id"]) for info in self._hub.services_of(client)} for client in peers
         }
         return Held(services, away=self._hub.transit)
 
@@ -136,8 +135,8 @@ class LostDeletes:
         infos = [
             info
             for client, fields in clients.items()
-            if (peer := self._hub.peers.get(client)) is not None
-            for info in peer.services.values()
+            if client in self._hub.peers
+            for info in self._hub.services_of(client)
             if fields is None or field_of(info["id"]) in fields
         ]
         if infos:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from typing import Protocol
 
 from switchboard.clock import Clock
@@ -19,12 +19,6 @@ class _User(Protocol):
 
 
 class _ServingClient(Protocol):
-    @property
-    def services(self) -> Mapping[str, ServiceInfo]: ...
-
-    @property
-    def counted(self) -> bool: ...
-
     @property
     def user(self) -> _User: ...
 
@@ -88,6 +82,14 @@ class Served(Protocol):
     @property
     def transit(self) -> Container[str]:
         """Clients this replica holds for while they are away (in transit, or being cleaned up)."""
+        ...
+
+    def services_of(self, client: str) -> Collection[ServiceInfo]:
+        """What the live connection of ``client`` (one of :attr:`peers`) announced."""
+        ...
+
+    def counted(self, client: str) -> bool:
+        """Whether the hub-wide connection counts include the live connection of ``client``."""
         ...
 
     @property

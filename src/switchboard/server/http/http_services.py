@@ -334,9 +334,9 @@ async def _call(
         caller = await http_caller(
             hub, user=user, own_workspace=own_ws, workspace=caller_ws, anonymous=user is ANONYMOUS_HTTP
         )
-        caller.allowance = allowance  # its select: lookups are calls of the request's user or address
         hub.metrics.http_calls.inc()
-        done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
+        with hub.http.charging(caller, allowance):  # its select: lookups are calls of the request's user or address
+            done = await call_manager(hub, caller, request.path_params["function"], kwargs, workspace=caller_ws)
         return _respond(done, as_msgpack)
     named = f"{path_workspace(request)}/{request.path_params['service_id']}"
     if (key := hub.http.built_in(named, own_ws, user)) is not None:  # public/queue, admin-utils
@@ -345,9 +345,9 @@ async def _call(
         caller = await http_caller(
             hub, user=user, own_workspace=own_ws, workspace=own_ws, anonymous=user is ANONYMOUS_HTTP
         )
-        caller.allowance = allowance
         hub.metrics.http_calls.inc()
-        done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
+        with hub.http.charging(caller, allowance):
+            done = await call_built_in(hub, caller, key, request.path_params["function"], kwargs)
         return _respond(done, as_msgpack)
     info, user, service = await fetch_for_caller(request, user, own_ws, allowance)
     key = request.path_params["function"]

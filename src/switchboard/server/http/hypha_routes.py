@@ -46,7 +46,7 @@ async def health(request: Request) -> Response:
         why=why,
         replica=hub.replica_id,
         connections=len(hub.peers),
-        services=sum(len(peer.services) for peer in hub.peers.values()),
+        services=hub.http.registered_services(),
         started=state.created,
     )
     status, body = health_report.report(facts)
