@@ -465,3 +465,18 @@ def test_a_replica_gone_from_the_records_is_read_as_version_1_again() -> None:
     versions.learn([{"id": "r2", "reads": "2"}])
     versions.learn([])
     assert versions.reads("r2") == 1
+
+
+def test_one_byte_tells_every_wrapping_from_a_clients_plain_frame() -> None:
+    """The router reads :func:`plain` before any unwrapping, for every frame relayed."""
+    import msgpack
+
+    frame = msgpack.packb({"type": "method", "to": "ws/a", "method": "services.s.f"})
+    wrapped = [
+        rw.wrap_manager_call("replica-a", "s1", frame),
+        rw.wrap_bounced("ws/gone", frame),
+        rw.wrap_balanced("ws/balance|rr|svc", frame),
+    ]
+    assert [rw.plain(data) for data in wrapped] == [False, False, False]
+    assert rw.plain(frame)
+    assert rw.plain(msgpack.packb({f"k{i}": i for i in range(20)})), "a map of 16 keys or more (0xde) too"

@@ -61,7 +61,7 @@ def virtual_target(workspace: str, policy: str, name: str) -> str:
 
 
 def is_virtual(target: str) -> bool:
-    return target.partition("/")[2].startswith(_VIRTUAL)
+    return _VIRTUAL in target and target.partition("/")[2].startswith(_VIRTUAL)  # the first test, for every call
 
 
 def idempotent_of(info: Mapping[str, object]) -> frozenset[str]:

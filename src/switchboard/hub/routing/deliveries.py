@@ -45,8 +45,10 @@ class Deliveries(ChunkRoutes):
             return ToAlias(target, item.frame)
         peer = self.peers.get(target)
         if peer is not None:
-            if item.session is None and (
-                replica_wire.is_manager_call(item.frame) or replica_wire.is_bounced(item.frame)
+            if (
+                item.session is None
+                and not replica_wire.plain(item.frame)
+                and (replica_wire.is_manager_call(item.frame) or replica_wire.is_bounced(item.frame))
             ):
                 # another replica's manager call (or a call of this client's bounced back), held
                 # wrapped for a client that came back here: as if it had just come off the bus

@@ -48,11 +48,14 @@ class TokenBucket:
         self._last = now
 
     def take(self, count: int = 1) -> bool:
-        """Take ``count`` tokens if there are that many (else take none)."""
-        self._refill()
-        if self._tokens >= count:
-            self._tokens -= count
+        """Take ``count`` tokens if there are that many (else take none); refilled inline: once per frame."""
+        now = self._clock.monotonic()
+        tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        if tokens >= count:
+            self._tokens = tokens - count
             return True
+        self._tokens = tokens
         return False
 
     def wait(self, count: int = 1) -> float:

@@ -34,16 +34,21 @@ class RelayedRoutes(Deliveries):
         connection that just ended waits for its client if it is in transit,
         and a call to a client that left fails at once, not at its timeout.
         """
-        if replica_wire.is_bounced(data):
-            return self._bounced_back(peer, data)
-        try:
-            handle, data = replica_wire.unwrap_balanced(data)  # a balanced call, with the handle it was made through
-            origin, origin_session, frame = relay.unwrap(data)
-        except ProtocolError as exc:
-            peer.log.warning("dropped a relayed frame: %s", exc)
-            return None
-        if origin is not None and origin_session is not None:
-            self.reply_routes.remember(origin_session, origin)
+        handle = origin = None
+        frame = data
+        if not replica_wire.plain(data):  # wrapped by a replica: nearly never
+            if replica_wire.is_bounced(data):
+                return self._bounced_back(peer, data)
+            try:
+                handle, data = replica_wire.unwrap_balanced(
+                    data
+                )  # a balanced call, with the handle it was made through
+                origin, origin_session, frame = relay.unwrap(data)
+            except ProtocolError as exc:
+                peer.log.warning("dropped a relayed frame: %s", exc)
+                return None
+            if origin is not None and origin_session is not None:
+                self.reply_routes.remember(origin_session, origin)
         try:
             env = envelope.decode(frame)
         except ProtocolError:

@@ -90,6 +90,7 @@ _MANAGER_CALL: Final = b"\x00"  # a hypha-rpc frame (a msgpack map) never starts
 # BalancedCall, as the router hands it on (:func:`wrap_bounced`, :func:`wrap_balanced`).
 _BOUNCED: Final = b"\x01"
 _BALANCED: Final = b"\x02"
+_LAST_WRAP: Final = 2  # the wrappings' first bytes are 0 to this
 _BALANCED_MARK: Final = "balanced:"  # in the origin tag, after a space; a mark ends with _MARK_END
 _BOUNCED_MARK: Final = "bounced:"
 _MARK_END: Final = ";"
@@ -329,6 +330,13 @@ def handed_on(body: bytes) -> bytes:
     if len(body) > 2 and body[0] == _MARK and body[1] == LINKED_CALLS and body[2] in (1, 2):
         return body[2:]
     return body
+
+
+def plain(data: bytes) -> bool:
+    """Whether ``data`` is a hypha-rpc frame as a client sent it, not one the replicas wrapped (a
+    manager call, a bounced or a balanced call): a msgpack map never starts with a byte below 3.
+    One compare, read for every frame relayed, before any unwrapping."""
+    return not data or data[0] > _LAST_WRAP
 
 
 def wrap_balanced(handle: str, frame: bytes) -> bytes:
