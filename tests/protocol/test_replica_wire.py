@@ -13,6 +13,7 @@ import dataclasses
 import json
 from typing import Any
 
+import msgpack
 import pytest
 
 from switchboard.errors import ProtocolError
@@ -469,8 +470,6 @@ def test_a_replica_gone_from_the_records_is_read_as_version_1_again() -> None:
 
 def test_one_byte_tells_every_wrapping_from_a_clients_plain_frame() -> None:
     """The router reads :func:`plain` before any unwrapping, for every frame relayed."""
-    import msgpack
-
     frame = msgpack.packb({"type": "method", "to": "ws/a", "method": "services.s.f"})
     wrapped = [
         rw.wrap_manager_call("replica-a", "s1", frame),
