@@ -652,6 +652,11 @@ class Settings:
         return ids.manager_id(self.server_id)
 
     @property
+    def manager_address(self) -> str:
+        """How frames address the manager: ``*/<manager_id>``, from any workspace."""
+        return f"*/{self.manager_id}"
+
+    @property
     def public_base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 

@@ -130,7 +130,7 @@ class ManagerPort:
         self.loads = loads
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
-        self.manager_address = f"*/{settings.manager_id}"
+        self.manager_address = settings.manager_address
         self._gate = gate
         self.announced = announced  # what each connection announced (the directory writes it)
         self._peers = peers

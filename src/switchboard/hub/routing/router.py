@@ -94,7 +94,7 @@ class Router(RelayedRoutes):
         self.metrics = metrics
         self.replica_id = settings.replica_id
         self.manager_id = settings.manager_id
-        self.manager_address = f"*/{self.manager_id}"
+        self.manager_address = settings.manager_address
         self.peers = peers
         self.rates: Mapping[Peer, TokenBucket] = rates if rates is not None else {}  # none: no rate limit
         self.aliases = aliases
