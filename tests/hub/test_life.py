@@ -155,6 +155,17 @@ def test_a_notice_after_the_attach_refuses_nothing_notices_reach_it_as_a_member_
     assert life.refusal is None
 
 
+def test_what_notices_concerned_while_joining_is_not_kept_once_attached() -> None:
+    """Thousands of idle connections keep no copy of their credential ids."""
+    life = Life(Stage.JOINING)
+    life.expect(MEL, WORKSPACE)
+    assert (life.workspace, set(life.ids)) == (WORKSPACE, {"jti-mel"})
+    life.admitted()
+    life.join(ADDRESS, WORKSPACE, first_in_workspace=False, took_over=False, resume=False)
+    life.attached()
+    assert (life.workspace, tuple(life.ids)) == (None, ())
+
+
 def test_the_stages_go_one_way_joining_admitted_live_ended() -> None:
     life = Life(Stage.JOINING)
     assert life.stage is Stage.JOINING

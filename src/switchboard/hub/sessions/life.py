@@ -148,6 +148,9 @@ class Life:
         if self.stage not in (Stage.ADMITTED, Stage.ENDED):
             raise TransitionError(f"{self.stage.name}: only a joining connection is attached")
         self.was_live = True
+        # notices reach it through the hub's tables from now on: what they concerned is not kept
+        # for the connection's life (a set of credential ids for each of thousands of idle clients)
+        self.workspace, self.ids = None, ()
         if self.stage is Stage.ADMITTED:
             self.stage = Stage.LIVE
 
