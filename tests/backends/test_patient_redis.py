@@ -143,3 +143,53 @@ async def test_a_connection_given_up_during_its_handshake_is_not_reused_half_don
     finally:
         cut.pass_through()
         await client.aclose()
+
+
+async def test_a_command_with_less_patience_gives_up_before_one_started_earlier_with_more(cut: FaultProxy) -> None:
+    """One timer looks at every command in flight: a later command with less to wait is looked at
+    when its own patience ends, not when the earlier command's does."""
+    client = make_client(cut.url_for_redis())
+    loop = asyncio.get_running_loop()
+    ended: dict[str, float] = {}
+
+    async def wait(name: str, seconds: float) -> None:
+        with patience(seconds), pytest.raises(RedisTimeoutError, match="has not answered"):
+            await client.get(name)
+        ended[name] = loop.time()
+
+    try:
+        assert await client.ping()
+        cut.blackhole()
+        started = loop.time()
+        long = asyncio.create_task(wait("long", 1.5))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(wait("short", 0.2), 5)
+        await asyncio.wait_for(long, 5)
+        assert ended["short"] - started < 0.9, f"the short one gave up after {ended['short'] - started:.2f} s"
+        assert ended["long"] - started >= 1.4
+    finally:
+        cut.pass_through()
+        await client.aclose()
+
+
+async def test_a_patient_command_cancelled_from_elsewhere_is_cancelled_not_given_up(cut: FaultProxy) -> None:
+    client = make_client(cut.url_for_redis())
+    try:
+        assert await client.ping()
+        cut.blackhole()
+
+        async def patient_get() -> None:
+            with patience(5):
+                await client.get("k")
+
+        task = asyncio.create_task(patient_get())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        cut.pass_through()
+        with patience(0.5):
+            assert await client.get("k") is None  # the next command is not given up by a stale look
+    finally:
+        cut.pass_through()
+        await client.aclose()

@@ -14,6 +14,7 @@ Outside a request's patience nothing changes but one clock read.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -27,70 +28,126 @@ from switchboard.backends.redis.shared.answers import Answers
 T = TypeVar("T")
 
 
-async def _patiently(answers: Answers, run: Callable[[], Awaitable[T]]) -> T:
-    """``run()``, given up after the request's patience of silence (none set: as it is)."""
+class _Waiter:
+    """One patient command in flight: its task, when it started, and whether the watch gave it up."""
+
+    __slots__ = ("task", "started", "patience", "cancelling", "given_up")
+
+    def __init__(self, task: asyncio.Task[Any], started: float, patience: float) -> None:
+        self.task = task
+        self.started = started
+        self.patience = patience
+        self.cancelling = task.cancelling()  # cancellations asked of the task before this command
+        self.given_up = False
+
+
+class Watch:
+    """The patient commands in flight on one client, and the one timer that looks at them.
+
+    A command costs an entry in a set, not a timer of its own: a client's connect makes about 14
+    patient commands, and a timer and a timeout scope each cost 6.8 us of CPU per command over
+    redis-py's own (1.5 us this way). The timer is left running when a command ends; when it fires
+    it looks at what is still waiting, gives up what :meth:`Answers.next_check` says to, and plans
+    the next look."""
+
+    def __init__(self, answers: Answers) -> None:
+        self.answers = answers
+        self._waiting: set[_Waiter] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = math.inf  # when the timer fires
+
+    def enter(self, loop: asyncio.AbstractEventLoop, patience: float) -> _Waiter:
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise RuntimeError("a patient command runs in a task")
+        waiter = _Waiter(task, loop.time(), patience)
+        self._waiting.add(waiter)
+        first = self.answers.give_up_at(waiter.started, patience)
+        if first < self._at:  # the first in flight, or one with less to wait (Redis known silent)
+            self._plan(loop, first)
+        return waiter
+
+    def leave(self, waiter: _Waiter) -> None:
+        self._waiting.discard(waiter)
+
+    def _plan(self, loop: asyncio.AbstractEventLoop, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = at
+        self._timer = loop.call_at(at, self._look, loop, at)
+
+    def _look(self, loop: asyncio.AbstractEventLoop, planned: float) -> None:
+        self._timer, self._at = None, math.inf
+        now = loop.time()
+        soonest = math.inf
+        for waiter in list(self._waiting):
+            at = self.answers.next_check(waiter.started, waiter.patience, now=now, planned=planned)
+            if at is None:
+                self._waiting.discard(waiter)
+                waiter.given_up = True
+                waiter.task.cancel()
+            elif at < soonest:
+                soonest = at
+        if soonest < math.inf:
+            self._plan(loop, soonest)
+
+
+async def _patiently(watch: Watch, run: Callable[[], Awaitable[T]]) -> T:
+    """``run()``, given up after the request's patience of silence (none set: as it is).
+
+    Given up, the task is cancelled and the cancellation turned into redis-py's ``TimeoutError``,
+    as :func:`asyncio.timeout` does: a cancellation asked from elsewhere meanwhile goes on as one."""
     loop = asyncio.get_running_loop()
     patience = current_patience()
     if patience is None:
         result = await run()
-        answers.heard(loop.time())
+        watch.answers.heard(loop.time())
         return result
-    started = loop.time()
-    timer: asyncio.TimerHandle | None = None
+    waiter = watch.enter(loop, patience)
     try:
-        async with asyncio.timeout(None) as bound:
-
-            def check(planned: float) -> None:
-                nonlocal timer
-                now = loop.time()
-                at = answers.next_check(started, patience, now=now, planned=planned)
-                if at is None:
-                    bound.reschedule(now)  # expires now: the command is cancelled
-                else:
-                    timer = loop.call_at(at, check, at)
-
-            first = answers.give_up_at(started, patience)
-            timer = loop.call_at(first, check, first)
-            result = await run()
-    except TimeoutError as exc:
-        answers.gave_up()
-        raise RedisTimeoutError(UNANSWERED.format(patience)) from exc
+        result = await run()
+    except BaseException as exc:
+        if waiter.given_up and waiter.task.uncancel() <= waiter.cancelling and isinstance(exc, asyncio.CancelledError):
+            watch.answers.gave_up()
+            raise RedisTimeoutError(UNANSWERED.format(patience)) from exc
+        raise
     finally:
-        if timer is not None:
-            timer.cancel()
-    answers.heard(loop.time())
+        watch.leave(waiter)
+    if waiter.given_up:  # its answer came in the same turn as the give-up: kept, the cancellation taken back
+        waiter.task.uncancel()
+    watch.answers.heard(loop.time())
     return result
 
 
 class PatientPipeline(Pipeline):
     """A pipeline of :class:`PatientRedis`: executed within the request's patience."""
 
-    answers: Answers
+    patience_watch: Watch
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         execute = super().execute
-        return await _patiently(self.answers, lambda: execute(raise_on_error))
+        return await _patiently(self.patience_watch, lambda: execute(raise_on_error))
 
 
 class PatientRedis(aredis.Redis):
     """redis-py's client, patient as :mod:`switchboard.backends.patience` says (see the module docstring)."""
 
-    answers: Answers
+    patience_watch: Watch
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         execute = super().execute_command
-        return await _patiently(self.answers, lambda: execute(*args, **options))  # type: ignore[no-untyped-call]
+        return await _patiently(self.patience_watch, lambda: execute(*args, **options))  # type: ignore[no-untyped-call]
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> PatientPipeline:
         pipe = PatientPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
-        pipe.answers = self.answers
+        pipe.patience_watch = self.patience_watch
         return pipe
 
 
 def patient_client(pool: aredis.BlockingConnectionPool) -> PatientRedis:
-    """A client that owns (and closes) ``pool``, with an :class:`Answers` of its own."""
+    """A client that owns (and closes) ``pool``, with a :class:`Watch` of its own."""
     client = PatientRedis.from_pool(pool)
     if not isinstance(client, PatientRedis):  # redis-py makes ``cls``; a guard for mypy, and for a future change
         raise TypeError(f"redis-py made a {type(client).__name__}, not a PatientRedis")
-    client.answers = Answers()
+    client.patience_watch = Watch(Answers())
     return client
