@@ -19,6 +19,7 @@ from switchboard.backends.redis.shared.answers import LATE, ONCE_SILENT, Answers
 from switchboard.errors import BACKEND_RETRY, BackendError
 from switchboard.protocol.hypha.services import ServiceQuery
 from switchboard.testing import FaultProxy, ValkeyServer
+from switchboard.testing.wait import eventually
 
 # -- the rules, without I/O ------------------------------------------------------
 
@@ -145,6 +146,11 @@ async def test_a_connection_given_up_during_its_handshake_is_not_reused_half_don
         await client.aclose()
 
 
+def sent(proxy: FaultProxy, key: bytes) -> bool:
+    """Whether a command naming ``key`` reached the proxy (recorded since :meth:`FaultProxy.record`)."""
+    return any(key in data for _, data in proxy.recorded())
+
+
 async def test_a_command_with_less_patience_gives_up_before_one_started_earlier_with_more(cut: FaultProxy) -> None:
     """One timer looks at every command in flight: a later command with less to wait is looked at
     when its own patience ends, not when the earlier command's does."""
@@ -161,8 +167,9 @@ async def test_a_command_with_less_patience_gives_up_before_one_started_earlier_
         assert await client.ping()
         cut.blackhole()
         started = loop.time()
+        cut.record()
         long = asyncio.create_task(wait("long", 1.5))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: sent(cut, b"long"), "the long one's GET reached the proxy")
         await asyncio.wait_for(wait("short", 0.2), 5)
         await asyncio.wait_for(long, 5)
         assert ended["short"] - started < 0.9, f"the short one gave up after {ended['short'] - started:.2f} s"
@@ -180,16 +187,17 @@ async def test_a_patient_command_cancelled_from_elsewhere_is_cancelled_not_given
 
         async def patient_get() -> None:
             with patience(5):
-                await client.get("k")
+                await client.get("cancelled-key")
 
+        cut.record()
         task = asyncio.create_task(patient_get())
-        await asyncio.sleep(0.1)
+        await eventually(lambda: sent(cut, b"cancelled-key"), "its GET reached the proxy")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 5)
         cut.pass_through()
         with patience(0.5):
-            assert await client.get("k") is None  # the next command is not given up by a stale look
+            assert await client.get("cancelled-key") is None  # the next command is not given up by a stale look
     finally:
         cut.pass_through()
         await client.aclose()
