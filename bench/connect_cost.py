@@ -31,17 +31,25 @@ connected. Each figure is reported with the machine's load average.
                                            [--echo-calls 300] [--profile FILE] [--idle 20]
                                            [--against OTHER_REVISION/src]
 
-``--against`` first measures the replica code of another revision's ``src/``
-(e.g. from ``git worktree add`` or ``git archive``) the same way, and reports
-this one's RSS per idle connection, CPU per connect and echo latency as ratios
-to it. ``--profile FILE``: the replica runs under cProfile, written (SIGUSR2)
-before the clients leave.
+``--against`` measures the replica code of another revision's ``src/`` (e.g.
+from ``git worktree add`` or ``git archive``) at the same time, each revision
+on a Valkey of its own with its own client processes: every step is taken by
+both together, the idle cost over the same seconds, the echoes in alternating
+blocks. It reports this one's RSS per idle connection, CPU per connect and
+echo latency as ratios to the other's. Measured one after the other, the two
+figures of a step come from different minutes of a shared machine, and a
+connect's CPU follows how fast the machine is at the time: this revision
+against itself, one after the other (10,000 clients in steps of 2,000),
+gave 1.01, 0.66, 0.88, 1.05 and 1.31 per step; at the same time, 1.01, 1.03,
+0.98, 0.99 and 0.99. ``--profile FILE``: this revision's replica
+runs under cProfile, written (SIGUSR2) before the clients leave.
 
 Prints a table and writes ``bench/results/connect_cost.json``.
 
 History: the manager's RPC had handled every connect's four calls, about half of a connect's CPU (the
 manager's door answers them now); an admission's Redis round trips went from 10 to 5 (one pipeline and one
-script, ``backends/redis/stores/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB.
+script, ``backends/redis/stores/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB. ``--against`` measured the two revisions one after
+the other until ``connect_beside.py``'s way of running them at once replaced it (and that program).
 """
 
 from __future__ import annotations
@@ -171,23 +179,20 @@ class Echo:
         self.service = await caller.get_service(f"{ECHO_WORKSPACE}/echo-provider:echo")
         return self
 
-    async def measure(self, calls: int) -> dict[str, float]:
-        """``calls`` echoes one after the other (after 100 unmeasured, and the direct link between
-        the replicas in place): p50 and p99 in ms."""
+    async def warm(self) -> None:
+        """100 unmeasured echoes, then a pause: the direct link between the replicas is in place."""
         for i in range(100):
             await self.service.echo(i)
         await asyncio.sleep(0.5)
+
+    async def block(self, calls: int) -> list[float]:
+        """``calls`` echoes one after the other: each one's round trip in ms."""
         samples = []
         for i in range(calls):
             t0 = time.perf_counter()
             await self.service.echo(i)
             samples.append((time.perf_counter() - t0) * 1e3)
-        return {
-            "calls": calls,
-            "p50_ms": pct(samples, 50),
-            "p99_ms": pct(samples, 99),
-            "load": load(),
-        }
+        return samples
 
     async def stop(self) -> None:
         for client in self.clients:
@@ -195,11 +200,222 @@ class Echo:
                 await asyncio.wait_for(client.disconnect(), 5)
 
 
-async def idle_rate(pid: int | None, seconds: float = IDLE) -> float:
-    """The replica's CPU seconds per second over ``seconds``."""
-    c0, t0 = pid_cpu(pid) or 0.0, time.perf_counter()
+class Side:
+    """One revision under measure: its Valkey, its replica (and a sibling with the echo), and the
+    processes holding its clients."""
+
+    def __init__(self, name: str, src: str | None, args: argparse.Namespace) -> None:
+        self.name, self.src, self.args = name, src, args
+        self.valkey: Any = None
+        self.replica: Any = None
+        self.sibling: Any = None
+        self.echo: Echo | None = None
+        self.workers: list[Child] = []
+        self.connected = 0
+        self.steps: list[dict[str, Any]] = []
+        self.out: dict[str, Any] = {"steps": self.steps}
+
+    @property
+    def profiled(self) -> bool:
+        return bool(self.args.profile) and self.src is None
+
+    async def start(self, work: Path) -> Side:
+        from switchboard.testing.replica import ReplicaProcess
+        from switchboard.testing.valkey import ValkeyServer
+
+        args = self.args
+        env = {"SWITCHBOARD_LOG_LEVEL": "WARNING", **({"PYTHONPATH": self.src} if self.src else {})}
+        self.valkey = None if args.memory else ValkeyServer().start()
+        limit = str(args.clients * 2 + 100)
+        self.replica = (profiled_replica() if self.profiled else ReplicaProcess)(
+            replica_id=f"connect-cost-{self.name}",
+            redis_url=self.valkey.url if self.valkey else None,
+            jwt_secret=JWT_SECRET,
+            args=["--max-connections-per-workspace", limit, "--max-connections-per-user", limit],
+            env=env,
+        )
+        if self.profiled:
+            self.replica.profile = args.profile
+        self.replica.start(timeout=60)
+        if self.valkey is not None and args.echo_calls:
+            self.sibling = ReplicaProcess(
+                replica_id=f"connect-cost-{self.name}-b", redis_url=self.valkey.url, jwt_secret=JWT_SECRET, env=env
+            ).start(timeout=60)
+            self.echo = await Echo(self.replica.url, self.sibling.url).start()
+        token = token_for_bench()
+        self.workers = [
+            await Child(
+                f"connect-{self.name}-{i}", [__file__, "--worker", self.replica.url, token, f"{self.name}{i}"], work
+            ).start()
+            for i in range(args.workers)
+        ]
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.replica.proc.pid if self.replica and self.replica.proc else None
+
+    async def open(self, n: int) -> tuple[int, dict[str, int], float]:
+        """``n`` more clients; how many are connected now, the errors, when the last one was in."""
+        k = len(self.workers)
+        share = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        answers = await asyncio.gather(
+            *(
+                w.request({"open": s, "concurrency": self.args.concurrency}, timeout=900)
+                for w, s in zip(self.workers, share, strict=True)
+            )
+        )
+        errors: dict[str, int] = {}
+        for a in answers:
+            for key, v in a["errors"].items():
+                errors[key] = errors.get(key, 0) + v
+        return sum(a["open"] for a in answers), errors, time.perf_counter()
+
+    async def stop(self) -> None:
+        if self.profiled and self.pid is not None:
+            # before the clients leave: their departures are not what is measured
+            await asyncio.to_thread(dump_profile, self.pid, Path(self.args.profile))
+        if self.echo is not None:
+            await self.echo.stop()
+        # the replicas go first: thousands of clients leaving one by one cost the replica the
+        # square of their number (each departure is announced to every client left) and the
+        # bench minutes, measuring nothing
+        for replica in (self.sibling, self.replica):
+            if replica is not None:
+                replica.kill()
+        for w in self.workers:
+            await w.stop()
+        if self.valkey is not None:
+            self.valkey.stop()
+
+
+async def idle_rates(sides: list[Side], seconds: float) -> list[float]:
+    """Each replica's CPU seconds per second over the same ``seconds``."""
+    c0, t0 = [pid_cpu(s.pid) or 0.0 for s in sides], time.perf_counter()
     await asyncio.sleep(seconds)
-    return ((pid_cpu(pid) or 0.0) - c0) / (time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    return [((pid_cpu(s.pid) or 0.0) - c) / dt for s, c in zip(sides, c0, strict=True)]
+
+
+async def echoes(sides: list[Side], calls: int, key: str, blocks: int = 3) -> None:
+    """Each side's echo p50 and p99 over ``calls`` calls, taken in ``blocks`` that alternate between
+    the sides, so that both see the same minutes of the machine."""
+    live = [s for s in sides if s.echo is not None]
+    if not live:
+        return
+    samples: dict[str, list[float]] = {s.name: [] for s in live}
+    for side in live:
+        assert side.echo is not None
+        await side.echo.warm()
+    per_block = max(1, calls // blocks)
+    for b in range(blocks):
+        for side in live if b % 2 == 0 else live[::-1]:
+            assert side.echo is not None
+            samples[side.name] += await side.echo.block(per_block)
+    for side in live:
+        side.out[key] = {
+            "calls": len(samples[side.name]),
+            "p50_ms": pct(samples[side.name], 50),
+            "p99_ms": pct(samples[side.name], 99),
+            "load": load(),
+            "idle": side.connected,
+        }
+        e = side.out[key]
+        say(
+            f"{side.name}: echo A<-B with {side.connected} idle: p50 {e['p50_ms']:.2f} ms  "
+            f"p99 {e['p99_ms']:.2f} ms  (load {e['load']:.1f})"
+        )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """One climb: of this revision alone, or of it and ``--against`` at once."""
+    raise_fd_limit()
+    work = Path(tempfile.mkdtemp(prefix="bench-connect-"))  # the workers' logs
+    sides = [Side("this", None, args)]
+    if args.against:
+        sides.insert(0, Side("against", args.against, args))
+    out: dict[str, Any] = {
+        "backend": "memory" if args.memory else "valkey",
+        "calibration_ms": calibrate(),
+        "step": args.step,
+        "sides": {s.name: s.out for s in sides},
+    }
+    try:
+        for side in sides:
+            await side.start(work)
+        await echoes(sides, args.echo_calls, "echo_idle_0")
+        for side in sides:
+            side.out["empty"] = {"rss_bytes": pid_rss(side.pid)}
+        rates = await idle_rates(sides, args.idle)
+        started = time.perf_counter()
+        while sides[0].connected < args.clients and time.perf_counter() - started < args.budget:
+            made = await step(sides, args, rates)
+            rates = [s.steps[-1]["idle_cpu_per_s"] for s in sides]
+            if not all(made):
+                break
+        await echoes(sides, args.echo_calls, "echo_idle_n")
+        for side in sides:
+            summarize(side)
+    finally:
+        for side in sides:
+            await side.stop()
+    if args.against:
+        out["ratios_this_to_against"] = ratios(out["sides"]["this"], out["sides"]["against"])
+    return out
+
+
+async def step(sides: list[Side], args: argparse.Namespace, rates: list[float]) -> list[int]:
+    """Every side connects ``--step`` more clients at once; each one's figures for the step."""
+    before = sides[0].connected
+    n = min(args.step, args.clients - before)
+    cpu0, t0 = [pid_cpu(s.pid) or 0.0 for s in sides], time.perf_counter()
+    done = await asyncio.gather(*(s.open(n) for s in sides))
+    await asyncio.sleep(SETTLE)
+    cpu1, t1 = [pid_cpu(s.pid) or 0.0 for s in sides], time.perf_counter()
+    load_now = load()
+    after = await idle_rates(sides, args.idle)
+    made_all = []
+    for i, (side, (opened, errors, last)) in enumerate(zip(sides, done, strict=True)):
+        made = opened - side.connected
+        idle = (rates[i] + after[i]) / 2 * (t1 - t0)
+        rss = pid_rss(side.pid)
+        previous_rss = side.steps[-1]["rss_bytes"] if side.steps else side.out["empty"]["rss_bytes"]
+        record = {
+            "before": side.connected,
+            "after": opened,
+            "made": made,
+            "errors": errors,
+            "handshakes_per_s": made / (last - t0) if made else None,
+            "cpu_ms_per_connect": ((cpu1[i] - cpu0[i]) - idle) * 1e3 / made if made else None,
+            "cpu_ms_per_connect_raw": (cpu1[i] - cpu0[i]) * 1e3 / made if made else None,
+            "idle_cpu_per_s": after[i],
+            "load": load_now,
+            "rss_bytes": rss,
+            "rss_kib_per_connection": ((rss or 0) - (previous_rss or 0)) / 1024 / made if made else None,
+        }
+        side.steps.append(record)
+        side.connected = opened
+        made_all.append(made)
+        say(
+            f"{side.name:>7} {before:>6}-{opened:<6} {record['handshakes_per_s'] or 0:6.1f}/s  "
+            f"cpu {record['cpu_ms_per_connect'] or float('nan'):6.2f} ms/connect "
+            f"(raw {record['cpu_ms_per_connect_raw'] or float('nan'):6.2f})  idle {after[i] * 100:5.1f}%  "
+            f"rss {(rss or 0) / 2**20:7.1f} MiB  {record['rss_kib_per_connection'] or 0:5.1f} KiB/conn  "
+            f"errors {sum(errors.values())}  load {load_now:.1f}"
+        )
+    return made_all
+
+
+def summarize(side: Side) -> None:
+    """RSS per idle connection over the whole climb, and how CPU per connect grew from first step to last."""
+    steps, out = side.steps, side.out
+    base_rss = out["empty"]["rss_bytes"]
+    if steps and steps[-1]["after"] > 0 and base_rss:
+        out["rss_kib_per_connection"] = ((steps[-1]["rss_bytes"] or 0) - base_rss) / 1024 / steps[-1]["after"]
+        say(f"{side.name}: RSS per idle connection overall: {out['rss_kib_per_connection']:.1f} KiB")
+    if len(steps) >= 2 and steps[0]["cpu_ms_per_connect"] and steps[-1]["cpu_ms_per_connect"]:
+        out["cpu_growth_last_vs_first"] = steps[-1]["cpu_ms_per_connect"] / steps[0]["cpu_ms_per_connect"]
+        say(f"{side.name}: CPU per connect, last step / first: {out['cpu_growth_last_vs_first']:.2f}")
 
 
 def profiled_replica() -> type:
@@ -215,141 +431,6 @@ def profiled_replica() -> type:
             return [cmd[0], __file__, "--profiled-replica", self.profile, *cmd[3:]]
 
     return Profiled
-
-
-async def run(args: argparse.Namespace, src: str | None = None) -> dict[str, Any]:
-    """One measurement, of the replica code under ``src`` (another revision's ``src``) or of this one."""
-    from switchboard.testing.replica import ReplicaProcess
-    from switchboard.testing.valkey import ValkeyServer
-
-    raise_fd_limit()
-    Profiled = profiled_replica()
-    valkey = None if args.memory else ValkeyServer().start()
-    limit = str(args.clients * 2 + 100)
-    replica = (Profiled if args.profile else ReplicaProcess)(
-        replica_id="connect-cost",
-        redis_url=valkey.url if valkey else None,
-        jwt_secret=JWT_SECRET,
-        args=["--max-connections-per-workspace", limit, "--max-connections-per-user", limit],
-        env={"SWITCHBOARD_LOG_LEVEL": "WARNING", **({"PYTHONPATH": src} if src else {})},
-    )
-    if args.profile:
-        replica.profile = args.profile  # type: ignore[attr-defined]
-    replica.start(timeout=60)
-    pid = replica.proc.pid if replica.proc else None
-    sibling = echo = None
-    if valkey is not None and args.echo_calls:
-        sibling = ReplicaProcess(
-            replica_id="connect-cost-b",
-            redis_url=valkey.url,
-            jwt_secret=JWT_SECRET,
-            env={"SWITCHBOARD_LOG_LEVEL": "WARNING", **({"PYTHONPATH": src} if src else {})},
-        ).start(timeout=60)
-    token = token_for_bench()
-    work = Path(tempfile.mkdtemp(prefix="bench-connect-"))  # the workers' logs
-    workers = [
-        await Child(f"connect-worker-{i}", [__file__, "--worker", replica.url, token, f"w{i}"], work).start()
-        for i in range(args.workers)
-    ]
-    steps: list[dict[str, Any]] = []
-    out: dict[str, Any] = {
-        "backend": "memory" if args.memory else "valkey",
-        "calibration_ms": calibrate(),
-        "step": args.step,
-        "steps": steps,
-    }
-    try:
-        if sibling is not None:
-            echo = await Echo(replica.url, sibling.url).start()
-            out["echo_idle_0"] = await echo.measure(args.echo_calls)
-            e = out["echo_idle_0"]
-            say(f"echo A<-B with 0 idle: p50 {e['p50_ms']:.2f} ms  p99 {e['p99_ms']:.2f} ms  (load {e['load']:.1f})")
-        connected = 0
-        started = time.perf_counter()
-        base_rss = pid_rss(pid)
-        rate_before = await idle_rate(pid, args.idle)
-        out["empty"] = {"rss_bytes": base_rss, "idle_cpu_per_s": rate_before}
-        while connected < args.clients and time.perf_counter() - started < args.budget:
-            n = min(args.step, args.clients - connected)
-            share = [n // len(workers) + (1 if i < n % len(workers) else 0) for i in range(len(workers))]
-            cpu0, t0 = pid_cpu(pid) or 0.0, time.perf_counter()
-            answers = await asyncio.gather(
-                *(
-                    w.request({"open": k, "concurrency": args.concurrency}, timeout=600)
-                    for w, k in zip(workers, share, strict=True)
-                )
-            )
-            dial = time.perf_counter() - t0
-            await asyncio.sleep(SETTLE)
-            cpu1, t1 = pid_cpu(pid) or 0.0, time.perf_counter()
-            opened = sum(a["open"] for a in answers)
-            made = opened - connected
-            errors: dict[str, int] = {}
-            for a in answers:
-                for k, v in a["errors"].items():
-                    errors[k] = errors.get(k, 0) + v
-            rss = pid_rss(pid)
-            load_now = load()
-            rate_after = await idle_rate(pid, args.idle)
-            idle_share = (rate_before + rate_after) / 2 * (t1 - t0)
-            step = {
-                "before": connected,
-                "after": opened,
-                "made": made,
-                "errors": errors,
-                "handshakes_per_s": made / dial if dial else None,
-                "cpu_ms_per_connect": ((cpu1 - cpu0) - idle_share) * 1e3 / made if made else None,
-                "cpu_ms_per_connect_raw": (cpu1 - cpu0) * 1e3 / made if made else None,
-                "idle_cpu_per_s": rate_after,
-                "load": load_now,
-                "rss_bytes": rss,
-                "rss_kib_per_connection": ((rss or 0) - (steps[-1]["rss_bytes"] if steps else base_rss or 0))
-                / 1024
-                / made
-                if made
-                else None,
-            }
-            steps.append(step)
-            say(
-                f"{connected:>6}-{opened:<6} {step['handshakes_per_s']:6.1f}/s  "
-                f"cpu {step['cpu_ms_per_connect']:6.2f} ms/connect (raw {step['cpu_ms_per_connect_raw']:6.2f})  "
-                f"idle {rate_after * 100:5.1f}%  rss {(rss or 0) / 2**20:7.1f} MiB  "
-                f"{step['rss_kib_per_connection']:5.1f} KiB/conn  errors {sum(errors.values())}  load {load_now:.1f}"
-            )
-            connected, rate_before = opened, rate_after
-            if not made:
-                break
-        if steps and steps[-1]["after"] > 0 and base_rss:
-            out["rss_kib_per_connection"] = ((steps[-1]["rss_bytes"] or 0) - base_rss) / 1024 / steps[-1]["after"]
-        if echo is not None and steps:
-            out["echo_idle_n"] = {"idle": steps[-1]["after"], **await echo.measure(args.echo_calls)}
-            e = out["echo_idle_n"]
-            say(
-                f"echo A<-B with {e['idle']} idle on A: p50 {e['p50_ms']:.2f} ms  p99 {e['p99_ms']:.2f} ms  "
-                f"(load {e['load']:.1f})"
-            )
-        if len(steps) >= 2:
-            first, last = steps[0], steps[-1]
-            out["cpu_growth_last_vs_first"] = (
-                last["cpu_ms_per_connect"] / first["cpu_ms_per_connect"] if first["cpu_ms_per_connect"] else None
-            )
-    finally:
-        if args.profile and pid is not None:
-            # before the clients leave: their departures are not what is measured
-            await asyncio.to_thread(dump_profile, pid, Path(args.profile))
-        if echo is not None:
-            await echo.stop()
-        # the replicas go first: thousands of clients leaving one by one cost the replica the
-        # square of their number (each departure is announced to every client left) and the
-        # bench minutes, measuring nothing
-        if sibling is not None:
-            sibling.kill()
-        replica.kill()
-        for w in workers:
-            await w.stop()
-        if valkey is not None:
-            valkey.stop()
-    return out
 
 
 def dump_profile(pid: int, path: Path, timeout: float = 60.0) -> None:
@@ -393,7 +474,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10_000, help="connect up to this many (default 10000)")
     parser.add_argument("--step", type=int, default=1000, help="clients per step (default 1000)")
     parser.add_argument("--budget", type=float, default=600.0, help="no new step after this many seconds (default 600)")
-    parser.add_argument("--workers", type=int, default=2, help="client processes (default 2)")
+    parser.add_argument("--workers", type=int, default=2, help="client processes per revision (default 2)")
     parser.add_argument("--concurrency", type=int, default=16, help="handshakes in flight per worker")
     parser.add_argument("--memory", action="store_true", help="the embedded backends instead of a Valkey")
     parser.add_argument(
@@ -402,7 +483,7 @@ def main() -> None:
         default=300,
         help="cross-replica echoes measured before the first step and after the last (Valkey only; 0: none)",
     )
-    parser.add_argument("--profile", default="", help="run the replica under cProfile, written to this file")
+    parser.add_argument("--profile", default="", help="run this revision's replica under cProfile, written here")
     parser.add_argument(
         "--idle",
         type=float,
@@ -412,22 +493,15 @@ def main() -> None:
     parser.add_argument(
         "--against",
         default="",
-        help="first measure the replica code of this directory (another revision's src/), then report ratios",
+        help="measure the replica code of this directory (another revision's src/) at the same time; report ratios",
     )
     parser.add_argument("--out", default=str(BENCH / "results" / "connect_cost.json"))
     args = parser.parse_args()
-    before = None
     if args.against:
-        say(f"against {args.against}:")
-        before = asyncio.run(run(args, str(Path(args.against).resolve())))
-        say("this revision:")
+        args.against = str(Path(args.against).resolve())
     result = asyncio.run(run(args))
-    say(f"RSS per idle connection overall: {result.get('rss_kib_per_connection') or float('nan'):.1f} KiB")
-    say(f"CPU per connect, last step / first: {result.get('cpu_growth_last_vs_first') or float('nan'):.2f}")
-    if before is not None:
-        result = {"this": result, "against": before, "ratios_this_to_against": ratios(result, before)}
-        for key, value in result["ratios_this_to_against"].items():
-            say(f"{key}, this / against: {value:.2f}")
+    for key, value in result.get("ratios_this_to_against", {}).items():
+        say(f"{key}, this / against: {value:.2f}")
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     say(f"written to {args.out}")
 
