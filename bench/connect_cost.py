@@ -14,7 +14,7 @@ measured right after, over ``--idle`` seconds (one keepalive round, 20 s), and c
 rates before and after the step. RSS per idle connection is the slope of the
 settled RSS against the number connected, per step and over the whole run.
 
-The clients live in ``--workers`` child processes of this script, so that
+The clients live in ``--workers`` child processes (``_connect_clients.py``), so that
 their own CPU is not the replica's; steps go on until ``--clients`` are
 connected or ``--budget`` seconds have passed. By default the replica runs on
 a Valkey (``switchboard.testing.valkey``), as a replica of a hub does;
@@ -48,17 +48,16 @@ Prints a table and writes ``bench/results/connect_cost.json``.
 
 History: the manager's RPC had handled every connect's four calls, about half of a connect's CPU (the
 manager's door answers them now); an admission's Redis round trips went from 10 to 5 (one pipeline and one
-script, ``backends/redis/stores/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB. ``--against`` measured the two revisions one after
-the other until ``connect_beside.py``'s way of running them at once replaced it (and that program).
+script, ``backends/redis/stores/entrance.py``); RSS per idle connection from 29.7 to 17.9 KiB.
+``--against`` measured the two revisions one after the other until ``connect_beside.py``'s way of
+running them at once replaced it (and that program).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import logging
 import os
 import signal
 import sys
@@ -67,21 +66,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    BENCH,
-    JWT_SECRET,
-    Child,
-    calibrate,
-    commands,
-    pct,
-    pid_cpu,
-    pid_rss,
-    raise_fd_limit,
-    say,
-)
+from _common import BENCH, JWT_SECRET, Child, calibrate, pct, pid_cpu, pid_rss, raise_fd_limit, say
+from _connect_clients import Echo, load, token_for_bench
 
-WORKSPACE = "bench-connect"
-ECHO_WORKSPACE = "bench-echo"  # the echo's provider and caller: not among the idle clients' events
+CLIENTS = str(BENCH / "_connect_clients.py")
+
 SETTLE = 3.0  # seconds after a step's last connect that still count as its work (the token refresh at 2 s)
 # Seconds over which the idle cost at a level is measured: one round of the keepalive (a hypha-rpc
 # client pings every 20 s). Over 2 s the measure caught whatever share of a round's pings fell in it
@@ -90,114 +79,7 @@ SETTLE = 3.0  # seconds after a step's last connect that still count as its work
 IDLE = 20.0
 
 
-# --------------------------------------------------------------------------- the client worker
-
-
-async def worker() -> None:
-    """Holds hypha-rpc clients; commands on stdin: ``{"open": n, "concurrency": c}``, ``{"close": true}``."""
-    from hypha_rpc import connect_to_server
-
-    logging.getLogger().setLevel(logging.CRITICAL)
-    # the answers keep stdout to themselves: whatever else prints there goes to the log
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-
-    def reply(msg: dict[str, Any]) -> None:
-        answers.write(json.dumps(msg) + "\n")
-        answers.flush()
-
-    url, token, prefix = sys.argv[2], sys.argv[3], sys.argv[4]
-    clients: list[Any] = []
-    serial = 0
-    async for cmd in commands():
-        if cmd.get("close"):
-            for client in clients:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.disconnect(), 1)
-            reply({"closed": len(clients)})
-            clients.clear()
-            continue
-        sem = asyncio.Semaphore(int(cmd.get("concurrency", 16)))
-        errors: dict[str, int] = {}
-        t0 = time.perf_counter()
-
-        async def one(cid: str, sem: asyncio.Semaphore = sem, errors: dict[str, int] = errors) -> None:
-            async with sem:
-                try:
-                    config = {"server_url": url, "client_id": cid, "token": token, "workspace": WORKSPACE}
-                    clients.append(await asyncio.wait_for(connect_to_server(config), 60))
-                except Exception as exc:
-                    key = f"{type(exc).__name__}: {str(exc)[:100]}"
-                    errors[key] = errors.get(key, 0) + 1
-
-        names = [f"{prefix}-{serial + i}" for i in range(int(cmd["open"]))]
-        serial += len(names)
-        await asyncio.gather(*(one(name) for name in names))
-        reply({"open": len(clients), "errors": errors, "seconds": time.perf_counter() - t0})
-
-
 # --------------------------------------------------------------------------- the driver
-
-
-def token_for_bench(workspace: str = WORKSPACE) -> str:
-    from switchboard.clock import SystemClock
-    from switchboard.hub.identity.auth import TokenIssuer
-    from switchboard.hub.identity.users import Permission, User
-
-    issuer = TokenIssuer(JWT_SECRET, SystemClock())
-    user = User(id="bench-connect", roles=("user",))
-    return issuer.issue(user, workspace=workspace, permission=Permission.READ_WRITE, expires_in=3 * 3600)
-
-
-def load() -> float:
-    """The machine's load average over the last minute (``uptime``'s first figure)."""
-    return os.getloadavg()[0]
-
-
-class Echo:
-    """A provider on the measured replica and a caller on a second replica of the same Valkey,
-    in a workspace of their own: cross-replica echo latency, without and with the idle clients."""
-
-    def __init__(self, provider_url: str, caller_url: str) -> None:
-        self.urls = provider_url, caller_url
-        self.clients: list[Any] = []
-        self.service: Any = None
-
-    async def start(self) -> Echo:
-        from hypha_rpc import connect_to_server
-
-        token = token_for_bench(ECHO_WORKSPACE)
-        provider = await connect_to_server(
-            {"server_url": self.urls[0], "client_id": "echo-provider", "token": token, "workspace": ECHO_WORKSPACE}
-        )
-        self.clients.append(provider)
-        await provider.register_service({"id": "echo", "config": {"visibility": "protected"}, "echo": lambda x: x})
-        caller = await connect_to_server(
-            {"server_url": self.urls[1], "client_id": "echo-caller", "token": token, "workspace": ECHO_WORKSPACE}
-        )
-        self.clients.append(caller)
-        self.service = await caller.get_service(f"{ECHO_WORKSPACE}/echo-provider:echo")
-        return self
-
-    async def warm(self) -> None:
-        """100 unmeasured echoes, then a pause: the direct link between the replicas is in place."""
-        for i in range(100):
-            await self.service.echo(i)
-        await asyncio.sleep(0.5)
-
-    async def block(self, calls: int) -> list[float]:
-        """``calls`` echoes one after the other: each one's round trip in ms."""
-        samples = []
-        for i in range(calls):
-            t0 = time.perf_counter()
-            await self.service.echo(i)
-            samples.append((time.perf_counter() - t0) * 1e3)
-        return samples
-
-    async def stop(self) -> None:
-        for client in self.clients:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.disconnect(), 5)
 
 
 class Side:
@@ -244,9 +126,7 @@ class Side:
             self.echo = await Echo(self.replica.url, self.sibling.url).start()
         token = token_for_bench()
         self.workers = [
-            await Child(
-                f"connect-{self.name}-{i}", [__file__, "--worker", self.replica.url, token, f"{self.name}{i}"], work
-            ).start()
+            await Child(f"connect-{self.name}-{i}", [CLIENTS, self.replica.url, token, f"{self.name}{i}"], work).start()
             for i in range(args.workers)
         ]
         return self
@@ -466,9 +346,6 @@ def profiled_serve(path: str, argv: list[str]) -> None:
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--profiled-replica":
         profiled_serve(sys.argv[2], sys.argv[3:])
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        asyncio.run(worker())
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=10_000, help="connect up to this many (default 10000)")
