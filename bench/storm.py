@@ -16,8 +16,11 @@ every service is listed and callable afterwards; ``client_disconnected`` announc
 admissions; B's echo p50/p99 before and during the move; A's exit status and time.
 
 The clients run in ``--workers`` child processes (``_storm_clients.py``) so the client side is not
-one saturated event loop. ``--against SRC`` first runs the same storm on another revision's
-``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios. ``--holds`` records what
+one saturated event loop. ``--against SRC`` also runs the same storm on another revision's
+``src`` (e.g. ``git worktree add /tmp/base main``), and reports ratios; ``--rounds N``, N pairs of
+storms with the two revisions in turns, each pair's ratios and their medians. Two storms of the
+same code, one after the other, gave B's CPU ×0.87 (December 2026, 3,000 SDK clients): a pair is
+two minutes of a shared machine apart, so one pair resolves only large changes. ``--holds`` records what
 held B's loop (``_holds/sitecustomize.py``: ran or waited for a core, garbage collections). Writes
 ``bench/results/storm.json``. Loopback only; every phase is bounded (:data:`GIVE_UP`).
 
@@ -36,6 +39,7 @@ import json
 import logging
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -436,6 +440,28 @@ def once(coro: Any) -> dict[str, Any]:
     return result
 
 
+RATIOS = ("seconds_until_all_back", "b_cpu_s", "longest_admission_gap_s")
+
+
+def against(args: argparse.Namespace, src: str) -> dict[str, Any]:
+    """``--rounds`` pairs of storms, this revision's and ``src``'s, in turns (against first in
+    the first pair, this first in the second, ...): each pair's ratios, and their medians."""
+    rounds = []
+    for r in range(args.rounds):
+        pair: dict[str, Any] = {}
+        for side in ("against", "this") if r % 2 == 0 else ("this", "against"):
+            print(f"round {r + 1} of {args.rounds}, {side}:", flush=True)
+            pair[side] = once(run(args, src if side == "against" else None))
+        this, base = pair["this"], pair["against"]
+        pair["ratios"] = {k: (this[k] / base[k] if this[k] is not None and base[k] else None) for k in RATIOS}
+        rounds.append(pair)
+    medians = {}
+    for k in RATIOS:
+        values = [p["ratios"][k] for p in rounds if p["ratios"][k] is not None]
+        medians[k] = statistics.median(values) if values else None
+    return {"rounds": rounds, "ratios_this_to_against": medians}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sdk", type=int, default=1000, help="SDK clients on A")
@@ -452,7 +478,10 @@ def main() -> None:
     parser.add_argument(
         "--holds", action="store_true", help="record what holds B's loop (bench/_holds) and summarize it"
     )
-    parser.add_argument("--against", metavar="SRC", help="first run the storm on this src/ (another revision's)")
+    parser.add_argument("--against", metavar="SRC", help="run the storm on this src/ (another revision's) too")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="with --against: pairs of storms, the two revisions in turns (default 1)"
+    )
     parser.add_argument(
         "--client-cpus",
         metavar="LIST",
@@ -466,15 +495,9 @@ def main() -> None:
     raise_fd_limit(4 * (args.sdk + args.hypha) + 1000)
     results: dict[str, Any] = {}
     if args.against:
-        print(f"against {args.against}:", flush=True)
-        results["against"] = once(run(args, str(Path(args.against).resolve())))
-    results["this"] = once(run(args))
-    if "against" in results:
-        this, base = results["this"], results["against"]
-        results["ratios_this_to_against"] = {
-            k: (this[k] / base[k] if this[k] is not None and base[k] else None)
-            for k in ("seconds_until_all_back", "b_cpu_s", "longest_admission_gap_s")
-        }
+        results = against(args, str(Path(args.against).resolve()))
+    else:
+        results["this"] = once(run(args))
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results.get("ratios_this_to_against", {}), indent=2))
