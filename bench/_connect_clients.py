@@ -8,10 +8,8 @@ Commands on stdin, one JSON object a line, each answered by one line on stdout:
     {"open": n, "concurrency": c}
         connect ``n`` more clients (``PREFIX-<serial>``, in one workspace with one token), ``c`` at a
         time; answers {"open": connected in all, "errors": {...}, "seconds": s}
-    {"close": true}
-        disconnect them all; answers {"closed": n}
 
-Closing stdin ends the process.
+Closing stdin ends the process (the bench kills the replica first: the clients' departures measure nothing).
 """
 
 from __future__ import annotations
@@ -25,14 +23,14 @@ import sys
 import time
 from typing import Any
 
-from _common import JWT_SECRET, commands
+from _common import JWT_SECRET, commands, err_key
 
 WORKSPACE = "bench-connect"
 ECHO_WORKSPACE = "bench-echo"  # the echo's provider and caller: not among the idle clients' events
 
 
 async def worker() -> None:
-    """Holds hypha-rpc clients; commands on stdin: ``{"open": n, "concurrency": c}``, ``{"close": true}``."""
+    """Holds hypha-rpc clients; commands on stdin: ``{"open": n, "concurrency": c}``."""
     from hypha_rpc import connect_to_server
 
     logging.getLogger().setLevel(logging.CRITICAL)
@@ -48,13 +46,6 @@ async def worker() -> None:
     clients: list[Any] = []
     serial = 0
     async for cmd in commands():
-        if cmd.get("close"):
-            for client in clients:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.disconnect(), 1)
-            reply({"closed": len(clients)})
-            clients.clear()
-            continue
         sem = asyncio.Semaphore(int(cmd.get("concurrency", 16)))
         errors: dict[str, int] = {}
         t0 = time.perf_counter()
@@ -65,7 +56,7 @@ async def worker() -> None:
                     config = {"server_url": url, "client_id": cid, "token": token, "workspace": WORKSPACE}
                     clients.append(await asyncio.wait_for(connect_to_server(config), 60))
                 except Exception as exc:
-                    key = f"{type(exc).__name__}: {str(exc)[:100]}"
+                    key = err_key(exc)
                     errors[key] = errors.get(key, 0) + 1
 
         names = [f"{prefix}-{serial + i}" for i in range(int(cmd["open"]))]
